@@ -1,0 +1,1 @@
+"""Trusted grading: cases, reference runs, checks, diagnosis and feedback."""

@@ -1,0 +1,58 @@
+"""The grader's verdict on one submission: what the API returns and the database keeps."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Diagnosis = Literal[
+    "correct",
+    "missing-zero-grad",
+    "step-before-backward",
+    "zero-grad-before-step",
+    "missing-step",
+    "missing-backward",
+    "grad-none-error",
+    "wrong-loss-scaling",
+    "syntax-error",
+    "missing-function",
+    "wrong-return-type",
+    "runtime-error",
+    "timeout",
+    "memory-limit",
+    "output-limit",
+    "incorrect",
+]
+
+
+class Check(BaseModel):
+    """One graded property of the submission, with the points it earned."""
+
+    id: str
+    passed: bool
+    points: float
+    max_points: float
+    message: str
+    hidden: bool = False
+
+
+class PlotSeries(BaseModel):
+    """Per-step values of one visible case, for the learner's chart."""
+
+    case: str
+    label: str
+    learner: list[float | None]
+    reference: list[float]
+
+
+class GradeReport(BaseModel):
+    """The score, the named mistake and the explanation for one submission."""
+
+    exercise: str
+    score: float
+    max_score: float
+    diagnosis: Diagnosis
+    checks: list[Check]
+    feedback: str = Field(description="Markdown explanation in the words of the lesson.")
+    plots: list[PlotSeries] = []

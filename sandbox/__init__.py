@@ -1,0 +1,1 @@
+"""Running untrusted code: backends, limits and the in-sandbox harness."""

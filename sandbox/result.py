@@ -1,0 +1,48 @@
+"""What one sandbox run returns. Everything in it came from untrusted code, except the flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one run: exit status, which cap (if any) ended it, and capped outputs.
+
+    The flags are set by the supervisor outside the sandbox, never by the code inside.
+    `payload`, `stdout` and `stderr` are untrusted bytes, already cut to their caps.
+    """
+
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None  # the signal that ended the main process, if any
+    timed_out: bool  # wall clock
+    cpu_time_exceeded: bool
+    memory_exceeded: bool
+    process_limit_exceeded: bool
+    file_size_exceeded: bool
+    open_files_exceeded: bool
+    output_truncated: bool  # stdout + stderr passed output_bytes
+    payload_truncated: bool  # the result channel passed payload_bytes
+    wall_seconds: float
+    cpu_seconds: float
+    peak_memory_bytes: int | None  # None when the backend cannot measure it
+    payload: bytes
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def limit_hit(self) -> str | None:
+        """The name of the first cap that ended the run, or None."""
+        for name in (
+            "timed_out",
+            "cpu_time_exceeded",
+            "memory_exceeded",
+            "process_limit_exceeded",
+            "file_size_exceeded",
+            "open_files_exceeded",
+            "output_truncated",
+            "payload_truncated",
+        ):
+            if getattr(self, name):
+                return name
+        return None
