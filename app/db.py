@@ -1,0 +1,87 @@
+"""Database engine and sessions. Requests and jobs own the transaction; domain code only flushes."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from fastapi import Depends, Request
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+SessionFactory = sessionmaker[Session]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -> Engine:
+    """An engine for `database_url`; SQLite gets WAL, a busy timeout and foreign keys."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_seconds})
+    busy_timeout_ms = int(busy_timeout_seconds * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _configure_sqlite(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        # WAL lets the pages read while a worker writes a result.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+def create_session_factory(engine: Engine) -> SessionFactory:
+    """Sessions whose objects stay readable after commit (routes answer from them)."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request; the route commits it, anything uncommitted is rolled back."""
+    sessions: SessionFactory = request.app.state.sessions
+    with sessions() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def _alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Passed as an attribute: a main option would put the URL through configparser's % syntax.
+    config.attributes["database_url"] = database_url
+    return config
+
+
+def head_revision() -> str:
+    """The newest migration's revision."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(config).get_current_head() or ""
+
+
+def upgrade_database(database_url: str) -> str:
+    """Apply every migration not yet applied (`alembic upgrade head`); return the revision."""
+    command.upgrade(_alembic_config(database_url), "head")
+    return head_revision()
+
+
+def database_revision(engine: Engine) -> str | None:
+    """The revision the database is at, or None when no migration was ever applied."""
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()

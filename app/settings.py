@@ -1,0 +1,52 @@
+"""Server configuration: one `Settings` object, read from `LOOPGRADE_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import Depends, Request
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything an operator can set. Built once per process, by the CLI."""
+
+    model_config = SettingsConfigDict(env_prefix="LOOPGRADE_", extra="ignore")
+
+    data_dir: Path = Field(
+        default=Path("data"), description="Where the SQLite database and other state live."
+    )
+    database_url: str = Field(
+        default="", description="SQLAlchemy URL; empty means SQLite at <data_dir>/loopgrade.db."
+    )
+    worker_count: int = Field(default=2, ge=1, le=64, description="Grading threads.")
+    max_code_bytes: int = Field(
+        default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
+    )
+    sandbox: Literal["auto", "bwrap"] = Field(
+        default="auto", description="Sandbox backend for learner code."
+    )
+    database_busy_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _resolve_paths(self) -> Settings:
+        # Resolved once, so that a later chdir cannot move the database.
+        self.data_dir = self.data_dir.expanduser().resolve()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'loopgrade.db'}"
+        return self
+
+    @property
+    def request_body_bytes(self) -> int:
+        """Cap on a whole request body: room for the code JSON-escaped (up to 6x) and the rest."""
+        return 6 * self.max_code_bytes + 64 * 1024
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
