@@ -1,0 +1,130 @@
+"""Grading jobs and how they reach a worker: a thread pool in this process (Celery later).
+
+A job is only a submission id; the submission row is the job's record. Jobs are handed over
+after the submitting transaction commits, and `run_grading_job` may run any number of times
+for one id: only the run that claims the queued row grades it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Protocol
+
+from fastapi import Depends, Request
+
+import graders
+from app.db import SessionFactory
+from app.submissions import claim_submission, record_error, record_report, requeue_unfinished
+from graders.report import GradeReport
+
+log = logging.getLogger(__name__)
+
+GradeFunction = Callable[[str, str], GradeReport]
+
+
+class Dispatcher(Protocol):
+    """Gets submission ids to workers. `enqueue` is called only after the row is committed."""
+
+    def start(self) -> None: ...
+
+    def enqueue(self, submission_id: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def run_grading_job(
+    sessions: SessionFactory, submission_id: str, *, grade: GradeFunction = graders.grade
+) -> None:
+    """Claim the submission, grade it, store the result. No transaction is open while grading."""
+    with sessions.begin() as session:
+        job = claim_submission(session, submission_id)
+    if job is None:
+        log.info("submission %s: not queued any more, nothing to do", submission_id)
+        return
+
+    log.info(
+        "submission %s: grading (exercise %s, attempt %d)",
+        submission_id,
+        job.exercise_id,
+        job.attempt,
+    )
+    started = time.monotonic()
+    try:
+        report = grade(job.exercise_id, job.code)
+    except Exception as exc:
+        # Learner mistakes come back as reports; an exception is the server's own fault.
+        log.exception(
+            "submission %s: grading failed (exercise %s, attempt %d)",
+            submission_id,
+            job.exercise_id,
+            job.attempt,
+        )
+        with sessions.begin() as session:
+            record_error(session, job, f"{type(exc).__name__}: {exc}")
+        return
+
+    with sessions.begin() as session:
+        stored = record_report(session, job, report)
+    log.info(
+        "submission %s: %s, %g/%g in %.2f s%s",
+        submission_id,
+        report.diagnosis,
+        report.score,
+        report.max_score,
+        time.monotonic() - started,
+        "" if stored else " (not stored: the claim was taken over)",
+    )
+
+
+def requeue_after_restart(sessions: SessionFactory, dispatcher: Dispatcher) -> int:
+    """Hand the dispatcher every submission a previous process left queued or running."""
+    with sessions.begin() as session:
+        submission_ids = requeue_unfinished(session)
+    for submission_id in submission_ids:
+        dispatcher.enqueue(submission_id)
+    if submission_ids:
+        log.info("requeued %d unfinished submission(s) from before the start", len(submission_ids))
+    return len(submission_ids)
+
+
+class ThreadPoolDispatcher:
+    """`worker_count` grading threads in this process."""
+
+    def __init__(self, sessions: SessionFactory, *, worker_count: int) -> None:
+        self._sessions = sessions
+        self._worker_count = worker_count
+        self._executor: ThreadPoolExecutor | None = None
+
+    def start(self) -> None:
+        self._executor = ThreadPoolExecutor(
+            max_workers=self._worker_count, thread_name_prefix="grader"
+        )
+
+    def enqueue(self, submission_id: str) -> None:
+        if self._executor is None:
+            raise RuntimeError("dispatcher not started")
+        self._executor.submit(self._run, submission_id)
+
+    def stop(self) -> None:
+        """Finish the jobs in progress; the rest stay queued in the database for the next start."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def _run(self, submission_id: str) -> None:
+        try:
+            run_grading_job(self._sessions, submission_id)
+        except Exception:
+            # The row stays queued or running; the next start takes it up again.
+            log.exception("submission %s: grading job crashed", submission_id)
+
+
+def get_dispatcher(request: Request) -> Dispatcher:
+    dispatcher: Dispatcher = request.app.state.dispatcher
+    return dispatcher
+
+
+DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
