@@ -1,0 +1,60 @@
+"""The REST API's request and response bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.models import SubmissionStatus
+from graders.report import Check, Diagnosis
+
+
+class SubmissionCreate(BaseModel):
+    """A learner's code for one exercise."""
+
+    # Strict: a number where a string belongs is a client bug worth reporting, not coercing.
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    exercise: str = Field(description="Exercise id, as listed by `GET /api/v1/exercises`.")
+    learner: str = Field(description="The learner's id in your system (max 255 characters).")
+    code: str = Field(description="Python source defining the exercise's entry point.")
+
+
+class SubmissionAccepted(BaseModel):
+    """The submission is stored and queued; poll the `Location` header's URL for the result."""
+
+    id: str
+    status: SubmissionStatus
+
+
+class SubmissionOut(BaseModel):
+    """A submission and, once `status` is `graded`, its result."""
+
+    id: str
+    exercise: str
+    learner: str
+    status: SubmissionStatus
+    score: float | None = Field(description="Null until graded.")
+    max_score: float | None
+    diagnosis: Diagnosis | None = Field(description="A stable code naming the mistake.")
+    checks: list[Check]
+    feedback: str | None = Field(description="Markdown, in the words of the lesson.")
+    created_at: datetime
+    graded_at: datetime | None
+
+
+class ExerciseOut(BaseModel):
+    """An exercise a submission can name."""
+
+    id: str
+    title: str
+    signature: str
+    max_score: float
+    version: str = Field(description="Content hash: changes whenever the exercise does.")
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: a message or, for validation errors, a list of them."""
+
+    detail: str | list[dict[str, object]]
