@@ -1,0 +1,174 @@
+"""The `loopgrade` command: serve, migrate, keys create, grade.
+
+Each command imports what it needs: `keys` and `migrate` should not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from app.settings import Settings
+
+log = logging.getLogger("loopgrade")
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    """Settings from the environment; `--data-dir` wins over LOOPGRADE_DATA_DIR."""
+    data_dir: Path | None = getattr(args, "data_dir", None)
+    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+
+
+def migrate_database(settings: Settings) -> None:
+    from app.db import upgrade_database
+
+    revision = upgrade_database(settings.database_url)
+    shown_url = make_url(settings.database_url).render_as_string(hide_password=True)
+    log.info("database %s is at migration %s", shown_url, revision)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    import sandbox
+    from app.main import create_app
+
+    settings = build_settings(args)
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        print(
+            f"loopgrade: refusing to start: no sandbox to run learner code in ({exc}).\n"
+            "Install bubblewrap ('apt-get install bubblewrap') and make sure unprivileged "
+            "user namespaces are allowed; loopgrade never runs learner code unconfined.",
+            file=sys.stderr,
+        )
+        return 1
+    log.info("sandbox backend: %s", sandbox.backend_name())
+    migrate_database(settings)
+    log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    migrate_database(build_settings(args))
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from app.auth import create_api_key
+    from app.db import create_db_engine, create_session_factory
+
+    settings = build_settings(args)
+    migrate_database(settings)
+    engine = create_db_engine(settings.database_url)
+    try:
+        with create_session_factory(engine).begin() as session:
+            api_key, secret = create_api_key(session, name=args.name)
+    finally:
+        engine.dispose()
+    print(
+        f"Created API key {api_key.name!r} (id {api_key.id}). It is shown only this once; "
+        "only its hash is stored. Use it as 'Authorization: Bearer <key>'.",
+        file=sys.stderr,
+    )
+    print(secret)
+    return 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from graders import grade
+    from graders.exercises import UnknownExercise, get_exercise, list_exercises
+
+    try:
+        get_exercise(args.exercise)
+    except UnknownExercise:
+        known = ", ".join(exercise.id for exercise in list_exercises())
+        print(f"loopgrade: unknown exercise {args.exercise!r}; known: {known}", file=sys.stderr)
+        return 2
+    try:
+        source = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"loopgrade: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+
+    report = grade(args.exercise, source)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+        return 0
+
+    print(f"{report.exercise}: {report.score:g}/{report.max_score:g}  {report.diagnosis}")
+    print()
+    width = max((len(check.id) for check in report.checks), default=0) + len(" (hidden)")
+    for check in report.checks:
+        mark = "PASS" if check.passed else "FAIL"
+        name = check.id + (" (hidden)" if check.hidden else "")
+        points = f"{check.points:g}/{check.max_points:g}"
+        print(f"  {mark}  {name:<{width}}  {points:>7}  {check.message}")
+    print()
+    print(report.feedback.rstrip())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopgrade", description="Auto-graded exercises for PyTorch training loops."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add_data_dir(command: argparse.ArgumentParser) -> None:
+        command.add_argument(
+            "--data-dir",
+            type=Path,
+            help="where the database lives (default: $LOOPGRADE_DATA_DIR, or ./data)",
+        )
+
+    serve = commands.add_parser(
+        "serve", help="apply migrations, check the sandbox, serve the web app and API"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    add_data_dir(serve)
+    serve.set_defaults(run=cmd_serve)
+
+    migrate = commands.add_parser("migrate", help="apply database migrations")
+    add_data_dir(migrate)
+    migrate.set_defaults(run=cmd_migrate)
+
+    keys = commands.add_parser("keys", help="manage REST API keys")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
+    keys_create = keys_commands.add_parser(
+        "create", help="create an API key; prints it once, on the last line"
+    )
+    keys_create.add_argument("name", help="who the key is for, e.g. 'canvas-prod'")
+    add_data_dir(keys_create)
+    keys_create.set_defaults(run=cmd_keys_create)
+
+    grade = commands.add_parser("grade", help="grade a file locally, without a server")
+    grade.add_argument("file", type=Path, help="a .py file defining the exercise's function")
+    grade.add_argument("--exercise", required=True, help="exercise id, e.g. train-step")
+    grade.add_argument("--json", action="store_true", help="print the report as JSON")
+    grade.set_defaults(run=cmd_grade)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    exit_code: int = args.run(args)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
