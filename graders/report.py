@@ -56,3 +56,4 @@ class GradeReport(BaseModel):
     checks: list[Check]
     feedback: str = Field(description="Markdown explanation in the words of the lesson.")
     plots: list[PlotSeries] = []
+    output: str = Field(default="", description="What the code printed in the visible cases.")

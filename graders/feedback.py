@@ -1,0 +1,73 @@
+"""What each diagnosis means, in the words of the lesson: zero, backward, step."""
+
+from __future__ import annotations
+
+from graders.report import Diagnosis
+
+ORDER = "The order is always: **zero, backward, step** — in that order, every iteration."
+
+EXPLANATIONS: dict[Diagnosis, str] = {
+    "correct": (
+        "Your loop clears the old gradients, computes this batch's with `backward()`, then "
+        "steps. Every update matched the reference. " + ORDER
+    ),
+    "missing-zero-grad": (
+        "Your gradients **accumulate**: PyTorch adds each new gradient to whatever is already "
+        "in `.grad`, and your loop does not clear it before `backward()`. So each step used the "
+        "sum of this batch's gradient and everything left over before it. Call "
+        "`optimizer.zero_grad()` at the start of the step, before `backward()`. " + ORDER
+    ),
+    "step-before-backward": (
+        "Your optimizer stepped before `backward()`: each update used the gradients that were "
+        "lying around — the previous batch's, or none at all — not this batch's. Nothing errors "
+        "and the loss curve just looks noisy. Call `loss.backward()` first, then "
+        "`optimizer.step()`. " + ORDER
+    ),
+    "zero-grad-before-step": (
+        "Your loop clears the gradients between `backward()` and `step()`, so the optimizer "
+        "steps on empty gradients and the weights never move. Clear them at the start of the "
+        "step, before `backward()`. " + ORDER
+    ),
+    "missing-step": (
+        "Your loop computes gradients but never calls `optimizer.step()`, so the weights never "
+        "change. " + ORDER
+    ),
+    "missing-backward": (
+        "Your loop never calls `loss.backward()`, so there are no gradients for the optimizer "
+        "to use and the weights never change. " + ORDER
+    ),
+    "grad-none-error": (
+        "Your code reached for `.grad` when it was `None`. Since PyTorch 2.0, `zero_grad()` "
+        "releases the gradient tensors rather than filling them with zeros, so `.grad` is "
+        "`None` until the next `backward()`. Two fixes: check for `None` before using it "
+        "(`if p.grad is not None`), or clear with `optimizer.zero_grad(set_to_none=False)` "
+        "to keep tensors of zeros."
+    ),
+    "wrong-loss-scaling": (
+        "Your loss is scaled wrongly: the gradient of a sum over several pieces is larger "
+        "than the gradient of their mean. Divide each piece's loss by the number of pieces."
+    ),
+    "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
+    "missing-function": "The function the exercise asks for is not defined in your code.",
+    "wrong-return-type": (
+        "Your loop updates the weights correctly, but returns the wrong thing: return the "
+        "loss before the update as a Python `float`, e.g. `loss.item()`, not the tensor."
+    ),
+    "runtime-error": "Your code raised an exception, so its steps could not be checked.",
+    "timeout": (
+        "Your code ran out of time. One training step on a tiny `nn.Linear` takes "
+        "milliseconds: look for a loop that never ends or a call that waits."
+    ),
+    "memory-limit": (
+        "Your code used more memory than it may. One step on a tiny `nn.Linear` needs almost "
+        "none: look for a tensor or list that grows without bound."
+    ),
+    "output-limit": (
+        "Your code printed more than the output limit allows. Print less, or nothing: the "
+        "grader does not read printed output."
+    ),
+    "incorrect": (
+        "Your weights differ from the reference, and not in the way of any mistake we know. "
+        "Read the checks above: they say which step went wrong first. " + ORDER
+    ),
+}

@@ -1,0 +1,286 @@
+"""The train-step grader, end to end through the real sandbox.
+
+Every known mistake must get its own diagnosis, every correct style full marks, and nothing a
+submission does inside the sandbox may raise its score.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from graders import grade
+from graders.exercises import get_exercise
+
+EXERCISE = get_exercise("train-step")
+FULL = EXERCISE.max_score
+BUGS = Path(__file__).resolve().parents[2] / "exercises" / "train-step" / "bugs"
+
+
+def code(body: str) -> str:
+    return textwrap.dedent(body).strip() + "\n"
+
+
+CORRECT_STYLES = {
+    "optimizer.zero_grad": """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+    "model.zero_grad": """
+        def train_step(model, optimizer, loss_fn, x, y):
+            model.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return float(loss)
+    """,
+    "set_to_none=False": """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad(set_to_none=False)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+    "grads set to None by hand": """
+        def train_step(model, optimizer, loss_fn, x, y):
+            for parameter in model.parameters():
+                parameter.grad = None
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+    "forward before zero_grad": """
+        def train_step(model, optimizer, loss_fn, x, y):
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+    "torch.autograd.backward and a hand-written MSE": """
+        import torch
+
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            torch.autograd.backward(loss)
+            optimizer.step()
+            return loss.item()
+    """,
+    "zeroes at the start and at the end": """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss.item()
+    """,
+}
+
+
+@pytest.mark.parametrize("style", sorted(CORRECT_STYLES))
+def test_correct_styles_score_full(style: str) -> None:
+    report = grade("train-step", code(CORRECT_STYLES[style]))
+    assert report.diagnosis == "correct", report.feedback
+    assert report.score == FULL
+    assert all(check.passed for check in report.checks)
+
+
+EXPECTED_DIAGNOSES = {
+    "no_zero_grad.py": "missing-zero-grad",
+    "zero_after_step.py": "missing-zero-grad",
+    "step_then_backward.py": "step-before-backward",
+    "zero_step_backward.py": "step-before-backward",
+    "zero_between.py": "zero-grad-before-step",
+    "no_step.py": "missing-step",
+    "no_backward.py": "missing-backward",
+    "returns_tensor.py": "wrong-return-type",
+    "grad_zero_in_place.py": "grad-none-error",
+}
+
+
+def test_every_declared_bug_has_an_expected_diagnosis() -> None:
+    assert {Path(v.file).name for v in EXERCISE.variants} == set(EXPECTED_DIAGNOSES)
+
+
+@pytest.mark.parametrize("bug", sorted(EXPECTED_DIAGNOSES))
+def test_known_bugs_get_their_diagnosis(bug: str) -> None:
+    report = grade("train-step", (BUGS / bug).read_text())
+    assert report.diagnosis == EXPECTED_DIAGNOSES[bug], report.feedback
+    assert report.score < FULL
+
+
+def test_step_before_backward_feedback_speaks_the_lesson() -> None:
+    report = grade("train-step", (BUGS / "step_then_backward.py").read_text())
+    assert "stepped before `backward()`" in report.feedback
+    assert "previous batch's" in report.feedback
+
+
+def test_look_alikes_are_separated_by_call_order() -> None:
+    """Both leave the weights unchanged; only the order of calls tells them apart."""
+    no_backward = grade("train-step", (BUGS / "no_backward.py").read_text())
+    zero_between = grade("train-step", (BUGS / "zero_between.py").read_text())
+    assert no_backward.score == zero_between.score
+    assert no_backward.diagnosis == "missing-backward"
+    assert zero_between.diagnosis == "zero-grad-before-step"
+
+
+def test_a_bug_written_differently_is_still_recognised() -> None:
+    report = grade(
+        "train-step",
+        code("""
+            def train_step(model, optimizer, loss_fn, x, y):
+                prediction = model(x)
+                error = loss_fn(prediction, y)
+                error.backward()          # never cleared: gradients pile up
+                optimizer.step()
+                return error.detach().item()
+        """),
+    )
+    assert report.diagnosis == "missing-zero-grad"
+    failed = {c.id for c in report.checks if not c.passed}
+    assert {"weights-match", "fresh-gradients"} <= failed
+
+
+def test_a_visible_failure_says_where_and_by_how_much() -> None:
+    report = grade("train-step", (BUGS / "no_zero_grad.py").read_text())
+    weights = next(c for c in report.checks if c.id == "weights-match")
+    assert not weights.passed and not weights.hidden
+    assert "case `basic`, step 2" in weights.message
+    assert "yours" in weights.message and "expected" in weights.message
+
+
+def test_a_hidden_only_failure_shows_no_numbers() -> None:
+    """A hand-written SGD update is right for plain SGD, wrong with momentum (hidden)."""
+    report = grade(
+        "train-step",
+        code("""
+            import torch
+
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                lr = optimizer.param_groups[0]["lr"]
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= lr * p.grad
+                return loss.item()
+        """),
+    )
+    weights = next(c for c in report.checks if c.id == "weights-match")
+    assert not weights.passed
+    assert weights.hidden
+    assert "hidden case" in weights.message
+    assert not re.search(r"\d\.\d", weights.message)
+    assert "yours" not in weights.message
+    assert report.score < FULL
+
+
+def test_syntax_error_names_the_line() -> None:
+    report = grade("train-step", "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n")
+    assert report.diagnosis == "syntax-error"
+    assert report.score == 0
+    assert "Line 1" in report.feedback
+
+
+def test_missing_function() -> None:
+    report = grade("train-step", "def step(model, optimizer, loss_fn, x, y):\n    return 0.0\n")
+    assert report.diagnosis == "missing-function"
+    assert report.score == 0
+    assert "train_step" in report.feedback
+
+
+def test_runtime_error_gives_type_and_message() -> None:
+    report = grade(
+        "train-step",
+        code("""
+            def train_step(model, optimizer, loss_fn, x, y):
+                raise ValueError("bad shapes here")
+        """),
+    )
+    assert report.diagnosis == "runtime-error"
+    assert report.score == 0
+    assert "ValueError" in report.feedback and "bad shapes here" in report.feedback
+    assert "line 2" in report.feedback
+
+
+def test_grad_none_error_offers_both_fixes() -> None:
+    report = grade(
+        "train-step",
+        code("""
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                print(model.weight.grad.abs().sum())
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """),
+    )
+    assert report.diagnosis == "grad-none-error"
+    assert report.score == 0
+    assert "is not None" in report.feedback
+    assert "set_to_none=False" in report.feedback
+
+
+def test_an_error_in_a_hidden_case_shows_no_traceback_or_message() -> None:
+    report = grade(
+        "train-step",
+        code("""
+            def train_step(model, optimizer, loss_fn, x, y):
+                if x.shape[1] == 6:
+                    raise RuntimeError("secret-input " + str(x.tolist()))
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """),
+    )
+    assert report.diagnosis == "runtime-error"
+    assert "hidden case" in report.feedback
+    assert "RuntimeError" in report.feedback
+    text = report.model_dump_json()
+    assert "secret-input" not in text
+    assert "Traceback" not in text
+
+
+def test_printed_output_of_hidden_cases_is_never_shown() -> None:
+    report = grade(
+        "train-step",
+        code("""
+            def train_step(model, optimizer, loss_fn, x, y):
+                print("shape", list(x.shape))
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """),
+    )
+    assert report.score == FULL
+    visible = {(c.batch_size, c.in_features) for c in EXERCISE.cases if not c.hidden}
+    hidden = {(c.batch_size, c.in_features) for c in EXERCISE.cases if c.hidden}
+    for batch, features in visible:
+        assert f"shape [{batch}, {features}]" in report.output
+    for batch, features in hidden:
+        assert f"shape [{batch}, {features}]" not in report.output
+
+
+def test_plots_cover_visible_cases_only() -> None:
+    report = grade("train-step", (BUGS / "no_zero_grad.py").read_text())
+    cases = {p.case for p in report.plots}
+    assert cases == {c.id for c in EXERCISE.cases if not c.hidden}
+    loss = next(p for p in report.plots if p.label == "loss")
+    assert len(loss.learner) == len(loss.reference) >= 3
