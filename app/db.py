@@ -60,7 +60,8 @@ def get_session(request: Request) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def _alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str) -> Config:
+    """Alembic's configuration for `database_url`, without alembic.ini."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Passed as an attribute: a main option would put the URL through configparser's % syntax.
@@ -77,7 +78,7 @@ def head_revision() -> str:
 
 def upgrade_database(database_url: str) -> str:
     """Apply every migration not yet applied (`alembic upgrade head`); return the revision."""
-    command.upgrade(_alembic_config(database_url), "head")
+    command.upgrade(alembic_config(database_url), "head")
     return head_revision()
 
 

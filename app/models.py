@@ -103,6 +103,8 @@ class Submission(Base):
     checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     feedback: Mapped[str | None] = mapped_column(Text)
     plots: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    # What the code printed in the visible cases (never the hidden ones).
+    output: Mapped[str | None] = mapped_column(Text)
     # Operator-facing: why the server could not grade it. Never shown to learners.
     error_message: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -151,6 +151,7 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
         checks=[check.model_dump(mode="json") for check in report.checks],
         feedback=report.feedback,
         plots=[plot.model_dump(mode="json") for plot in report.plots],
+        output=report.output,
         error_message=None,
     )
 

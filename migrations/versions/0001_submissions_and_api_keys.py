@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("checks", sa.JSON(), nullable=True),
         sa.Column("feedback", sa.Text(), nullable=True),
         sa.Column("plots", sa.JSON(), nullable=True),
+        sa.Column("output", sa.Text(), nullable=True),
         sa.Column("error_message", sa.Text(), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
