@@ -1,0 +1,122 @@
+"""Fixtures for the app: a migrated SQLite in a temporary data dir, a real server over HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from app.auth import create_api_key
+from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.main import create_app
+from app.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+EXERCISE = "train-step"
+CORRECT_CODE = (REPO / "exercises" / EXERCISE / "solution.py").read_text()
+# The lesson's first mistake: gradients from earlier batches pile up in .grad.
+MISSING_ZERO_GRAD_CODE = """\
+def train_step(model, optimizer, loss_fn, x, y):
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+# Grading runs torch in bubblewrap on a small machine, and a few may be queued.
+GRADING_TIMEOUT_SECONDS = 120.0
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings for a fresh data dir whose database has every migration applied."""
+    settings = Settings(data_dir=tmp_path / "data")
+    upgrade_database(settings.database_url)
+    return settings
+
+
+@pytest.fixture
+def sessions(settings: Settings) -> Iterator[SessionFactory]:
+    """Sessions on the test database, separate from the server's own connections."""
+    engine = create_db_engine(settings.database_url)
+    yield create_session_factory(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def api_key(sessions: SessionFactory) -> str:
+    with sessions.begin() as session:
+        _, secret = create_api_key(session, name="tests")
+    return secret
+
+
+@pytest.fixture
+def auth(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+@pytest.fixture
+def server_url(settings: Settings) -> Iterator[str]:
+    """The app served by uvicorn on a free 127.0.0.1 port, in a thread of this process."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=120)
+    listener.close()
+
+
+@pytest.fixture
+def client(server_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server_url, timeout=30) as client:
+        yield client
+
+
+def wait_until_finished(
+    client: httpx.Client, url: str, headers: dict[str, str], *, statuses: tuple[str, ...]
+) -> dict[str, Any]:
+    """Poll a submission until its status is one of `statuses`; return its JSON."""
+    deadline = time.monotonic() + GRADING_TIMEOUT_SECONDS
+    while True:
+        response = client.get(url, headers=headers)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        if body["status"] in statuses:
+            return body
+        assert time.monotonic() < deadline, f"still {body['status']} after the timeout"
+        time.sleep(0.1)
+
+
+def loopgrade(
+    *args: str, data_dir: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the `loopgrade` command (as `python -m app.cli`, whether or not it is installed)."""
+    env = {**os.environ}
+    if data_dir is not None:
+        env["LOOPGRADE_DATA_DIR"] = str(data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

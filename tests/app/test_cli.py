@@ -1,0 +1,82 @@
+"""The `loopgrade` command, run as a separate process."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import httpx
+from sqlalchemy import inspect, select
+
+from app.db import create_db_engine, create_session_factory, head_revision
+from app.models import ApiKey
+from app.settings import Settings
+from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE, loopgrade
+
+
+def test_migrate_creates_the_schema_and_is_repeatable(tmp_path: Path) -> None:
+    data_dir = tmp_path / "fresh"
+    for _ in range(2):
+        result = loopgrade("migrate", "--data-dir", str(data_dir))
+        assert result.returncode == 0, result.stderr
+    assert head_revision() in result.stderr
+    engine = create_db_engine(Settings(data_dir=data_dir).database_url)
+    assert {"submissions", "api_keys", "alembic_version"} <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+def test_keys_create_prints_a_working_key_and_stores_only_its_hash(
+    tmp_path: Path, server_url: str, settings: Settings
+) -> None:
+    # The data dir from the environment, as an operator's shell would set it.
+    result = loopgrade("keys", "create", "canvas-prod", data_dir=settings.data_dir)
+    assert result.returncode == 0, result.stderr
+    key = result.stdout.splitlines()[-1]
+    assert key == result.stdout.strip()
+    assert len(key) > 30
+
+    engine = create_db_engine(settings.database_url)
+    with create_session_factory(engine)() as session:
+        stored = session.scalars(select(ApiKey).where(ApiKey.name == "canvas-prod")).one()
+        assert stored.key_hash == hashlib.sha256(key.encode()).hexdigest()
+    engine.dispose()
+    database_bytes = b"".join(path.read_bytes() for path in settings.data_dir.glob("loopgrade.db*"))
+    assert key.encode() not in database_bytes
+
+    with httpx.Client(base_url=server_url) as client:
+        accepted = client.get(
+            "/api/v1/submissions/no-such-id", headers={"Authorization": f"Bearer {key}"}
+        )
+        refused = client.get(
+            "/api/v1/submissions/no-such-id", headers={"Authorization": f"Bearer {key}x"}
+        )
+    assert accepted.status_code == 404
+    assert refused.status_code == 401
+
+
+def test_grade_prints_the_report(tmp_path: Path) -> None:
+    source = tmp_path / "mine.py"
+    source.write_text(MISSING_ZERO_GRAD_CODE)
+    result = loopgrade("grade", str(source), "--exercise", EXERCISE)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    summary = re.fullmatch(rf"{EXERCISE}: ([0-9.]+)/([0-9.]+)  missing-zero-grad", lines[0])
+    assert summary, lines[0]
+    assert float(summary[1]) < float(summary[2])
+    check_lines = [line for line in lines if line.startswith(("  PASS", "  FAIL"))]
+    assert any(line.startswith("  FAIL") for line in check_lines)
+    assert any("weights-match" in line for line in check_lines)
+    assert "zero_grad" in result.stdout
+
+
+def test_grade_refuses_an_unknown_exercise_or_missing_file(tmp_path: Path) -> None:
+    source = tmp_path / "mine.py"
+    source.write_text(MISSING_ZERO_GRAD_CODE)
+    unknown = loopgrade("grade", str(source), "--exercise", "no-such-exercise")
+    assert unknown.returncode == 2
+    assert EXERCISE in unknown.stderr
+
+    missing = loopgrade("grade", str(tmp_path / "absent.py"), "--exercise", EXERCISE)
+    assert missing.returncode == 2
+    assert "absent.py" in missing.stderr

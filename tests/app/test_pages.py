@@ -1,0 +1,157 @@
+"""The learner's pages, over HTTP. (A real browser comes with the Playwright issue.)"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+from sqlalchemy import select
+
+from app.db import SessionFactory
+from app.models import Submission, SubmissionStatus, utc_now
+from app.pages import LEARNER_COOKIE
+from app.settings import Settings
+from graders.exercises import get_exercise
+from tests.app.conftest import (
+    CORRECT_CODE,
+    EXERCISE,
+    GRADING_TIMEOUT_SECONDS,
+    MISSING_ZERO_GRAD_CODE,
+)
+
+
+def test_index_lists_the_exercises(client: httpx.Client) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert f'href="/exercises/{EXERCISE}"' in page.text
+    assert get_exercise(EXERCISE).title in page.text
+
+
+def test_exercise_page_has_prompt_editor_and_works_in_an_iframe(client: httpx.Client) -> None:
+    page = client.get(f"/exercises/{EXERCISE}")
+    assert page.status_code == 200
+    assert "x-frame-options" not in page.headers
+    assert "frame-ancestors *" in page.headers["content-security-policy"]
+    # The prompt is rendered from markdown, not shown raw.
+    assert "<code>train_step(model, optimizer, loss_fn, x, y)</code>" in page.text
+    assert "# One training step" not in page.text
+    textarea = re.search(r'<textarea id="code" name="code"[^>]*>(.*?)</textarea>', page.text, re.S)
+    assert textarea is not None
+    assert "def train_step(model, optimizer, loss_fn, x, y):" in textarea[1]
+    assert '<label for="code">' in page.text
+    assert '<button type="submit">' in page.text
+    assert "<script>" not in page.text  # scripts are files, allowed by the CSP
+
+
+def test_unknown_exercise_page_is_404(client: httpx.Client) -> None:
+    assert client.get("/exercises/no-such-exercise").status_code == 404
+
+
+def test_form_errors_rerender_with_a_message(client: httpx.Client, settings: Settings) -> None:
+    empty = client.post(f"/exercises/{EXERCISE}", data={"code": "   "})
+    assert empty.status_code == 422
+    assert 'role="alert"' in empty.text and "code is empty" in empty.text
+
+    too_large = "# padding\n" * (settings.max_code_bytes // 10 + 1)
+    large = client.post(f"/exercises/{EXERCISE}", data={"code": too_large})
+    assert large.status_code == 413
+    assert f"the limit is {settings.max_code_bytes} bytes" in large.text
+    # The learner's code is kept in the editor, to trim rather than retype.
+    assert large.text.count("# padding") > 1000
+
+
+def test_submit_from_the_page_and_see_the_result(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    # Browsers send a textarea's lines with CRLF.
+    posted = client.post(
+        f"/exercises/{EXERCISE}", data={"code": CORRECT_CODE.replace("\n", "\r\n")}
+    )
+    assert posted.status_code == 303
+    location = posted.headers["location"]
+    assert re.fullmatch(r"/submissions/[0-9a-f-]{36}", location)
+    learner = client.cookies[LEARNER_COOKIE]
+    assert learner.startswith("web:")
+
+    page = client.get(location)
+    assert page.status_code == 200
+    assert 'id="result"' in page.text and 'aria-live="polite"' in page.text
+    assert "result.js" in page.text
+    if 'data-finished="false"' in page.text:
+        assert '<meta http-equiv="refresh"' in page.text  # the no-JavaScript fallback
+
+    # What the page's script does: fetch the result fragment until it says it is finished.
+    deadline = time.monotonic() + GRADING_TIMEOUT_SECONDS
+    while 'data-finished="true"' not in (fragment := client.get(f"{location}/result")).text:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    with sessions() as session:
+        row = session.scalars(select(Submission).where(Submission.learner == learner)).one()
+        assert row.code == CORRECT_CODE
+    assert row.status == "graded"
+    assert f"{row.score:g} / {row.max_score:g}" in fragment.text
+    assert "correct" in fragment.text
+    assert fragment.text.count('<tr class="passed">') == len(row.checks or [])
+
+    final = client.get(location)
+    assert '<meta http-equiv="refresh"' not in final.text
+
+    # The same browser stays the same learner.
+    again = client.post(f"/exercises/{EXERCISE}", data={"code": MISSING_ZERO_GRAD_CODE})
+    assert again.status_code == 303
+    with sessions() as session:
+        learners = session.scalars(select(Submission.learner)).all()
+    assert learners == [learner, learner]
+
+
+def test_result_shows_hidden_checks_and_escapes_feedback(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    with sessions.begin() as session:
+        row = Submission(
+            exercise_id=EXERCISE,
+            exercise_version="v",
+            learner="web:someone",
+            code="print('<b>hi</b>')",
+            status=SubmissionStatus.GRADED,
+            attempts=1,
+            score=3,
+            max_score=10,
+            diagnosis="missing-zero-grad",
+            checks=[
+                {"id": "runs", "passed": True, "points": 3, "max_points": 3, "message": "ran"},
+                {
+                    "id": "weights-match",
+                    "passed": False,
+                    "points": 0,
+                    "max_points": 7,
+                    "message": "weights drift <from step 2>",
+                    "hidden": True,
+                },
+            ],
+            feedback="Call **`optimizer.zero_grad()`** first. <script>alert(1)</script>",
+            output="loss <0.25>\n",
+            graded_at=utc_now(),
+        )
+        session.add(row)
+        session.flush()
+        submission_id = row.id
+
+    page = client.get(f"/submissions/{submission_id}")
+    assert page.status_code == 200
+    assert "3 / 10" in page.text
+    assert "missing-zero-grad" in page.text
+    assert "<strong><code>optimizer.zero_grad()</code></strong>" in page.text
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert "weights drift &lt;from step 2&gt;" in page.text
+    assert page.text.count(">hidden</span>") == 1
+    assert "loss &lt;0.25&gt;" in page.text
+    assert "print(&#39;&lt;b&gt;hi&lt;/b&gt;&#39;)" in page.text
+    assert '<meta http-equiv="refresh"' not in page.text
+
+
+def test_unknown_submission_page_is_404(client: httpx.Client) -> None:
+    assert client.get("/submissions/nope").status_code == 404
+    assert client.get("/submissions/nope/result").status_code == 404
