@@ -75,12 +75,19 @@ def index(request: Request) -> HTMLResponse:
 
 
 @router.get("/exercises/{exercise_id}")
-def exercise_page(request: Request, exercise_id: str) -> HTMLResponse:
+def exercise_page(
+    request: Request, exercise_id: str, session: SessionDep, edit: str | None = None
+) -> HTMLResponse:
+    """The prompt and the editor: with the starter code, or a submission's code to `edit`."""
     try:
         exercise = get_exercise(exercise_id)
     except UnknownExercise:
         return not_found(request, f"There is no exercise called “{exercise_id}”.")
-    return render(request, "exercise.html", {"exercise": exercise, "code": exercise.starter_code})
+    code = exercise.starter_code
+    previous = get_submission(session, edit) if edit else None
+    if previous is not None and previous.exercise_id == exercise.id:
+        code = previous.code
+    return render(request, "exercise.html", {"exercise": exercise, "code": code})
 
 
 @router.post("/exercises/{exercise_id}", response_model=None)

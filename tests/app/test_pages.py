@@ -96,6 +96,9 @@ def test_submit_from_the_page_and_see_the_result(
 
     final = client.get(location)
     assert '<meta http-equiv="refresh"' not in final.text
+    edit_link = f"/exercises/{EXERCISE}?edit={row.id}"
+    assert edit_link in final.text
+    assert "optimizer.step()" in client.get(edit_link).text  # not in the starter code
 
     # The same browser stays the same learner.
     again = client.post(f"/exercises/{EXERCISE}", data={"code": MISSING_ZERO_GRAD_CODE})
