@@ -101,13 +101,15 @@ def submit_form(
     learner_cookie: Annotated[str | None, Cookie(alias=LEARNER_COOKIE)] = None,
 ) -> Response:
     try:
-        exercise: Exercise = get_exercise(exercise_id)
+        exercise = get_exercise(exercise_id)
     except UnknownExercise:
         return not_found(request, f"There is no exercise called “{exercise_id}”.")
     # Browsers send textarea lines with CRLF.
     code = code.replace("\r\n", "\n")
-    known_learner = bool(learner_cookie and _LEARNER_COOKIE_VALUE.fullmatch(learner_cookie))
-    learner = learner_cookie if learner_cookie and known_learner else new_learner_id()
+    learner = learner_cookie or ""
+    new_learner = not _LEARNER_COOKIE_VALUE.fullmatch(learner)
+    if new_learner:
+        learner = new_learner_id()
     try:
         submission = create_submission(
             session,
@@ -126,7 +128,7 @@ def submit_form(
     session.commit()
     dispatcher.enqueue(submission.id)
     response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
-    if not known_learner:
+    if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
         response.set_cookie(
             LEARNER_COOKIE, learner, max_age=365 * 24 * 3600, httponly=True, samesite="lax"
