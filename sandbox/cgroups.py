@@ -1,0 +1,153 @@
+"""cgroup v1 groups for one run: memory, pids, CPU accounting (and a one-core CPU cap).
+
+Each run gets its own group in every controller, nested under the server's own group, so the
+server's limits still hold. The sandbox's init joins them before any learner code runs; every
+process it starts is born inside. The groups are removed after the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from sandbox.limits import Limits
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+REQUIRED = ("memory", "pids", "cpuacct")
+# Optional: it only caps a run at one core, so a CPU burn cannot starve the runs beside it.
+OPTIONAL = ("cpu",)
+CPU_PERIOD_US = 100_000
+
+
+def _own_path(controller: str) -> str | None:
+    """The server's own group in `controller`'s hierarchy, from /proc/self/cgroup."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+class RunCgroups:
+    """The groups of one run, one directory per controller (co-mounted ones share it)."""
+
+    def __init__(self, dirs: dict[str, Path]) -> None:
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, name: str, limits: Limits, pids_max: int) -> RunCgroups | None:
+        """Make the groups with the run's limits; None when this host cannot (no v1, no rights)."""
+        cgroups = cls({})
+        try:
+            for controller in REQUIRED + OPTIONAL:
+                own = _own_path(controller)
+                hierarchy = CGROUP_ROOT / controller
+                if own is None or not hierarchy.is_dir():
+                    if controller in OPTIONAL:
+                        continue
+                    raise OSError(f"no cgroup v1 {controller} hierarchy")
+                path = Path(os.path.realpath(hierarchy / own.lstrip("/") / name))
+                if path not in cgroups.dirs.values():
+                    if path.exists():  # left by a server that died mid-run with this uid
+                        cls({controller: path}).remove()
+                    path.mkdir()
+                cgroups.dirs[controller] = path
+            cgroups._write("memory", "memory.limit_in_bytes", limits.memory_bytes)
+            if (cgroups.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
+                # Memory plus swap: without it a run could spill past its limit into swap.
+                cgroups._write("memory", "memory.memsw.limit_in_bytes", limits.memory_bytes)
+            cgroups._write("pids", "pids.max", pids_max)
+            if "cpu" in cgroups.dirs:
+                cgroups._write("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
+                cgroups._write("cpu", "cpu.cfs_quota_us", CPU_PERIOD_US)
+        except OSError as error:
+            log.warning("sandbox cgroups unavailable (%s): limiting runs with rlimits only", error)
+            cgroups.remove()
+            return None
+        return cgroups
+
+    def _write(self, controller: str, file: str, value: int) -> None:
+        (self.dirs[controller] / file).write_text(str(value))
+
+    def _read(self, controller: str, file: str) -> str:
+        return (self.dirs[controller] / file).read_text()
+
+    def _counter(self, controller: str, file: str, key: str) -> int:
+        for line in self._read(controller, file).splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+        return 0
+
+    def attach(self, pid: int) -> None:
+        for path in set(self.dirs.values()):
+            (path / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> set[int]:
+        return _members(self.dirs["pids"])
+
+    def cpu_seconds(self) -> float:
+        return int(self._read("cpuacct", "cpuacct.usage")) / 1e9
+
+    def peak_memory_bytes(self) -> int:
+        return int(self._read("memory", "memory.max_usage_in_bytes"))
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer ended in this group."""
+        return self._counter("memory", "memory.oom_control", "oom_kill")
+
+    def process_limit_hits(self) -> int:
+        """Forks refused because the group was at pids.max."""
+        return self._counter("pids", "pids.events", "max")
+
+    def kill_all(self) -> None:
+        _kill_members(self.dirs["pids"])
+
+    def remove(self, timeout_seconds: float = 5.0) -> bool:
+        """Kill what is left and remove the groups; False if they would not empty in time."""
+        deadline = time.monotonic() + timeout_seconds
+        remaining = set(self.dirs.values())
+        while remaining:
+            for path in list(remaining):
+                try:
+                    _kill_members(path)
+                    path.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:  # EBUSY until the killed processes are reaped
+                    continue
+                remaining.discard(path)
+            if remaining and time.monotonic() > deadline:
+                log.error("sandbox cgroups %s did not empty", sorted(map(str, remaining)))
+                return False
+            if remaining:
+                time.sleep(0.01)
+        return True
+
+
+def _members(path: Path) -> set[int]:
+    return {int(pid) for pid in (path / "cgroup.procs").read_text().split()}
+
+
+def _kill_members(path: Path) -> None:
+    """SIGKILL every process in the group at `path`, never one that merely reused a listed pid."""
+    pidfds: dict[int, int] = {}
+    try:
+        for pid in _members(path):
+            with contextlib.suppress(ProcessLookupError):
+                pidfds[pid] = os.pidfd_open(pid)
+        # A pid still listed after its pidfd was opened names a process of the group.
+        still_here = _members(path)
+        for pid, pidfd in pidfds.items():
+            if pid in still_here:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    finally:
+        for pidfd in pidfds.values():
+            os.close(pidfd)
