@@ -113,6 +113,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"  {mark}  {name:<{width}}  {points:>7}  {check.message}")
     print()
     print(report.feedback.rstrip())
+    if report.output:
+        print("\nWhat your code printed (visible cases):")
+        print(report.output.rstrip())
     return 0
 
 
