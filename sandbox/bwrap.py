@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -32,6 +33,8 @@ from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+
+log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 STAGE_DIR = uids.RUN_DIR / "stage"
@@ -88,7 +91,13 @@ def run_program(bwrap: str, program: str, inputs: Mapping[str, bytes], limits: L
         clean = run.close()
     if not clean:
         raise SandboxError("a sandbox did not die within its teardown time; see the log")
-    return run.result()
+    result = run.result()
+    log.debug(
+        "sandbox run: uid=%s exit=%s signal=%s limit=%s wall=%.2fs cpu=%.2fs",
+        run.lease.uid if run.lease else os.geteuid(), result.exit_code, result.signal,
+        result.limit_hit, result.wall_seconds, result.cpu_seconds,
+    )  # fmt: skip
+    return result
 
 
 def _python_dirs() -> list[str]:
@@ -334,6 +343,8 @@ class _Run:
             else:
                 wake = min(wall_deadline, next_poll)
             for key, _ in self.selector.select(max(0.0, wake - time.monotonic())):
+                if key.fd not in self.selector.get_map():
+                    continue  # closed by an earlier event of this batch; the number may be reused
                 if key.fd == self.proc_pidfd:
                     exited_at = time.monotonic()
                     self._reap()
@@ -436,6 +447,8 @@ class _Run:
         if self.init_pidfd >= 0 and not _readable(self.init_pidfd, TEARDOWN_TIMEOUT_SECONDS):
             clean = False  # the namespace is empty once its init has exited
         if self.proc is not None and self.wait_status is None:
+            if self.proc_pidfd < 0:  # start() failed right after spawning
+                self.proc_pidfd = self._fd(os.pidfd_open(self.proc.pid))
             if not _readable(self.proc_pidfd, TEARDOWN_TIMEOUT_SECONDS):
                 _kill(self.proc_pidfd)
             if _readable(self.proc_pidfd, TEARDOWN_TIMEOUT_SECONDS):

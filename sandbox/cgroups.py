@@ -8,6 +8,7 @@ process it starts is born inside. The groups are removed after the run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -67,7 +68,7 @@ class RunCgroups:
                 cgroups._write("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
                 cgroups._write("cpu", "cpu.cfs_quota_us", CPU_PERIOD_US)
         except OSError as error:
-            log.warning("sandbox cgroups unavailable (%s): limiting runs with rlimits only", error)
+            _warn_unavailable(str(error))
             cgroups.remove()
             return None
         return cgroups
@@ -129,6 +130,11 @@ class RunCgroups:
             if remaining:
                 time.sleep(0.01)
         return True
+
+
+@functools.cache  # once per reason, not once per run
+def _warn_unavailable(reason: str) -> None:
+    log.warning("sandbox cgroups unavailable (%s): limiting runs with rlimits only", reason)
 
 
 def _members(path: Path) -> set[int]:
