@@ -1,0 +1,127 @@
+"""Shared pieces for the sandbox tests: small limits, and a host-side view of a run's processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sandbox import Limits, RunResult, run
+
+# Small, so that hitting a limit is quick. The wall timeout is generous because other runs may
+# share the cores: a test that means to hit another limit must not time out instead.
+FAST = Limits(
+    wall_timeout_seconds=10.0,
+    cpu_seconds=3.0,
+    memory_bytes=256 << 20,
+    max_processes=16,
+    file_size_bytes=1 << 20,
+    open_files=64,
+    output_bytes=64 << 10,
+    payload_bytes=64 << 10,
+    scratch_bytes=8 << 20,
+)
+SANDBOX_CMDLINE = [sys.executable, "-I", "/sandbox/main.py"]
+
+
+def fast(**changes: float) -> Limits:
+    return dataclasses.replace(FAST, **changes)
+
+
+def sandbox_pids_with_marker(marker: str) -> list[int]:
+    """Host pids of sandboxed programs whose scratch holds /tmp/<marker> (so: of one run)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if cmdline.read().split(b"\0")[:-1] != [arg.encode() for arg in SANDBOX_CMDLINE]:
+                    continue
+            if os.path.exists(f"/proc/{entry}/root/tmp/{marker}"):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for_processes(marker: str, count: int, timeout_seconds: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        pids = sandbox_pids_with_marker(marker)
+        if len(pids) >= count:
+            return pids
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} sandboxed processes with /tmp/{marker} appeared")
+
+
+def wait_for_release(marker: str) -> str:
+    """Program lines that wait until the test calls release(): it can look at the run meanwhile."""
+    return (
+        "import signal as _signal\n"
+        "_signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGUSR1})\n"
+        f"open('/tmp/{marker}', 'w').close()\n"
+        "_signal.sigwait({_signal.SIGUSR1})\n"
+    )
+
+
+def release(pids: list[int]) -> None:
+    """Let the run's program (PID 1 of its namespace) go on past wait_for_release()."""
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as status:
+            namespace_pid = next(line.split()[-1] for line in status if line.startswith("NSpid:"))
+        if namespace_pid == "1":
+            os.kill(pid, signal.SIGUSR1)
+            return
+    raise AssertionError(f"no PID 1 of a sandbox among {pids}")
+
+
+def uid_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])  # the real uid, as the host sees it
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def host_pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if uid_of(int(entry)) == uid:
+                    pids.append(int(entry))
+            except (OSError, AssertionError):
+                continue
+    return pids
+
+
+@pytest.fixture
+def start_run() -> Iterator[Callable[..., Future[RunResult]]]:
+    """Start run() in a background thread, to look at the sandbox from the host meanwhile."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+
+        def start(
+            program: str, limits: Limits, inputs: dict[str, bytes] | None = None
+        ) -> Future[RunResult]:
+            return pool.submit(run, program, inputs or {}, limits)
+
+        yield start
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other uids can read (pytest's tmp_path is under a mode-700 directory)."""
+    path = Path(tempfile.mkdtemp(prefix="loopgrade-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
