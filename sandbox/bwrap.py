@@ -205,7 +205,6 @@ class _Run:
     # -- start -----------------------------------------------------------------------------------
 
     def start(self, program: str, inputs: Mapping[str, bytes]) -> None:
-        self.started = time.monotonic()
         uid = None
         if self.root:
             self.lease = uids.lease_uid(uids.uid_range())
@@ -217,7 +216,9 @@ class _Run:
         files = []
         for data in [program.encode(), *inputs.values()]:
             fd = self._fd(os.memfd_create("sandbox-file"))
-            os.write(fd, data)
+            unwritten = memoryview(data)
+            while unwritten:
+                unwritten = unwritten[os.write(fd, unwritten) :]
             os.lseek(fd, 0, os.SEEK_SET)
             files.append(fd)
         self.payload_r, payload_w = self._pipe()
@@ -244,6 +245,7 @@ class _Run:
             "stage_dir": str(STAGE_DIR),
             "stage_sources": python_dirs if self.root else [],
         }
+        self.started = time.monotonic()  # the wall clock starts here, not while waiting for a uid
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config)],
             stdin=subprocess.DEVNULL,
@@ -251,7 +253,7 @@ class _Run:
             stderr=err_w,
             pass_fds=[fd for fd, _ in moves],
             start_new_session=True,
-            env={"LANG": "C.UTF-8"},  # bwrap's own environment shows in the sandbox's /proc/1
+            env={"LANG": "C.UTF-8"},  # nothing of the server's environment, not even to bwrap
         )
         for fd in [payload_w, out_w, err_w, info_w, block_r, *files]:
             self._close(fd)
