@@ -43,13 +43,14 @@ HARNESS_SOURCE = Path(harness.__file__).read_text()
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-5
 MAX_OUTPUT_CHARS = 8000
 
-CHECK_TITLES = {
-    "runs": "Runs every case to the end",
-    "weights-change": "Weights change at every step",
-    "weights-match": "Weights equal the reference loop's after every step",
-    "fresh-gradients": "Gradients are this batch's, not a sum with older ones",
-    "update-uses-current-batch": "Each update uses this batch's gradients, not stale ones",
-    "loss-returned": "Returns the loss before the update, as a float",
+# What a passing check says.
+CHECK_PASSED = {
+    "runs": "Every case ran to the end.",
+    "weights-change": "Every call changed the weights.",
+    "weights-match": "After every call the weights equal the reference loop's.",
+    "fresh-gradients": "After every call `.grad` holds this batch's gradient alone, not a sum.",
+    "update-uses-current-batch": "Every update is one step on this batch's gradient.",
+    "loss-returned": "Every call returned this batch's loss before the update, as a float.",
 }
 
 
@@ -541,7 +542,7 @@ def _check(check_id: str, points: float, findings: list[CaseFindings]) -> Check:
         if len(failures) > 1:
             message += f" ({len(failures)} cases fail this check.)"
     else:
-        message = CHECK_TITLES.get(check_id, check_id) + ": yes, in every case."
+        message = CHECK_PASSED[check_id]
     return Check(
         id=check_id,
         passed=not failures,
