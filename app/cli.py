@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from app.settings import Settings
@@ -33,24 +34,25 @@ def migrate_database(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     import sandbox
-    from app.main import create_app
 
     settings = build_settings(args)
     try:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as exc:
         print(
-            f"loopgrade: refusing to start: no sandbox to run learner code in ({exc}).\n"
-            "Install bubblewrap ('apt-get install bubblewrap') and make sure unprivileged "
-            "user namespaces are allowed; loopgrade never runs learner code unconfined.",
+            f"loopgrade: refusing to start: {exc}\n"
+            "(loopgrade never runs learner code outside a sandbox.)",
             file=sys.stderr,
         )
         return 1
     log.info("sandbox backend: %s", sandbox.backend_name())
     migrate_database(settings)
+
+    import uvicorn
+
+    from app.main import create_app
+
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
     return 0
@@ -169,7 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    exit_code: int = args.run(args)
+    try:
+        exit_code: int = args.run(args)
+    except ValidationError as exc:
+        print(f"loopgrade: a LOOPGRADE_* setting is invalid: {exc}", file=sys.stderr)
+        return 2
     return exit_code
 
 

@@ -106,16 +106,19 @@ def wait_until_finished(
 
 
 def loopgrade(
-    *args: str, data_dir: Path | None = None, timeout: float = 120
+    *args: str,
+    data_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """Run the `loopgrade` command (as `python -m app.cli`, whether or not it is installed)."""
-    env = {**os.environ}
+    environment = {**os.environ, **(env or {})}
     if data_dir is not None:
-        env["LOOPGRADE_DATA_DIR"] = str(data_dir)
+        environment["LOOPGRADE_DATA_DIR"] = str(data_dir)
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
         cwd=REPO,
-        env=env,
+        env=environment,
         capture_output=True,
         text=True,
         timeout=timeout,

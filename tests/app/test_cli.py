@@ -80,3 +80,18 @@ def test_grade_refuses_an_unknown_exercise_or_missing_file(tmp_path: Path) -> No
     missing = loopgrade("grade", str(tmp_path / "absent.py"), "--exercise", EXERCISE)
     assert missing.returncode == 2
     assert "absent.py" in missing.stderr
+
+
+def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
+    env = {"LOOPGRADE_BWRAP": str(tmp_path / "no-bwrap-here")}
+    result = loopgrade("serve", "--port", "1", "--data-dir", str(tmp_path), env=env)
+    assert result.returncode == 1
+    assert "refusing to start" in result.stderr and "bubblewrap" in result.stderr
+    assert not (tmp_path / "loopgrade.db").exists()
+
+
+def test_an_invalid_setting_is_reported_without_a_traceback(tmp_path: Path) -> None:
+    result = loopgrade("migrate", data_dir=tmp_path, env={"LOOPGRADE_WORKER_COUNT": "none"})
+    assert result.returncode == 2
+    assert "LOOPGRADE_" in result.stderr and "worker_count" in result.stderr
+    assert "Traceback" not in result.stderr

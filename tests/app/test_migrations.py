@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 from app.db import alembic_config, create_db_engine, database_revision, head_revision
+from app.main import DatabaseNotMigrated, create_app
 from app.models import Base
 from app.settings import Settings
 
@@ -29,3 +34,14 @@ def test_migrations_downgrade_and_upgrade_again(settings: Settings) -> None:
     command.upgrade(config, "head")
     assert {"submissions", "api_keys"} <= set(inspect(engine).get_table_names())
     engine.dispose()
+
+
+def test_the_app_will_not_start_on_an_unmigrated_database(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path))
+
+    async def start() -> None:
+        async with app.router.lifespan_context(app):
+            pass
+
+    with pytest.raises(DatabaseNotMigrated, match="loopgrade migrate"):
+        asyncio.run(start())
