@@ -25,6 +25,8 @@ class Settings(BaseSettings):
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
     )
+    # The sandbox package reads LOOPGRADE_SANDBOX itself; declared here so that a wrong value
+    # stops `loopgrade serve` at once, with the other settings' errors.
     sandbox: Literal["auto", "bwrap"] = Field(
         default="auto", description="Sandbox backend for learner code."
     )
