@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sandbox import uids
+from sandbox import host_view, uids
 from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
@@ -59,9 +59,6 @@ DRAIN_SECONDS = 1.0  # how long output may still arrive after the program ended
 READ_BYTES = 65536
 # Without a memory cgroup, RLIMIT_AS is the memory cap, and `import torch` alone maps ~700 MB.
 TORCH_VIRTUAL_HEADROOM_BYTES = 1 << 30
-SCAN_ENTRIES, SCAN_DEPTH = 10_000, 16
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def check_request(program: str, inputs: Mapping[str, bytes], limits: Limits) -> None:
@@ -260,7 +257,7 @@ class _Run:
         self.proc_pidfd = self._fd(os.pidfd_open(self.proc.pid))
         self.init_pid = self._read_init_pid(info_r)
         self.init_pidfd = self._fd(os.pidfd_open(self.init_pid))
-        if _parent_pid(self.init_pid) != self.proc.pid:  # it died and its pid was reused
+        if host_view.parent_pid(self.init_pid) != self.proc.pid:  # it died and its pid was reused
             raise self._setup_failure("the sandbox's init died during setup")
         self._wait_for_setup()
         # Held to the end: the scratch tmpfs outlives the sandbox, to be checked for file sizes.
@@ -384,17 +381,17 @@ class _Run:
             if self.cgroups.cpu_seconds() >= limits.cpu_seconds:
                 hit.append("cpu_time_exceeded")
         else:
-            pids = set(_process_tree(self.init_pid))
-            stats = [_process_stat(pid) for pid in pids]
+            pids = set(host_view.process_tree(self.init_pid))
+            stats = [host_view.process_stat(pid) for pid in pids]
             if sum(rss for _, rss, _ in stats) >= limits.memory_bytes:
                 hit.append("memory_exceeded")
             if sum(tasks for _, _, tasks in stats) >= limits.max_processes:
                 hit.append("process_limit_exceeded")
             if sum(cpu for cpu, _, _ in stats) >= limits.cpu_seconds:
                 hit.append("cpu_time_exceeded")
-        if any(_open_fd_count(pid) >= limits.open_files for pid in pids):
+        if any(host_view.open_fd_count(pid) >= limits.open_files for pid in pids):
             hit.append("open_files_exceeded")
-        if _file_size_cap_reached(self.scratch_fd, limits.file_size_bytes):
+        if host_view.file_size_cap_reached(self.scratch_fd, limits.file_size_bytes):
             hit.append("file_size_exceeded")
         for flag in hit:
             self._end(flag)
@@ -413,7 +410,7 @@ class _Run:
             peak = self.peak_memory_bytes or 0
             self.flags["memory_exceeded"] |= peak >= self.limits.memory_bytes
         self.flags["cpu_time_exceeded"] |= self.cpu_seconds >= self.limits.cpu_seconds
-        self.flags["file_size_exceeded"] |= _file_size_cap_reached(
+        self.flags["file_size_exceeded"] |= host_view.file_size_cap_reached(
             self.scratch_fd, self.limits.file_size_bytes
         )
 
@@ -509,91 +506,3 @@ def _readable(fd: int, timeout_seconds: float) -> bool:
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         return bool(selector.select(max(0.0, timeout_seconds)))
-
-
-def _parent_pid(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("PPid:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _process_tree(root_pid: int) -> list[int]:
-    """root_pid and its descendants, from /proc/<pid>/task/<tid>/children."""
-    found, pending = [], [root_pid]
-    while pending:
-        pid = pending.pop()
-        found.append(pid)
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                children = Path(f"/proc/{pid}/task/{task}/children").read_text()
-                pending += [int(child) for child in children.split()]
-        except OSError:
-            pass  # it exited meanwhile
-    return found
-
-
-def _process_stat(pid: int) -> tuple[float, int, int]:
-    """CPU seconds, resident bytes and task count of one process (zeros if it is gone)."""
-    try:
-        # Fields after the command name, which may itself hold spaces and parentheses.
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0, 0, 0
-    utime, stime, tasks, rss = int(fields[11]), int(fields[12]), int(fields[17]), int(fields[21])
-    return (utime + stime) / CLOCK_TICKS, rss * PAGE_BYTES, tasks
-
-
-def _open_fd_count(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
-def _file_size_cap_reached(scratch_fd: int, cap_bytes: int) -> bool:
-    """Whether a file in scratch reached the RLIMIT_FSIZE cap.
-
-    Python ignores SIGXFSZ, so a program that hits the cap gets EFBIG and may carry on or exit:
-    the file left at the cap is the trace. Scratch is the only writable place.
-    """
-    usage = os.fstatvfs(scratch_fd)
-    if (usage.f_blocks - usage.f_bfree) * usage.f_frsize < cap_bytes:
-        return False  # cheap, and the answer for nearly every poll
-    return _largest_file_bytes(scratch_fd) >= cap_bytes
-
-
-def _largest_file_bytes(top_fd: int) -> int:
-    """The largest regular file below top_fd, following no symlink, over a bounded walk.
-
-    The tree is the learner's: it is walked by fd (a path could be swapped for a symlink out of
-    the sandbox) and only so deep and so wide.
-    """
-    budget = SCAN_ENTRIES
-
-    def walk(dir_fd: int, depth: int) -> int:
-        nonlocal budget
-        largest = 0
-        with os.scandir(dir_fd) as entries:
-            for entry in entries:
-                budget -= 1
-                if budget < 0:
-                    break
-                try:
-                    if entry.is_file(follow_symlinks=False):
-                        largest = max(largest, entry.stat(follow_symlinks=False).st_size)
-                    elif entry.is_dir(follow_symlinks=False) and depth < SCAN_DEPTH:
-                        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                        sub_fd = os.open(entry.name, flags, dir_fd=dir_fd)
-                        try:
-                            largest = max(largest, walk(sub_fd, depth + 1))
-                        finally:
-                            os.close(sub_fd)
-                except OSError:
-                    continue  # removed meanwhile
-        return largest
-
-    return walk(top_fd, 0)
