@@ -7,7 +7,6 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.models import SubmissionStatus
-from graders.report import Check, Diagnosis
 
 
 class SubmissionCreate(BaseModel):
@@ -19,6 +18,17 @@ class SubmissionCreate(BaseModel):
     exercise: str = Field(description="Exercise id, as listed by `GET /api/v1/exercises`.")
     learner: str = Field(description="The learner's id in your system (max 255 characters).")
     code: str = Field(description="Python source defining the exercise's entry point.")
+
+
+class CheckOut(BaseModel):
+    """One graded property of a submission. Hidden checks never reveal their case's data."""
+
+    id: str
+    passed: bool
+    points: float
+    max_points: float
+    message: str
+    hidden: bool = False
 
 
 class SubmissionAccepted(BaseModel):
@@ -37,8 +47,9 @@ class SubmissionOut(BaseModel):
     status: SubmissionStatus
     score: float | None = Field(description="Null until graded.")
     max_score: float | None
-    diagnosis: Diagnosis | None = Field(description="A stable code naming the mistake.")
-    checks: list[Check]
+    # Not the grader's Literal: a stored result must stay readable if a code is ever retired.
+    diagnosis: str | None = Field(description="A stable code naming the mistake.")
+    checks: list[CheckOut]
     feedback: str | None = Field(description="Markdown, in the words of the lesson.")
     created_at: datetime
     graded_at: datetime | None
