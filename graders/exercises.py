@@ -13,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graders.report import Diagnosis
 
+Kind = Literal[
+    "train-step", "accumulate-microbatches", "accumulation-demo", "grad-magnitude", "whole-loop"
+]
+
 EXERCISES_DIR = Path(
     os.environ.get("LOOPGRADE_EXERCISES_DIR", Path(__file__).resolve().parent.parent / "exercises")
 )
@@ -32,11 +36,14 @@ class CaseSpec(BaseModel):
     in_features: int = Field(ge=1, le=64)
     out_features: int = Field(ge=1, le=64)
     batch_size: int = Field(ge=1, le=256)
-    steps: int = Field(ge=3, le=50)
-    lr: float = Field(gt=0)
+    steps: int = Field(ge=1, le=50, description="Calls of the function, or batches per epoch.")
+    lr: float = Field(default=0.1, gt=0)
     optimizer: Literal["sgd"] = "sgd"
     momentum: float = Field(default=0.0, ge=0, lt=1)
     stale_grads: bool = False
+    micro_batches: int = Field(default=0, ge=0, le=16, description="Micro-batches per call.")
+    epochs: int = Field(default=0, ge=0, le=20, description="Epochs, for whole-loop cases.")
+    grad_state: Literal["present", "none", "zeros", "mixed"] = "present"
     hidden: bool = False
 
     def harness_spec(self) -> dict[str, Any]:
@@ -52,7 +59,8 @@ class Variant(BaseModel):
     id: str
     file: str
     diagnosis: Diagnosis
-    calls: list[str]
+    calls: list[str] = Field(default_factory=list)
+    note: str = Field(default="", description="Said to a learner whose code behaves like this.")
     source: str
 
 
@@ -63,7 +71,8 @@ class Exercise(BaseModel):
 
     id: str
     title: str
-    kind: Literal["train-step"]
+    position: int = Field(description="Place in the unit, from 1.")
+    kind: Kind
     entry_point: str
     signature: str
     prompt_markdown: str
@@ -94,6 +103,7 @@ def load_exercise(folder: Path) -> Exercise:
             {
                 "id": config["id"],
                 "title": config["title"],
+                "position": config["position"],
                 "kind": config["kind"],
                 "entry_point": config["entry_point"],
                 "signature": config["signature"],
@@ -115,15 +125,12 @@ def load_exercise(folder: Path) -> Exercise:
 
 @functools.cache
 def _all_exercises() -> dict[str, Exercise]:
-    exercises = {}
-    for toml_path in sorted(EXERCISES_DIR.glob("*/exercise.toml")):
-        exercise = load_exercise(toml_path.parent)
-        exercises[exercise.id] = exercise
-    return exercises
+    loaded = [load_exercise(path.parent) for path in EXERCISES_DIR.glob("*/exercise.toml")]
+    return {exercise.id: exercise for exercise in sorted(loaded, key=lambda e: e.position)}
 
 
 def list_exercises() -> list[Exercise]:
-    """Every exercise, in folder order."""
+    """Every exercise, in the unit's order."""
     return list(_all_exercises().values())
 
 

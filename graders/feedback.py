@@ -44,8 +44,20 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "to keep tensors of zeros."
     ),
     "wrong-loss-scaling": (
-        "Your loss is scaled wrongly: the gradient of a sum over several pieces is larger "
-        "than the gradient of their mean. Divide each piece's loss by the number of pieces."
+        "Your micro-batch losses are not divided by how many there are. Gradients add up "
+        "in `.grad`, so the sum of N micro-batch gradients is N times the whole batch's and "
+        "every step is N times too large. Divide each micro-batch's loss by "
+        "`len(micro_batches)` before `backward()`."
+    ),
+    "step-per-microbatch": (
+        "Your loop steps once per micro-batch. Accumulation means the opposite: run "
+        "`backward()` on every micro-batch, letting the gradients add up in `.grad`, then "
+        "step **once**, so the update equals one step on the whole batch."
+    ),
+    "zero-grad-inside-accumulation": (
+        "Your loop clears the gradients inside the micro-batch loop, so each micro-batch wipes "
+        "out the ones before it and only the last one counts in the update. Clear once, before "
+        "the first micro-batch."
     ),
     "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
     "missing-function": "The function the exercise asks for is not defined in your code.",

@@ -15,6 +15,8 @@ Diagnosis = Literal[
     "missing-backward",
     "grad-none-error",
     "wrong-loss-scaling",
+    "step-per-microbatch",
+    "zero-grad-inside-accumulation",
     "syntax-error",
     "missing-function",
     "wrong-return-type",
@@ -43,7 +45,7 @@ class PlotSeries(BaseModel):
     case: str
     label: str
     learner: list[float | None]
-    reference: list[float]
+    reference: list[float | None]
 
 
 class GradeReport(BaseModel):

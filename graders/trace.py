@@ -1,39 +1,63 @@
 """The schema of what the harness sends back. It comes from the sandbox: untrusted data.
 
 Parsing is the only thing done to it: size was capped by the sandbox, shape and types are
-checked here, and nothing in it is ever executed or believed beyond its numbers.
+checked here against what the exercise kind records, and nothing in it is ever executed or
+believed beyond its numbers.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graders.exercises import CaseSpec
+from graders.exercises import CaseSpec, Kind
 
 ShortText = Annotated[str, Field(max_length=4000)]
-Matrix = Annotated[list[Annotated[list[float], Field(max_length=64)]], Field(max_length=64)]
-Vector = Annotated[list[float], Field(max_length=64)]
-Call = Literal["zero_grad", "backward", "step"]
+# Field by field, a record is checked against what its kind records (`check_cases`).
+Record = Annotated[dict[Annotated[str, Field(max_length=40)], Any], Field(max_length=20)]
+CALLS = ("zero_grad", "backward", "step")
+
+# What each field of a record holds: its type, and for tensors their shape.
+#   matrix: out x in floats; vector: out floats; `?` allows None; number: a float or None;
+#   text: a short string; calls: names from CALLS; numbers: a list of floats (or None).
+PARAMETERS = {
+    "weight": "matrix",
+    "bias": "vector",
+    "weight_grad": "matrix?",
+    "bias_grad": "vector?",
+}
+STEP_FIELDS = {
+    **PARAMETERS,
+    "momentum": "matrix?",
+    "loss": "number",
+    "loss_type": "text",
+    "calls": "calls",
+}
+RECORD_FIELDS: dict[Kind, dict[str, str]] = {
+    "train-step": STEP_FIELDS,
+    "accumulate-microbatches": STEP_FIELDS,
+    "accumulation-demo": {
+        **PARAMETERS,
+        "result_type": "text",
+        "first": "matrix?",
+        "second": "matrix?",
+        "first_after_clearing": "matrix?",
+        "second_after_clearing": "matrix?",
+        "calls": "calls",
+    },
+    "grad-magnitude": {**PARAMETERS, "value": "number", "value_type": "text"},
+    "whole-loop": {**PARAMETERS, "calls": "calls"},
+}
+FINAL_FIELDS: dict[Kind, dict[str, str]] = {
+    "whole-loop": {**PARAMETERS, "calls": "calls", "losses": "numbers", "losses_type": "text"}
+}
+MAX_LOOP_RECORDS = 2000
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StepRecord(_Strict):
-    """The state after one call of the learner's function."""
-
-    weight: Matrix
-    bias: Vector
-    weight_grad: Matrix | None
-    bias_grad: Vector | None
-    momentum: Matrix | None
-    loss: float | None
-    loss_type: Annotated[str, Field(max_length=100)]
-    calls: Annotated[list[Call], Field(max_length=100)]
 
 
 class ErrorRecord(_Strict):
@@ -47,8 +71,11 @@ class ErrorRecord(_Strict):
 
 
 class CaseTrace(_Strict):
+    """What one case recorded: a record per call (or per optimizer step), and an error if any."""
+
     case: Annotated[str, Field(max_length=100)]
-    steps: Annotated[list[StepRecord], Field(max_length=50)]
+    records: Annotated[list[Record], Field(max_length=MAX_LOOP_RECORDS)]
+    final: Record | None
     error: ErrorRecord | None
 
 
@@ -73,21 +100,20 @@ class LoadError(_Strict):
     error: ErrorRecord
 
 
+AnyTrace = Ran | SyntaxErrorTrace | MissingFunction | LoadError
+
+
 class Trace(BaseModel):
     """The whole payload, one of four shapes told apart by `status`."""
 
-    root: Annotated[
-        Ran | SyntaxErrorTrace | MissingFunction | LoadError, Field(discriminator="status")
-    ]
+    root: Annotated[AnyTrace, Field(discriminator="status")]
 
 
 class InvalidTrace(ValueError):
     """The payload is not a trace of these cases: the run did not finish as the harness would."""
 
 
-def parse_trace(
-    payload: bytes, specs: list[CaseSpec]
-) -> Ran | SyntaxErrorTrace | MissingFunction | LoadError:
+def parse_trace(payload: bytes, kind: Kind, specs: list[CaseSpec]) -> AnyTrace:
     """Parse and validate a payload against the cases that were asked for."""
     try:
         document = json.loads(payload)
@@ -95,26 +121,76 @@ def parse_trace(
     except (ValueError, RecursionError, ValidationError) as exc:
         raise InvalidTrace(f"unreadable payload: {str(exc)[:200]}") from None
     if isinstance(trace, Ran):
-        _check_shapes(trace, specs)
+        check_cases(trace, kind, specs)
     return trace
 
 
-def _check_shapes(trace: Ran, specs: list[CaseSpec]) -> None:
+def check_cases(trace: Ran, kind: Kind, specs: list[CaseSpec]) -> None:
+    """Raise InvalidTrace unless every case is there with the records its kind makes."""
     if [c.case for c in trace.cases] != [s.id for s in specs]:
         raise InvalidTrace("the cases in the payload are not the cases that were run")
     for case, spec in zip(trace.cases, specs, strict=True):
-        expected_steps = spec.steps if case.error is None else None
-        if expected_steps is not None and len(case.steps) != expected_steps:
-            raise InvalidTrace(f"case {spec.id}: {len(case.steps)} steps instead of {spec.steps}")
-        for step in case.steps:
-            matrices = [step.weight] + [
-                m for m in (step.weight_grad, step.momentum) if m is not None
-            ]
-            vectors = [step.bias] + ([step.bias_grad] if step.bias_grad is not None else [])
-            if any(
-                len(m) != spec.out_features or any(len(r) != spec.in_features for r in m)
-                for m in matrices
-            ):
-                raise InvalidTrace(f"case {spec.id}: a weight has the wrong shape")
-            if any(len(v) != spec.out_features for v in vectors):
-                raise InvalidTrace(f"case {spec.id}: a bias has the wrong shape")
+        if case.error is None:
+            expected = _expected_records(kind, spec)
+            if expected is not None and len(case.records) != expected:
+                raise InvalidTrace(f"case {spec.id}: {len(case.records)} records, not {expected}")
+            if (kind in FINAL_FIELDS) != (case.final is not None):
+                raise InvalidTrace(f"case {spec.id}: the final record is missing or unexpected")
+        for record in case.records:
+            _check_record(record, RECORD_FIELDS[kind], spec)
+        if case.final is not None and kind in FINAL_FIELDS:
+            _check_record(case.final, FINAL_FIELDS[kind], spec)
+
+
+def _expected_records(kind: Kind, spec: CaseSpec) -> int | None:
+    if kind in ("train-step", "accumulate-microbatches"):
+        return spec.steps
+    if kind in ("accumulation-demo", "grad-magnitude"):
+        return 1
+    return None  # a whole loop steps as often as the learner's loop does
+
+
+def _check_record(record: dict[str, Any], fields: dict[str, str], spec: CaseSpec) -> None:
+    if set(record) != set(fields):
+        raise InvalidTrace(f"case {spec.id}: a record has fields {sorted(record)}")
+    for name, kind in fields.items():
+        if not _fits(record[name], kind, spec):
+            raise InvalidTrace(f"case {spec.id}: field {name} is not a {kind}")
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, float | int) and not isinstance(value, bool)
+
+
+def _fits(value: Any, kind: str, spec: CaseSpec) -> bool:
+    if kind.endswith("?"):
+        return value is None or _fits(value, kind[:-1], spec)
+    if kind == "matrix":
+        return (
+            isinstance(value, list)
+            and len(value) == spec.out_features
+            and all(_fits(row, "row", spec) for row in value)
+        )
+    if kind == "row":
+        return (
+            isinstance(value, list)
+            and len(value) == spec.in_features
+            and all(map(_is_float, value))
+        )
+    if kind == "vector":
+        return (
+            isinstance(value, list)
+            and len(value) == spec.out_features
+            and all(map(_is_float, value))
+        )
+    if kind == "number":
+        return value is None or _is_float(value)
+    if kind == "text":
+        return isinstance(value, str) and len(value) <= 100
+    if kind == "calls":
+        return isinstance(value, list) and len(value) <= 100 and all(v in CALLS for v in value)
+    if kind == "numbers":
+        return value is None or (
+            isinstance(value, list) and all(v is None or _is_float(v) for v in value)
+        )
+    raise AssertionError(f"unknown field kind {kind}")

@@ -5,6 +5,10 @@ the trace to the result channel (fd 3): everything in it is untrusted. Outside, 
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
 So this file imports nothing of ours (it is shipped into the sandbox as one file) and touches no
 process-wide torch state: no global seed, no monkeypatching, so the grader may run it in threads.
+
+Each exercise kind has a driver: how to call the learner's function on a case and what to
+record. A record is a flat dict of named values: tensors as nested lists, `.grad` as None or
+values, the returned value and its type, and the calls the step made.
 """
 
 from __future__ import annotations
@@ -27,15 +31,20 @@ RESULT_FD = 3
 # How far the learner's traceback and messages may go into the trace.
 MAX_MESSAGE_CHARS = 2000
 
+Record = dict[str, Any]
+
 
 @dataclass
 class Case:
-    """One fixed-seed problem, ready to hand to the learner's function."""
+    """One fixed-seed problem, ready to hand to the learner's function.
+
+    `inputs[t]` is what call t gets: one `(x, y)` batch, or for micro-batch cases a list of them.
+    """
 
     model: nn.Linear
     optimizer: torch.optim.Optimizer
     loss_fn: nn.Module
-    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    inputs: list[Any]
 
 
 def build_case(spec: dict[str, Any]) -> Case:
@@ -47,6 +56,7 @@ def build_case(spec: dict[str, Any]) -> Case:
     """
     generator = torch.Generator().manual_seed(int(spec["seed"]))
     in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
+    batch_size = int(spec["batch_size"])
     model = nn.Linear(in_features, out_features)
     bound = in_features**-0.5
     with torch.no_grad():
@@ -56,25 +66,49 @@ def build_case(spec: dict[str, Any]) -> Case:
         model.bias.copy_(torch.empty_like(model.bias).uniform_(-bound, bound, generator=generator))
     true_weight = torch.randn(out_features, in_features, generator=generator)
     true_bias = torch.randn(out_features, generator=generator)
-    batches = []
-    for _ in range(int(spec["steps"])):
-        x = torch.randn(int(spec["batch_size"]), in_features, generator=generator)
-        noise = 0.1 * torch.randn(int(spec["batch_size"]), out_features, generator=generator)
-        batches.append((x, x @ true_weight.T + true_bias + noise))
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(batch_size, in_features, generator=generator)
+        noise = 0.1 * torch.randn(batch_size, out_features, generator=generator)
+        return x, x @ true_weight.T + true_bias + noise
+
+    micro_batches = int(spec.get("micro_batches", 0))
+    inputs: list[Any] = [
+        [batch() for _ in range(micro_batches)] if micro_batches else batch()
+        for _ in range(int(spec["steps"]))
+    ]
     if spec.get("stale_grads"):
         model.weight.grad = torch.randn(model.weight.shape, generator=generator)
         model.bias.grad = torch.randn(model.bias.shape, generator=generator)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=float(spec["lr"]), momentum=float(spec.get("momentum", 0.0))
     )
-    return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), batches=batches)
+    return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), inputs=inputs)
 
 
-def _values(tensor: torch.Tensor | None) -> Any:
-    return None if tensor is None else tensor.detach().tolist()
+def _values(tensor: Any) -> Any:
+    return tensor.detach().tolist() if isinstance(tensor, torch.Tensor) else None
 
 
-def _error_record(error: BaseException, filename: str) -> dict[str, Any]:
+def _number(value: Any) -> float | None:
+    """A returned loss or magnitude as a number, whatever its type; None if it is not one."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach())
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _parameters(model: nn.Linear) -> Record:
+    return {
+        "weight": _values(model.weight),
+        "bias": _values(model.bias),
+        "weight_grad": _values(model.weight.grad),
+        "bias_grad": _values(model.bias.grad),
+    }
+
+
+def _error_record(error: BaseException, filename: str) -> Record:
     """Describe an exception raised by learner code: type, message, the line in their file."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
     message = str(error)
@@ -88,61 +122,161 @@ def _error_record(error: BaseException, filename: str) -> dict[str, Any]:
     }
 
 
-def run_case(
-    function: Callable[..., Any], spec: dict[str, Any], filename: str = SUBMISSION_FILENAME
-) -> dict[str, Any]:
-    """Call `function` once per batch of the case and record the state after every call.
+class CallRecorder:
+    """Sees zero_grad, backward and step through per-instance hooks, never by patching torch."""
 
-    Records weights, bias, each `.grad` (None or values), the momentum buffer, the returned
-    loss and its type, and the order of zero_grad / backward / step calls. Calls are seen
-    through per-instance hooks, never by patching torch.
-    """
-    case = build_case(spec)
-    model, optimizer = case.model, case.optimizer
-    calls: list[str] = []
+    def __init__(self, case: Case, on_step: Callable[[], None] | None = None) -> None:
+        self.calls: list[str] = []
+        model, optimizer = case.model, case.optimizer
+        optimizer.zero_grad = self._recording("zero_grad", optimizer.zero_grad)  # type: ignore[method-assign]
+        model.zero_grad = self._recording("zero_grad", model.zero_grad)  # type: ignore[method-assign]
+        optimizer.register_step_pre_hook(lambda *_: self.calls.append("step"))
+        if on_step is not None:
+            optimizer.register_step_post_hook(lambda *_: on_step())
+        # Fires once per backward pass that reaches the weight, however backward was called.
+        model.weight.register_hook(lambda grad: self.calls.append("backward"))  # type: ignore[no-untyped-call]
 
-    def recording(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            calls.append(name)
+            self.calls.append(name)
             return method(*args, **kwargs)
 
         return wrapper
 
-    optimizer.zero_grad = recording("zero_grad", optimizer.zero_grad)  # type: ignore[method-assign]
-    model.zero_grad = recording("zero_grad", model.zero_grad)  # type: ignore[method-assign]
-    optimizer.register_step_pre_hook(lambda *_: calls.append("step"))
-    # Fires once per backward pass that reaches the weight, however backward was called.
-    model.weight.register_hook(lambda grad: calls.append("backward"))  # type: ignore[no-untyped-call]
+    def take(self) -> list[str]:
+        """The calls since the last take."""
+        calls, self.calls = self.calls, []
+        return calls
 
-    steps: list[dict[str, Any]] = []
-    error = None
-    for x, y in case.batches:
-        calls = []
-        try:
-            returned = function(model, optimizer, case.loss_fn, x.clone(), y.clone())
-        except BaseException as exc:  # SystemExit too: the learner's code must not end the run
-            error = _error_record(exc, filename)
-            break
-        if isinstance(returned, torch.Tensor) and returned.numel() == 1:
-            loss: float | None = float(returned.detach())
-        elif isinstance(returned, int | float) and not isinstance(returned, bool):
-            loss = float(returned)
+
+Driver = Callable[[Callable[..., Any], dict[str, Any], list[Record]], Record | None]
+
+
+def _run_steps(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
+    """train-step and accumulate-microbatches: one call per input, the state after each."""
+    case = build_case(spec)
+    model, optimizer = case.model, case.optimizer
+    recorder = CallRecorder(case)
+    for given in case.inputs:
+        if isinstance(given, list):
+            arguments: Any = [(x.clone(), y.clone()) for x, y in given]
+            returned = function(model, optimizer, case.loss_fn, arguments)
         else:
-            loss = None
+            x, y = given
+            returned = function(model, optimizer, case.loss_fn, x.clone(), y.clone())
         buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
-        steps.append(
+        records.append(
             {
-                "weight": _values(model.weight),
-                "bias": _values(model.bias),
-                "weight_grad": _values(model.weight.grad),
-                "bias_grad": _values(model.bias.grad),
+                **_parameters(model),
                 "momentum": _values(buffer),
-                "loss": loss,
+                "loss": _number(returned),
                 "loss_type": type(returned).__name__,
-                "calls": calls,
+                "calls": recorder.take(),
             }
         )
-    return {"case": spec["id"], "steps": steps, "error": error}
+
+
+def _run_accumulation_demo(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """prove-accumulation: one call; the two gradients it returns, before and after the harness
+    zeroes `.grad` in place: a returned tensor that is the live `.grad` changes, a copy does not.
+    """
+    case = build_case(spec)
+    recorder = CallRecorder(case)
+    x, y = case.inputs[0]
+    returned = function(case.model, case.loss_fn, x.clone(), y.clone())
+    pair = returned if isinstance(returned, tuple) and len(returned) == 2 else (None, None)
+    record = {
+        **_parameters(case.model),
+        "result_type": type(returned).__name__,
+        "first": _values(pair[0]),
+        "second": _values(pair[1]),
+        "calls": recorder.take(),
+    }
+    for parameter in case.model.parameters():
+        if parameter.grad is not None:
+            parameter.grad.zero_()
+    record["first_after_clearing"] = _values(pair[0])
+    record["second_after_clearing"] = _values(pair[1])
+    records.append(record)
+
+
+def prepare_gradients(case: Case, state: str) -> nn.Linear:
+    """Run one backward pass, then leave `.grad` as the state says: present, released (none),
+    filled with zeros, or mixed (the weight's present, the bias's released)."""
+    model = case.model
+    x, y = case.inputs[0]
+    case.loss_fn(model(x), y).backward()
+    if state == "none":
+        case.optimizer.zero_grad()
+    elif state == "zeros":
+        case.optimizer.zero_grad(set_to_none=False)
+    elif state == "mixed":
+        model.bias.grad = None
+    return model
+
+
+def _run_grad_magnitude(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """grad-magnitude: one call on a model whose `.grad` is in the state the case names."""
+    case = build_case(spec)
+    model = prepare_gradients(case, spec.get("grad_state", "present"))
+    returned = function(model)
+    records.append(
+        {**_parameters(model), "value": _number(returned), "value_type": type(returned).__name__}
+    )
+
+
+def _run_whole_loop(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """fix-the-loop: one call that trains for several epochs; the state after every step."""
+    case = build_case(spec)
+
+    def snapshot() -> None:
+        records.append({**_parameters(case.model), "calls": recorder.take()})
+
+    recorder = CallRecorder(case, on_step=snapshot)
+    batches = [(x.clone(), y.clone()) for x, y in case.inputs]
+    returned = function(case.model, case.optimizer, case.loss_fn, batches, int(spec["epochs"]))
+    losses = [_number(v) for v in returned][:10_000] if isinstance(returned, list | tuple) else None
+    return {
+        **_parameters(case.model),
+        "calls": recorder.take(),
+        "losses": losses,
+        "losses_type": type(returned).__name__,
+    }
+
+
+DRIVERS: dict[str, Driver] = {
+    "train-step": _run_steps,
+    "accumulate-microbatches": _run_steps,
+    "accumulation-demo": _run_accumulation_demo,
+    "grad-magnitude": _run_grad_magnitude,
+    "whole-loop": _run_whole_loop,
+}
+
+
+def run_case(
+    kind: str,
+    function: Callable[..., Any],
+    spec: dict[str, Any],
+    filename: str = SUBMISSION_FILENAME,
+) -> dict[str, Any]:
+    """Run one case of an exercise kind; the records made, and the learner's error if any.
+
+    For step-by-step kinds the records made before an error are kept, to say which step failed.
+    """
+    records: list[Record] = []
+    final = None
+    error = None
+    try:
+        final = DRIVERS[kind](function, spec, records)
+    except BaseException as exc:  # SystemExit too: the learner's code must not end the run
+        error = _error_record(exc, filename)
+    return {"case": spec["id"], "records": records, "final": final, "error": error}
 
 
 def load_function(source: str, entry_point: str, filename: str) -> Callable[..., Any]:
@@ -161,7 +295,9 @@ def load_function(source: str, entry_point: str, filename: str) -> Callable[...,
     return function  # type: ignore[no-any-return]
 
 
-def run_submission(source: str, entry_point: str, specs: list[dict[str, Any]]) -> dict[str, Any]:
+def run_submission(
+    source: str, kind: str, entry_point: str, specs: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Load the learner's code and run every case; the whole trace as one JSON-ready dict."""
     filename = SUBMISSION_FILENAME
     try:
@@ -177,7 +313,10 @@ def run_submission(source: str, entry_point: str, specs: list[dict[str, Any]]) -
         return {"status": "missing-function"}
     except BaseException as exc:
         return {"status": "load-error", "error": _error_record(exc, filename)}
-    return {"status": "ran", "cases": [run_case(function, spec, filename) for spec in specs]}
+    return {
+        "status": "ran",
+        "cases": [run_case(kind, function, spec, filename) for spec in specs],
+    }
 
 
 def main() -> None:
@@ -188,7 +327,7 @@ def main() -> None:
         request = json.load(cases_file)
     with open(os.path.join(SANDBOX_DIR, SUBMISSION_FILENAME)) as source_file:
         source = source_file.read()
-    trace = run_submission(source, request["entry_point"], request["cases"])
+    trace = run_submission(source, request["kind"], request["entry_point"], request["cases"])
     channel.write(json.dumps(trace))
     channel.close()
 

@@ -1,0 +1,5 @@
+import sys
+
+from graders.cli import main
+
+sys.exit(main())

@@ -1,0 +1,96 @@
+"""Grading from the command line, no server: `python -m graders`, `loopgrade grade`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from graders.exercises import UnknownExercise, get_exercise, list_exercises
+from graders.grading import grade
+from graders.notebook import NotebookError, extract_code
+from graders.proving import prove
+from graders.report import GradeReport
+
+
+def format_report(report: GradeReport) -> str:
+    """A report as plain text: the score and diagnosis, one line per check, the feedback."""
+    lines = [f"{report.exercise}: {report.score:g}/{report.max_score:g}  {report.diagnosis}", ""]
+    width = max((len(check.id) for check in report.checks), default=0) + len(" (hidden)")
+    for check in report.checks:
+        mark = "PASS" if check.passed else "FAIL"
+        name = check.id + (" (hidden)" if check.hidden else "")
+        points = f"{check.points:g}/{check.max_points:g}"
+        lines.append(f"  {mark}  {name:<{width}}  {points:>7}  {check.message}")
+    lines += ["", report.feedback.rstrip()]
+    if report.output:
+        lines += ["", "What your code printed (visible cases):", report.output.rstrip()]
+    return "\n".join(lines)
+
+
+def read_submission(path: Path) -> tuple[str, list[str]]:
+    """The source to grade from a .py or .ipynb file, and notices about what was left out.
+
+    Raises ValueError with a message for the person who gave the file.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    if path.suffix == ".ipynb":
+        try:
+            extracted = extract_code(data)
+        except NotebookError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        return extracted.source, extracted.notices
+    try:
+        return data.decode("utf-8"), []
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+
+
+def grade_file(path: Path, exercise_id: str, as_json: bool) -> int:
+    """Grade a file and print the report; 0 when it was graded, 2 when it could not be."""
+    try:
+        get_exercise(exercise_id)
+        source, notices = read_submission(path)
+    except UnknownExercise:
+        known = ", ".join(exercise.id for exercise in list_exercises())
+        print(f"unknown exercise {exercise_id!r}; known: {known}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for notice in notices:
+        print(f"note: {notice}", file=sys.stderr)
+    report = grade(exercise_id, source)
+    print(report.model_dump_json(indent=2) if as_json else format_report(report))
+    return 0
+
+
+def check_exercises() -> int:
+    """Prove every exercise sound; print what is wrong. 0 when all are sound, 1 otherwise."""
+    problems = []
+    for exercise in list_exercises():
+        found = prove(exercise)
+        status = "ok" if not found else f"{len(found)} problem(s)"
+        print(f"{exercise.position}. {exercise.id} ({exercise.version}): {status}")
+        problems += found
+    for problem in problems:
+        print(f"  - {problem}")
+    return 1 if problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m graders", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    grade_parser = commands.add_parser("grade", help="grade a .py or .ipynb file")
+    grade_parser.add_argument("file", type=Path)
+    grade_parser.add_argument("--exercise", required=True)
+    grade_parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    commands.add_parser("check", help="prove every exercise sound (check-exercises)")
+    args = parser.parse_args(argv)
+    if args.command == "grade":
+        return grade_file(args.file, args.exercise, args.json)
+    return check_exercises()

@@ -1,0 +1,220 @@
+"""What every exercise kind judges with: trusted cases, tolerant comparison, findings, checks.
+
+Everything here runs outside the sandbox, on numbers the grader computes itself or on the
+learner's untrusted numbers, which it only compares.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from graders.exercises import CaseSpec
+from graders.report import Check, Diagnosis, PlotSeries
+from graders.trace import CaseTrace
+from sandbox import harness
+
+# float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
+RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-5
+
+
+def as_tensor(values: Any) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(
+        a, b, rtol=RELATIVE_TOLERANCE, atol=ABSOLUTE_TOLERANCE
+    )
+
+
+def close_values(recorded: Any, expected: torch.Tensor) -> bool:
+    """Does a recorded (untrusted) tensor, possibly None, equal an expected one?"""
+    return recorded is not None and close(as_tensor(recorded), expected)
+
+
+def cleared(values: Any) -> bool:
+    """A gradient that zero_grad() released (None) or filled with zeros."""
+    return values is None or not bool(as_tensor(values).any())
+
+
+def difference(name: str, mine: torch.Tensor, expected: torch.Tensor) -> str:
+    """Where two tensors differ most, in the learner's terms: `weight[0][2]` is a, expected b."""
+    gap = (mine - expected).abs()
+    flat = int(gap.argmax()) if gap.numel() else 0
+    index = torch.unravel_index(torch.tensor(flat), gap.shape) if gap.dim() else ()
+    where = name + "".join(f"[{int(i)}]" for i in index)
+    yours, theirs = mine.flatten()[flat].item(), expected.flatten()[flat].item()
+    gap_text = f"{abs(yours - theirs):.3g}"
+    return f"`{where}` is {yours:.6g} where {theirs:.6g} was expected (off by {gap_text})"
+
+
+@dataclass(frozen=True)
+class CaseData:
+    """The trusted starting point of a case: initial parameters and gradients, and the inputs."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    weight_grad: torch.Tensor | None
+    bias_grad: torch.Tensor | None
+    inputs: list[Any]
+
+
+def _detached(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    return None if tensor is None else tensor.detach().clone()
+
+
+@functools.cache
+def case_data(spec: CaseSpec) -> CaseData:
+    case = harness.build_case(spec.harness_spec())
+    model = case.model
+    return CaseData(
+        weight=model.weight.detach().clone(),
+        bias=model.bias.detach().clone(),
+        weight_grad=_detached(model.weight.grad),
+        bias_grad=_detached(model.bias.grad),
+        inputs=case.inputs,
+    )
+
+
+def batch_of(given: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call's data as one batch: equal micro-batches' mean loss is the whole batch's loss."""
+    if isinstance(given, list):
+        return torch.cat([x for x, _ in given]), torch.cat([y for _, y in given])
+    x, y = given
+    return x, y
+
+
+def loss_and_gradients(
+    weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """This batch's MSE loss and gradients at the given parameters, computed here."""
+    weight = weight.clone().requires_grad_(True)
+    bias = bias.clone().requires_grad_(True)
+    loss = torch.nn.functional.mse_loss(x @ weight.T + bias, y)
+    weight_grad, bias_grad = torch.autograd.grad(loss, [weight, bias])
+    return loss.item(), weight_grad, bias_grad
+
+
+@dataclass
+class CaseFindings:
+    """For one case, the first failure of each check (absent when the check passed)."""
+
+    spec: CaseSpec
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def fail(self, check: str, message: str) -> None:
+        self.failures.setdefault(check, message)
+
+    def where(self) -> str:
+        return "a hidden case" if self.spec.hidden else f"case `{self.spec.id}`"
+
+
+@dataclass(frozen=True)
+class KindJudge:
+    """How one exercise kind is judged.
+
+    `checks` maps each check the kind knows to what it says when it passes; an exercise picks
+    some of them, with points. `return_type` names the record field holding the type of what
+    the learner's function returned, and the type the contract asks for.
+    """
+
+    checks: dict[str, str]
+    return_type: tuple[str, tuple[str, ...]]
+    judge_case: Callable[[CaseSpec, CaseTrace, CaseTrace], CaseFindings]
+    plots: Callable[[CaseSpec, CaseTrace, CaseTrace], list[PlotSeries]]
+
+
+def check(
+    check_id: str, points: float, passed_message: str, findings: Sequence[CaseFindings]
+) -> Check:
+    """One check over all cases: it passes when no case failed it."""
+    failing = [f for f in findings if check_id in f.failures]
+    if failing:
+        message = failing[0].failures[check_id]
+        if len(failing) > 1:
+            message += f" ({len(failing)} cases fail this check.)"
+    else:
+        message = passed_message
+    return Check(
+        id=check_id,
+        passed=not failing,
+        points=0 if failing else points,
+        max_points=points,
+        message=message,
+        # A check is hidden when only hidden cases make it fail.
+        hidden=bool(failing) and all(f.spec.hidden for f in failing),
+    )
+
+
+def same_value(name: str, a: Any, b: Any) -> bool:
+    """Do two recorded values agree? Released and zeroed gradients count as the same."""
+    if name.endswith("_grad") and (cleared(a) or cleared(b)):
+        return cleared(a) and cleared(b)
+    if a is None or b is None or isinstance(a, str | bool) or isinstance(b, str | bool):
+        return bool(a == b)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return False
+        if any(v is None for v in a) or any(v is None for v in b):
+            return all(same_value(name, u, v) for u, v in zip(a, b, strict=True))
+    try:
+        return close(as_tensor(a), as_tensor(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def same_record(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.keys() == b.keys() and all(
+        same_value(name, a[name], b[name]) for name in a if name != "calls"
+    )
+
+
+def same_trace(a: CaseTrace, b: CaseTrace) -> bool:
+    """Do two runs of a case agree on every recorded value (the call order aside)?"""
+    return (
+        len(a.records) == len(b.records)
+        and all(same_record(r, s) for r, s in zip(a.records, b.records, strict=True))
+        and same_record(a.final, b.final)
+    )
+
+
+def call_stream(trace: CaseTrace) -> list[str]:
+    """Every zero_grad / backward / step the case saw, in order."""
+    calls = [call for record in trace.records for call in record.get("calls", [])]
+    if trace.final is not None:
+        calls += trace.final.get("calls", [])
+    return calls
+
+
+def diagnose_by_order(streams: Sequence[Sequence[str]]) -> Diagnosis | None:
+    """Read a loop's mistake from its order of calls, or None when the order looks right.
+
+    A step's segment is everything since the previous step: it should clear, then run backward.
+    """
+    for calls in streams:
+        if "backward" not in calls and "step" in calls:
+            return "missing-backward"
+        if "step" not in calls and "backward" in calls:
+            return "missing-step"
+        if "step" in calls and calls.index("step") < calls.index("backward"):
+            return "step-before-backward"
+        segment: list[str] = []
+        for call in calls:
+            if call != "step":
+                segment.append(call)
+                continue
+            if "backward" in segment:
+                after_last_backward = segment[len(segment) - segment[::-1].index("backward") :]
+                if "zero_grad" in after_last_backward:
+                    return "zero-grad-before-step"
+            if "zero_grad" not in segment:
+                return "missing-zero-grad"
+            segment = []
+    return None

@@ -1,0 +1,118 @@
+"""Judging a whole training loop, `train(model, optimizer, loss_fn, batches, epochs)`.
+
+The harness records the state after every optimizer step; the weights at the end of each epoch
+are those after its last step. The loop returns the loss of every iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graders.exercises import CaseSpec
+from graders.judging import (
+    ABSOLUTE_TOLERANCE,
+    RELATIVE_TOLERANCE,
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close,
+    difference,
+)
+from graders.report import PlotSeries
+from graders.trace import CaseTrace
+
+CHECKS = {
+    "runs": "Every case ran to the end.",
+    "step-count": "The loop steps once per batch, every epoch.",
+    "epoch-weights-match": "After every epoch the weights equal the reference loop's.",
+    "losses-match": "The returned losses equal the reference loop's, iteration by iteration.",
+    "returns-list": "Returns a list with one float loss per iteration.",
+}
+
+
+def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    findings = CaseFindings(spec)
+    at = f"In {findings.where()}"
+    iterations = spec.epochs * spec.steps
+    steps = len(learner.records)
+    if steps != iterations:
+        findings.fail(
+            "step-count",
+            f"{at}: your loop stepped {steps} times; {spec.epochs} epochs of {spec.steps} "
+            f"batches step {iterations} times.",
+        )
+    for epoch in range(spec.epochs):
+        last = (epoch + 1) * spec.steps - 1
+        expected = as_tensor(reference.records[last]["weight"])
+        if last >= steps:
+            findings.fail(
+                "epoch-weights-match", f"{at}: epoch {epoch + 1} never finished its steps."
+            )
+            break
+        mine = as_tensor(learner.records[last]["weight"])
+        if not close(mine, expected):
+            detail = "" if spec.hidden else ": " + difference("weight", mine, expected)
+            findings.fail(
+                "epoch-weights-match",
+                f"{at}: after epoch {epoch + 1} your weights differ from the reference "
+                f"loop's{detail}.",
+            )
+            break
+    assert learner.final is not None and reference.final is not None
+    _judge_losses(findings, at, spec, learner.final, reference.final, iterations)
+    return findings
+
+
+def _judge_losses(
+    findings: CaseFindings,
+    at: str,
+    spec: CaseSpec,
+    final: dict[str, Any],
+    reference: dict[str, Any],
+    iterations: int,
+) -> None:
+    losses = final["losses"]
+    if final["losses_type"] not in ("list", "tuple") or not isinstance(losses, list):
+        findings.fail(
+            "returns-list",
+            f"{at}: your loop returned a `{final['losses_type']}`; return a list of floats.",
+        )
+        findings.fail("losses-match", f"{at}: no list of losses to compare.")
+        return
+    if len(losses) != iterations or any(v is None for v in losses):
+        findings.fail(
+            "returns-list",
+            f"{at}: your loop returned {len(losses)} values; {iterations} iterations need "
+            f"{iterations} float losses (use `loss.item()`).",
+        )
+    expected = reference["losses"]
+    assert isinstance(expected, list)
+    for iteration, (mine, theirs) in enumerate(zip(losses, expected, strict=False)):
+        if mine is None or abs(mine - theirs) > ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * abs(
+            theirs
+        ):
+            detail = "" if spec.hidden else f": you recorded {mine}, the reference {theirs:.6g}"
+            findings.fail(
+                "losses-match",
+                f"{at}: the loss of iteration {iteration + 1} differs{detail}.",
+            )
+            return
+    if len(losses) != len(expected):
+        findings.fail("losses-match", f"{at}: {len(losses)} losses instead of {len(expected)}.")
+
+
+def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
+    """The loss of every iteration, the learner's against the reference loop's."""
+    assert learner.final is not None and reference.final is not None
+    mine, theirs = learner.final["losses"], reference.final["losses"]
+    if not isinstance(mine, list) or not isinstance(theirs, list):
+        return []
+    return [PlotSeries(case=spec.id, label="loss", learner=mine, reference=theirs)]
+
+
+JUDGE = KindJudge(
+    checks=CHECKS,
+    return_type=("losses_type", ("list", "tuple")),
+    judge_case=judge_case,
+    plots=plots,
+)
