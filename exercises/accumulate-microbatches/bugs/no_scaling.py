@@ -1,0 +1,9 @@
+def accumulated_step(model, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    total = 0.0
+    for x, y in micro_batches:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total / len(micro_batches)

@@ -1,0 +1,429 @@
+"""The whole unit: five exercises, each proven sound, each accepting the usual correct styles.
+
+Correct styles and known bugs are judged in this process (`judge_source`: the same tracing,
+parsing and judging as grade(), without the sandbox's cold start); a few go through the real
+sandbox end to end for every exercise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from graders import grade
+from graders.exercises import list_exercises, load_exercise
+from graders.proving import judge_source, prove
+
+EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
+UNIT = [
+    "prove-accumulation",
+    "grad-magnitude",
+    "train-step",
+    "accumulate-microbatches",
+    "fix-the-loop",
+]
+
+
+def code(body: str) -> str:
+    return textwrap.dedent(body).strip() + "\n"
+
+
+CORRECT_STYLES: dict[str, dict[str, str]] = {
+    "prove-accumulation": {
+        "clone": """
+            def accumulation_demo(model, loss_fn, x, y):
+                loss_fn(model(x), y).backward()
+                first = model.weight.grad.clone()
+                loss_fn(model(x), y).backward()
+                return first, model.weight.grad.clone()
+        """,
+        "detach and clone": """
+            def accumulation_demo(model, loss_fn, x, y):
+                loss_fn(model(x), y).backward()
+                first = model.weight.grad.detach().clone()
+                loss_fn(model(x), y).backward()
+                second = model.weight.grad.detach().clone()
+                return (first, second)
+        """,
+        "one graph, retain_graph": """
+            def accumulation_demo(model, loss_fn, x, y):
+                loss = loss_fn(model(x), y)
+                loss.backward(retain_graph=True)
+                first = model.weight.grad.clone()
+                loss.backward()
+                return first, model.weight.grad.clone()
+        """,
+        "torch.clone and autograd.backward": """
+            import torch
+
+            def accumulation_demo(model, loss_fn, x, y):
+                torch.autograd.backward(loss_fn(model(x), y))
+                first = torch.clone(model.weight.grad)
+                torch.autograd.backward(loss_fn(model(x), y))
+                return first, torch.clone(model.weight.grad)
+        """,
+        "deepcopy": """
+            import copy
+
+            def accumulation_demo(model, loss_fn, x, y):
+                for _ in range(2):
+                    loss_fn(model(x), y).backward()
+                    if _ == 0:
+                        first = copy.deepcopy(model.weight.grad)
+                second = copy.deepcopy(model.weight.grad)
+                return first, second
+        """,
+    },
+    "grad-magnitude": {
+        "loop with None check": """
+            def total_grad_magnitude(model):
+                total = 0.0
+                for p in model.parameters():
+                    if p.grad is not None:
+                        total += p.grad.abs().sum().item()
+                return total
+        """,
+        "generator": """
+            def total_grad_magnitude(model):
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                return float(sum(g.abs().sum() for g in grads))
+        """,
+        "L1 norm": """
+            import torch
+
+            def total_grad_magnitude(model):
+                total = 0.0
+                for _, p in model.named_parameters():
+                    if p.grad is None:
+                        continue
+                    total += torch.linalg.vector_norm(p.grad, ord=1).item()
+                return total
+        """,
+        "concatenate": """
+            import torch
+
+            def total_grad_magnitude(model):
+                grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+                return torch.cat(grads).abs().sum().item() if grads else 0.0
+        """,
+        "getattr default": """
+            def total_grad_magnitude(model):
+                total = 0.0
+                for p in model.parameters():
+                    grad = getattr(p, "grad", None)
+                    total += 0.0 if grad is None else float(grad.abs().sum())
+                return total
+        """,
+    },
+    "train-step": {
+        "optimizer.zero_grad": """
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """,
+        "model.zero_grad": """
+            def train_step(model, optimizer, loss_fn, x, y):
+                model.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return float(loss)
+        """,
+        "set_to_none=False": """
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad(set_to_none=False)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """,
+        "grads set to None by hand": """
+            def train_step(model, optimizer, loss_fn, x, y):
+                for parameter in model.parameters():
+                    parameter.grad = None
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """,
+        "forward before zero_grad": """
+            def train_step(model, optimizer, loss_fn, x, y):
+                loss = loss_fn(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """,
+        "autograd.backward and a hand-written MSE": """
+            import torch
+
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                torch.autograd.backward(loss)
+                optimizer.step()
+                return loss.item()
+        """,
+        "zeroes at the start and at the end": """
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                return loss.item()
+        """,
+    },
+    "accumulate-microbatches": {
+        "scale each loss": """
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                optimizer.zero_grad()
+                total = 0.0
+                for x, y in micro_batches:
+                    loss = loss_fn(model(x), y) / len(micro_batches)
+                    loss.backward()
+                    total += loss.item()
+                optimizer.step()
+                return total
+        """,
+        "one backward on the mean": """
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                optimizer.zero_grad()
+                losses = [loss_fn(model(x), y) for x, y in micro_batches]
+                loss = sum(losses) / len(losses)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """,
+        "divide the gradients afterwards": """
+            import torch
+
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                model.zero_grad(set_to_none=False)
+                total = 0.0
+                for x, y in micro_batches:
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    total += loss.item()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.grad /= len(micro_batches)
+                optimizer.step()
+                return total / len(micro_batches)
+        """,
+        "grads to None by hand, enumerate": """
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                for p in model.parameters():
+                    p.grad = None
+                count = len(micro_batches)
+                mean = 0.0
+                for i, (x, y) in enumerate(micro_batches):
+                    loss = loss_fn(model(x), y)
+                    (loss / count).backward()
+                    mean += loss.item() / count
+                optimizer.step()
+                return mean
+        """,
+        "concatenate the micro-batches": """
+            import torch
+
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                x = torch.cat([x for x, _ in micro_batches])
+                y = torch.cat([y for _, y in micro_batches])
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """,
+    },
+    "fix-the-loop": {
+        "zero, backward, step": """
+            def train(model, optimizer, loss_fn, batches, epochs):
+                losses = []
+                for epoch in range(epochs):
+                    for x, y in batches:
+                        optimizer.zero_grad()
+                        loss = loss_fn(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(loss.item())
+                return losses
+        """,
+        "model.zero_grad": """
+            def train(model, optimizer, loss_fn, batches, epochs):
+                losses = []
+                for _ in range(epochs):
+                    for x, y in batches:
+                        model.zero_grad()
+                        loss = loss_fn(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(float(loss))
+                return losses
+        """,
+        "set_to_none=False and forward first": """
+            def train(model, optimizer, loss_fn, batches, epochs):
+                losses = []
+                for _ in range(epochs):
+                    for x, y in batches:
+                        loss = loss_fn(model(x), y)
+                        optimizer.zero_grad(set_to_none=False)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(loss.item())
+                return losses
+        """,
+        "indexing and a tuple": """
+            def train(model, optimizer, loss_fn, batches, epochs):
+                losses = []
+                for _ in range(epochs):
+                    for i in range(len(batches)):
+                        x, y = batches[i]
+                        optimizer.zero_grad()
+                        loss = loss_fn(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(loss.item())
+                return tuple(losses)
+        """,
+        "a helper function": """
+            import torch
+
+            def one_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                torch.autograd.backward(loss)
+                optimizer.step()
+                return loss.item()
+
+            def train(model, optimizer, loss_fn, batches, epochs):
+                return [
+                    one_step(model, optimizer, loss_fn, x, y)
+                    for _ in range(epochs)
+                    for x, y in batches
+                ]
+        """,
+    },
+}
+
+
+def test_the_unit_is_five_exercises_in_the_lesson_order() -> None:
+    assert [e.id for e in list_exercises()] == UNIT
+
+
+@pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
+def test_every_exercise_is_proven_sound(exercise) -> None:
+    assert prove(exercise) == []
+
+
+@pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
+def test_every_exercise_has_five_correct_styles_and_declared_bugs(exercise) -> None:
+    assert len(CORRECT_STYLES[exercise.id]) >= 5
+    assert len(exercise.variants) >= 4
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "style"),
+    [(exercise_id, style) for exercise_id, styles in CORRECT_STYLES.items() for style in styles],
+)
+def test_correct_styles_score_full(exercise_id: str, style: str) -> None:
+    exercise = next(e for e in list_exercises() if e.id == exercise_id)
+    report = judge_source(exercise, code(CORRECT_STYLES[exercise_id][style]))
+    assert report.diagnosis == "correct", report.feedback
+    assert report.score == exercise.max_score
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "variant_id"),
+    [(e.id, v.id) for e in list_exercises() for v in e.variants],
+)
+def test_every_known_bug_scores_below_full_with_its_diagnosis(
+    exercise_id: str, variant_id: str
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == exercise_id)
+    variant = next(v for v in exercise.variants if v.id == variant_id)
+    report = judge_source(exercise, variant.source)
+    assert report.score < exercise.max_score
+    assert report.diagnosis == variant.diagnosis, report.feedback
+    if variant.note:
+        assert variant.note in report.feedback
+
+
+@pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
+def test_through_the_sandbox_the_solution_scores_full_and_the_starter_does_not(exercise) -> None:
+    solution = grade(exercise.id, exercise.solution_code)
+    assert solution.diagnosis == "correct", solution.feedback
+    assert solution.score == exercise.max_score
+    starter = grade(exercise.id, exercise.starter_code)
+    assert starter.score < exercise.max_score
+
+
+def test_check_messages_say_what_was_seen_and_what_it_means() -> None:
+    exercise = next(e for e in list_exercises() if e.id == "accumulate-microbatches")
+    report = judge_source(
+        exercise, next(v for v in exercise.variants if v.id == "no-zero-grad").source
+    )
+    fresh = next(c for c in report.checks if c.id == "fresh-gradients")
+    assert "case `two-micro-batches`, call 2" in fresh.message
+    assert "accumulated" in fresh.message
+
+
+def copy_exercise(tmp_path: Path, exercise_id: str) -> Path:
+    folder = tmp_path / exercise_id
+    shutil.copytree(EXERCISES_DIR / exercise_id, folder)
+    return folder
+
+
+def test_check_exercises_rejects_a_bug_no_case_can_tell_apart(tmp_path: Path) -> None:
+    """Without stale gradients on entry, zeroing after the step is indistinguishable."""
+    folder = copy_exercise(tmp_path, "train-step")
+    toml = folder / "exercise.toml"
+    toml.write_text(toml.read_text().replace("stale_grads = true", "stale_grads = false"))
+    problems = prove(load_exercise(folder))
+    assert any(
+        "zero-after-step scores full marks: no case makes it fail a check" in p for p in problems
+    ), problems
+
+
+def test_check_exercises_rejects_look_alikes_it_cannot_separate(tmp_path: Path) -> None:
+    """Two declared bugs with the same numbers and the same call order, told to differ."""
+    folder = copy_exercise(tmp_path, "train-step")
+    toml = folder / "exercise.toml"
+    toml.write_text(
+        toml.read_text()
+        + '\n[[variants]]\nid = "no-step-again"\nfile = "bugs/no_step.py"\n'
+        + 'diagnosis = "missing-backward"\n'
+    )
+    problems = prove(load_exercise(folder))
+    assert problems == [
+        "train-step: known bug no-step-again is diagnosed missing-step, not missing-backward "
+        "(it differs from the reference in: basic, stale-gradients, wide-batch, momentum)"
+    ]
+
+
+def test_check_exercises_rejects_a_reference_that_is_a_known_bug(tmp_path: Path) -> None:
+    folder = copy_exercise(tmp_path, "fix-the-loop")
+    (folder / "solution.py").write_text((folder / "starter.py").read_text())
+    problems = prove(load_exercise(folder))
+    assert "fix-the-loop: the starter code scores full marks unchanged" in problems
+    assert (
+        "fix-the-loop: the reference solution behaves exactly like known bug as-given in every case"
+    ) in problems
+
+
+def test_check_exercises_rejects_a_failing_reference_and_unknown_checks(tmp_path: Path) -> None:
+    folder = copy_exercise(tmp_path, "grad-magnitude")
+    solution = folder / "solution.py"
+    solution.write_text(solution.read_text().replace("total = 0.0", "total = 1 / 0"))
+    problems = prove(load_exercise(folder))
+    assert problems[0].startswith("grad-magnitude: the reference solution scores 0/10")
+    toml = folder / "exercise.toml"
+    toml.write_text(toml.read_text().replace("returns-float = 1", "returns-flaot = 1"))
+    assert "not checks of kind grad-magnitude" in prove(load_exercise(folder))[0]
