@@ -1,0 +1,81 @@
+"""Small server-rendered SVG charts: the learner's values per step against the reference's."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+from graders.report import PlotSeries
+
+WIDTH, HEIGHT = 320, 180
+LEFT, RIGHT, TOP, BOTTOM = 48, 12, 24, 28
+
+
+def _finite(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def _label(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def line_chart(series: PlotSeries) -> str:
+    """One chart as an SVG element: steps along x, the learner's line solid, the reference dashed.
+
+    A step with no value (None, NaN or infinite) leaves a gap in the learner's line.
+    """
+    values = _finite(series.learner) + _finite(series.reference)
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    if high - low < 1e-12:
+        low, high = low - 1.0, high + 1.0
+    steps = max(len(series.learner), len(series.reference), 2)
+    plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(step: int) -> float:
+        return LEFT + plot_width * step / (steps - 1)
+
+    def y(value: float) -> float:
+        return TOP + plot_height * (high - value) / (high - low)
+
+    def path(points: list[float | None]) -> str:
+        commands, pen_down = [], False
+        for step, value in enumerate(points):
+            if value is None or not math.isfinite(value):
+                pen_down = False
+                continue
+            commands.append(f"{'L' if pen_down else 'M'}{x(step):.1f},{y(value):.1f}")
+            pen_down = True
+        return " ".join(commands)
+
+    title = f"{series.label} per step, case {series.case}"
+    description = (
+        f"Your {series.label}: "
+        + ", ".join("none" if v is None else _label(v) for v in series.learner)
+        + f". Reference: {', '.join('none' if v is None else _label(v) for v in series.reference)}."
+    )
+    ticks = "".join(
+        f'<text x="{x(step):.1f}" y="{HEIGHT - 10}" text-anchor="middle">{step + 1}</text>'
+        for step in range(steps)
+    )
+    return (
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        f'role="img" aria-labelledby="t-{escape(series.case)}-{escape(series.label)}" '
+        f'xmlns="http://www.w3.org/2000/svg">'
+        f'<title id="t-{escape(series.case)}-{escape(series.label)}">{escape(title)}</title>'
+        f"<desc>{escape(description)}</desc>"
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" class="axis"/>'
+        f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" '
+        f'class="axis"/>'
+        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{_label(high)}</text>'
+        f'<text x="{LEFT - 4}" y="{HEIGHT - BOTTOM}" text-anchor="end">{_label(low)}</text>'
+        f"{ticks}"
+        f'<line x1="{WIDTH - 150}" y1="10" x2="{WIDTH - 130}" y2="10" stroke="#b3261e" '
+        f'stroke-width="2.5"/><text x="{WIDTH - 126}" y="14">yours</text>'
+        f'<line x1="{WIDTH - 84}" y1="10" x2="{WIDTH - 64}" y2="10" stroke="#555" '
+        f'stroke-width="2" stroke-dasharray="5 4"/><text x="{WIDTH - 60}" y="14">reference</text>'
+        f'<path d="{path(list(series.reference))}" class="reference" fill="none" '
+        f'stroke="#555" stroke-width="2" stroke-dasharray="5 4"/>'
+        f'<path d="{path(list(series.learner))}" class="learner" fill="none" '
+        f'stroke="#b3261e" stroke-width="2.5"/>'
+        "</svg>"
+    )
