@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Protocol
 
@@ -18,11 +17,8 @@ from fastapi import Depends, Request
 import graders
 from app.db import SessionFactory
 from app.submissions import claim_submission, record_error, record_report, requeue_unfinished
-from graders.report import GradeReport
 
 log = logging.getLogger(__name__)
-
-GradeFunction = Callable[[str, str], GradeReport]
 
 
 class Dispatcher(Protocol):
@@ -35,9 +31,7 @@ class Dispatcher(Protocol):
     def stop(self) -> None: ...
 
 
-def run_grading_job(
-    sessions: SessionFactory, submission_id: str, *, grade: GradeFunction = graders.grade
-) -> None:
+def run_grading_job(sessions: SessionFactory, submission_id: str) -> None:
     """Claim the submission, grade it, store the result. No transaction is open while grading."""
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
@@ -53,7 +47,7 @@ def run_grading_job(
     )
     started = time.monotonic()
     try:
-        report = grade(job.exercise_id, job.code)
+        report = graders.grade(job.exercise_id, job.code)
     except Exception as exc:
         # Learner mistakes come back as reports; an exception is the server's own fault.
         log.exception(
