@@ -17,12 +17,14 @@ from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from app.charts import line_chart
 from app.db import SessionDep
 from app.models import Submission, SubmissionStatus
 from app.queue import DispatcherDep
 from app.settings import SettingsDep
 from app.submissions import CodeTooLarge, SubmissionRejected, create_submission, get_submission
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
+from graders.report import PlotSeries
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -66,6 +68,10 @@ def result_context(submission: Submission) -> dict[str, Any]:
         "submission": submission,
         "finished": submission.status in FINISHED,
         "checks": submission.checks or [],
+        # line_chart escapes every text it puts in the SVG.
+        "charts": [
+            Markup(line_chart(PlotSeries.model_validate(plot))) for plot in submission.plots or []
+        ],
     }
 
 

@@ -100,6 +100,7 @@ def test_submit_from_the_page_and_see_the_result(
     assert f"{row.score:g} / {row.max_score:g}" in fragment.text
     assert 'class="diagnosis diagnosis-ok">correct</span>' in fragment.text
     assert fragment.text.count('<tr class="passed">') == len(row.checks or [])
+    assert fragment.text.count('<svg class="chart"') == len(row.plots or [])
 
     final = client.get(location)
     assert '<meta http-equiv="refresh"' not in final.text
@@ -135,6 +136,7 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
             ],
             feedback="Call **`optimizer.zero_grad()`** first. <script>alert(1)</script>",
             output="loss <0.25>\n",
+            plots=[{"case": "basic", "label": "loss", "learner": [2.0, None], "reference": [2, 1]}],
             graded_at=utc_now(),
         )
         session.add(row)
@@ -151,6 +153,7 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
     assert "weights drift &lt;from step 2&gt;" in page.text
     assert page.text.count(">hidden</span>") == 1
     assert "loss &lt;0.25&gt;" in page.text
+    assert page.text.count('<svg class="chart"') == 1
     assert "print(&#39;&lt;b&gt;hi&lt;/b&gt;&#39;)" in page.text
     assert '<meta http-equiv="refresh"' not in page.text
 
