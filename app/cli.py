@@ -87,6 +87,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     from graders import grade
     from graders.exercises import UnknownExercise, get_exercise, list_exercises
+    from graders.notebook import NotebookError, extract_code
 
     try:
         get_exercise(args.exercise)
@@ -95,8 +96,15 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"loopgrade: unknown exercise {args.exercise!r}; known: {known}", file=sys.stderr)
         return 2
     try:
-        source = args.file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = args.file.read_bytes()
+        if args.file.suffix == ".ipynb":
+            extracted = extract_code(data)
+            source = extracted.source
+            for notice in extracted.notices:
+                print(f"loopgrade: {notice}", file=sys.stderr)
+        else:
+            source = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, NotebookError) as exc:
         print(f"loopgrade: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
 
@@ -156,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys_create.set_defaults(run=cmd_keys_create)
 
     grade = commands.add_parser("grade", help="grade a file locally, without a server")
-    grade.add_argument("file", type=Path, help="a .py file defining the exercise's function")
+    grade.add_argument(
+        "file", type=Path, help="a .py file (or .ipynb notebook) defining the exercise's function"
+    )
     grade.add_argument("--exercise", required=True, help="exercise id, e.g. train-step")
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.set_defaults(run=cmd_grade)

@@ -81,6 +81,12 @@ def test_grade_refuses_an_unknown_exercise_or_missing_file(tmp_path: Path) -> No
     assert missing.returncode == 2
     assert "absent.py" in missing.stderr
 
+    notebook = tmp_path / "broken.ipynb"
+    notebook.write_text('{"cells": [')
+    broken = loopgrade("grade", str(notebook), "--exercise", EXERCISE)
+    assert broken.returncode == 2
+    assert "broken.ipynb" in broken.stderr and "notebook" in broken.stderr
+
 
 def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
     env = {"LOOPGRADE_BWRAP": str(tmp_path / "no-bwrap-here")}
