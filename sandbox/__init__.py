@@ -6,9 +6,13 @@
     result.limit_hit    # "timed_out", "memory_exceeded", ... or None
 
 Settings (environment):
-    LOOPGRADE_SANDBOX        bwrap | auto (default). auto uses the first backend that works here.
+    LOOPGRADE_SANDBOX        bwrap | docker | auto (default). auto uses the first backend that
+                             works here, in that order.
     LOOPGRADE_BWRAP          the bwrap binary (default: `bwrap` on PATH).
-    LOOPGRADE_SANDBOX_UIDS   uids for runs when the server is root (default 2000000000-2000000063).
+    LOOPGRADE_SANDBOX_UIDS   uids for bwrap runs when the server is root
+                             (default 2000000000-2000000063).
+    LOOPGRADE_DOCKER_*       the docker backend's image, runtime (runsc), user and staging
+                             directory: see sandbox/docker.py.
 A host where no backend works refuses to run anything: run() raises SandboxUnavailable.
 """
 
@@ -21,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sandbox import bwrap
+from sandbox import docker as docker_backend
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -35,7 +40,7 @@ __all__ = [
     "run",
 ]
 
-BACKENDS = ("bwrap",)  # in the order `auto` tries them
+BACKENDS = ("bwrap", "docker")  # in the order `auto` tries them
 PROBE_PROGRAM = "import os\nos.write(3, b'ok')\n"
 PROBE_LIMITS = Limits(wall_timeout_seconds=30.0, cpu_seconds=10.0)
 
@@ -48,7 +53,9 @@ def run(program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
     exception, a limit hit) is a RunResult, never an exception.
     """
     bwrap.check_request(program, inputs, limits)
-    backend_name()  # refuses to go on without a working sandbox
+    if backend_name() == "docker":  # refuses to go on without a working sandbox
+        settings = docker_backend.DockerSettings.from_environment()
+        return docker_backend.run_program(settings, program, inputs, limits)
     return bwrap.run_program(_bwrap_binary(), program, inputs, limits)
 
 
@@ -60,15 +67,22 @@ def backend_name() -> str:
             f"LOOPGRADE_SANDBOX={setting!r} is not a sandbox backend: use one of "
             f"{', '.join(('auto', *BACKENDS))}"
         )
-    try:
-        _probe_bwrap(_bwrap_binary())
-    except SandboxUnavailable as error:
-        if setting == "auto":
-            raise SandboxUnavailable(
-                f"no sandbox backend works on this host. bwrap: {error}"
-            ) from None
-        raise
-    return "bwrap"
+    failures = []
+    for name in BACKENDS if setting == "auto" else (setting,):
+        try:
+            if name == "bwrap":
+                _probe_bwrap(_bwrap_binary())
+            else:
+                _probe_docker(docker_backend.DockerSettings.from_environment())
+        except SandboxUnavailable as error:
+            if setting != "auto":
+                raise
+            failures.append(f"{name}: {error}")
+            continue
+        return name
+    raise SandboxUnavailable(
+        "no sandbox backend works on this host. " + " | ".join(failures)
+    ) from None
 
 
 def check_available() -> None:
@@ -102,6 +116,30 @@ def _probe_bwrap(binary: str) -> None:
         stderr = result.stderr.decode(errors="replace").strip()
         raise SandboxUnavailable(
             _explain(binary, f"a trivial program failed (exit {result.exit_code}): {stderr}")
+        )
+
+
+def _probe_docker(settings: docker_backend.DockerSettings) -> None:
+    """Check the engine, the image and the runtime, then run a trivial program in a container."""
+    client = docker_backend.connect()
+    try:
+        docker_backend.check_engine(client, settings)
+    finally:
+        client.close()
+    _probe_docker_run(settings)
+
+
+@functools.cache  # only successes are cached: a failed probe raises
+def _probe_docker_run(settings: docker_backend.DockerSettings) -> None:
+    try:
+        result = docker_backend.run_program(settings, PROBE_PROGRAM, {}, PROBE_LIMITS)
+    except SandboxError as error:
+        raise SandboxUnavailable(f"docker cannot run a sandbox container: {error}") from error
+    if result.exit_code != 0 or result.payload != b"ok":
+        stderr = result.stderr.decode(errors="replace").strip()
+        raise SandboxUnavailable(
+            f"docker: a trivial program failed in {settings.image} "
+            f"(exit {result.exit_code}): {stderr}"
         )
 
 

@@ -28,6 +28,7 @@ def test_the_backend_here_is_bwrap() -> None:
 
 
 def test_missing_bwrap_refuses_to_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "bwrap")  # auto would fall back to docker
     monkeypatch.setenv("LOOPGRADE_BWRAP", str(tmp_path / "nowhere" / "bwrap"))
     trace = tmp_path / "trace"
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
@@ -53,10 +54,25 @@ def test_a_bwrap_that_cannot_make_a_sandbox_refuses_to_run(
     fake = shared_dir / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
     fake.chmod(0o755)
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "bwrap")
     monkeypatch.setenv("LOOPGRADE_BWRAP", str(fake))
     trace = shared_dir / "trace"
     with pytest.raises(SandboxUnavailable, match="uid map: Permission denied"):
         run(program_leaving_a_trace(trace), {}, FAST)
+    assert not trace.exists()
+
+
+def test_a_host_with_neither_backend_refuses_to_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "auto")
+    monkeypatch.setenv("LOOPGRADE_BWRAP", str(tmp_path / "nowhere" / "bwrap"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    trace = tmp_path / "trace"
+    with pytest.raises(SandboxUnavailable, match="no sandbox backend works") as refused:
+        run(program_leaving_a_trace(trace), {}, FAST)
+    assert "bwrap: bubblewrap is not installed" in str(refused.value)
+    assert "docker: no Docker engine answers" in str(refused.value)
     assert not trace.exists()
 
 

@@ -1,0 +1,190 @@
+"""PID 1 of a docker sandbox: starts the program and carries its three channels out on one stream.
+
+    python3 -I -S /opt/loopgrade/init/init.py CONFIG_JSON      (the container's command)
+
+A container has two output streams; a run has three: stdout, stderr and the result channel on
+fd 3. This init starts the program with a pipe on each and writes whatever arrives to its own
+stdout as frames: one byte naming the channel (O, E, P), four bytes of length (big-endian), the
+bytes. The supervisor (sandbox/docker.py) reads them through an attach socket and holds each
+channel to its cap. When the program has exited, this init kills every process left in the
+container, forwards what is still in the pipes, sends an X frame (JSON: the program's wait
+status, the CPU seconds and peak RSS of everything reaped, the largest file in scratch) and then
+waits to be killed, so that the supervisor can read the container's cgroups before they go.
+
+The program cannot forge frames or stop this process: its fds 1, 2 and 3 are pipes, this process
+is not dumpable (so /proc/1/fd and ptrace are closed to the same uid), and as PID 1 of the
+container's PID namespace it gets no signal from inside but SIGCHLD, which only wakes it.
+A deadline (the run's wall limit and a margin) ends the container even if the supervisor died.
+
+It runs as `python -I -S` in the image, so it uses only the standard library, and imports no
+module of the project: it is copied into the container on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import selectors
+import signal
+import struct
+import sys
+import time
+from typing import Any
+
+PR_SET_DUMPABLE = 4
+READ_BYTES = 65536
+SCAN_ENTRIES, SCAN_DEPTH = 10_000, 16
+SCRATCH_DIR = "/tmp"
+
+
+def write_frame(channel: bytes, data: bytes) -> None:
+    frame = memoryview(channel + struct.pack(">I", len(data)) + data)
+    while frame:
+        frame = frame[os.write(1, frame) :]
+
+
+def largest_file_bytes(top: str) -> int:
+    """The largest regular file under `top`, following no symlink, over a bounded walk."""
+    budget = SCAN_ENTRIES
+
+    def walk(path: str, depth: int) -> int:
+        nonlocal budget
+        largest = 0
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            return 0
+        for entry in entries:
+            budget -= 1
+            if budget < 0:
+                break
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    largest = max(largest, entry.stat(follow_symlinks=False).st_size)
+                elif entry.is_dir(follow_symlinks=False) and depth < SCAN_DEPTH:
+                    largest = max(largest, walk(entry.path, depth + 1))
+            except OSError:
+                continue
+        return largest
+
+    return walk(top, 0)
+
+
+def kill_all_others() -> None:
+    """SIGKILL every process of the container but this init."""
+    with contextlib.suppress(ProcessLookupError):  # none left
+        os.kill(-1, signal.SIGKILL)
+
+
+def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CDLL) -> int:
+    """Fork and exec the program with `pipes` (its fd -> our write end) as fds 1, 2 and 3."""
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()  # its kill(0, ...) reaches only its own group, never this init
+            os.dup2(devnull, 0)
+            for number, write_end in pipes.items():
+                os.dup2(write_end, number)
+            os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+            # Dumpable again (exec would do it anyway), or /proc/self is root's and closed to it.
+            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+            # The kernel's OOM killer picks the program (and its children), never this init.
+            with open("/proc/self/oom_score_adj", "w") as adj:
+                adj.write("1000")
+            for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+                signal.signal(number, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.chdir(config["cwd"])
+            os.execve(config["argv"][0], config["argv"], config["env"])
+        except BaseException as error:  # nothing may run on in this copy of the init
+            os.write(2, f"init: cannot start the program: {error}\n".encode())
+            os._exit(127)
+    os.close(devnull)
+    return pid
+
+
+def main(argv: list[str]) -> None:
+    config: dict[str, Any] = json.loads(argv[1])
+    deadline = time.monotonic() + float(config["deadline_seconds"])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+    # Python's own SIGINT handler would let the program interrupt this init from inside.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    channels: dict[int, bytes] = {}
+    pipes: dict[int, int] = {}
+    for number, channel in ((1, b"O"), (2, b"E"), (3, b"P")):
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        channels[read_end] = channel
+        pipes[number] = write_end
+    pid = start_program(config, pipes, libc)
+    for write_end in pipes.values():
+        os.close(write_end)
+
+    selector = selectors.DefaultSelector()
+    for read_end in channels:
+        selector.register(read_end, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    status: int | None = None
+    while channels or status is None:
+        timeout = max(0.0, deadline - time.monotonic())
+        if timeout == 0.0 and status is None:
+            status = -1  # the deadline: end it all, as the supervisor would have
+            kill_all_others()
+        for key, _ in selector.select(timeout if status is None else 1.0):
+            fd = int(key.fd)
+            if fd == wake_r:
+                while True:
+                    try:
+                        if not os.read(wake_r, 4096):
+                            break
+                    except BlockingIOError:
+                        break
+                continue
+            data = os.read(fd, READ_BYTES)
+            if data:
+                write_frame(channels[fd], data)
+            else:
+                selector.unregister(fd)
+                os.close(fd)
+                del channels[fd]
+        while True:  # reap the program, and every orphan that was handed to this init
+            try:
+                reaped, reaped_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if reaped == 0:
+                break
+            if reaped == pid:
+                status = reaped_status
+                # Whatever it left running dies with it; the pipes then reach end-of-file.
+                kill_all_others()
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report = {
+        "status": status,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "max_rss_bytes": usage.ru_maxrss * 1024,
+        "largest_file_bytes": largest_file_bytes(SCRATCH_DIR),
+    }
+    write_frame(b"X", json.dumps(report).encode())
+    while True:  # the supervisor reads the cgroups, then kills the container
+        if time.monotonic() > deadline + 60:
+            sys.exit(0)
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

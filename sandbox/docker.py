@@ -1,0 +1,604 @@
+"""The docker backend: one fresh container per run, from the grading runtime image.
+
+    settings = DockerSettings.from_environment()
+    result = run_program(settings, source, {"cases.json": data}, Limits())
+
+For each run the program, its inputs and the container init (sandbox/container_init.py) are
+written to a staging directory on the host and bind-mounted read-only at /sandbox and
+/opt/loopgrade/init. The container has no network, a read-only root, a size-capped tmpfs at
+/tmp, no capabilities, no-new-privileges, a non-root user, no IPC with anyone (no /dev/shm),
+pids, memory (swap equal), CPU and ulimit caps, no logging, and the engine removes it when it
+ends. The supervisor attaches to its output before starting it, reads the init's frames (the
+program's stdout, stderr and result channel, each held to its cap as it arrives), polls the
+container's cgroups from the host when this host can see them, and kills the container at the
+wall limit or at any cap.
+
+Settings (environment):
+    LOOPGRADE_DOCKER_IMAGE      grading runtime image (default loopgrade-runtime:latest), built by
+                                scripts/build-images.sh
+    LOOPGRADE_DOCKER_RUNTIME    OCI runtime registered with the engine, e.g. runsc for gVisor
+                                (default: the engine's default, runc)
+    LOOPGRADE_DOCKER_USER       uid:gid the program runs as (default 65534:65534); never root
+    LOOPGRADE_DOCKER_STAGE_DIR  where run directories are staged (default: the temp directory);
+                                the engine must see it at the same path
+    DOCKER_HOST, ...            which engine, as for the docker command
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox import host_view
+from sandbox.bwrap import ENVIRONMENT, PROGRAM_PATH, SANDBOX_DIR, SCRATCH_DIR, check_request
+from sandbox.cgroups import CGROUP_ROOT, RunCgroups
+from sandbox.errors import SandboxError, SandboxUnavailable
+from sandbox.limits import Limits
+from sandbox.result import RunResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "loopgrade-runtime:latest"
+DEFAULT_USER = "65534:65534"
+PYTHON = "/opt/loopgrade/venv/bin/python3"  # where the Dockerfile puts the venv
+INIT_DIR = "/opt/loopgrade/init"
+INIT_SOURCE = Path(__file__).with_name("container_init.py")
+LABEL = "loopgrade.sandbox"
+
+API_TIMEOUT_SECONDS = 30.0  # any one call to the engine; a teardown slower than this is hung
+INIT_DEADLINE_MARGIN_SECONDS = 30.0  # the init ends the container itself if nobody else did
+POLL_SECONDS = 0.02
+READ_BYTES = 65536
+MAX_FRAME_BYTES = 1 << 20  # the init sends at most READ_BYTES per frame
+INIT_STDERR_BYTES = 16 << 10
+CPU_CORES = 1.0  # like bwrap's cpu cgroup: a run cannot starve the runs beside it
+# gVisor's sentry runs the sandbox's processes on host threads and stub processes of its own:
+# under a fork bomb held to 17 processes inside, the container's pids cgroup passed 700 tasks
+# and kept growing, and a pids cap of 512 made the sandbox itself fail. So under runsc the
+# process cap is RLIMIT_NPROC, which gVisor counts in its own kernel for this sandbox alone,
+# and the pids cgroup is only a host-side backstop.
+GVISOR_RUNTIME = "runsc"
+GVISOR_PIDS_BACKSTOP = 4096
+USER_PATTERN = re.compile(r"[1-9][0-9]{0,9}:[1-9][0-9]{0,9}")
+FLAGS = (
+    "timed_out", "cpu_time_exceeded", "memory_exceeded", "process_limit_exceeded",
+    "file_size_exceeded", "open_files_exceeded", "output_truncated", "payload_truncated",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    """Which image, runtime and user the containers use; read from LOOPGRADE_DOCKER_*."""
+
+    image: str = DEFAULT_IMAGE
+    runtime: str | None = None
+    user: str = DEFAULT_USER
+    stage_dir: str = ""
+
+    @classmethod
+    def from_environment(cls) -> DockerSettings:
+        user = os.environ.get("LOOPGRADE_DOCKER_USER") or DEFAULT_USER
+        if not USER_PATTERN.fullmatch(user):
+            raise SandboxUnavailable(
+                f"LOOPGRADE_DOCKER_USER={user!r} is not 'uid:gid' with both above 0 (never root)"
+            )
+        return cls(
+            image=os.environ.get("LOOPGRADE_DOCKER_IMAGE") or DEFAULT_IMAGE,
+            runtime=os.environ.get("LOOPGRADE_DOCKER_RUNTIME") or None,
+            user=user,
+            stage_dir=os.environ.get("LOOPGRADE_DOCKER_STAGE_DIR") or tempfile.gettempdir(),
+        )
+
+
+def connect() -> Any:
+    """A client of the engine that DOCKER_HOST (or the default socket) names, checked with a ping.
+
+    Raises SandboxUnavailable, saying what to install or start.
+    """
+    try:
+        import docker
+    except ImportError:
+        raise SandboxUnavailable(
+            "the docker Python package is missing: pip install docker (a loopgrade dependency)"
+        ) from None
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.from_env(timeout=API_TIMEOUT_SECONDS)
+        client.ping()
+    except Exception as error:
+        raise SandboxUnavailable(
+            f"no Docker engine answers at {where} ({type(error).__name__}: {error}). "
+            "Install and start one (apt-get install docker.io; dockerd), or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def check_engine(client: Any, settings: DockerSettings) -> None:
+    """Raise SandboxUnavailable unless the image is there and the runtime is registered."""
+    import docker.errors
+
+    try:
+        client.api.inspect_image(settings.image)
+    except docker.errors.ImageNotFound:
+        raise SandboxUnavailable(
+            f"the grading image {settings.image} is not on the Docker engine: build it with "
+            "scripts/build-images.sh (or set LOOPGRADE_DOCKER_IMAGE)"
+        ) from None
+    if settings.runtime:
+        runtimes = client.info().get("Runtimes") or {}
+        if settings.runtime not in runtimes:
+            raise SandboxUnavailable(
+                f"LOOPGRADE_DOCKER_RUNTIME={settings.runtime!r} is not a runtime of the Docker "
+                f"engine (it has {', '.join(sorted(runtimes)) or 'none'}): register it in the "
+                "engine's daemon.json, see docs/security.md"
+            )
+
+
+def run_program(
+    settings: DockerSettings, program: str, inputs: Mapping[str, bytes], limits: Limits
+) -> RunResult:
+    """Run `program` at /sandbox/main.py with `inputs` beside it, in a fresh container."""
+    check_request(program, inputs, limits)
+    client = connect()
+    run = _Run(client, settings, limits)
+    try:
+        run.start(program, inputs)
+        run.supervise()
+        run.finish()
+    finally:
+        clean = run.close()
+        client.close()
+    if not clean:
+        raise SandboxError(
+            f"sandbox container {run.name} did not go away within {API_TIMEOUT_SECONDS:g} s; "
+            "see the log"
+        )
+    result = run.result()
+    log.debug(
+        "docker sandbox run: container=%s exit=%s signal=%s limit=%s wall=%.2fs cpu=%.2fs",
+        run.name, result.exit_code, result.signal, result.limit_hit, result.wall_seconds,
+        result.cpu_seconds,
+    )  # fmt: skip
+    return result
+
+
+class _Streams:
+    """Splits the engine's attach stream, then the init's frames, as bytes arrive."""
+
+    def __init__(self) -> None:
+        self.attach = bytearray()  # 8-byte header (stream, 0, 0, 0, size) and the bytes
+        self.frames = bytearray()  # the init's: channel byte, 4-byte size, the bytes
+        self.init_stderr = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        """The complete frames (channel, bytes) of the init that `data` finishes."""
+        self.attach += data
+        while len(self.attach) >= 8:
+            stream, size = struct.unpack(">BxxxL", self.attach[:8])
+            if len(self.attach) < 8 + size:
+                break
+            chunk = bytes(self.attach[8 : 8 + size])
+            del self.attach[: 8 + size]
+            if stream == 1:
+                self.frames += chunk
+            else:  # the init's own stderr: its failures, never the program's
+                self.init_stderr += chunk[: INIT_STDERR_BYTES - len(self.init_stderr)]
+        frames = []
+        while len(self.frames) >= 5:
+            channel = bytes(self.frames[:1])
+            (size,) = struct.unpack(">I", self.frames[1:5])
+            if channel not in (b"O", b"E", b"P", b"X") or size > MAX_FRAME_BYTES:
+                raise SandboxError(f"the container init sent a malformed frame ({channel!r})")
+            if len(self.frames) < 5 + size:
+                break
+            frames.append((channel, bytes(self.frames[5 : 5 + size])))
+            del self.frames[: 5 + size]
+        return frames
+
+
+class _Run:
+    """One container, from staging its files to its removal."""
+
+    def __init__(self, client: Any, settings: DockerSettings, limits: Limits) -> None:
+        self.client = client
+        self.api = client.api
+        self.settings = settings
+        self.limits = limits
+        self.name = f"loopgrade-run-{uuid.uuid4().hex[:16]}"
+        self.stage: Path | None = None
+        self.container_id: str | None = None
+        self.sock: socket.socket | None = None
+        self.response_socket: Any = None
+        self.streams = _Streams()
+        self.cgroups: RunCgroups | None = None
+        self.init_pid = 0
+        self.scratch_fd = -1  # the container's /tmp seen from the host, when it can be
+        self.started = self.ended = time.monotonic()
+        self.killed_at: float | None = None
+        self.ended_by_engine = False  # the init ended without a report
+        self.engine_status: int | None = None
+        self.report: dict[str, Any] | None = None
+        self.flags = dict.fromkeys(FLAGS, False)
+        self.payload, self.stdout, self.stderr = bytearray(), bytearray(), bytearray()
+        self.cpu_seconds = 0.0
+        self.peak_memory_bytes: int | None = None
+
+    # -- start -----------------------------------------------------------------------------------
+
+    def start(self, program: str, inputs: Mapping[str, bytes]) -> None:
+        import docker.errors
+        import requests
+
+        self._stage_files(program, inputs)
+        try:
+            self._create()
+            params = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0}
+            # Attached before the start, so that not one byte of output is missed.
+            self.response_socket = self.api.attach_socket(self.container_id, params=params)
+            self.sock = getattr(self.response_socket, "_sock", self.response_socket)
+            self.started = time.monotonic()  # the wall clock starts with the container
+            self.api.start(self.container_id)
+        except (docker.errors.DockerException, requests.RequestException) as error:
+            raise SandboxError(f"the Docker engine could not start a sandbox: {error}") from None
+        self._find_host_view()
+
+    def _stage_files(self, program: str, inputs: Mapping[str, bytes]) -> None:
+        base = Path(self.settings.stage_dir)
+        base.mkdir(parents=True, exist_ok=True)
+        self.stage = Path(tempfile.mkdtemp(prefix="loopgrade-docker-", dir=base))
+        files = {"sandbox": {"main.py": program.encode(), **inputs}}
+        files["init"] = {"init.py": INIT_SOURCE.read_bytes()}
+        for directory, contents in files.items():
+            path = self.stage / directory
+            path.mkdir(mode=0o755)
+            path.chmod(0o755)  # whatever the umask: the container's user reads it
+            for name, data in contents.items():
+                (path / name).write_bytes(data)
+                (path / name).chmod(0o444)
+
+    def _create(self) -> None:
+        from docker.types import LogConfig, Mount, Ulimit
+
+        assert self.stage is not None
+        limits = self.limits
+        cpu_seconds = math.ceil(limits.cpu_seconds)
+        ulimits = [
+            # SIGXCPU at the soft limit, SIGKILL at the hard one (per process; the cgroup's CPU
+            # time, polled, covers the sum).
+            Ulimit(name="cpu", soft=cpu_seconds, hard=cpu_seconds + 1),
+            Ulimit(name="fsize", soft=limits.file_size_bytes, hard=limits.file_size_bytes),
+            Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
+            Ulimit(name="core", soft=0, hard=0),
+            # /dev/mqueue is writable in every container: no POSIX message queue may be made
+            # there (their memory is counted per host uid, across containers).
+            Ulimit(name="msgqueue", soft=0, hard=0),
+        ]
+        # The init is one process of the group.
+        processes = limits.max_processes + 1
+        if self.settings.runtime == GVISOR_RUNTIME:
+            pids_limit = GVISOR_PIDS_BACKSTOP
+            ulimits.append(Ulimit(name="nproc", soft=processes, hard=processes))
+        else:
+            # Not RLIMIT_NPROC: it counts per host uid, over every container of that user.
+            pids_limit = processes
+        host_config = self.api.create_host_config(
+            mounts=[
+                Mount(SANDBOX_DIR, str(self.stage / "sandbox"), type="bind", read_only=True),
+                Mount(INIT_DIR, str(self.stage / "init"), type="bind", read_only=True),
+            ],
+            network_mode="none",
+            ipc_mode="none",  # a private IPC namespace and no /dev/shm to fill
+            read_only=True,
+            tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,noexec,size={limits.scratch_bytes},mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
+            pids_limit=pids_limit,
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,  # equal: no swap on top of the memory cap
+            nano_cpus=int(CPU_CORES * 1e9),
+            ulimits=ulimits,
+            log_config=LogConfig(type=LogConfig.types.NONE),
+            auto_remove=True,  # even if this server dies, the engine removes it once it ends
+            runtime=self.settings.runtime,
+        )
+        init_config = {
+            "argv": [PYTHON, "-I", PROGRAM_PATH],
+            "env": ENVIRONMENT,
+            "cwd": SCRATCH_DIR,
+            "deadline_seconds": limits.wall_timeout_seconds + INIT_DEADLINE_MARGIN_SECONDS,
+        }
+        container = self.api.create_container(
+            self.settings.image,
+            command=[PYTHON, "-I", "-S", f"{INIT_DIR}/init.py", json.dumps(init_config)],
+            entrypoint=[],
+            user=self.settings.user,
+            hostname="sandbox",
+            working_dir=SCRATCH_DIR,
+            environment={"LANG": "C.UTF-8", "PATH": ENVIRONMENT["PATH"]},
+            network_disabled=True,
+            labels={LABEL: "run"},
+            name=self.name,
+            host_config=host_config,
+            use_config_proxy=False,
+        )
+        self.container_id = str(container["Id"])
+
+    def _find_host_view(self) -> None:
+        """The container's cgroups (and, under runc, its processes and /tmp) as this host sees
+        them: only when the engine runs here, on cgroup v1, and this process may look."""
+        try:
+            state = self.api.inspect_container(self.container_id)["State"]
+            self.init_pid = int(state.get("Pid") or 0)
+            if self.init_pid <= 0:
+                return
+            dirs: dict[str, Path] = {}
+            for line in Path(f"/proc/{self.init_pid}/cgroup").read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                for controller in ("memory", "pids", "cpuacct"):
+                    if controller in controllers.split(",") and str(self.container_id) in path:
+                        dirs[controller] = Path(
+                            os.path.realpath(CGROUP_ROOT / controller / path.lstrip("/"))
+                        )
+            if len(dirs) == 3 and all(path.is_dir() for path in dirs.values()):
+                self.cgroups = RunCgroups(dirs)
+            # Under runc the init pid is the container's init, whose root is the container's;
+            # under gVisor it is the sandbox kernel, and its processes are not host processes.
+            root = f"/proc/{self.init_pid}/root"
+            if os.path.exists(f"{root}{INIT_DIR}/init.py"):
+                self.scratch_fd = os.open(f"{root}{SCRATCH_DIR}", os.O_RDONLY | os.O_DIRECTORY)
+        except (OSError, KeyError, ValueError) as error:
+            log.debug("container %s: no host view (%s)", self.name, error)
+
+    # -- supervise -------------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Read the init's frames and poll the limits until its report, the end, or a kill."""
+        assert self.sock is not None
+        wall_deadline = self.started + self.limits.wall_timeout_seconds
+        next_poll = time.monotonic()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.sock, selectors.EVENT_READ)
+            while self.killed_at is None and self.report is None:
+                now = time.monotonic()
+                if now >= wall_deadline:
+                    self._end("timed_out")
+                    break
+                if now >= next_poll:
+                    self._poll_limits()
+                    next_poll = now + POLL_SECONDS
+                    continue
+                wake = min(wall_deadline, next_poll) if self.cgroups else wall_deadline
+                if not selector.select(max(0.0, wake - time.monotonic())):
+                    continue
+                data = self.sock.recv(READ_BYTES)
+                if not data:
+                    self.ended = time.monotonic()
+                    self.ended_by_engine = True
+                    return
+                for channel, chunk in self.streams.feed(data):
+                    self._take(channel, chunk)
+                    if self.killed_at is not None or self.report is not None:
+                        break
+
+    def _take(self, channel: bytes, data: bytes) -> None:
+        if channel == b"X":
+            self.ended = time.monotonic()
+            try:
+                report = json.loads(data)
+                if not isinstance(report, dict):
+                    raise ValueError(report)
+                self.report = report
+            except ValueError:
+                raise SandboxError("the container init sent a malformed report") from None
+        elif channel == b"P":
+            room = self.limits.payload_bytes - len(self.payload)
+            self.payload += data[:room]
+            if len(data) > room:
+                self._end("payload_truncated")
+        else:
+            room = self.limits.output_bytes - len(self.stdout) - len(self.stderr)
+            (self.stdout if channel == b"O" else self.stderr).extend(data[:room])
+            if len(data) > room:
+                self._end("output_truncated")
+
+    def _poll_limits(self) -> None:
+        """Set the flag of every limit the container has hit, and end the run if any."""
+        if self.cgroups is None:
+            return
+        limits, hit = self.limits, []
+        try:
+            if self.cgroups.oom_kills():
+                hit.append("memory_exceeded")
+            if self.cgroups.process_limit_hits():
+                hit.append("process_limit_exceeded")
+            self.cpu_seconds = max(self.cpu_seconds, self.cgroups.cpu_seconds())
+            if self.cpu_seconds >= limits.cpu_seconds:
+                hit.append("cpu_time_exceeded")
+            self.peak_memory_bytes = self.cgroups.peak_memory_bytes()
+            if self.scratch_fd >= 0:
+                pids = self.cgroups.pids()
+                if any(host_view.open_fd_count(pid) >= limits.open_files for pid in pids):
+                    hit.append("open_files_exceeded")
+                if host_view.file_size_cap_reached(self.scratch_fd, limits.file_size_bytes):
+                    hit.append("file_size_exceeded")
+        except OSError:
+            # The container has ended and its cgroups are gone: what it did is in its report.
+            self.cgroups = None
+        for flag in hit:
+            self._end(flag)
+
+    def _end(self, flag: str) -> None:
+        """A limit was hit: record it and kill the container."""
+        self.flags[flag] = True
+        if self.killed_at is None:
+            self.killed_at = self.ended = time.monotonic()
+            self._kill()
+
+    def _kill(self) -> None:
+        import docker.errors
+
+        # Hang up first: the engine copies the container's output into this socket, and while
+        # that copy is blocked (a flood nobody reads) it does not finish the kill.
+        self._hang_up()
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self.api.kill(self.container_id)  # SIGKILL; 409 when it has already stopped
+
+    def _hang_up(self) -> None:
+        if self.sock is not None:
+            # shutdown(), not only close(): the HTTP response still holds the socket open.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+        for endpoint in (self.sock, self.response_socket):
+            if endpoint is not None:
+                with contextlib.suppress(OSError):
+                    endpoint.close()
+
+    # -- end -------------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """After the run: the last cgroup readings, and the end of the container."""
+        import docker.errors
+
+        if self.report is not None:
+            # All the program's processes are gone; the init waits, the cgroups are still there.
+            self._poll_limits()
+            if self.cgroups is None:
+                with contextlib.suppress(docker.errors.APIError):
+                    state = self.api.inspect_container(self.container_id)["State"]
+                    self.flags["memory_exceeded"] |= bool(state.get("OOMKilled"))
+            self._kill()
+            report = self.report
+            self.cpu_seconds = max(self.cpu_seconds, _number(report.get("cpu_seconds")))
+            if self.peak_memory_bytes is None and _number(report.get("max_rss_bytes")) > 0:
+                self.peak_memory_bytes = int(_number(report.get("max_rss_bytes")))
+            largest = _number(report.get("largest_file_bytes"))
+            self.flags["file_size_exceeded"] |= largest >= self.limits.file_size_bytes
+        elif self.ended_by_engine:
+            # The init ended without its report: killed, or failed. Its cgroups and its record
+            # may still be there for a moment.
+            self._poll_limits()
+            with contextlib.suppress(docker.errors.APIError):
+                state = self.api.inspect_container(self.container_id)["State"]
+                self.flags["memory_exceeded"] |= bool(state.get("OOMKilled"))
+            self.engine_status = self._wait_for_exit()
+            killed = self.engine_status == 128 + signal.SIGKILL
+            if killed and self.settings.runtime != GVISOR_RUNTIME:
+                # Under runc nothing inside can SIGKILL the init (PID 1 of its namespace), and
+                # we did not: the kernel's OOM killer did, when the program left it no memory.
+                # gVisor's kernel lets a process of the sandbox kill its init, so there a kill
+                # is only a kill.
+                self.flags["memory_exceeded"] = True
+            elif not killed:
+                failure = self.streams.init_stderr.decode(errors="replace").strip()
+                raise SandboxError(
+                    f"the sandbox container's init ended without a report (status "
+                    f"{self.engine_status}): {failure or 'no message'}"
+                )
+        self.flags["cpu_time_exceeded"] |= self.cpu_seconds >= self.limits.cpu_seconds
+
+    def _wait_for_exit(self) -> int | None:
+        import docker.errors
+        import requests
+
+        try:
+            return int(self.api.wait(self.container_id, timeout=API_TIMEOUT_SECONDS)["StatusCode"])
+        except (docker.errors.NotFound, requests.RequestException, KeyError, ValueError):
+            return None  # already removed, or it would not say
+
+    def close(self) -> bool:
+        """Kill and remove the container, drop the staged files; False if the container lives."""
+        import docker.errors
+        import requests
+
+        clean = True
+        self._hang_up()
+        if self.scratch_fd >= 0:
+            os.close(self.scratch_fd)
+            self.scratch_fd = -1
+        if self.container_id is not None:
+            try:
+                self.api.remove_container(self.container_id, force=True)
+            except docker.errors.NotFound:
+                pass  # removed by the engine already (auto_remove)
+            except docker.errors.APIError as error:
+                if "already in progress" not in str(error):
+                    log.error("sandbox container %s: removal failed: %s", self.name, error)
+                    clean = False
+            except requests.RequestException as error:
+                log.error("sandbox container %s: removal hung: %s", self.name, error)
+                clean = False
+            if clean:
+                clean = self._wait_until_removed()
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+        return clean
+
+    def _wait_until_removed(self) -> bool:
+        import docker.errors
+
+        deadline = time.monotonic() + API_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                self.api.inspect_container(self.container_id)
+            except docker.errors.NotFound:
+                return True
+            except Exception as error:  # the engine itself is in trouble
+                log.error("sandbox container %s: cannot check removal: %s", self.name, error)
+                return False
+            time.sleep(0.02)
+        log.error("sandbox container %s is still there after its removal", self.name)
+        return False
+
+    def result(self) -> RunResult:
+        exit_code: int | None = None
+        signal_number: int | None = None
+        status = _number(self.report.get("status")) if self.report is not None else None
+        if status is not None and status >= 0:
+            wait_status = int(status)
+            if os.WIFSIGNALED(wait_status):
+                signal_number = os.WTERMSIG(wait_status)
+            else:
+                exit_code = os.WEXITSTATUS(wait_status)
+        else:  # killed: by us, by the OOM killer, or by the init's own deadline
+            signal_number = signal.SIGKILL
+        return RunResult(
+            exit_code=exit_code,
+            signal=signal_number,
+            timed_out=self.flags["timed_out"],
+            cpu_time_exceeded=self.flags["cpu_time_exceeded"],
+            memory_exceeded=self.flags["memory_exceeded"],
+            process_limit_exceeded=self.flags["process_limit_exceeded"],
+            file_size_exceeded=self.flags["file_size_exceeded"],
+            open_files_exceeded=self.flags["open_files_exceeded"],
+            output_truncated=self.flags["output_truncated"],
+            payload_truncated=self.flags["payload_truncated"],
+            wall_seconds=self.ended - self.started,
+            cpu_seconds=self.cpu_seconds,
+            peak_memory_bytes=self.peak_memory_bytes,
+            payload=bytes(self.payload),
+            stdout=bytes(self.stdout),
+            stderr=bytes(self.stderr),
+        )
+
+
+def _number(value: object) -> float:
+    """A number from the init's report, or -1: the report is read as data, nothing more."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return -1.0
