@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import api, pages
 from app.db import create_db_engine, create_session_factory, database_revision, head_revision
-from app.queue import ThreadPoolDispatcher, requeue_after_restart
+from app.queue import ThreadPoolDispatcher, grading_limits, requeue_after_restart
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ def create_app(settings: Settings) -> FastAPI:
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
-        dispatcher = ThreadPoolDispatcher(sessions, worker_count=settings.worker_count)
+        dispatcher = ThreadPoolDispatcher(
+            sessions, worker_count=settings.worker_count, limits=grading_limits(settings)
+        )
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
         dispatcher.start()

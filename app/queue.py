@@ -7,6 +7,7 @@ for one id: only the run that claims the queued row grades it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,10 @@ from fastapi import Depends, Request
 
 import graders
 from app.db import SessionFactory
+from app.settings import Settings
 from app.submissions import claim_submission, record_error, record_report, requeue_unfinished
+from graders.grading import GRADING_LIMITS
+from sandbox import Limits
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +35,21 @@ class Dispatcher(Protocol):
     def stop(self) -> None: ...
 
 
-def run_grading_job(sessions: SessionFactory, submission_id: str) -> None:
+def grading_limits(settings: Settings) -> Limits | None:
+    """The grader's limits with the operator's LOOPGRADE_GRADING_* overrides; None if none."""
+    wall, cpu = settings.grading_wall_timeout_seconds, settings.grading_cpu_seconds
+    if wall is None and cpu is None:
+        return None
+    return dataclasses.replace(
+        GRADING_LIMITS,
+        wall_timeout_seconds=wall or GRADING_LIMITS.wall_timeout_seconds,
+        cpu_seconds=cpu or GRADING_LIMITS.cpu_seconds,
+    )
+
+
+def run_grading_job(
+    sessions: SessionFactory, submission_id: str, *, limits: Limits | None = None
+) -> None:
     """Claim the submission, grade it, store the result. No transaction is open while grading."""
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
@@ -47,7 +65,7 @@ def run_grading_job(sessions: SessionFactory, submission_id: str) -> None:
     )
     started = time.monotonic()
     try:
-        report = graders.grade(job.exercise_id, job.code)
+        report = graders.grade(job.exercise_id, job.code, limits)
     except Exception as exc:
         # Learner mistakes come back as reports; an exception is the server's own fault.
         log.exception(
@@ -87,9 +105,12 @@ def requeue_after_restart(sessions: SessionFactory, dispatcher: Dispatcher) -> i
 class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process."""
 
-    def __init__(self, sessions: SessionFactory, *, worker_count: int) -> None:
+    def __init__(
+        self, sessions: SessionFactory, *, worker_count: int, limits: Limits | None = None
+    ) -> None:
         self._sessions = sessions
         self._worker_count = worker_count
+        self._limits = limits
         self._executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
@@ -110,7 +131,7 @@ class ThreadPoolDispatcher:
 
     def _run(self, submission_id: str) -> None:
         try:
-            run_grading_job(self._sessions, submission_id)
+            run_grading_job(self._sessions, submission_id, limits=self._limits)
         except Exception:
             # The row stays queued or running; the next start takes it up again.
             log.exception("submission %s: grading job crashed", submission_id)

@@ -27,8 +27,15 @@ class Settings(BaseSettings):
     )
     # The sandbox package reads LOOPGRADE_SANDBOX itself; declared here so that a wrong value
     # stops `loopgrade serve` at once, with the other settings' errors.
-    sandbox: Literal["auto", "bwrap"] = Field(
+    sandbox: Literal["auto", "bwrap", "docker"] = Field(
         default="auto", description="Sandbox backend for learner code."
+    )
+    # Empty means the grader's own limits (graders.grading.GRADING_LIMITS).
+    grading_wall_timeout_seconds: float | None = Field(
+        default=None, gt=0, description="Wall-clock cap on each sandbox run of a grade."
+    )
+    grading_cpu_seconds: float | None = Field(
+        default=None, gt=0, description="CPU-time cap on each sandbox run of a grade."
     )
     database_busy_timeout_seconds: float = Field(default=10.0, gt=0)
 

@@ -89,10 +89,14 @@ def test_grade_refuses_an_unknown_exercise_or_missing_file(tmp_path: Path) -> No
 
 
 def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
-    env = {"LOOPGRADE_BWRAP": str(tmp_path / "no-bwrap-here")}
+    env = {
+        "LOOPGRADE_BWRAP": str(tmp_path / "no-bwrap-here"),
+        "DOCKER_HOST": f"unix://{tmp_path}/no-docker-here.sock",  # neither backend
+    }
     result = loopgrade("serve", "--port", "1", "--data-dir", str(tmp_path), env=env)
     assert result.returncode == 1
     assert "refusing to start" in result.stderr and "bubblewrap" in result.stderr
+    assert "Docker engine" in result.stderr
     assert not (tmp_path / "loopgrade.db").exists()
 
 
