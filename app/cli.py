@@ -1,4 +1,4 @@
-"""The `loopgrade` command: serve, migrate, keys create, grade.
+"""The `loopgrade` command: serve, migrate, keys create, grade, check-exercises.
 
 Each command imports what it needs: `keys` and `migrate` should not pay for importing torch.
 """
@@ -85,48 +85,15 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from graders import grade
-    from graders.exercises import UnknownExercise, get_exercise, list_exercises
-    from graders.notebook import NotebookError, extract_code
+    from graders.cli import grade_file
 
-    try:
-        get_exercise(args.exercise)
-    except UnknownExercise:
-        known = ", ".join(exercise.id for exercise in list_exercises())
-        print(f"loopgrade: unknown exercise {args.exercise!r}; known: {known}", file=sys.stderr)
-        return 2
-    try:
-        data = args.file.read_bytes()
-        if args.file.suffix == ".ipynb":
-            extracted = extract_code(data)
-            source = extracted.source
-            for notice in extracted.notices:
-                print(f"loopgrade: {notice}", file=sys.stderr)
-        else:
-            source = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError, NotebookError) as exc:
-        print(f"loopgrade: cannot read {args.file}: {exc}", file=sys.stderr)
-        return 2
+    return grade_file(args.file, args.exercise, args.json)
 
-    report = grade(args.exercise, source)
-    if args.json:
-        print(report.model_dump_json(indent=2))
-        return 0
 
-    print(f"{report.exercise}: {report.score:g}/{report.max_score:g}  {report.diagnosis}")
-    print()
-    width = max((len(check.id) for check in report.checks), default=0) + len(" (hidden)")
-    for check in report.checks:
-        mark = "PASS" if check.passed else "FAIL"
-        name = check.id + (" (hidden)" if check.hidden else "")
-        points = f"{check.points:g}/{check.max_points:g}"
-        print(f"  {mark}  {name:<{width}}  {points:>7}  {check.message}")
-    print()
-    print(report.feedback.rstrip())
-    if report.output:
-        print("\nWhat your code printed (visible cases):")
-        print(report.output.rstrip())
-    return 0
+def cmd_check_exercises(args: argparse.Namespace) -> int:
+    from graders.cli import check_exercises
+
+    return check_exercises()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--exercise", required=True, help="exercise id, e.g. train-step")
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.set_defaults(run=cmd_grade)
+
+    check = commands.add_parser(
+        "check-exercises",
+        help="prove every exercise sound: the reference scores full, the starter does not, "
+        "every known bug gets its diagnosis",
+    )
+    check.set_defaults(run=cmd_check_exercises)
     return parser
 
 

@@ -36,6 +36,9 @@ class SubmissionAccepted(BaseModel):
 
     id: str
     status: SubmissionStatus
+    notices: list[str] = Field(
+        default=[], description="What was left out of an uploaded notebook, and why."
+    )
 
 
 class SubmissionOut(BaseModel):

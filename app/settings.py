@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
     )
+    max_upload_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="Largest accepted uploaded file (a notebook carries outputs besides code).",
+    )
     # The sandbox package reads LOOPGRADE_SANDBOX itself; declared here so that a wrong value
     # stops `loopgrade serve` at once, with the other settings' errors.
     sandbox: Literal["auto", "bwrap", "docker"] = Field(
@@ -49,8 +54,8 @@ class Settings(BaseSettings):
 
     @property
     def request_body_bytes(self) -> int:
-        """Cap on a whole request body: room for the code JSON-escaped (up to 6x) and the rest."""
-        return 6 * self.max_code_bytes + 64 * 1024
+        """Cap on a whole request body: the code JSON-escaped (up to 6x), or an uploaded file."""
+        return max(6 * self.max_code_bytes, self.max_upload_bytes) + 64 * 1024
 
 
 def get_settings(request: Request) -> Settings:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.grading import grade
-from graders.notebook import NotebookError, extract_code
+from graders.notebook import NotebookError, code_from_file
 from graders.proving import prove
 from graders.report import GradeReport
 
@@ -35,19 +35,12 @@ def read_submission(path: Path) -> tuple[str, list[str]]:
     Raises ValueError with a message for the person who gave the file.
     """
     try:
-        data = path.read_bytes()
+        extracted = code_from_file(path.name, path.read_bytes())
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    if path.suffix == ".ipynb":
-        try:
-            extracted = extract_code(data)
-        except NotebookError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-        return extracted.source, extracted.notices
-    try:
-        return data.decode("utf-8"), []
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
+    except NotebookError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return extracted.source, extracted.notices
 
 
 def grade_file(path: Path, exercise_id: str, as_json: bool) -> int:
@@ -57,13 +50,13 @@ def grade_file(path: Path, exercise_id: str, as_json: bool) -> int:
         source, notices = read_submission(path)
     except UnknownExercise:
         known = ", ".join(exercise.id for exercise in list_exercises())
-        print(f"unknown exercise {exercise_id!r}; known: {known}", file=sys.stderr)
+        print(f"loopgrade: unknown exercise {exercise_id!r}; known: {known}", file=sys.stderr)
         return 2
     except ValueError as exc:
-        print(exc, file=sys.stderr)
+        print(f"loopgrade: {exc}", file=sys.stderr)
         return 2
     for notice in notices:
-        print(f"note: {notice}", file=sys.stderr)
+        print(f"loopgrade: {notice}", file=sys.stderr)
     report = grade(exercise_id, source)
     print(report.model_dump_json(indent=2) if as_json else format_report(report))
     return 0

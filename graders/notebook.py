@@ -1,4 +1,4 @@
-"""Learner code from a Jupyter notebook: the code cells joined, IPython-only lines dropped."""
+"""Learner code from an uploaded file: a .py as it is, or a notebook's code cells joined."""
 
 from __future__ import annotations
 
@@ -65,3 +65,19 @@ def extract_code(data: bytes) -> ExtractedCode:
     if not chunks:
         raise NotebookError("this notebook has no code cells")
     return ExtractedCode(source="\n\n".join(chunks) + "\n", notices=notices)
+
+
+def code_from_file(filename: str, data: bytes) -> ExtractedCode:
+    """The code to grade from a `.py` or `.ipynb` file, whichever way it arrived.
+
+    Raises NotebookError with a message for the learner when the file cannot be used.
+    """
+    suffix = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    if suffix == "ipynb":
+        return extract_code(data)
+    if suffix != "py":
+        raise NotebookError(f"{filename!r} is neither a .py file nor a .ipynb notebook")
+    try:
+        return ExtractedCode(source=data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise NotebookError(f"{filename!r} is not UTF-8 text") from None

@@ -105,3 +105,17 @@ def test_an_invalid_setting_is_reported_without_a_traceback(tmp_path: Path) -> N
     assert result.returncode == 2
     assert "LOOPGRADE_" in result.stderr and "worker_count" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_check_exercises_proves_the_unit_sound() -> None:
+    result = loopgrade("check-exercises")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "1. prove-accumulation",
+        "2. grad-magnitude",
+        "3. train-step",
+        "4. accumulate-microbatches",
+        "5. fix-the-loop",
+    ]
+    assert all(line.endswith(": ok") for line in lines)
