@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -21,7 +22,14 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="", description="SQLAlchemy URL; empty means SQLite at <data_dir>/loopgrade.db."
     )
-    worker_count: int = Field(default=2, ge=1, le=64, description="Grading threads.")
+    # Each grade runs two sandboxes at once (visible and hidden cases), each busy on one core:
+    # more workers than half the cores only queue on the CPU (measured in bench/).
+    worker_count: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
+        ge=1,
+        le=64,
+        description="Grading threads; default: half the CPU cores.",
+    )
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
     )
