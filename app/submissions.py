@@ -145,6 +145,8 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
         job,
         status=SubmissionStatus.GRADED,
         graded_at=utc_now(),
+        # The version graded against, which after a restart may be newer than the submitted one.
+        exercise_version=report.exercise_version,
         score=report.score,
         max_score=report.max_score,
         diagnosis=report.diagnosis,

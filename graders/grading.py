@@ -216,6 +216,7 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
     ]
     return GradeReport(
         exercise=exercise.id,
+        exercise_version=exercise.version,
         score=0,
         max_score=exercise.max_score,
         diagnosis=failure.diagnosis,
@@ -284,6 +285,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     ]
     return GradeReport(
         exercise=exercise.id,
+        exercise_version=exercise.version,
         score=sum(c.points for c in checks),
         max_score=exercise.max_score,
         diagnosis=diagnosis,

@@ -52,6 +52,7 @@ class GradeReport(BaseModel):
     """The score, the named mistake and the explanation for one submission."""
 
     exercise: str
+    exercise_version: str = Field(description="Content hash of the exercise graded against.")
     score: float
     max_score: float
     diagnosis: Diagnosis

@@ -45,6 +45,7 @@ def row_state(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:
                 "error_message",
                 "attempts",
                 "started_at",
+                "exercise_version",
                 "graded_at",
             )
         }
@@ -101,6 +102,7 @@ def test_a_stale_claim_cannot_overwrite_the_current_one(sessions: SessionFactory
         check = Check(id="runs", passed=True, points=score, max_points=1, message="ran")
         return GradeReport(
             exercise=EXERCISE,
+            exercise_version="v2",
             score=score,
             max_score=1,
             diagnosis="correct",
@@ -113,6 +115,7 @@ def test_a_stale_claim_cannot_overwrite_the_current_one(sessions: SessionFactory
         assert record_report(session, second, report(1.0)) is True
     state = row_state(sessions, submission_id)
     assert (state["status"], state["score"], state["attempts"]) == ("graded", 1.0, 2)
+    assert state["exercise_version"] == "v2", "the result records the version it was graded on"
 
 
 def test_requeue_takes_back_queued_and_running_only(sessions: SessionFactory) -> None:
