@@ -1,4 +1,9 @@
-"""Database tables. The submission row is also the grading job's record."""
+"""Database tables. The submission row is also the grading job's record.
+
+People: users (a site role), their web sessions, courses with enrolments (a course role) and
+assignments (due date, late and scoring policy). Every change an instructor makes to a score
+(an override, a regrade) leaves an audit event.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -71,8 +77,132 @@ class SubmissionStatus(enum.StrEnum):
     ERROR = "error"
 
 
+class SiteRole(enum.StrEnum):
+    """What a user may do across the site: an admin everything, an instructor create courses."""
+
+    ADMIN = "admin"
+    INSTRUCTOR = "instructor"
+    LEARNER = "learner"
+
+
+class CourseRole(enum.StrEnum):
+    LEARNER = "learner"
+    INSTRUCTOR = "instructor"
+
+
+class LatePolicy(enum.StrEnum):
+    PENALTY = "penalty"  # accepted, minus a share of the score per day late
+    LOCK = "lock"  # refused after the due date
+
+
+class ScoringPolicy(enum.StrEnum):
+    BEST = "best"
+    LATEST = "latest"
+
+
+class User(Base):
+    """A person with a local account. Only the argon2 hash of the password is kept."""
+
+    __tablename__ = "users"
+    __table_args__ = (
+        CheckConstraint("site_role IN ('admin', 'instructor', 'learner')", name="site_role_known"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    # Stored lower-cased: the sign-in form compares it as typed, lower-cased.
+    email: Mapped[str] = mapped_column(String(255), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    password_hash: Mapped[str] = mapped_column(String(255))
+    site_role: Mapped[str] = mapped_column(String(16), default=SiteRole.LEARNER)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.site_role == SiteRole.ADMIN
+
+
+class WebSession(Base):
+    """A signed-in browser. The cookie holds a random token; only its SHA-256 is kept here."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SignInFailure(Base):
+    """A failed sign-in, counted for rate limiting by email and by client address."""
+
+    __tablename__ = "sign_in_failures"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    email: Mapped[str] = mapped_column(String(255), index=True)
+    client_ip: Mapped[str] = mapped_column(String(64), index=True)
+    failed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class Course(Base):
+    """A class of learners with its instructors; learners join with the join code."""
+
+    __tablename__ = "courses"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200))
+    join_code: Mapped[str] = mapped_column(String(16), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    created_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+
+
+class Enrolment(Base):
+    """A user's role in one course."""
+
+    __tablename__ = "enrolments"
+    __table_args__ = (
+        UniqueConstraint("course_id", "user_id"),
+        CheckConstraint("role IN ('learner', 'instructor')", name="role_known"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    role: Mapped[str] = mapped_column(String(16), default=CourseRole.LEARNER)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class Assignment(Base):
+    """An exercise set in a course: when it is due and how its submissions are scored."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (
+        UniqueConstraint("course_id", "exercise_id"),
+        CheckConstraint("late_policy IN ('penalty', 'lock')", name="late_policy_known"),
+        CheckConstraint("scoring_policy IN ('best', 'latest')", name="scoring_policy_known"),
+        CheckConstraint(
+            "late_penalty_percent_per_day >= 0 AND late_penalty_percent_per_day <= 100",
+            name="late_penalty_percent",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    due_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    late_policy: Mapped[str] = mapped_column(String(16), default=LatePolicy.PENALTY)
+    late_penalty_percent_per_day: Mapped[float] = mapped_column(Float, default=0.0)
+    scoring_policy: Mapped[str] = mapped_column(String(16), default=ScoringPolicy.BEST)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
 class ApiKey(Base):
-    """A client of the REST API. Only the SHA-256 of the secret is kept."""
+    """A client of the REST API. Only the SHA-256 of the secret is kept.
+
+    A key tied to a course submits into it and reads only its submissions; a key from before
+    courses (no course) reads only submissions made without a course.
+    """
 
     __tablename__ = "api_keys"
 
@@ -81,6 +211,7 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
 
 
 class Submission(Base):
@@ -112,3 +243,52 @@ class Submission(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     api_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    # Who submitted from the pages (None for the API and anonymous practice), and where.
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), index=True)
+    course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
+    upload_filename: Mapped[str | None] = mapped_column(String(255))
+    # What was left out of an uploaded notebook, said for the learner.
+    upload_notices: Mapped[list[str] | None] = mapped_column(JSON)
+    # An instructor's score, which counts instead of the graded one until it is removed.
+    override_score: Mapped[float | None] = mapped_column(Float)
+    override_reason: Mapped[str | None] = mapped_column(Text)
+    override_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+    override_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Regrade(Base):
+    """One submission graded again: the result before, and after once the worker is done."""
+
+    __tablename__ = "regrades"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    # Regrades asked for together (every submission of an exercise) share a batch.
+    batch_id: Mapped[str] = mapped_column(String(36), index=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), index=True)
+    requested_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    old_status: Mapped[str] = mapped_column(String(16))
+    old_score: Mapped[float | None] = mapped_column(Float)
+    old_max_score: Mapped[float | None] = mapped_column(Float)
+    old_diagnosis: Mapped[str | None] = mapped_column(String(64))
+    old_exercise_version: Mapped[str] = mapped_column(String(64))
+    new_status: Mapped[str | None] = mapped_column(String(16))
+    new_score: Mapped[float | None] = mapped_column(Float)
+    new_max_score: Mapped[float | None] = mapped_column(Float)
+    new_diagnosis: Mapped[str | None] = mapped_column(String(64))
+    new_exercise_version: Mapped[str | None] = mapped_column(String(64))
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class AuditEvent(Base):
+    """Something a person did to scores or courses: who, when, what, and the values."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
+    actor_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+    action: Mapped[str] = mapped_column(String(64))
+    course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
+    submission_id: Mapped[str | None] = mapped_column(ForeignKey("submissions.id"), index=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
