@@ -52,6 +52,35 @@ class Settings(BaseSettings):
     )
     database_busy_timeout_seconds: float = Field(default=10.0, gt=0)
 
+    # People and pages.
+    secret_key: str = Field(
+        default="",
+        description="Signs session and CSRF cookies; empty means a random key kept in "
+        "<data_dir>/secret_key. Set it alike on every host behind one address.",
+    )
+    session_max_age_seconds: int = Field(
+        default=14 * 24 * 3600, ge=60, description="How long a sign-in lasts."
+    )
+    cookie_secure: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="Secure cookies: auto means when the request came over HTTPS (uvicorn "
+        "believes X-Forwarded-Proto from --forwarded-allow-ips, 127.0.0.1 by default).",
+    )
+    cookie_samesite: Literal["lax", "strict", "none"] = Field(
+        default="lax",
+        description="SameSite of the session cookie; 'none' (always Secure) lets pages signed "
+        "in inside a cross-site LMS iframe keep their session.",
+    )
+    allow_sign_up: bool = Field(default=True, description="Anyone may create a learner account.")
+    sign_in_max_failures: int = Field(
+        default=5, ge=1, description="Failed sign-ins per email within the window before a pause."
+    )
+    sign_in_window_seconds: int = Field(default=15 * 60, ge=1)
+    submission_rate_limit: int = Field(
+        default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
+    )
+    submission_rate_window_seconds: int = Field(default=60, ge=1)
+
     @model_validator(mode="after")
     def _resolve_paths(self) -> Settings:
         # Resolved once, so that a later chdir cannot move the database.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.models import Submission, SubmissionStatus, utc_now
+from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
@@ -24,6 +26,86 @@ class CodeTooLarge(SubmissionRejected):
 
 class UnknownExerciseId(SubmissionRejected):
     """No exercise has the id the submission names."""
+
+
+class AssignmentClosed(SubmissionRejected):
+    """The course locks this exercise after its due date, which has passed."""
+
+
+class TooManySubmissions(SubmissionRejected):
+    """The learner reached the submission rate limit; `retry_after_seconds` until the next."""
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `count` submissions per learner within any `window_seconds`."""
+
+    count: int
+    window_seconds: int
+
+    def describe(self) -> str:
+        window = self.window_seconds
+        if window % 3600 == 0:
+            span = "hour" if window == 3600 else f"{window // 3600} hours"
+        elif window % 60 == 0:
+            span = "minute" if window == 60 else f"{window // 60} minutes"
+        else:
+            span = f"{window} seconds"
+        return f"{self.count} submission{'s' if self.count != 1 else ''} per {span}"
+
+
+def check_rate(
+    session: Session,
+    limit: RateLimit | None,
+    *,
+    learner: str,
+    user_id: str | None,
+    course_id: str | None,
+) -> None:
+    """Raise TooManySubmissions when this learner already used up the window."""
+    if limit is None or limit.count <= 0:
+        return
+    since = utc_now() - timedelta(seconds=limit.window_seconds)
+    query = select(Submission.created_at).where(Submission.created_at > since)
+    if user_id is not None:
+        query = query.where(Submission.user_id == user_id)
+    else:
+        query = query.where(
+            Submission.user_id.is_(None),
+            Submission.learner == learner,
+            Submission.course_id.is_(None)
+            if course_id is None
+            else Submission.course_id == course_id,
+        )
+    recent = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit.count)).all()
+    if len(recent) < limit.count:
+        return
+    retry_after = max(
+        1,
+        math.ceil(
+            (recent[-1] + timedelta(seconds=limit.window_seconds) - utc_now()).total_seconds()
+        ),
+    )
+    raise TooManySubmissions(
+        f"You have reached the limit of {limit.describe()}. "
+        f"You can submit again in {retry_after} s.",
+        retry_after,
+    )
+
+
+def check_open(assignment: Assignment | None, now: datetime) -> None:
+    """Raise AssignmentClosed when the exercise is locked after a due date that has passed."""
+    if assignment is None or assignment.due_at is None:
+        return
+    if assignment.late_policy == LatePolicy.LOCK and now > assignment.due_at:
+        raise AssignmentClosed(
+            f"This exercise was due {assignment.due_at:%Y-%m-%d %H:%M} UTC and is now closed: "
+            "the course accepts no late submissions."
+        )
 
 
 def _check_text(field: str, value: str) -> None:
@@ -48,8 +130,18 @@ def create_submission(
     code: str,
     max_code_bytes: int,
     api_key_id: str | None = None,
+    user_id: str | None = None,
+    course_id: str | None = None,
+    assignment: Assignment | None = None,
+    rate_limit: RateLimit | None = None,
+    upload_filename: str | None = None,
+    upload_notices: list[str] | None = None,
 ) -> Submission:
-    """Validate and store a queued submission. Raises SubmissionRejected (or a subclass)."""
+    """Validate and store a queued submission. Raises SubmissionRejected (or a subclass).
+
+    In a course, `assignment` is the exercise as the course sets it (its lock after the due
+    date applies); `rate_limit` caps the learner's submissions (TooManySubmissions).
+    """
     try:
         exercise = get_exercise(exercise_id)
     except UnknownExercise:
@@ -75,6 +167,8 @@ def create_submission(
         raise SubmissionRejected(
             f"learner is {len(learner)} characters; the limit is {MAX_LEARNER_CHARS}"
         )
+    check_open(assignment, utc_now())
+    check_rate(session, rate_limit, learner=learner, user_id=user_id, course_id=course_id)
 
     submission = Submission(
         exercise_id=exercise.id,
@@ -84,6 +178,10 @@ def create_submission(
         status=SubmissionStatus.QUEUED,
         attempts=0,
         api_key_id=api_key_id,
+        user_id=user_id,
+        course_id=course_id,
+        upload_filename=upload_filename,
+        upload_notices=upload_notices or None,
     )
     session.add(submission)
     session.flush()
@@ -138,9 +236,19 @@ def _finish(session: Session, job: GradingJob, **values: object) -> bool:
     return result.one_or_none() is not None
 
 
+def _finish_regrades(session: Session, job: GradingJob, **values: object) -> None:
+    # A regrade in progress for this submission now has its new result.
+    session.execute(
+        update(Regrade)
+        .where(Regrade.submission_id == job.submission_id, Regrade.finished_at.is_(None))
+        .values(finished_at=utc_now(), **values)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def record_report(session: Session, job: GradingJob, report: GradeReport) -> bool:
     """Store the grader's result and mark the submission graded; False if the claim is stale."""
-    return _finish(
+    stored = _finish(
         session,
         job,
         status=SubmissionStatus.GRADED,
@@ -156,11 +264,25 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
         output=report.output,
         error_message=None,
     )
+    if stored:
+        _finish_regrades(
+            session,
+            job,
+            new_status=SubmissionStatus.GRADED,
+            new_score=report.score,
+            new_max_score=report.max_score,
+            new_diagnosis=report.diagnosis,
+            new_exercise_version=report.exercise_version,
+        )
+    return stored
 
 
 def record_error(session: Session, job: GradingJob, message: str) -> bool:
     """Mark the submission failed by a server fault; False if the claim is stale."""
-    return _finish(session, job, status=SubmissionStatus.ERROR, error_message=message)
+    stored = _finish(session, job, status=SubmissionStatus.ERROR, error_message=message)
+    if stored:
+        _finish_regrades(session, job, new_status=SubmissionStatus.ERROR)
+    return stored
 
 
 def requeue_unfinished(session: Session) -> list[str]:
@@ -182,3 +304,39 @@ def requeue_unfinished(session: Session) -> list[str]:
             .order_by(Submission.created_at)
         )
     )
+
+
+def submissions_of(
+    session: Session,
+    *,
+    user_id: str | None = None,
+    anonymous_learner: str | None = None,
+    course_id: str | None = None,
+    any_course: bool = False,
+    exercise_id: str | None = None,
+    limit: int = 500,
+) -> list[Submission]:
+    """One learner's submissions, newest first: a user's, or an anonymous browser's practice.
+
+    `course_id` None means practice (no course) unless `any_course`.
+    """
+    query = select(Submission)
+    if user_id is not None:
+        query = query.where(Submission.user_id == user_id)
+    elif anonymous_learner is not None:
+        query = query.where(
+            Submission.user_id.is_(None),
+            Submission.api_key_id.is_(None),
+            Submission.learner == anonymous_learner,
+        )
+    else:
+        return []
+    if not any_course:
+        query = query.where(
+            Submission.course_id.is_(None)
+            if course_id is None
+            else Submission.course_id == course_id
+        )
+    if exercise_id is not None:
+        query = query.where(Submission.exercise_id == exercise_id)
+    return list(session.scalars(query.order_by(Submission.created_at.desc()).limit(limit)))
