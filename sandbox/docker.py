@@ -60,6 +60,8 @@ PYTHON = "/opt/loopgrade/venv/bin/python3"  # where the Dockerfile puts the venv
 INIT_DIR = "/opt/loopgrade/init"
 INIT_SOURCE = Path(__file__).with_name("container_init.py")
 LABEL = "loopgrade.sandbox"
+# The supervising process, so that what a server (or a test) started can be told apart.
+PID_LABEL = "loopgrade.supervisor-pid"
 
 API_TIMEOUT_SECONDS = 30.0  # any one call to the engine; a teardown slower than this is hung
 INIT_DEADLINE_MARGIN_SECONDS = 30.0  # the init ends the container itself if nobody else did
@@ -334,7 +336,7 @@ class _Run:
             working_dir=SCRATCH_DIR,
             environment={"LANG": "C.UTF-8", "PATH": ENVIRONMENT["PATH"]},
             network_disabled=True,
-            labels={LABEL: "run"},
+            labels={LABEL: "run", PID_LABEL: str(os.getpid())},
             name=self.name,
             host_config=host_config,
             use_config_proxy=False,
@@ -476,7 +478,6 @@ class _Run:
     def finish(self) -> None:
         """After the run: the last cgroup readings, and the end of the container."""
         import docker.errors
-
 
         if self.report is not None:
             # All the program's processes are gone; the init waits, the cgroups are still there.

@@ -57,10 +57,11 @@ def docker_backend_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def sandbox_containers() -> list[str]:
-    """Names of every sandbox container the engine has, running or not."""
+    """Names of the sandbox containers this test process started that still exist."""
     client = docker_backend.connect()
     try:
-        containers = client.api.containers(all=True, filters={"label": docker_backend.LABEL})
+        filters = {"label": [docker_backend.LABEL, f"{docker_backend.PID_LABEL}={os.getpid()}"]}
+        containers = client.api.containers(all=True, filters=filters)
     finally:
         client.close()
     return [str(container["Names"][0]) for container in containers]
