@@ -1,0 +1,50 @@
+"""Learner-caused failures at the sandbox's caps are graded results: score 0 and a diagnosis."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+from graders import grade
+from sandbox import Limits
+
+LIMITS = Limits(wall_timeout_seconds=8.0, cpu_seconds=6.0, memory_bytes=768 * 2**20)
+
+ENDLESS = """
+    def train_step(model, optimizer, loss_fn, x, y):
+        while True:
+            pass
+"""
+MEMORY_BOMB = """
+    def train_step(model, optimizer, loss_fn, x, y):
+        hoard = []
+        while True:
+            hoard.append(bytearray(64 * 2**20))
+"""
+OUTPUT_FLOOD = """
+    def train_step(model, optimizer, loss_fn, x, y):
+        while True:
+            print("loss is going down, trust me " * 100)
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "diagnosis", "says"),
+    [
+        (ENDLESS, "timeout", "time limit"),
+        (MEMORY_BOMB, "memory-limit", "768 MiB"),
+        (OUTPUT_FLOOD, "output-limit", "printed more than 64 KiB"),
+    ],
+    ids=["timeout", "memory", "output"],
+)
+def test_a_cap_hit_is_a_graded_zero_naming_the_cap(body: str, diagnosis: str, says: str) -> None:
+    started = time.monotonic()
+    report = grade("train-step", textwrap.dedent(body), limits=LIMITS)
+    assert time.monotonic() - started < LIMITS.wall_timeout_seconds + 10
+    assert report.diagnosis == diagnosis, report.feedback
+    assert report.score == 0
+    assert says in report.feedback
+    runs = next(c for c in report.checks if c.id == "runs")
+    assert not runs.passed and says in runs.message
