@@ -79,3 +79,32 @@ def line_chart(series: PlotSeries) -> str:
         f'stroke="#b3261e" stroke-width="2.5"/>'
         "</svg>"
     )
+
+
+def bar_chart(title: str, bars: list[tuple[str, int]], *, chart_id: str) -> str:
+    """Horizontal bars, one per (label, count), longest first as given; fits a phone's width."""
+    row_height, label_width, width = 26, 190, 420
+    height = 30 + row_height * max(1, len(bars))
+    most = max((count for _, count in bars), default=0) or 1
+    bar_space = width - label_width - 50
+    rows = []
+    for index, (label, count) in enumerate(bars):
+        top = 24 + index * row_height
+        length = bar_space * count / most
+        rows.append(
+            f'<text x="{label_width - 6}" y="{top + 15}" text-anchor="end">{escape(label)}</text>'
+            f'<rect x="{label_width}" y="{top + 3}" width="{length:.1f}" height="16" '
+            f'class="bar"/>'
+            f'<text x="{label_width + length + 5:.1f}" y="{top + 15}">{count}</text>'
+        )
+    if not bars:
+        rows.append(f'<text x="{label_width}" y="40">nothing yet</text>')
+    description = "; ".join(f"{label}: {count}" for label, count in bars) or "no data"
+    return (
+        f'<svg class="chart bar-chart" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-labelledby="{escape(chart_id)}-title '
+        f'{escape(chart_id)}-desc" xmlns="http://www.w3.org/2000/svg">'
+        f'<title id="{escape(chart_id)}-title">{escape(title)}</title>'
+        f'<desc id="{escape(chart_id)}-desc">{escape(description)}</desc>'
+        f'<text x="0" y="14" class="chart-title">{escape(title)}</text>' + "".join(rows) + "</svg>"
+    )

@@ -15,10 +15,12 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import api, pages
+from app import account_pages, api, instructor_pages, pages
 from app.db import create_db_engine, create_session_factory, database_revision, head_revision
 from app.queue import ThreadPoolDispatcher, grading_limits, requeue_after_restart
+from app.rendering import install_error_pages
 from app.settings import Settings
+from app.web_sessions import load_secret_key
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.secret_key = load_secret_key(settings)
     app.add_middleware(
         RequestBodyLimit,
         max_body_bytes=settings.request_body_bytes,
@@ -85,8 +88,11 @@ def create_app(settings: Settings) -> FastAPI:
             status_code=500,
         )
 
+    install_error_pages(app)
     app.include_router(api.router)
+    app.include_router(account_pages.router)
     app.include_router(pages.router)
+    app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 

@@ -1,66 +1,96 @@
-"""HTML pages for learners: the exercises, a code form, and the result as soon as it is graded.
+"""The learner's pages: a course's home, an exercise (editor, upload), a result, the history.
 
-The pages embed in an LMS iframe, so no X-Frame-Options; scripts and styles are our own files
-(no CDN, no inline script), which lets the Content-Security-Policy forbid everything else.
+Practice works without a course, for anyone: a visitor who is not signed in is an anonymous
+learner kept in a cookie. Every submission page is for its learner, the instructors of its
+course and site admins only; to anyone else it does not exist (404).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Cookie, Form, Request, Response
-from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.templating import Jinja2Templates
-from markdown_it import MarkdownIt
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
+from sqlalchemy.orm import Session
 
+from app.account_pages import LEARNER_COOKIE, signed_in_user
 from app.charts import line_chart
+from app.courses import (
+    AssignedExercise,
+    assignment_of,
+    assignments_of,
+    can_view_submission,
+    course_role,
+    courses_of,
+    require_member,
+)
 from app.db import SessionDep
-from app.models import Submission, SubmissionStatus
+from app.gradebook import learner_cells, practice_assignment
+from app.models import Course, CourseRole, Submission, SubmissionStatus, User, utc_now
 from app.queue import DispatcherDep
-from app.settings import SettingsDep
-from app.submissions import CodeTooLarge, SubmissionRejected, create_submission, get_submission
+from app.rendering import PageError, SignInRequired, render
+from app.review import review_context
+from app.settings import Settings, SettingsDep
+from app.submissions import (
+    AssignmentClosed,
+    CodeTooLarge,
+    RateLimit,
+    SubmissionRejected,
+    TooManySubmissions,
+    check_open,
+    create_submission,
+    get_submission,
+    submissions_of,
+)
+from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
+from graders.notebook import NotebookError, code_from_file
 from graders.report import PlotSeries
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
-templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
-# Raw HTML in markdown is shown as text: feedback can quote the learner's own code and errors.
-_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
-templates.env.filters["markdown"] = lambda text: Markup(_markdown.render(text or ""))
-
-LEARNER_COOKIE = "loopgrade_learner"
 _LEARNER_COOKIE_VALUE = re.compile(r"web:[A-Za-z0-9_-]{16,64}")
-PAGE_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
-        "form-action 'self'; frame-ancestors *"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-}
 FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
+NO_SUBMISSION = "There is no submission with this id, or it is not yours to see."
 
 
 def new_learner_id() -> str:
-    """An anonymous learner, kept in a cookie until LTI brings real identities."""
+    """An anonymous learner, kept in a cookie, for practice without an account."""
     return f"web:{secrets.token_urlsafe(16)}"
 
 
-def render(
-    request: Request, template: str, context: dict[str, Any], *, status_code: int = 200
-) -> HTMLResponse:
-    return templates.TemplateResponse(
-        request, template, context, status_code=status_code, headers=PAGE_HEADERS
-    )
+def anonymous_learner(request: Request, viewer: Viewer) -> str | None:
+    if viewer.user is not None:
+        return None
+    learner = request.cookies.get(LEARNER_COOKIE, "")
+    return learner if _LEARNER_COOKIE_VALUE.fullmatch(learner) else None
 
 
-def not_found(request: Request, message: str) -> HTMLResponse:
-    return render(request, "not_found.html", {"message": message}, status_code=404)
+def rate_limit(settings: Settings) -> RateLimit | None:
+    if settings.submission_rate_limit <= 0:
+        return None
+    return RateLimit(settings.submission_rate_limit, settings.submission_rate_window_seconds)
+
+
+def find_exercise(exercise_id: str) -> Exercise:
+    try:
+        return get_exercise(exercise_id)
+    except UnknownExercise:
+        raise PageError(404, "Not found", f"There is no exercise called “{exercise_id}”.") from None
+
+
+def viewable_submission(
+    request: Request, session: Session, viewer: Viewer, submission_id: str
+) -> Submission:
+    submission = get_submission(session, submission_id)
+    if submission is None or not can_view_submission(
+        session, viewer.user, anonymous_learner(request, viewer), submission
+    ):
+        raise PageError(404, "Not found", NO_SUBMISSION)
+    return submission
 
 
 def result_context(submission: Submission) -> dict[str, Any]:
@@ -75,61 +105,192 @@ def result_context(submission: Submission) -> dict[str, Any]:
     }
 
 
-@router.get("/")
-def index(request: Request) -> HTMLResponse:
-    return render(request, "index.html", {"exercises": list_exercises()})
+def _unit(
+    session: Session,
+    viewer: Viewer,
+    request: Request,
+    course: Course | None,
+) -> list[tuple[AssignedExercise, Any]]:
+    """The exercises in the unit's order with this learner's state on each."""
+    user_id = viewer.user.id if viewer.user else None
+    if course is not None:
+        exercises = assignments_of(session, course.id)
+        cells = learner_cells(session, exercises, course_id=course.id, user_id=user_id)
+    else:
+        exercises = [practice_assignment(e) for e in list_exercises()]
+        cells = learner_cells(
+            session,
+            exercises,
+            course_id=None,
+            user_id=user_id,
+            anonymous_learner=anonymous_learner(request, viewer),
+        )
+    return list(zip(exercises, cells, strict=True))
+
+
+def exercise_context(
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    settings: Settings,
+    exercise: Exercise,
+    course: Course | None,
+    assigned: AssignedExercise | None,
+    code: str,
+) -> dict[str, Any]:
+    limit = rate_limit(settings)
+    closed = False
+    if assigned is not None:
+        try:
+            check_open(assigned.assignment, utc_now())
+        except AssignmentClosed:
+            closed = True
+    recent = submissions_of(
+        session,
+        user_id=viewer.user.id if viewer.user else None,
+        anonymous_learner=anonymous_learner(request, viewer),
+        course_id=course.id if course else None,
+        exercise_id=exercise.id,
+        limit=5,
+    )
+    base = (
+        f"/courses/{course.id}/exercises/{exercise.id}" if course else f"/exercises/{exercise.id}"
+    )
+    return {
+        "exercise": exercise,
+        "course": course,
+        "assigned": assigned,
+        "code": code,
+        "action": base,
+        "unit": _unit(session, viewer, request, course),
+        "recent": recent,
+        "rate_limit": limit.describe() if limit else None,
+        "closed": closed,
+        "max_upload_kib": settings.max_upload_bytes // 1024,
+    }
+
+
+def _editable_code(
+    request: Request, session: Session, viewer: Viewer, exercise: Exercise, edit: str | None
+) -> str:
+    """The starter code, or the code of a submission of the viewer's to `edit`."""
+    if edit:
+        previous = get_submission(session, edit)
+        if (
+            previous is not None
+            and previous.exercise_id == exercise.id
+            and can_view_submission(
+                session, viewer.user, anonymous_learner(request, viewer), previous
+            )
+        ):
+            return previous.code
+    return exercise.starter_code
 
 
 @router.get("/exercises/{exercise_id}")
-def exercise_page(
-    request: Request, exercise_id: str, session: SessionDep, edit: str | None = None
-) -> HTMLResponse:
-    """The prompt and the editor: with the starter code, or a submission's code to `edit`."""
-    try:
-        exercise = get_exercise(exercise_id)
-    except UnknownExercise:
-        return not_found(request, f"There is no exercise called “{exercise_id}”.")
-    code = exercise.starter_code
-    previous = get_submission(session, edit) if edit else None
-    if previous is not None and previous.exercise_id == exercise.id:
-        code = previous.code
-    return render(request, "exercise.html", {"exercise": exercise, "code": code})
-
-
-@router.post("/exercises/{exercise_id}", response_model=None)
-def submit_form(
+def practice_page(
     request: Request,
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
+    viewer: ViewerDep,
+    edit: str | None = None,
+) -> HTMLResponse:
+    """Practice outside any course: the prompt and the editor."""
+    exercise = find_exercise(exercise_id)
+    code = _editable_code(request, session, viewer, exercise, edit)
+    context = exercise_context(request, session, viewer, settings, exercise, None, None, code)
+    return render(request, viewer, "exercise.html", context)
+
+
+@router.get("/courses/{course_id}/exercises/{exercise_id}")
+def course_exercise_page(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    edit: str | None = None,
+) -> HTMLResponse:
+    user = signed_in_user(viewer)
+    course, _ = require_member(session, user, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    code = _editable_code(request, session, viewer, assigned.exercise, edit)
+    context = exercise_context(
+        request, session, viewer, settings, assigned.exercise, course, assigned, code
+    )
+    return render(request, viewer, "exercise.html", context)
+
+
+def _submit(
+    request: Request,
+    session: Session,
+    settings: Settings,
     dispatcher: DispatcherDep,
-    code: Annotated[str, Form()] = "",
-    learner_cookie: Annotated[str | None, Cookie(alias=LEARNER_COOKIE)] = None,
+    viewer: Viewer,
+    exercise: Exercise,
+    course: Course | None,
+    assigned: AssignedExercise | None,
+    code: str,
+    file: UploadFile | None,
 ) -> Response:
-    try:
-        exercise = get_exercise(exercise_id)
-    except UnknownExercise:
-        return not_found(request, f"There is no exercise called “{exercise_id}”.")
     # Browsers send textarea lines with CRLF.
     code = code.replace("\r\n", "\n")
-    learner = learner_cookie or ""
-    new_learner = not _LEARNER_COOKIE_VALUE.fullmatch(learner)
-    if new_learner:
-        learner = new_learner_id()
+    user = viewer.user
+    new_learner = None
+    if user is not None:
+        learner = user.email
+    else:
+        learner = anonymous_learner(request, viewer) or ""
+        if not learner:
+            learner = new_learner = new_learner_id()
+    filename, notices = None, None
     try:
+        if file is not None and file.filename:
+            data = file.file.read(settings.max_upload_bytes + 1)
+            if len(data) > settings.max_upload_bytes:
+                raise CodeTooLarge(
+                    f"{file.filename} is over the upload limit of "
+                    f"{settings.max_upload_bytes // 1024} KiB"
+                )
+            try:
+                extracted = code_from_file(file.filename, data)
+            except NotebookError as exc:
+                raise SubmissionRejected(str(exc)) from None
+            code, filename, notices = extracted.source, file.filename[:255], extracted.notices
         submission = create_submission(
             session,
             exercise_id=exercise.id,
             learner=learner,
             code=code,
             max_code_bytes=settings.max_code_bytes,
+            user_id=user.id if user else None,
+            course_id=course.id if course else None,
+            assignment=assigned.assignment if assigned else None,
+            rate_limit=rate_limit(settings),
+            upload_filename=filename,
+            upload_notices=notices,
         )
     except SubmissionRejected as exc:
+        session.rollback()
+        status_code, headers = 422, {}
+        if isinstance(exc, CodeTooLarge):
+            status_code = 413
+        elif isinstance(exc, TooManySubmissions):
+            status_code, headers = 429, {"Retry-After": str(exc.retry_after_seconds)}
+        elif isinstance(exc, AssignmentClosed):
+            status_code = 403
+        context = exercise_context(
+            request, session, viewer, settings, exercise, course, assigned, code
+        )
         return render(
             request,
+            viewer,
             "exercise.html",
-            {"exercise": exercise, "code": code, "error": str(exc)},
-            status_code=413 if isinstance(exc, CodeTooLarge) else 422,
+            {**context, "error": str(exc)},
+            status_code=status_code,
+            headers=headers,
         )
     session.commit()
     dispatcher.enqueue(submission.id)
@@ -137,27 +298,170 @@ def submit_form(
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
         response.set_cookie(
-            LEARNER_COOKIE, learner, max_age=365 * 24 * 3600, httponly=True, samesite="lax"
+            LEARNER_COOKIE, new_learner, max_age=365 * 24 * 3600, httponly=True, samesite="lax"
         )
     return response
 
 
-@router.get("/submissions/{submission_id}")
-def submission_page(request: Request, submission_id: str, session: SessionDep) -> HTMLResponse:
-    submission = get_submission(session, submission_id)
-    if submission is None:
-        return not_found(request, "There is no submission with this id.")
+@router.post("/exercises/{exercise_id}", response_model=None)
+def submit_practice(
+    request: Request,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    viewer: CsrfViewerDep,
+    code: Annotated[str, Form()] = "",
+    file: Annotated[UploadFile | None, File()] = None,
+) -> Response:
+    exercise = find_exercise(exercise_id)
+    return _submit(request, session, settings, dispatcher, viewer, exercise, None, None, code, file)
+
+
+@router.post("/courses/{course_id}/exercises/{exercise_id}", response_model=None)
+def submit_in_course(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    viewer: CsrfViewerDep,
+    code: Annotated[str, Form()] = "",
+    file: Annotated[UploadFile | None, File()] = None,
+) -> Response:
+    user = signed_in_user(viewer)
+    course, _ = require_member(session, user, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    return _submit(
+        request,
+        session,
+        settings,
+        dispatcher,
+        viewer,
+        assigned.exercise,
+        course,
+        assigned,
+        code,
+        file,
+    )
+
+
+@router.get("/courses/{course_id}")
+def course_home(
+    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
+    """The course's exercises in order, with due dates, and the learner's state and score."""
+    user = signed_in_user(viewer)
+    course, role = require_member(session, user, course_id)
+    return render(
+        request,
+        viewer,
+        "course.html",
+        {
+            "course": course,
+            "role": role,
+            "is_instructor": role == CourseRole.INSTRUCTOR,
+            "unit": _unit(session, viewer, request, course),
+            "now": utc_now(),
+        },
+    )
+
+
+def submission_context(
+    request: Request, session: Session, viewer: Viewer, submission_id: str
+) -> dict[str, Any]:
+    submission = viewable_submission(request, session, viewer, submission_id)
     try:
         exercise: Exercise | None = get_exercise(submission.exercise_id)
     except UnknownExercise:
         exercise = None
-    return render(request, "submission.html", {"exercise": exercise, **result_context(submission)})
+    course = session.get(Course, submission.course_id) if submission.course_id else None
+    is_owner = _is_owner(request, viewer, submission)
+    # Whoever may see it and did not make it reviews it: an instructor or a site admin.
+    review = None
+    if not is_owner or (
+        course is not None and course_role(session, viewer.user, course.id) == CourseRole.INSTRUCTOR
+    ):
+        review = review_context(session, request.app.state.settings, submission)
+    return {
+        "exercise": exercise,
+        "course": course,
+        "is_owner": is_owner,
+        "review": review,
+        **result_context(submission),
+    }
+
+
+# What an instructor's action on a submission page says once done (redirected with ?done=).
+DONE_MESSAGES = {
+    "override-set": "Override set: it counts instead of the graded score until you remove it.",
+    "override-removed": "Override removed: the graded score counts again.",
+    "regrade": "Regrading: the new result replaces the old one, which is kept below.",
+}
+
+
+@router.get("/submissions/{submission_id}")
+def submission_page(
+    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+) -> HTMLResponse:
+    context = submission_context(request, session, viewer, submission_id)
+    return render(
+        request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
+    )
+
+
+def _is_owner(request: Request, viewer: Viewer, submission: Submission) -> bool:
+    if viewer.user is not None:
+        return submission.user_id == viewer.user.id
+    return submission.user_id is None and submission.learner == anonymous_learner(request, viewer)
 
 
 @router.get("/submissions/{submission_id}/result")
-def submission_result(request: Request, submission_id: str, session: SessionDep) -> HTMLResponse:
+def submission_result(
+    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
     """The result section alone, which the submission page polls until it is finished."""
-    submission = get_submission(session, submission_id)
-    if submission is None:
-        return not_found(request, "There is no submission with this id.")
-    return render(request, "_result.html", result_context(submission))
+    submission = viewable_submission(request, session, viewer, submission_id)
+    return render(request, viewer, "_result.html", result_context(submission))
+
+
+@router.get("/history")
+def history(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    course: str = "",
+    exercise: str = "",
+) -> HTMLResponse:
+    """Every submission of the viewer's (in one course, or practice, or all), newest first."""
+    user: User | None = viewer.user
+    anonymous = anonymous_learner(request, viewer)
+    chosen: Course | None = None
+    if course and course != "practice":
+        if user is None:
+            raise SignInRequired()
+        chosen, _ = require_member(session, user, course)
+    rows = submissions_of(
+        session,
+        user_id=user.id if user else None,
+        anonymous_learner=anonymous,
+        course_id=chosen.id if chosen else None,
+        any_course=not course,
+        exercise_id=exercise or None,
+    )
+    courses = {c.course.id: c.course for c in courses_of(session, user)} if user else {}
+    titles = {e.id: e.title for e in list_exercises()}
+    return render(
+        request,
+        viewer,
+        "history.html",
+        {
+            "rows": rows,
+            "courses": courses,
+            "titles": titles,
+            "course_filter": course,
+            "exercise_filter": exercise,
+            "chosen": chosen,
+        },
+    )
