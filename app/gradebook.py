@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from app.courses import AssignedExercise, assignments_of, members
 from app.models import (
+    Assignment,
     Course,
     CourseRole,
     LatePolicy,
@@ -32,6 +33,8 @@ from app.models import (
     SubmissionStatus,
     User,
 )
+from app.submissions import submissions_of
+from graders.exercises import Exercise
 
 State = Literal["not-tried", "tried", "solved"]
 DAY = timedelta(days=1)
@@ -436,4 +439,55 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
         attempts_to_solve=attempts_to_solve,
         score_distribution=list(zip(SCORE_BUCKETS, distribution, strict=True)),
         diagnoses=diagnoses,
+    )
+
+
+def practice_assignment(exercise: Exercise) -> AssignedExercise:
+    """An exercise outside any course: undated, the best submission counts."""
+    return AssignedExercise(
+        exercise,
+        Assignment(
+            exercise_id=exercise.id,
+            due_at=None,
+            late_policy=LatePolicy.PENALTY,
+            late_penalty_percent_per_day=0.0,
+            scoring_policy=ScoringPolicy.BEST,
+        ),
+    )
+
+
+def learner_cells(
+    session: Session,
+    exercises: list[AssignedExercise],
+    *,
+    course_id: str | None,
+    user_id: str | None,
+    anonymous_learner: str | None = None,
+) -> list[Cell]:
+    """One learner's standing on each exercise: in a course, or in practice (no course)."""
+    mine = submissions_of(
+        session,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner,
+        course_id=course_id,
+    )
+    return [
+        score_cell(assigned, [s for s in mine if s.exercise_id == assigned.id])
+        for assigned in exercises
+    ]
+
+
+def practice_cells(
+    session: Session,
+    exercises: list[Exercise],
+    *,
+    user_id: str | None,
+    anonymous_learner: str | None,
+) -> list[Cell]:
+    return learner_cells(
+        session,
+        [practice_assignment(exercise) for exercise in exercises],
+        course_id=None,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner,
     )
