@@ -125,10 +125,12 @@ def _bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, s
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    # Scratch before the interpreter's binds: a venv that lives under /tmp (a CI checkout, say)
+    # is then bound on top of the scratch tmpfs instead of being hidden under it.
+    args += ["--size", str(limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
     for source, destination in binds:
         args += ["--ro-bind", source, destination]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--size", str(limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
     for fd, name in enumerate(["main.py", *input_names], start=FIRST_FILE_FD):
         args += ["--perms", "0444", "--ro-bind-data", str(fd), f"{SANDBOX_DIR}/{name}"]
     # The root and /dev (with /dev/shm) are tmpfs made by bwrap: without this they are writable.
