@@ -33,12 +33,12 @@ def code(body: str) -> str:
 
 CORRECT_STYLES: dict[str, dict[str, str]] = {
     "prove-accumulation": {
-        "clone": """
+        "multiply by one": """
             def accumulation_demo(model, loss_fn, x, y):
                 loss_fn(model(x), y).backward()
-                first = model.weight.grad.clone()
+                first = model.weight.grad * 1.0
                 loss_fn(model(x), y).backward()
-                return first, model.weight.grad.clone()
+                return first, model.weight.grad * 1.0
         """,
         "detach and clone": """
             def accumulation_demo(model, loss_fn, x, y):
@@ -78,13 +78,16 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
     "grad-magnitude": {
-        "loop with None check": """
+        "math.fsum over entries": """
+            import math
+
             def total_grad_magnitude(model):
-                total = 0.0
-                for p in model.parameters():
-                    if p.grad is not None:
-                        total += p.grad.abs().sum().item()
-                return total
+                return math.fsum(
+                    abs(v)
+                    for p in model.parameters()
+                    if p.grad is not None
+                    for v in p.grad.flatten().tolist()
+                )
         """,
         "generator": """
             def total_grad_magnitude(model):
@@ -119,14 +122,6 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
     "train-step": {
-        "optimizer.zero_grad": """
-            def train_step(model, optimizer, loss_fn, x, y):
-                optimizer.zero_grad()
-                loss = loss_fn(model(x), y)
-                loss.backward()
-                optimizer.step()
-                return loss.item()
-        """,
         "model.zero_grad": """
             def train_step(model, optimizer, loss_fn, x, y):
                 model.zero_grad()
@@ -181,16 +176,16 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
     "accumulate-microbatches": {
-        "scale each loss": """
+        "stack the losses": """
+            import torch
+
             def accumulated_step(model, optimizer, loss_fn, micro_batches):
-                optimizer.zero_grad()
-                total = 0.0
-                for x, y in micro_batches:
-                    loss = loss_fn(model(x), y) / len(micro_batches)
-                    loss.backward()
-                    total += loss.item()
+                model.zero_grad()
+                losses = torch.stack([loss_fn(model(x), y) for x, y in micro_batches])
+                mean = losses.mean()
+                mean.backward()
                 optimizer.step()
-                return total
+                return mean.item()
         """,
         "one backward on the mean": """
             def accumulated_step(model, optimizer, loss_fn, micro_batches):
@@ -244,16 +239,18 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
     "fix-the-loop": {
-        "zero, backward, step": """
+        "grads to None by hand, a while loop": """
             def train(model, optimizer, loss_fn, batches, epochs):
-                losses = []
-                for epoch in range(epochs):
+                losses, epoch = [], 0
+                while epoch < epochs:
                     for x, y in batches:
-                        optimizer.zero_grad()
+                        for p in model.parameters():
+                            p.grad = None
                         loss = loss_fn(model(x), y)
                         loss.backward()
                         optimizer.step()
                         losses.append(loss.item())
+                    epoch += 1
                 return losses
         """,
         "model.zero_grad": """
