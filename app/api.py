@@ -1,19 +1,35 @@
-"""REST API, `/api/v1`: submit code, read results, list exercises."""
+"""REST API, `/api/v1`: submit code, read results, the course's gradebook, list exercises.
+
+A key tied to a course submits into that course (its assignments' due dates, locks and the
+per-learner rate limit apply) and reads only that course's submissions and gradebook. A key
+from before courses (none) reads only submissions made without a course.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Response, UploadFile, status
+from fastapi import APIRouter, Form, HTTPException, Query, Response, UploadFile, status
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth import ApiKeyDep
+from app.courses import NotFound, assignment_of, assignments_of
 from app.db import SessionDep
-from app.models import Submission, SubmissionStatus
+from app.gradebook import FILTERS, build_gradebook, gradebook_json
+from app.models import ApiKey, Course, Submission, SubmissionStatus
 from app.queue import Dispatcher, DispatcherDep
 from app.schemas import ErrorOut, ExerciseOut, SubmissionAccepted, SubmissionCreate, SubmissionOut
 from app.settings import Settings, SettingsDep
-from app.submissions import CodeTooLarge, SubmissionRejected, create_submission, get_submission
+from app.submissions import (
+    AssignmentClosed,
+    CodeTooLarge,
+    RateLimit,
+    SubmissionRejected,
+    TooManySubmissions,
+    create_submission,
+    get_submission,
+)
 from graders.exercises import list_exercises
 from graders.notebook import NotebookError, code_from_file
 
@@ -21,6 +37,14 @@ router = APIRouter(prefix="/api/v1", tags=["api"])
 
 _auth_errors: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorOut, "description": "No API key, or a wrong or revoked one."}
+}
+_submit_errors: dict[int | str, dict[str, object]] = {
+    **_auth_errors,
+    403: {"model": ErrorOut, "description": "The course locks this exercise after its due date."},
+    429: {
+        "model": ErrorOut,
+        "description": "The learner reached the submission rate limit; see `Retry-After`.",
+    },
 }
 
 
@@ -46,7 +70,7 @@ def submission_out(submission: Submission) -> SubmissionOut:
     "/submissions",
     status_code=status.HTTP_202_ACCEPTED,
     responses={
-        **_auth_errors,
+        **_submit_errors,
         413: {"model": ErrorOut, "description": "The code is over the size limit."},
         422: {"model": ErrorOut, "description": "Unknown exercise, or a malformed body."},
     },
@@ -61,7 +85,7 @@ def submit(
 ) -> SubmissionAccepted:
     """Queue code for grading. Answers once it is stored; the result is at `Location`."""
     return _accept(
-        session, settings, dispatcher, response, api_key.id, body.exercise, body.learner, body.code
+        session, settings, dispatcher, response, api_key, body.exercise, body.learner, body.code
     )
 
 
@@ -69,7 +93,7 @@ def submit(
     "/submissions/upload",
     status_code=status.HTTP_202_ACCEPTED,
     responses={
-        **_auth_errors,
+        **_submit_errors,
         413: {"model": ErrorOut, "description": "The file or its code is over the size limit."},
         422: {"model": ErrorOut, "description": "Unknown exercise, or an unusable file."},
     },
@@ -99,7 +123,16 @@ def submit_file(
     except NotebookError as exc:
         raise HTTPException(422, detail=str(exc)) from None
     accepted = _accept(
-        session, settings, dispatcher, response, api_key.id, exercise, learner, extracted.source
+        session,
+        settings,
+        dispatcher,
+        response,
+        api_key,
+        exercise,
+        learner,
+        extracted.source,
+        upload_filename=(file.filename or "")[:255] or None,
+        upload_notices=extracted.notices,
     )
     return accepted.model_copy(update={"notices": extracted.notices})
 
@@ -109,11 +142,25 @@ def _accept(
     settings: Settings,
     dispatcher: Dispatcher,
     response: Response,
-    api_key_id: str,
+    api_key: ApiKey,
     exercise: str,
     learner: str,
     code: str,
+    *,
+    upload_filename: str | None = None,
+    upload_notices: list[str] | None = None,
 ) -> SubmissionAccepted:
+    assignment = None
+    if api_key.course_id is not None:
+        try:
+            assignment = assignment_of(session, api_key.course_id, exercise).assignment
+        except NotFound:
+            known = ", ".join(a.id for a in assignments_of(session, api_key.course_id))
+            raise HTTPException(
+                422,
+                detail=f"exercise {exercise!r} is not set in this key's course; "
+                f"set: {known or 'none'}",
+            ) from None
     try:
         submission = create_submission(
             session,
@@ -121,10 +168,25 @@ def _accept(
             learner=learner,
             code=code,
             max_code_bytes=settings.max_code_bytes,
-            api_key_id=api_key_id,
+            api_key_id=api_key.id,
+            course_id=api_key.course_id,
+            assignment=assignment,
+            rate_limit=RateLimit(
+                settings.submission_rate_limit, settings.submission_rate_window_seconds
+            ),
+            upload_filename=upload_filename,
+            upload_notices=upload_notices,
         )
+    except TooManySubmissions as exc:
+        raise HTTPException(
+            429, detail=str(exc), headers={"Retry-After": str(exc.retry_after_seconds)}
+        ) from None
     except SubmissionRejected as exc:
-        code_status = 413 if isinstance(exc, CodeTooLarge) else 422
+        code_status = 422
+        if isinstance(exc, CodeTooLarge):
+            code_status = 413
+        elif isinstance(exc, AssignmentClosed):
+            code_status = 403
         raise HTTPException(code_status, detail=str(exc)) from None
     session.commit()
     dispatcher.enqueue(submission.id)
@@ -136,12 +198,72 @@ def _accept(
     "/submissions/{submission_id}",
     responses={**_auth_errors, 404: {"model": ErrorOut, "description": "No such submission."}},
 )
-def read_submission(submission_id: str, session: SessionDep, _api_key: ApiKeyDep) -> SubmissionOut:
+def read_submission(submission_id: str, session: SessionDep, api_key: ApiKeyDep) -> SubmissionOut:
     """A submission's status and, once graded, its score, diagnosis, checks and feedback."""
     submission = get_submission(session, submission_id)
-    if submission is None:
+    # Another course's submission is answered exactly like a missing one.
+    if submission is None or submission.course_id != api_key.course_id:
         raise HTTPException(404, detail=f"no submission with id {submission_id!r}")
     return submission_out(submission)
+
+
+@router.get(
+    "/submissions",
+    responses={**_auth_errors},
+)
+def list_submissions(
+    session: SessionDep,
+    api_key: ApiKeyDep,
+    learner: Annotated[str | None, Query(description="Only this learner's.")] = None,
+    exercise: Annotated[str | None, Query(description="Only this exercise's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[SubmissionOut]:
+    """The key's course's submissions (or, for a key without a course, those made without
+    one), newest first."""
+    query = select(Submission).where(
+        Submission.course_id == api_key.course_id
+        if api_key.course_id
+        else Submission.course_id.is_(None)
+    )
+    if learner is not None:
+        query = query.where(Submission.learner == learner)
+    if exercise is not None:
+        query = query.where(Submission.exercise_id == exercise)
+    rows = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit))
+    return [submission_out(row) for row in rows]
+
+
+@router.get(
+    "/gradebook",
+    responses={
+        **_auth_errors,
+        403: {"model": ErrorOut, "description": "The key is not tied to a course."},
+    },
+)
+def read_gradebook(
+    session: SessionDep,
+    api_key: ApiKeyDep,
+    q: Annotated[str, Query(description="Only learners whose name or email contains this.")] = "",
+    only: Annotated[str, Query(description=f"One of: {', '.join(FILTERS)}.")] = "all",
+    exercise: Annotated[str, Query(description="Only this exercise's column.")] = "",
+    sort: Annotated[str, Query(description="name, email, total or an exercise id.")] = "name",
+    order: Annotated[str, Query(description="asc or desc.")] = "asc",
+) -> dict[str, Any]:
+    """The key's course's gradebook: the same rows, columns and scores as the instructor's page
+    and its CSV with the same query, each cell with its details."""
+    if api_key.course_id is None:
+        raise HTTPException(
+            403,
+            detail="this key is not tied to a course: create one with "
+            "'loopgrade keys create NAME --course COURSE'",
+        )
+    course = session.get(Course, api_key.course_id)
+    if course is None:
+        raise HTTPException(404, detail="this key's course no longer exists")
+    book = build_gradebook(
+        session, course, q=q, only=only, exercise=exercise, sort=sort, order=order
+    )
+    return gradebook_json(book)
 
 
 @router.get("/exercises")

@@ -22,10 +22,13 @@ def hash_api_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_api_key(session: Session, *, name: str) -> tuple[ApiKey, str]:
-    """A new key named `name`; returns the row and the secret, which nothing stores."""
+def create_api_key(
+    session: Session, *, name: str, course_id: str | None = None
+) -> tuple[ApiKey, str]:
+    """A new key named `name`, for one course (or none, as before courses); returns the row
+    and the secret, which nothing stores."""
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    api_key = ApiKey(name=name, key_hash=hash_api_key(secret))
+    api_key = ApiKey(name=name, key_hash=hash_api_key(secret), course_id=course_id)
     session.add(api_key)
     session.flush()
     return api_key, secret

@@ -1,4 +1,4 @@
-"""The `loopgrade` command: serve, migrate, keys create, grade, check-exercises.
+"""The `loopgrade` command: serve, migrate, users, courses, keys, grade, check-exercises.
 
 Each command imports what it needs: `keys` and `migrate` should not pay for importing torch.
 """
@@ -6,15 +6,22 @@ Each command imports what it needs: `keys` and `migrate` should not pay for impo
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 log = logging.getLogger("loopgrade")
 
@@ -63,24 +70,131 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.auth import create_api_key
+@contextmanager
+def database_session(settings: Settings) -> Iterator[Session]:
+    """One transaction on the migrated database, committed when the block ends without error."""
     from app.db import create_db_engine, create_session_factory
 
-    settings = build_settings(args)
     migrate_database(settings)
     engine = create_db_engine(settings.database_url)
     try:
         with create_session_factory(engine).begin() as session:
-            api_key, secret = create_api_key(session, name=args.name)
+            yield session
     finally:
         engine.dispose()
+
+
+class CommandFailed(Exception):
+    """Print the message to stderr and exit with status 1."""
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from app.auth import create_api_key
+    from app.courses import find_course
+
+    with database_session(build_settings(args)) as session:
+        course_id, course_name = None, ""
+        if args.course is not None:
+            course = find_course(session, args.course)
+            if course is None:
+                raise CommandFailed(
+                    f"no course has the id or join code {args.course!r} "
+                    "(see 'loopgrade courses list')"
+                )
+            course_id, course_name = course.id, course.name
+        api_key, secret = create_api_key(session, name=args.name, course_id=course_id)
+        scope = (
+            f"for course {course_name!r}: it submits into it and reads only its submissions "
+            "and gradebook"
+            if course_id
+            else "tied to no course: it reads only submissions made without a course "
+            "(use --course to give a course's LMS a key)"
+        )
     print(
-        f"Created API key {api_key.name!r} (id {api_key.id}). It is shown only this once; "
-        "only its hash is stored. Use it as 'Authorization: Bearer <key>'.",
+        f"Created API key {api_key.name!r} (id {api_key.id}) {scope}. It is shown only this "
+        "once; only its hash is stored. Use it as 'Authorization: Bearer <key>'.",
         file=sys.stderr,
     )
     print(secret)
+    return 0
+
+
+def read_password() -> str:
+    """LOOPGRADE_PASSWORD, or typed twice at a prompt (never an argument: ps would show it)."""
+    password = os.environ.get("LOOPGRADE_PASSWORD")
+    if password:
+        return password
+    if not sys.stdin.isatty():
+        raise CommandFailed("set LOOPGRADE_PASSWORD, or run this in a terminal to be asked")
+    password = getpass.getpass("Password: ")
+    if getpass.getpass("Again: ") != password:
+        raise CommandFailed("the two passwords differ")
+    return password
+
+
+def cmd_users_create(args: argparse.Namespace) -> int:
+    from app.accounts import AccountError, create_user
+    from app.models import SiteRole
+
+    settings = build_settings(args)
+    password = read_password()
+    try:
+        with database_session(settings) as session:
+            user = create_user(
+                session,
+                email=args.email,
+                name=args.name or "",
+                password=password,
+                site_role=SiteRole(args.role),
+            )
+            summary = f"{user.email} ({user.site_role}, id {user.id})"
+    except AccountError as exc:
+        raise CommandFailed(str(exc)) from None
+    print(f"Created user {summary}.")
+    return 0
+
+
+def cmd_courses_create(args: argparse.Namespace) -> int:
+    from app.accounts import find_user_by_email
+    from app.courses import CourseError, create_course
+
+    try:
+        with database_session(build_settings(args)) as session:
+            instructor = find_user_by_email(session, args.instructor)
+            if instructor is None:
+                raise CommandFailed(
+                    f"no user has the email {args.instructor!r}: "
+                    "create one with 'loopgrade users create EMAIL --role instructor'"
+                )
+            course = create_course(session, name=args.name, instructor=instructor)
+            course_id, join_code = course.id, course.join_code
+    except CourseError as exc:
+        raise CommandFailed(str(exc)) from None
+    print(
+        f"Created course {args.name!r} (id {course_id}), taught by {args.instructor}, with the "
+        "unit's five exercises set. Learners join with this code:",
+        file=sys.stderr,
+    )
+    print(join_code)
+    return 0
+
+
+def cmd_courses_list(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from app.courses import members
+    from app.models import Course, CourseRole
+
+    with database_session(build_settings(args)) as session:
+        for course in session.scalars(select(Course).order_by(Course.created_at)):
+            teachers = ", ".join(
+                u.email for u in members(session, course.id, CourseRole.INSTRUCTOR)
+            )
+            learners = len(members(session, course.id, CourseRole.LEARNER))
+            print(
+                f"{course.id}  {course.join_code}  {course.name}  "
+                f"(instructors: {teachers or 'none'}; {learners} learners)"
+            )
     return 0
 
 
@@ -127,8 +241,46 @@ def build_parser() -> argparse.ArgumentParser:
         "create", help="create an API key; prints it once, on the last line"
     )
     keys_create.add_argument("name", help="who the key is for, e.g. 'canvas-prod'")
+    keys_create.add_argument(
+        "--course",
+        help="the course's id or join code: the key submits into it and reads only it "
+        "(without it: a key tied to no course, which reads only submissions made without one)",
+    )
     add_data_dir(keys_create)
     keys_create.set_defaults(run=cmd_keys_create)
+
+    users = commands.add_parser("users", help="manage accounts")
+    users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
+    users_create = users_commands.add_parser(
+        "create", help="create an account; the password comes from LOOPGRADE_PASSWORD or a prompt"
+    )
+    users_create.add_argument("email")
+    users_create.add_argument(
+        "--role",
+        choices=["admin", "instructor", "learner"],
+        default="learner",
+        help="admin: everything; instructor: may create courses; learner (default)",
+    )
+    users_create.add_argument("--name", help="shown name (default: the email's local part)")
+    add_data_dir(users_create)
+    users_create.set_defaults(run=cmd_users_create)
+
+    courses = commands.add_parser("courses", help="manage courses")
+    courses_commands = courses.add_subparsers(
+        dest="courses_command", required=True, metavar="COMMAND"
+    )
+    courses_create = courses_commands.add_parser(
+        "create", help="create a course; prints its join code alone on the last line"
+    )
+    courses_create.add_argument("name")
+    courses_create.add_argument("--instructor", required=True, help="an existing user's email")
+    add_data_dir(courses_create)
+    courses_create.set_defaults(run=cmd_courses_create)
+    courses_list = courses_commands.add_parser(
+        "list", help="every course: id, join code, name, instructors"
+    )
+    add_data_dir(courses_list)
+    courses_list.set_defaults(run=cmd_courses_list)
 
     grade = commands.add_parser("grade", help="grade a file locally, without a server")
     grade.add_argument(
@@ -160,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"loopgrade: a LOOPGRADE_* setting is invalid: {exc}", file=sys.stderr)
         return 2
+    except CommandFailed as exc:
+        print(f"loopgrade: {exc}", file=sys.stderr)
+        return 1
     return exit_code
 
 
