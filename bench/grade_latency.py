@@ -18,6 +18,7 @@ import math
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def grade_one(
     started = time.monotonic()
     response = client.post(
         "/api/v1/submissions",
-        json={"exercise": exercise, "learner": "bench", "code": code},
+        # A learner per submission: the per-learner rate limit is not what is measured.
+        json={"exercise": exercise, "learner": f"bench-{uuid.uuid4().hex[:12]}", "code": code},
     )
     if response.status_code != 202:
         sys.exit(f"submit failed: {response.status_code} {response.text}")
