@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -123,3 +124,12 @@ def loopgrade(
         text=True,
         timeout=timeout,
     )
+
+
+def csrf_token(client: httpx.Client, path: str) -> str:
+    """The CSRF token of the first form on the page at `path` (its cookie lands in `client`)."""
+    page = client.get(path)
+    assert page.status_code == 200, page.text
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert match, f"no form with a CSRF token at {path}"
+    return match[1]

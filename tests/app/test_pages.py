@@ -1,4 +1,4 @@
-"""The learner's pages, over HTTP. (A real browser comes with the Playwright issue.)"""
+"""The practice pages, over HTTP (tests/browser drives them in a real browser)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from app.db import SessionFactory
 from app.models import Submission, SubmissionStatus, utc_now
-from app.pages import LEARNER_COOKIE
+from app.account_pages import LEARNER_COOKIE
 from app.settings import Settings
 from graders.exercises import get_exercise
 from tests.app.conftest import (
@@ -18,6 +18,7 @@ from tests.app.conftest import (
     EXERCISE,
     GRADING_TIMEOUT_SECONDS,
     MISSING_ZERO_GRAD_CODE,
+    csrf_token,
 )
 
 
@@ -49,12 +50,13 @@ def test_unknown_exercise_page_is_404(client: httpx.Client) -> None:
 
 
 def test_form_errors_rerender_with_a_message(client: httpx.Client, settings: Settings) -> None:
-    empty = client.post(f"/exercises/{EXERCISE}", data={"code": "   "})
+    token = csrf_token(client, f"/exercises/{EXERCISE}")
+    empty = client.post(f"/exercises/{EXERCISE}", data={"code": "   ", "csrf_token": token})
     assert empty.status_code == 422
     assert 'role="alert"' in empty.text and "code is empty" in empty.text
 
     too_large = "# padding\n" * (settings.max_code_bytes // 10 + 1)
-    large = client.post(f"/exercises/{EXERCISE}", data={"code": too_large})
+    large = client.post(f"/exercises/{EXERCISE}", data={"code": too_large, "csrf_token": token})
     assert large.status_code == 413
     assert f"the limit is {settings.max_code_bytes} bytes" in large.text
     # The learner's code is kept in the editor, to trim rather than retype.
@@ -64,9 +66,11 @@ def test_form_errors_rerender_with_a_message(client: httpx.Client, settings: Set
 def test_submit_from_the_page_and_see_the_result(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
+    token = csrf_token(client, f"/exercises/{EXERCISE}")
     # Browsers send a textarea's lines with CRLF.
     posted = client.post(
-        f"/exercises/{EXERCISE}", data={"code": CORRECT_CODE.replace("\n", "\r\n")}
+        f"/exercises/{EXERCISE}",
+        data={"code": CORRECT_CODE.replace("\n", "\r\n"), "csrf_token": token},
     )
     assert posted.status_code == 303
     location = posted.headers["location"]
@@ -74,7 +78,9 @@ def test_submit_from_the_page_and_see_the_result(
     learner = client.cookies[LEARNER_COOKIE]
     assert learner.startswith("web:")
     # The same browser stays the same learner.
-    again = client.post(f"/exercises/{EXERCISE}", data={"code": MISSING_ZERO_GRAD_CODE})
+    again = client.post(
+        f"/exercises/{EXERCISE}", data={"code": MISSING_ZERO_GRAD_CODE, "csrf_token": token}
+    )
     assert again.status_code == 303
     with sessions() as session:
         learners = session.scalars(select(Submission.learner)).all()
@@ -116,7 +122,7 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
         row = Submission(
             exercise_id=EXERCISE,
             exercise_version="v",
-            learner="web:someone",
+            learner="web:someone-anonymous-1",
             code="print('<b>hi</b>')",
             status=SubmissionStatus.GRADED,
             attempts=1,
@@ -143,6 +149,9 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
         session.flush()
         submission_id = row.id
 
+    # Only the browser that made it sees it.
+    assert client.get(f"/submissions/{submission_id}").status_code == 404
+    client.cookies.set(LEARNER_COOKIE, "web:someone-anonymous-1")
     page = client.get(f"/submissions/{submission_id}")
     assert page.status_code == 200
     assert "3 / 10" in page.text
