@@ -8,9 +8,9 @@ import time
 import httpx
 from sqlalchemy import select
 
+from app.account_pages import LEARNER_COOKIE
 from app.db import SessionFactory
 from app.models import Submission, SubmissionStatus, utc_now
-from app.account_pages import LEARNER_COOKIE
 from app.settings import Settings
 from graders.exercises import get_exercise
 from tests.app.conftest import (
