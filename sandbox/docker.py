@@ -76,6 +76,7 @@ CPU_CORES = 1.0  # like bwrap's cpu cgroup: a run cannot starve the runs beside 
 # process cap is RLIMIT_NPROC, which gVisor counts in its own kernel for this sandbox alone,
 # and the pids cgroup is only a host-side backstop.
 GVISOR_RUNTIME = "runsc"
+STACK_BYTES = 8 << 20
 GVISOR_PIDS_BACKSTOP = 4096
 USER_PATTERN = re.compile(r"[1-9][0-9]{0,9}:[1-9][0-9]{0,9}")
 FLAGS = (
@@ -289,6 +290,9 @@ class _Run:
             Ulimit(name="fsize", soft=limits.file_size_bytes, hard=limits.file_size_bytes),
             Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
             Ulimit(name="core", soft=0, hard=0),
+            # As on a usual host (and under bwrap): a runaway recursion in C overflows its stack
+            # and crashes, rather than growing until the memory cap.
+            Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
             # /dev/mqueue is writable in every container: no POSIX message queue may be made
             # there (their memory is counted per host uid, across containers).
             Ulimit(name="msgqueue", soft=0, hard=0),
