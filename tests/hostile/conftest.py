@@ -1,0 +1,233 @@
+"""A real grading service per sandbox backend, for the hostile submissions to be sent to.
+
+Each backend gets one `loopgrade serve` process on 127.0.0.1 with a fresh data directory, short
+grading limits (LOOPGRADE_GRADING_*), an API key from `loopgrade keys create`, and two secrets
+planted where learner code must never reach: one in the server's environment, one in a file in
+its data directory. A backend this host does not have is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+EXERCISE = "train-step"
+CORRECT_CODE = (REPO / "exercises" / EXERCISE / "solution.py").read_text()
+# A known bug (gradients pile up: no zero_grad), which honestly earns part of the points.
+HONEST_BUG_CODE = (REPO / "exercises" / EXERCISE / "bugs" / "no_zero_grad.py").read_text()
+BACKENDS = ("bwrap", "docker")
+
+# Short limits, so that the whole suite takes minutes. A correct submission needs about 3 s of
+# CPU per sandbox run (import torch, the first optimizer), and two runs share the 2 cores.
+WALL_TIMEOUT_SECONDS = 12.0
+CPU_SECONDS = 6.0
+# Grading around the sandbox runs: queueing, the trusted reference runs, the database, polling.
+MARGIN_SECONDS = 6.0
+GRADING_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass
+class Service:
+    """One running server, seen from outside: its URL, key, secrets and process."""
+
+    backend: str
+    url: str
+    headers: dict[str, str]
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    log_path: Path
+    env_secret: str
+    file_secret: str
+    client: httpx.Client = field(init=False)
+    honest_bug_score: float | None = None
+
+    def __post_init__(self) -> None:
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+
+    def submit(self, code: str, learner: str = "hostile") -> str:
+        response = self.client.post(
+            "/api/v1/submissions",
+            headers=self.headers,
+            json={"exercise": EXERCISE, "learner": learner, "code": code},
+        )
+        assert response.status_code == 202, response.text
+        return str(response.headers["location"])
+
+    def wait(self, location: str) -> dict[str, Any]:
+        deadline = time.monotonic() + GRADING_TIMEOUT_SECONDS
+        while True:
+            response = self.client.get(location, headers=self.headers)
+            assert response.status_code == 200, response.text
+            body: dict[str, Any] = response.json()
+            if body["status"] in ("graded", "error"):
+                return body
+            assert time.monotonic() < deadline, f"still {body['status']}: {self.log_tail()}"
+            time.sleep(0.1)
+
+    def grade(self, code: str, learner: str = "hostile") -> tuple[dict[str, Any], float]:
+        """Submit, wait until graded; the submission and the seconds it took."""
+        started = time.monotonic()
+        body = self.wait(self.submit(code, learner))
+        return body, time.monotonic() - started
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def assert_healthy(self) -> None:
+        """The server is up, left nothing running, and grades a correct submission in full."""
+        assert self.process.poll() is None, f"the server died: {self.log_tail()}"
+        assert self.client.get("/api/v1/exercises").status_code == 200
+        body, _ = self.grade(CORRECT_CODE, learner="bystander")
+        assert body["status"] == "graded", body
+        assert body["diagnosis"] == "correct", body
+        assert body["score"] == body["max_score"] > 0
+        assert leftover_sandboxes(self.backend, self.process.pid) == []
+
+    def bug_score(self) -> float:
+        """What the honest bug scores here (once per service)."""
+        if self.honest_bug_score is None:
+            body, _ = self.grade(HONEST_BUG_CODE, learner="honest")
+            assert body["diagnosis"] == "missing-zero-grad", body
+            assert 0 < body["score"] < body["max_score"]
+            self.honest_bug_score = float(body["score"])
+        return self.honest_bug_score
+
+
+def leftover_sandboxes(backend: str, server_pid: int) -> list[str]:
+    """The server's sandboxes still there after their grade was stored (there must be none)."""
+    if backend == "docker":
+        from sandbox import docker as docker_backend
+
+        client = docker_backend.connect()
+        try:
+            filters = {"label": [docker_backend.LABEL, f"{docker_backend.PID_LABEL}={server_pid}"]}
+            containers = client.api.containers(all=True, filters=filters)
+        finally:
+            client.close()
+        return [str(container["Names"][0]) for container in containers]
+    return []  # bwrap's own tests check that nothing of a run's uid is left
+
+
+def backend_unavailable_reason(backend: str) -> str | None:
+    saved = os.environ.get("LOOPGRADE_SANDBOX")
+    os.environ["LOOPGRADE_SANDBOX"] = backend
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as error:
+        return str(error)
+    finally:
+        if saved is None:
+            del os.environ["LOOPGRADE_SANDBOX"]
+        else:
+            os.environ["LOOPGRADE_SANDBOX"] = saved
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running_server(
+    data_dir: Path, log_path: Path, env: dict[str, str]
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`loopgrade serve` in its own process group; yields it and its URL once it answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir)]
+    with log_path.open("ab") as log:
+        server = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, f"server exited: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"server not up: {log_path.read_text()}"
+            try:
+                if httpx.get(f"{url}/api/v1/exercises", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        yield server, url
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        with suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    backend: str = request.param
+    reason = backend_unavailable_reason(backend)
+    if reason:
+        pytest.skip(f"no {backend} sandbox on this host: {reason}")
+    root = tmp_path_factory.mktemp(f"hostile-{backend}")
+    data_dir = root / "data"
+    env_secret, file_secret = f"env-secret-{uuid.uuid4().hex}", f"file-secret-{uuid.uuid4().hex}"
+    env = {
+        **os.environ,
+        "LOOPGRADE_SANDBOX": backend,
+        "LOOPGRADE_GRADING_WALL_TIMEOUT_SECONDS": str(WALL_TIMEOUT_SECONDS),
+        "LOOPGRADE_GRADING_CPU_SECONDS": str(CPU_SECONDS),
+        "LOOPGRADE_WORKER_COUNT": "2",
+        "LOOPGRADE_HOSTILE_TEST_SECRET": env_secret,
+        # bwrap's uids apart from other test runs' on this machine: a process of another run
+        # left under a shared uid would count in this one's RLIMIT_NPROC.
+        "LOOPGRADE_SANDBOX_UIDS": "2000000100-2000000163",
+    }
+    created = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "create", f"hostile-{backend}",
+         "--data-dir", str(data_dir)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    (data_dir / "secret.txt").write_text(file_secret)
+    with running_server(data_dir, root / "server.log", env) as (process, url):
+        service = Service(
+            backend=backend,
+            url=url,
+            headers={"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"},
+            process=process,
+            data_dir=data_dir,
+            log_path=root / "server.log",
+            env_secret=env_secret,
+            file_secret=file_secret,
+        )
+        try:
+            yield service
+        finally:
+            service.client.close()
