@@ -106,5 +106,5 @@ def bar_chart(title: str, bars: list[tuple[str, int]], *, chart_id: str) -> str:
         f'{escape(chart_id)}-desc" xmlns="http://www.w3.org/2000/svg">'
         f'<title id="{escape(chart_id)}-title">{escape(title)}</title>'
         f'<desc id="{escape(chart_id)}-desc">{escape(description)}</desc>'
-        f'<text x="0" y="14" class="chart-title">{escape(title)}</text>' + "".join(rows) + "</svg>"
+        f'<text x="8" y="16" class="chart-title">{escape(title)}</text>' + "".join(rows) + "</svg>"
     )

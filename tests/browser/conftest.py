@@ -1,0 +1,122 @@
+"""A real server and Debian's Chromium driven by Playwright, one of each per test module.
+
+Chromium comes from apt (./dev installs it); Playwright never downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import REPO
+
+CHROMIUM = os.environ.get("LOOPGRADE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(os.environ.get("LOOPGRADE_SCREENSHOTS", REPO / "build" / "screenshots"))
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def server_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    settings = Settings(data_dir=tmp_path_factory.mktemp("browser") / "data")
+    upgrade_database(settings.database_url)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def module_sessions(server_settings: Settings) -> Iterator[SessionFactory]:
+    engine = create_db_engine(server_settings.database_url)
+    yield create_session_factory(engine)
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def base_url(server_settings: Settings) -> Iterator[str]:
+    """The app served by uvicorn on a free 127.0.0.1 port, for the whole module."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(server_settings), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=120)
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: 'apt-get install chromium' (./dev test does)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def new_page(browser: Browser, base_url: str, *, phone: bool = False) -> Page:
+    context = browser.new_context(
+        base_url=base_url,
+        viewport=PHONE if phone else DESKTOP,
+        is_mobile=phone,
+        has_touch=phone,
+        accept_downloads=True,
+    )
+    context.set_default_timeout(15_000)
+    return context.new_page()
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """A full-page screenshot under build/screenshots (or $LOOPGRADE_SCREENSHOTS), to look at."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def assert_accessible_basics(page: Page) -> None:
+    """Every visible form control has a label; the page has one h1; nothing overflows sideways."""
+    problems = page.evaluate(
+        """() => {
+          const out = [];
+          for (const el of document.querySelectorAll('input, select, textarea')) {
+            if (el.type === 'hidden') continue;
+            const labelled = (el.labels && el.labels.length) || el.getAttribute('aria-label')
+              || el.getAttribute('aria-labelledby');
+            if (!labelled) out.push('unlabelled ' + el.tagName + ' ' + (el.name || el.id));
+          }
+          const h1 = document.querySelectorAll('h1').length;
+          if (h1 !== 1) out.push(h1 + ' h1 elements');
+          const root = document.documentElement;
+          if (root.scrollWidth > root.clientWidth + 1)
+            out.push('wider than the viewport: ' + root.scrollWidth + ' > ' + root.clientWidth);
+          return out;
+        }"""
+    )
+    assert problems == [], f"{page.url}: {problems}"
