@@ -10,7 +10,7 @@ import httpx
 from sqlalchemy import inspect, select
 
 from app.db import create_db_engine, create_session_factory, head_revision
-from app.models import ApiKey
+from app.models import ApiKey, User
 from app.settings import Settings
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE, loopgrade
 
@@ -119,3 +119,89 @@ def test_check_exercises_proves_the_unit_sound() -> None:
         "5. fix-the-loop",
     ]
     assert all(line.endswith(": ok") for line in lines)
+
+
+def test_users_create_takes_the_password_from_the_environment_only(tmp_path: Path) -> None:
+    created = loopgrade(
+        "users",
+        "create",
+        "Tess@Example.edu",
+        "--role",
+        "instructor",
+        "--name",
+        "Tess",
+        data_dir=tmp_path,
+        env={"LOOPGRADE_PASSWORD": "a good long password"},
+    )
+    assert created.returncode == 0, created.stderr
+    assert "tess@example.edu (instructor" in created.stdout
+    engine = create_db_engine(Settings(data_dir=tmp_path).database_url)
+    with create_session_factory(engine)() as session:
+        user = session.scalars(select(User)).one()
+        assert user.password_hash.startswith("$argon2id$")
+    engine.dispose()
+
+    # No terminal to prompt on and no LOOPGRADE_PASSWORD: refused, saying what to do.
+    refused = loopgrade("users", "create", "x@example.edu", data_dir=tmp_path)
+    assert refused.returncode == 1 and "LOOPGRADE_PASSWORD" in refused.stderr
+    again = loopgrade(
+        "users",
+        "create",
+        "tess@example.edu",
+        data_dir=tmp_path,
+        env={"LOOPGRADE_PASSWORD": "a good long password"},
+    )
+    assert again.returncode == 1 and "already an account" in again.stderr
+    short = loopgrade(
+        "users", "create", "y@example.edu", data_dir=tmp_path, env={"LOOPGRADE_PASSWORD": "short"}
+    )
+    assert short.returncode == 1 and "at least 10 characters" in short.stderr
+
+
+def test_courses_create_prints_the_join_code_last_and_keys_can_name_the_course(
+    tmp_path: Path,
+) -> None:
+    loopgrade(
+        "users",
+        "create",
+        "tess@example.edu",
+        "--role",
+        "instructor",
+        data_dir=tmp_path,
+        env={"LOOPGRADE_PASSWORD": "a good long password"},
+    )
+    created = loopgrade(
+        "courses",
+        "create",
+        "Deep Learning 101",
+        "--instructor",
+        "tess@example.edu",
+        data_dir=tmp_path,
+    )
+    assert created.returncode == 0, created.stderr
+    join_code = created.stdout.splitlines()[-1]
+    assert re.fullmatch(r"[A-Z2-9]{8}", join_code)
+    assert created.stdout.strip() == join_code  # alone, for $(... | tail -n 1)
+
+    missing = loopgrade(
+        "courses", "create", "X", "--instructor", "nobody@example.edu", data_dir=tmp_path
+    )
+    assert missing.returncode == 1 and "users create" in missing.stderr
+
+    listed = loopgrade("courses", "list", data_dir=tmp_path)
+    course_id = listed.stdout.split()[0]
+    assert join_code in listed.stdout and "tess@example.edu" in listed.stdout
+
+    for course in (join_code.lower(), course_id):
+        key = loopgrade("keys", "create", "canvas", "--course", course, data_dir=tmp_path)
+        assert key.returncode == 0, key.stderr
+        assert "for course 'Deep Learning 101'" in key.stderr
+    unscoped = loopgrade("keys", "create", "legacy", data_dir=tmp_path)
+    assert "tied to no course" in unscoped.stderr
+    wrong = loopgrade("keys", "create", "x", "--course", "NOPE", data_dir=tmp_path)
+    assert wrong.returncode == 1 and "courses list" in wrong.stderr
+    engine = create_db_engine(Settings(data_dir=tmp_path).database_url)
+    with create_session_factory(engine)() as session:
+        scopes = {key.name: key.course_id for key in session.scalars(select(ApiKey))}
+    engine.dispose()
+    assert scopes["canvas"] == course_id and scopes["legacy"] is None
