@@ -32,7 +32,18 @@ def test_migrations_downgrade_and_upgrade_again(settings: Settings) -> None:
     engine = create_db_engine(settings.database_url)
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
     command.upgrade(config, "head")
-    assert {"submissions", "api_keys"} <= set(inspect(engine).get_table_names())
+    assert {
+        "submissions",
+        "api_keys",
+        "users",
+        "web_sessions",
+        "sign_in_failures",
+        "courses",
+        "enrolments",
+        "assignments",
+        "regrades",
+        "audit_events",
+    } <= set(inspect(engine).get_table_names())
     engine.dispose()
 
 
