@@ -8,6 +8,8 @@
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
+# So that scripts/build-images.sh can remove this stage once the runtime image is built.
+LABEL loopgrade.stage=build
 COPY wheels/ /tmp/wheels/
 COPY runtime-requirements.txt /tmp/runtime-requirements.txt
 # --no-index: only the wheels in the context, so the build is the same with or without network.
