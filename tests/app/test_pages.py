@@ -12,7 +12,7 @@ from app.account_pages import LEARNER_COOKIE
 from app.db import SessionFactory
 from app.models import Submission, SubmissionStatus, utc_now
 from app.settings import Settings
-from graders.exercises import get_exercise
+from graders.exercises import get_exercise, list_exercises
 from tests.app.conftest import (
     CORRECT_CODE,
     EXERCISE,
@@ -170,3 +170,59 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
 def test_unknown_submission_page_is_404(client: httpx.Client) -> None:
     assert client.get("/submissions/nope").status_code == 404
     assert client.get("/submissions/nope/result").status_code == 404
+
+
+def test_upload_a_notebook_from_the_page_and_see_what_was_left_out(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    import json
+
+    cells = [
+        {"cell_type": "markdown", "source": "# My step", "metadata": {}},
+        {
+            "cell_type": "code",
+            "source": "%matplotlib inline\nimport torch",
+            "metadata": {},
+            "outputs": [],
+        },
+        {"cell_type": "code", "source": CORRECT_CODE, "metadata": {}, "outputs": []},
+    ]
+    notebook = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+    page = f"/exercises/{EXERCISE}"
+    posted = client.post(
+        page,
+        data={"code": "ignored: the file wins", "csrf_token": csrf_token(client, page)},
+        files={"file": ("step.ipynb", notebook.encode(), "application/x-ipynb+json")},
+    )
+    assert posted.status_code == 303, posted.text
+    result = client.get(posted.headers["location"])
+    assert "uploaded as <code>step.ipynb</code>" in result.text
+    assert "Left out of your notebook" in result.text and "%matplotlib inline" in result.text
+    with sessions() as session:
+        row = session.scalars(select(Submission)).one()
+    assert "def train_step" in row.code and "ignored" not in row.code
+    assert row.upload_notices and "Cell 2, line 1" in row.upload_notices[0]
+
+    for name, data, message in (
+        ("step.txt", b"x = 1", "neither a .py file nor a .ipynb notebook"),
+        ("broken.ipynb", b'{"cells": [', "not valid notebook JSON"),
+        ("latin.py", "x = 'é'".encode("latin-1"), "not UTF-8"),
+    ):
+        refused = client.post(
+            page,
+            data={"code": "", "csrf_token": csrf_token(client, page)},
+            files={"file": (name, data, "application/octet-stream")},
+        )
+        assert refused.status_code == 422 and message in refused.text, name
+        assert 'role="alert"' in refused.text
+
+
+def test_the_practice_page_shows_the_unit_in_order_with_states(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    page = client.get(f"/exercises/{EXERCISE}")
+    strip = page.text.split('aria-label="The unit\'s exercises"', 1)[1].split("</nav>", 1)[0]
+    assert strip.count("<li") == 5 and strip.count("Not tried") == 5
+    assert 'aria-current="page"' in strip
+    ids = re.findall(r'href="/exercises/([a-z-]+)"', strip)
+    assert ids == [e.id for e in list_exercises()]
