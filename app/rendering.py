@@ -138,6 +138,9 @@ def install_error_pages(app: FastAPI) -> None:
 
 def safe_next(target: str | None) -> str:
     """Where to go after signing in: only a path on this site (no //host or scheme)."""
+    # Browsers drop tabs and newlines from URLs, so "/\t/evil.example" would become "//evil...".
+    if any(c.isspace() or ord(c) < 32 for c in target or ""):
+        return "/"
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
         return "/"
     return target

@@ -188,3 +188,18 @@ def test_only_instructors_and_admins_create_courses(
     assert "Optimisers in practice" in settings_page.text
     assert "Course created" in settings_page.text
     assert settings_page.text.count('name="assigned" value="1" checked') == 5
+
+
+def test_after_sign_in_only_a_path_on_this_site() -> None:
+    from app.rendering import safe_next
+
+    assert safe_next("/courses/abc/gradebook?sort=total") == "/courses/abc/gradebook?sort=total"
+    for target in (
+        "//evil.example",
+        "/\t/evil.example",
+        "https://evil.example",
+        "/\\evil",
+        "",
+        None,
+    ):
+        assert safe_next(target) == "/"
