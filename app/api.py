@@ -202,9 +202,17 @@ def read_submission(submission_id: str, session: SessionDep, api_key: ApiKeyDep)
     """A submission's status and, once graded, its score, diagnosis, checks and feedback."""
     submission = get_submission(session, submission_id)
     # Another course's submission is answered exactly like a missing one.
-    if submission is None or submission.course_id != api_key.course_id:
+    if submission is None or not _key_sees(api_key, submission):
         raise HTTPException(404, detail=f"no submission with id {submission_id!r}")
     return submission_out(submission)
+
+
+def _key_sees(api_key: ApiKey, submission: Submission) -> bool:
+    """A course's key: that course's submissions. A key of no course: submissions made over the
+    API outside any course (a learner's practice on the pages stays theirs)."""
+    if api_key.course_id is not None:
+        return submission.course_id == api_key.course_id
+    return submission.course_id is None and submission.api_key_id is not None
 
 
 @router.get(
@@ -218,13 +226,14 @@ def list_submissions(
     exercise: Annotated[str | None, Query(description="Only this exercise's.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[SubmissionOut]:
-    """The key's course's submissions (or, for a key without a course, those made without
-    one), newest first."""
-    query = select(Submission).where(
-        Submission.course_id == api_key.course_id
-        if api_key.course_id
-        else Submission.course_id.is_(None)
-    )
+    """The key's course's submissions (for a key of no course: those made over the API outside
+    any course), newest first."""
+    if api_key.course_id is not None:
+        query = select(Submission).where(Submission.course_id == api_key.course_id)
+    else:
+        query = select(Submission).where(
+            Submission.course_id.is_(None), Submission.api_key_id.is_not(None)
+        )
     if learner is not None:
         query = query.where(Submission.learner == learner)
     if exercise is not None:

@@ -163,6 +163,11 @@ def test_api_keys_see_only_their_course(
     assert get("/api/v1/gradebook", other_key).json()["rows"] == []
     assert get("/api/v1/gradebook", old_key).status_code == 403
 
+    # A learner's practice outside any course is theirs alone, even for a key of no course.
+    practice = graded(sessions, user_id=course["ann"], course_id=None, score=10)
+    assert get(f"/api/v1/submissions/{practice}", old_key).status_code == 404
+    assert get(f"/api/v1/submissions/{practice}", own_key).status_code == 404
+
     # A signed-in learner's cookie is no key.
     ann = browser(client, "ann@example.org")
     assert ann.get(url).status_code == 401
