@@ -7,8 +7,8 @@ from html import escape
 
 from graders.report import PlotSeries
 
-WIDTH, HEIGHT = 320, 180
-LEFT, RIGHT, TOP, BOTTOM = 48, 12, 24, 28
+WIDTH, HEIGHT = 320, 196
+LEFT, RIGHT, TOP, BOTTOM = 48, 12, 40, 28
 
 
 def _finite(values: list[float | None]) -> list[float]:
@@ -69,15 +69,23 @@ def line_chart(series: PlotSeries) -> str:
         f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{_label(high)}</text>'
         f'<text x="{LEFT - 4}" y="{HEIGHT - BOTTOM}" text-anchor="end">{_label(low)}</text>'
         f"{ticks}"
-        f'<line x1="{WIDTH - 150}" y1="10" x2="{WIDTH - 130}" y2="10" stroke="#b3261e" '
-        f'stroke-width="2.5"/><text x="{WIDTH - 126}" y="14">yours</text>'
-        f'<line x1="{WIDTH - 84}" y1="10" x2="{WIDTH - 64}" y2="10" stroke="#555" '
-        f'stroke-width="2" stroke-dasharray="5 4"/><text x="{WIDTH - 60}" y="14">reference</text>'
+        f'<text x="4" y="14" class="chart-title" font-weight="bold">{escape(series.label)}, '
+        f"case {escape(series.case)}</text>"
+        f'<line x1="{WIDTH - 150}" y1="26" x2="{WIDTH - 130}" y2="26" stroke="#b3261e" '
+        f'stroke-width="2.5"/><text x="{WIDTH - 126}" y="30">yours</text>'
+        f'<line x1="{WIDTH - 84}" y1="26" x2="{WIDTH - 64}" y2="26" stroke="#555" '
+        f'stroke-width="2" stroke-dasharray="5 4"/><text x="{WIDTH - 60}" y="30">reference</text>'
         f'<path d="{path(list(series.reference))}" class="reference" fill="none" '
         f'stroke="#555" stroke-width="2" stroke-dasharray="5 4"/>'
         f'<path d="{path(list(series.learner))}" class="learner" fill="none" '
         f'stroke="#b3261e" stroke-width="2.5"/>'
-        "</svg>"
+        # A dot per value: a value between two missing ones is a point, not a line.
+        + "".join(
+            f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3" fill="#b3261e"/>'
+            for step, value in enumerate(series.learner)
+            if value is not None and math.isfinite(value)
+        )
+        + "</svg>"
     )
 
 
