@@ -74,9 +74,11 @@ def _largest_file_bytes(top_fd: int) -> int:
     """The largest regular file below top_fd, following no symlink, over a bounded walk.
 
     The tree is the learner's: it is walked by fd (a path could be swapped for a symlink out of
-    the sandbox) and only so deep and so wide.
+    the sandbox) and only so deep and so wide. It stays on scratch's file system: what is
+    mounted inside it (the interpreter's venv, when it lives under /tmp) is not scratch.
     """
     budget = SCAN_ENTRIES
+    scratch_device = os.fstat(top_fd).st_dev
 
     def walk(dir_fd: int, depth: int) -> int:
         nonlocal budget
@@ -87,6 +89,8 @@ def _largest_file_bytes(top_fd: int) -> int:
                 if budget < 0:
                     break
                 try:
+                    if entry.stat(follow_symlinks=False).st_dev != scratch_device:
+                        continue
                     if entry.is_file(follow_symlinks=False):
                         largest = max(largest, entry.stat(follow_symlinks=False).st_size)
                     elif entry.is_dir(follow_symlinks=False) and depth < SCAN_DEPTH:
