@@ -394,7 +394,10 @@ class _Run:
                 wake = min(wall_deadline, next_poll) if self.cgroups else wall_deadline
                 if not selector.select(max(0.0, wake - time.monotonic())):
                     continue
-                data = self.sock.recv(READ_BYTES)
+                try:
+                    data = self.sock.recv(READ_BYTES)
+                except OSError:  # the engine dropped the stream: as if it had ended
+                    data = b""
                 if not data:
                     self.ended = time.monotonic()
                     self.ended_by_engine = True
