@@ -40,9 +40,11 @@ CPU_SECONDS = 6.0
 # Grading around the sandbox runs: queueing, the trusted reference runs, the database, polling.
 MARGIN_SECONDS = 6.0
 GRADING_TIMEOUT_SECONDS = 120.0
-# bwrap's uids for the suite's servers, apart from other test runs' on this machine: a process
-# of another run left under a shared uid would count in this one's RLIMIT_NPROC.
-SANDBOX_UIDS = range(2000000100, 2000000164)
+# bwrap's uids for this session's servers, apart from any other test run's on this machine
+# (chosen by this process's pid): another run's processes under a shared uid would count in
+# this one's RLIMIT_NPROC, and in the check that a grade leaves no process behind.
+_FIRST_UID = 2_000_100_000 + (os.getpid() % 100_000) * 64
+SANDBOX_UIDS = range(_FIRST_UID, _FIRST_UID + 64)
 
 
 @dataclass
