@@ -48,13 +48,15 @@ start() {
         echo '{}' >"$STATE/daemon.json"
     fi
     say "starting dockerd (log: $STATE/dockerd.log)"
-    as_root setsid dockerd --config-file "$STATE/daemon.json" --bridge=none --iptables=false \
-        --ip6tables=false >"$STATE/dockerd.log" 2>&1 </dev/null &
-    echo $! >"$PIDFILE"
+    rm -f "$PIDFILE"
+    # dockerd writes its own pid: $! would be this script's subshell, not dockerd.
+    as_root setsid dockerd --pidfile "$PWD/$PIDFILE" --config-file "$STATE/daemon.json" \
+        --bridge=none --iptables=false --ip6tables=false >"$STATE/dockerd.log" 2>&1 </dev/null &
+    local starter=$!
     local waited=0
     until answers; do
-        if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-            say "dockerd exited:"; tail -n 20 "$STATE/dockerd.log" >&2; rm -f "$PIDFILE"; exit 1
+        if ! kill -0 "$starter" 2>/dev/null && [ ! -s "$PIDFILE" ]; then
+            say "dockerd exited:"; tail -n 20 "$STATE/dockerd.log" >&2; exit 1
         fi
         if [ $waited -ge $((WAIT_SECONDS * 10)) ]; then
             say "dockerd did not answer within $WAIT_SECONDS s"; tail -n 20 "$STATE/dockerd.log" >&2; exit 1
@@ -66,9 +68,10 @@ start() {
 }
 
 stop() {
-    [ -f "$PIDFILE" ] || return 0
+    [ -s "$PIDFILE" ] || return 0
     local pid
     pid=$(cat "$PIDFILE")
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] || { rm -f "$PIDFILE"; return 0; }
     if kill -0 "$pid" 2>/dev/null; then
         say "stopping dockerd (pid $pid)"
         as_root kill -TERM "$pid"
