@@ -7,8 +7,10 @@ across threads and across server processes on one host, and die with the process
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,39 @@ def uid_range() -> range:
     return range(first, last + 1)
 
 
+def _processes_of(uid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        # A zombie is already dead: only its parent's wait() can remove it.
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_leftovers(uid: int, timeout_seconds: float = 2.0) -> None:
+    """Kill whatever still runs as `uid`: with its lease free, nothing of a live run does.
+
+    A run whose supervisor died without tearing it down (a crashed server, a killed test) can
+    leave a process behind; it would count against the next run's RLIMIT_NPROC and could see
+    that run's files.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while pids := _processes_of(uid):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise SandboxError(f"processes {pids} of sandbox uid {uid} survive SIGKILL")
+        time.sleep(0.01)
+
+
 def lease_uid(uids: range) -> UidLease:
     """Lock a free uid from `uids`, waiting while all are busy."""
     RUN_DIR.mkdir(mode=0o755, exist_ok=True)
@@ -55,6 +90,7 @@ def lease_uid(uids: range) -> UidLease:
             except BlockingIOError:
                 os.close(fd)
                 continue
+            kill_leftovers(uid)
             return UidLease(uid, fd)
         if time.monotonic() > deadline:
             raise SandboxError(
