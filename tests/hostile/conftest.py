@@ -9,14 +9,11 @@ its data directory. A backend this host does not have is skipped with the reason
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ import httpx
 import pytest
 
 import sandbox
+from tests.servers import running_server
 
 REPO = Path(__file__).resolve().parents[2]
 EXERCISE = "train-step"
@@ -151,54 +149,6 @@ def backend_unavailable_reason(backend: str) -> str | None:
         else:
             os.environ["LOOPGRADE_SANDBOX"] = saved
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def running_server(
-    data_dir: Path, log_path: Path, env: dict[str, str]
-) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`loopgrade serve` in its own process group; yields it and its URL once it answers."""
-    port = free_port()
-    command = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir)]
-    with log_path.open("ab") as log:
-        server = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, f"server exited: {log_path.read_text()}"
-            assert time.monotonic() < deadline, f"server not up: {log_path.read_text()}"
-            try:
-                if httpx.get(f"{url}/api/v1/exercises", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        yield server, url
-    finally:
-        if server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-        with suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

@@ -1,0 +1,69 @@
+"""`loopgrade serve` as a real process for tests: started on a free port, stopped with its group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running_server(
+    data_dir: Path,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    startup_seconds: float = 90,
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`loopgrade serve` in its own process group; yields it and its URL once it answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir)]
+    with log_path.open("ab") as log:
+        server = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_seconds
+        while True:
+            assert server.poll() is None, f"server exited: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"server not up: {log_path.read_text()}"
+            try:
+                if httpx.get(f"{url}/api/v1/exercises", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        yield server, url
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        # Anything the server left behind in its group (a sandbox, say) goes with it.
+        with suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
