@@ -1,4 +1,4 @@
-"""`loopgrade serve` as a real process for tests: started on a free port, stopped with its group."""
+"""Servers for tests: `loopgrade serve` as a real process, or the app in a thread, on free ports."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,3 +70,25 @@ def running_server(
         with suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+@contextmanager
+def app_in_thread(app: Any) -> Iterator[str]:
+    """An ASGI app served by uvicorn on a free 127.0.0.1 port in a thread; yields its URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=120)
+        listener.close()

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from app.auth import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.settings import Settings
+from tests.servers import app_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 EXERCISE = "train-step"
@@ -68,21 +66,8 @@ def auth(api_key: str) -> dict[str, str]:
 @pytest.fixture
 def server_url(settings: Settings) -> Iterator[str]:
     """The app served by uvicorn on a free 127.0.0.1 port, in a thread of this process."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=120)
-    listener.close()
+    with app_in_thread(create_app(settings)) as url:
+        yield url
 
 
 @pytest.fixture

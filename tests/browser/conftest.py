@@ -6,20 +6,17 @@ Chromium comes from apt (./dev installs it); Playwright never downloads a browse
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import REPO
+from tests.servers import app_in_thread
 
 CHROMIUM = os.environ.get("LOOPGRADE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -53,21 +50,8 @@ def module_sessions(server_settings: Settings) -> Iterator[SessionFactory]:
 @pytest.fixture(scope="module")
 def base_url(server_settings: Settings) -> Iterator[str]:
     """The app served by uvicorn on a free 127.0.0.1 port, for the whole module."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(server_settings), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=120)
-    listener.close()
+    with app_in_thread(create_app(server_settings)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
