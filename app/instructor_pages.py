@@ -5,12 +5,13 @@ A learner of the course gets 403 on every one of them; anyone not in the course,
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy import select
@@ -88,29 +89,37 @@ def reviewable_submission(
     return user, submission
 
 
+@dataclass(frozen=True)
+class GradebookQuery:
+    """The gradebook's filter and sort, the same for the page and its CSV export."""
+
+    q: str = ""
+    only: str = "all"
+    exercise: str = ""
+    sort: str = "name"
+    order: str = "asc"
+
+
+GradebookQueryDep = Annotated[GradebookQuery, Depends()]
+
+
 @router.get("/courses/{course_id}/gradebook")
 def gradebook_page(
     request: Request,
     course_id: str,
     session: SessionDep,
     viewer: ViewerDep,
-    q: str = "",
-    only: str = "all",
-    exercise: str = "",
-    sort: str = "name",
-    order: str = "asc",
+    query: GradebookQueryDep,
 ) -> HTMLResponse:
     _, course = instructor_course(session, viewer, course_id)
-    book = build_gradebook(
-        session, course, q=q, only=only, exercise=exercise, sort=sort, order=order
-    )
-    query = {"q": book.q, "only": book.only, "exercise": book.exercise}
+    book = build_gradebook(session, course, **asdict(query))
+    shown = {"q": book.q, "only": book.only, "exercise": book.exercise}
 
     def sort_link(key: str) -> str:
         direction = "desc" if book.sort == key and book.order == "asc" else "asc"
         if book.sort != key and key not in ("name", "email"):
             direction = "desc"  # scores: highest first on the first click
-        return "?" + urlencode({**query, "sort": key, "order": direction})
+        return "?" + urlencode({**shown, "sort": key, "order": direction})
 
     return render(
         request,
@@ -123,7 +132,7 @@ def gradebook_page(
             "all_exercises": assignments_of(session, course.id),
             "sort_link": sort_link,
             "csv_link": f"/courses/{course.id}/gradebook.csv?"
-            + urlencode({**query, "sort": book.sort, "order": book.order}),
+            + urlencode({**shown, "sort": book.sort, "order": book.order}),
         },
     )
 
@@ -133,17 +142,11 @@ def gradebook_csv_export(
     course_id: str,
     session: SessionDep,
     viewer: ViewerDep,
-    q: str = "",
-    only: str = "all",
-    exercise: str = "",
-    sort: str = "name",
-    order: str = "asc",
+    query: GradebookQueryDep,
 ) -> Response:
     """Exactly the rows, columns and order of the page with the same query."""
     _, course = instructor_course(session, viewer, course_id)
-    book = build_gradebook(
-        session, course, q=q, only=only, exercise=exercise, sort=sort, order=order
-    )
+    book = build_gradebook(session, course, **asdict(query))
     slug = "".join(c if c.isalnum() else "-" for c in course.name.lower()).strip("-") or "course"
     return PlainTextResponse(
         gradebook_csv(book),
