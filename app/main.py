@@ -17,6 +17,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import operations
 from app.api import routes as api_routes
 from app.db import (
     RequestTransaction,
@@ -101,6 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     install_error_handlers(app)
     install_sign_in_redirect(app)
+    app.include_router(operations.router)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)

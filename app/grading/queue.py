@@ -27,6 +27,7 @@ from app.grading.submissions import (
     record_report,
     requeue_unfinished,
 )
+from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.grading import GRADING_LIMITS
 from sandbox import Limits
@@ -42,6 +43,10 @@ class Dispatcher(Protocol):
     def enqueue(self, submission_id: str) -> None: ...
 
     def stop(self) -> None: ...
+
+    def readiness_problem(self) -> str | None:
+        """Why jobs cannot be taken now (for /readyz), or None."""
+        ...
 
 
 def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> None:
@@ -73,7 +78,15 @@ def grading_limits(settings: Settings) -> Limits | None:
 def run_grading_job(
     sessions: SessionFactory, submission_id: str, *, limits: Limits | None = None
 ) -> None:
-    """Claim the submission, grade it, store the result. No transaction is open while grading."""
+    """Claim the submission, grade it, store the result. No transaction is open while grading.
+
+    Every log line meanwhile carries the submission id.
+    """
+    with logging_submission(submission_id):
+        _grade(sessions, submission_id, limits)
+
+
+def _grade(sessions: SessionFactory, submission_id: str, limits: Limits | None) -> None:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
     if job is None:
@@ -99,10 +112,12 @@ def run_grading_job(
         )
         with sessions.begin() as session:
             record_error(session, job, f"{type(exc).__name__}: {exc}")
+        record_grade(SERVER_ERROR, time.monotonic() - started)
         return
 
     with sessions.begin() as session:
         stored = record_report(session, job, report)
+    record_grade(report.diagnosis, time.monotonic() - started)
     log.info(
         "submission %s: %s, %g/%g in %.2f s%s",
         submission_id,
@@ -149,6 +164,9 @@ class ThreadPoolDispatcher:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+
+    def readiness_problem(self) -> str | None:
+        return "the grading threads are not started" if self._executor is None else None
 
     def _run(self, submission_id: str) -> None:
         try:
