@@ -8,6 +8,7 @@ itself (a pass, a score, a comparison) is ever read.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
@@ -61,8 +62,13 @@ def grade(exercise_id: str, source: str, limits: Limits | None = None) -> GradeR
         if (cases := [c for c in exercise.cases if c.hidden == hidden])
     ]
     # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
+    # Each run in a copy of the caller's context, so that its log lines keep what the caller's
+    # carry (the server puts the submission id there).
+    runs = [(contextvars.copy_context(), cases) for cases in groups]
     with ThreadPoolExecutor(len(groups)) as pool:
-        results = list(pool.map(lambda cases: _run_group(exercise, source, cases, limits), groups))
+        results = list(
+            pool.map(lambda run: run[0].run(_run_group, exercise, source, run[1], limits), runs)
+        )
     output = "".join(
         (result.stdout + result.stderr).decode(errors="replace")
         for cases, result in zip(groups, results, strict=True)
