@@ -24,6 +24,7 @@ Diagnosis = Literal[
     "timeout",
     "memory-limit",
     "output-limit",
+    "non-finite-value",
     "incorrect",
 ]
 
