@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sandbox import host_view, uids
+from sandbox import host_view, seccomp, uids
 from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
@@ -49,7 +49,7 @@ ENVIRONMENT = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 # The fd numbers bwrap gets from the launcher; bwrap hands 3 on to the program.
-PAYLOAD_FD, INFO_FD, BLOCK_FD, FIRST_FILE_FD = 3, 4, 5, 6
+PAYLOAD_FD, INFO_FD, BLOCK_FD, SECCOMP_FD, FIRST_FILE_FD = 3, 4, 5, 6, 7
 INPUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 
 POLL_SECONDS = 0.02
@@ -136,6 +136,8 @@ def _bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, s
     # The root and /dev (with /dev/shm) are tmpfs made by bwrap: without this they are writable.
     args += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", SCRATCH_DIR]
     args += ["--info-fd", str(INFO_FD), "--block-fd", str(BLOCK_FD)]
+    # bwrap installs it last, just before it execs the program: nothing of bwrap runs under it.
+    args += ["--seccomp", str(SECCOMP_FD)]
     return [*args, "--", sys.executable, "-I", PROGRAM_PATH]
 
 
@@ -212,8 +214,8 @@ class _Run:
                 f"loopgrade-{uid}", self.limits, pids_max=self.limits.max_processes
             )
             STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
-        files = []
-        for data in [program.encode(), *inputs.values()]:
+        files = []  # the seccomp program, then the files at FIRST_FILE_FD on
+        for data in [seccomp.run_filter().bpf, program.encode(), *inputs.values()]:
             fd = self._fd(os.memfd_create("sandbox-file"))
             unwritten = memoryview(data)
             while unwritten:
@@ -232,7 +234,7 @@ class _Run:
             binds = [(path, path) for path in python_dirs]
         rlimits = _rlimits(self.limits, self.cgroups is not None, self.root)
         moves = [[payload_w, PAYLOAD_FD], [info_w, INFO_FD], [block_r, BLOCK_FD]]
-        moves += [[fd, number] for number, fd in enumerate(files, start=FIRST_FILE_FD)]
+        moves += [[fd, number] for number, fd in enumerate(files, start=SECCOMP_FD)]
         config = {
             "bwrap": self.bwrap,
             "args": _bwrap_args(self.limits, list(inputs), binds),

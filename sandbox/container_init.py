@@ -35,6 +35,8 @@ import time
 from typing import Any
 
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
+BPF_INSTRUCTION_BYTES = 8
 READ_BYTES = 65536
 SCAN_ENTRIES, SCAN_DEPTH = 10_000, 16
 SCRATCH_DIR = "/tmp"
@@ -73,6 +75,26 @@ def largest_file_bytes(top: str) -> int:
     return walk(top, 0)
 
 
+class SockFprog(ctypes.Structure):
+    """struct sock_fprog: a classic BPF program, as seccomp takes it."""
+
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def load_seccomp(libc: ctypes.CDLL, program: bytes) -> None:
+    """Install the compiled filter (sandbox/seccomp.py's, exported on the host) on this process.
+
+    Filters stack: the engine's own profile stays in force, and this one refuses more.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // BPF_INSTRUCTION_BYTES, ctypes.addressof(buffer))
+    ulong = ctypes.c_ulong
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(PR_SET_SECCOMP, ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
 def kill_all_others() -> None:
     """SIGKILL every process of the container but this init."""
     with contextlib.suppress(ProcessLookupError):  # none left
@@ -99,6 +121,8 @@ def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CD
                 signal.signal(number, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
             os.chdir(config["cwd"])
+            with open(config["seccomp_path"], "rb") as bpf:
+                load_seccomp(libc, bpf.read())
             os.execve(config["argv"][0], config["argv"], config["env"])
         except BaseException as error:  # nothing may run on in this copy of the init
             os.write(2, f"init: cannot start the program: {error}\n".encode())

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox import host_view
+from sandbox import host_view, seccomp
 from sandbox.bwrap import ENVIRONMENT, PROGRAM_PATH, SANDBOX_DIR, SCRATCH_DIR, check_request
 from sandbox.cgroups import CGROUP_ROOT, RunCgroups
 from sandbox.errors import SandboxError, SandboxUnavailable
@@ -59,6 +59,7 @@ DEFAULT_USER = "65534:65534"
 PYTHON = "/opt/loopgrade/venv/bin/python3"  # where the Dockerfile puts the venv
 INIT_DIR = "/opt/loopgrade/init"
 INIT_SOURCE = Path(__file__).with_name("container_init.py")
+SECCOMP_FILE = "seccomp.bpf"
 LABEL = "loopgrade.sandbox"
 # The supervising process, so that what a server (or a test) started can be told apart.
 PID_LABEL = "loopgrade.supervisor-pid"
@@ -266,7 +267,10 @@ class _Run:
         base.mkdir(parents=True, exist_ok=True)
         self.stage = Path(tempfile.mkdtemp(prefix="loopgrade-docker-", dir=base))
         files = {"sandbox": {"main.py": program.encode(), **inputs}}
-        files["init"] = {"init.py": INIT_SOURCE.read_bytes()}
+        files["init"] = {
+            "init.py": INIT_SOURCE.read_bytes(),
+            SECCOMP_FILE: seccomp.run_filter().bpf,
+        }
         for directory, contents in files.items():
             path = self.stage / directory
             path.mkdir(mode=0o755)
@@ -329,6 +333,8 @@ class _Run:
             "argv": [PYTHON, "-I", PROGRAM_PATH],
             "env": ENVIRONMENT,
             "cwd": SCRATCH_DIR,
+            # On top of the engine's own profile, which a profile of ours would replace.
+            "seccomp_path": f"{INIT_DIR}/{SECCOMP_FILE}",
             "deadline_seconds": limits.wall_timeout_seconds + INIT_DEADLINE_MARGIN_SECONDS,
         }
         container = self.api.create_container(
