@@ -17,7 +17,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import account_pages, api, instructor_pages, pages
 from app.db import create_db_engine, create_session_factory, database_revision, head_revision
-from app.queue import ThreadPoolDispatcher, grading_limits, requeue_after_restart
+from app.queue import (
+    ThreadPoolDispatcher,
+    grading_limits,
+    open_grading_runner,
+    requeue_after_restart,
+)
 from app.rendering import install_error_pages
 from app.settings import Settings
 from app.web_sessions import load_secret_key
@@ -47,11 +52,18 @@ def create_app(settings: Settings) -> FastAPI:
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
+        # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
+        runner = await anyio.to_thread.run_sync(open_grading_runner, settings)
+        log.info("sandbox: %s", runner.status)
         dispatcher = ThreadPoolDispatcher(
-            sessions, worker_count=settings.worker_count, limits=grading_limits(settings)
+            sessions,
+            worker_count=settings.worker_count,
+            limits=grading_limits(settings),
+            runner=runner,
         )
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
+        app.state.runner = runner
         dispatcher.start()
         requeue_after_restart(sessions, dispatcher)
         try:
@@ -59,6 +71,7 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             # Waits for the grades in progress; queued ones stay in the database for next start.
             await anyio.to_thread.run_sync(dispatcher.stop)
+            runner.close()
             engine.dispose()
 
     app = FastAPI(

@@ -38,10 +38,16 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest accepted uploaded file (a notebook carries outputs besides code).",
     )
-    # The sandbox package reads LOOPGRADE_SANDBOX itself; declared here so that a wrong value
-    # stops `loopgrade serve` at once, with the other settings' errors.
     sandbox: Literal["auto", "bwrap", "docker"] = Field(
         default="auto", description="Sandbox backend for learner code."
+    )
+    # A slot is one warm zygote (~150 MiB resident) running one sandbox at a time, capped at
+    # one core: one per core keeps every core busy (docs/operations.md).
+    sandbox_pool_size: int = Field(
+        default_factory=lambda: os.cpu_count() or 2,
+        ge=0,
+        le=64,
+        description="Warm sandbox pool slots in front of the bwrap backend; 0: cold runs only.",
     )
     # Empty means the grader's own limits (graders.grading.GRADING_LIMITS).
     grading_wall_timeout_seconds: float | None = Field(
