@@ -39,8 +39,11 @@ from sandbox.limits import Limits
 from sandbox.result import RunResult
 
 __all__ = [
+    "BwrapRunner",
+    "DockerRunner",
     "Limits",
     "PoolProgram",
+    "PoolRunner",
     "RunResult",
     "Runner",
     "SandboxError",

@@ -191,8 +191,11 @@ class _Slot:
         try:
             job.start(inputs)
             job.supervise()
+        except SandboxError:
+            self.stop()  # started again for the next job
+            raise
         finally:
-            clean = self._clear()
+            clean = self.control is None or self._clear()
         if not clean:
             self.stop()
             raise SandboxError("a warm pool job did not die within its teardown time")
@@ -518,7 +521,10 @@ class Pool:
         try:
             if not slot.alive:
                 log.warning("warm pool slot %d: the zygote died; starting it again", slot.index)
-                slot.start()
+                try:
+                    slot.start()
+                except SandboxError as error:
+                    raise SandboxUnavailable(str(error)) from error
             return slot.run_job(inputs, limits)
         finally:
             self.idle.put(slot)
