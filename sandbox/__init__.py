@@ -178,11 +178,8 @@ def open_runner(
         cold.binary,
         pool.source,
         pool.warm_up_inputs,
-        # A pool's child only computes: beyond every run's rules, no fork, exec or network
-        # socket (a cold run's interpreter may start helpers; this one never needs to).
-        seccomp.Filter(
-            seccomp.EVERY_RUN + seccomp.NO_FORK + seccomp.NO_EXEC + seccomp.UNIX_SOCKETS_ONLY
-        ).bpf,
+        # The cold runs' own filter, so that the same code meets the same refusals either way.
+        seccomp.run_filter().bpf,
         size=pool_size,
     )
     try:

@@ -204,7 +204,8 @@ class _Slot:
     def _set_limits(self, limits: Limits) -> None:
         if limits == self.limits:
             return
-        memory = str(self.baseline_memory_bytes + limits.memory_bytes)
+        # The zygote's memory counts, as a cold run's own `import torch` does in its cgroup.
+        memory = str(limits.memory_bytes)
         has_swap = (self.cgroups.dirs["memory"] / "memory.memsw.limit_in_bytes").exists()  # type: ignore[union-attr]
         # memory+swap may never be below memory alone: raise it first, lower it last.
         names = ["memory.limit_in_bytes"] + (["memory.memsw.limit_in_bytes"] if has_swap else [])
@@ -440,8 +441,7 @@ class _Job:
             self.flags["file_size_exceeded"] |= host_view.file_size_cap_reached(
                 self.scratch_fd, self.limits.file_size_bytes
             )
-        peak = int(self.slot._cgroup_read("memory", "memory.max_usage_in_bytes"))
-        self.peak_memory_bytes = max(0, peak - self.slot.baseline_memory_bytes)
+        self.peak_memory_bytes = int(self.slot._cgroup_read("memory", "memory.max_usage_in_bytes"))
 
     def _end(self, flag: str) -> None:
         self.flags[flag] = True

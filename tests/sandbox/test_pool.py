@@ -131,9 +131,8 @@ def test_a_child_cannot_see_signal_or_trace_a_sibling_or_the_zygote(
 
 HOSTILE = {
     "fork bomb": (
-        "forked = 0\nfor _ in range(1000):\n    try:\n        os.fork()\n        forked += 1\n"
-        "    except OSError:\n        pass\nreport(forked)\n",
-        None,
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "process_limit_exceeded",
     ),
     "memory bomb": (
         "import torch\nhog = [torch.ones(1 << 24) for _ in range(64)]\n",
@@ -165,10 +164,7 @@ def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
             time.sleep(0.01)
         assert reported(run_job(runner, benign)) == 6.0
         result = hostile.result()
-    if flag is None:
-        assert reported(result) == 0  # a child may not fork at all (seccomp)
-    else:
-        assert result.limit_hit == flag, result
+    assert result.limit_hit == flag, result
     for slot in runner.pool.slots:
         assert slot.job_pids() == set()  # the whole tree is gone
     assert reported(run_job(runner, benign)) == 6.0
