@@ -18,8 +18,13 @@ from fastapi import Depends, Request
 import graders
 import sandbox
 from app.db import SessionFactory
+from app.grading.submissions import (
+    claim_submission,
+    record_error,
+    record_report,
+    requeue_unfinished,
+)
 from app.settings import Settings
-from app.submissions import claim_submission, record_error, record_report, requeue_unfinished
 from graders.grading import GRADING_LIMITS, POOL_PROGRAM
 from sandbox import Limits, Runner
 
