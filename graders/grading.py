@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sandbox
+from graders import harness
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.feedback import EXPLANATIONS
 from graders.judging import call_stream, check, diagnose_by_order, same_trace
@@ -32,7 +33,7 @@ from graders.trace import (
     SyntaxErrorTrace,
     parse_trace,
 )
-from sandbox import Limits, PoolProgram, Runner, RunResult, harness
+from sandbox import Limits, PoolProgram, Runner, RunResult
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Running untrusted code: backends, limits, the warm pool.
+"""Running untrusted code: backends, limits, the warm pool (the harness is graders/harness.py).
 
     runner = open_runner("auto", pool=PoolProgram(source, warm_up_inputs), pool_size=2)
     result = runner.run(source, {"cases.json": data}, Limits(wall_timeout_seconds=5))
