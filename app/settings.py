@@ -22,13 +22,14 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="", description="SQLAlchemy URL; empty means SQLite at <data_dir>/loopgrade.db."
     )
-    # Each grade runs two sandboxes at once (visible and hidden cases), each busy on one core:
-    # more workers than half the cores only queue on the CPU (measured in bench/).
+    # With the warm pool, as many workers as slots keep every slot busy; cold, each grade's two
+    # sandboxes keep two cores busy for seconds, so more than half the cores only queue on the
+    # CPU (docs/operations.md, measured by bench/grade_load.py).
     worker_count: int = Field(
-        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
+        default_factory=lambda: os.cpu_count() or 2,
         ge=1,
         le=64,
-        description="Grading threads; default: half the CPU cores.",
+        description="Grading threads; default: the CPU cores, half of them without the pool.",
     )
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
@@ -86,6 +87,12 @@ class Settings(BaseSettings):
         default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
+
+    @model_validator(mode="after")
+    def _default_cold_worker_count(self) -> Settings:
+        if "worker_count" not in self.model_fields_set and self.sandbox_pool_size == 0:
+            self.worker_count = max(1, (os.cpu_count() or 2) // 2)
+        return self
 
     @model_validator(mode="after")
     def _resolve_paths(self) -> Settings:

@@ -187,8 +187,10 @@ class Zygote:
             _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET
                                 | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")  # fmt: skip
             _write_file("/proc/self/setgroups", "deny")
-            _write_file("/proc/self/uid_map", f"0 {self.uid} 1")
-            _write_file("/proc/self/gid_map", f"0 {self.gid} 1")
+            # The slot's uid stays the job's uid, inside too (as bwrap maps it): never uid 0, so
+            # no exec can give it root's capabilities, whatever the bounding set.
+            _write_file("/proc/self/uid_map", f"{self.uid} {self.uid} 1")
+            _write_file("/proc/self/gid_map", f"{self.gid} {self.gid} 1")
             pid = os.fork()
             if pid == 0:
                 self._job(job, started_w, payload_w, out_w, err_w, memfds)  # never returns

@@ -63,14 +63,17 @@ def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunne
         " 'files': sorted(os.listdir('/sandbox')), 'uid': os.getuid()})\n"
     )
     result = run_job(runner, code)
+    result_uid = json.loads(result.payload)["uid"]
     assert reported(result) == {
         "warm": True,
         "threads": 1,
         "sum": 3.0,
         "cwd": "/tmp",
         "files": ["job.py", "main.py"],
-        "uid": 0,  # of its own user namespace, which maps it to the slot's host uid alone
+        "uid": result_uid,
     }
+    # Its own user namespace maps the slot's host uid, as itself, and nothing else.
+    assert result_uid in {slot.lease.uid for slot in runner.pool.slots if slot.lease}
     assert (result.stdout, result.stderr) == (b"out\n", b"err\n")
     assert result.limit_hit is None
 
