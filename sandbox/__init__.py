@@ -37,6 +37,7 @@ from sandbox import pool as pool_module
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.supervise import check_request
 
 __all__ = [
     "BwrapRunner",
@@ -109,7 +110,7 @@ class DockerRunner:
         return f"docker ({self.settings.image}), a cold container per run"
 
     def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
-        bwrap.check_request(program, inputs, limits)
+        check_request(program, inputs, limits)
         return docker_backend.run_program(self.settings, program, inputs, limits)
 
     def close(self) -> None:
@@ -193,7 +194,7 @@ def open_runner(
 
 def run(program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
     """Run `program` on a cold runner chosen from the environment now (the CLI's, the tests')."""
-    bwrap.check_request(program, inputs, limits)
+    check_request(program, inputs, limits)
     return _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto")).run(program, inputs, limits)
 
 

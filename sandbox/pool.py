@@ -18,13 +18,13 @@ The zygote runs one program only (the one it warmed up); the caller runs any oth
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import queue
 import resource
-import selectors
 import signal
 import socket
 import subprocess
@@ -40,6 +40,17 @@ from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.supervise import (
+    ENVIRONMENT,
+    SANDBOX_DIR,
+    SCRATCH_DIR,
+    START_REPORT_BYTES,
+    TEARDOWN_TIMEOUT_SECONDS,
+    Channel,
+    Supervisor,
+    Usage,
+    check_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +116,12 @@ class _Slot:
         python_dirs = bwrap._python_dirs()
         binds = [(f"{bwrap.STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs)]
         args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], binds)
-        # The zygote makes a user namespace per job; the rest of the cold run's arguments stand.
+        # The zygote makes namespaces for every job, and each job loads the filter itself: no
+        # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
         args.remove("--disable-userns")
-        config = {"control_fd": CONTROL_FD, "environment": bwrap.ENVIRONMENT,
-                  "seccomp_path": f"{bwrap.SANDBOX_DIR}/{SECCOMP_NAME}"}  # fmt: skip
+        del args[args.index("--seccomp") : args.index("--seccomp") + 2]
+        config = {"control_fd": CONTROL_FD, "environment": ENVIRONMENT,
+                  "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}"}  # fmt: skip
         args = [
             *args[: args.index("--") + 1],
             sys.executable,
@@ -167,12 +180,12 @@ class _Slot:
             self.control.close()
             self.control = None
         if self.cgroups is not None:
-            self.cgroups.remove(bwrap.TEARDOWN_TIMEOUT_SECONDS)
+            self.cgroups.remove(TEARDOWN_TIMEOUT_SECONDS)
             self.cgroups = None
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(bwrap.TEARDOWN_TIMEOUT_SECONDS)
+            self.proc.wait(TEARDOWN_TIMEOUT_SECONDS)
             self.proc = None
         if self.zygote_pidfd >= 0:
             os.close(self.zygote_pidfd)
@@ -190,11 +203,13 @@ class _Slot:
         job = _Job(self, limits)
         try:
             job.start(inputs)
-            job.supervise()
+            job.supervisor.watch(job)
+            job.supervisor.finish(job.final_usage())
         except SandboxError:
             self.stop()  # started again for the next job
             raise
         finally:
+            job.close()
             clean = self.control is None or self._clear()
         if not clean:
             self.stop()
@@ -233,7 +248,7 @@ class _Slot:
 
     def _clear(self) -> bool:
         """Kill what is left of the job and wait until only the zygote remains; False if not."""
-        deadline = time.monotonic() + bwrap.TEARDOWN_TIMEOUT_SECONDS
+        deadline = time.monotonic() + TEARDOWN_TIMEOUT_SECONDS
         while self.job_pids():
             self.kill_job()
             if time.monotonic() > deadline:
@@ -273,203 +288,123 @@ class _Slot:
 
 
 class _Job:
-    """One job on a slot, supervised from outside like a cold run."""
+    """One job on a slot, as the shared supervisor sees it (sandbox.supervise.Process)."""
 
     def __init__(self, slot: _Slot, limits: Limits) -> None:
         self.slot = slot
         self.limits = limits
-        self.selector = selectors.DefaultSelector()
-        self.fds: list[int] = []
-        self.flags = dict.fromkeys(
-            ("timed_out", "cpu_time_exceeded", "memory_exceeded", "process_limit_exceeded",
-             "file_size_exceeded", "open_files_exceeded", "output_truncated", "payload_truncated"),
-            False,
-        )  # fmt: skip
-        self.payload, self.stdout, self.stderr = bytearray(), bytearray(), bytearray()
+        self.supervisor = Supervisor(limits)
+        self.reading: dict[int, Channel] = {}  # the job's pipes still open, by read end
+        self.start_report = bytearray()
         self.status: int | None = None
         self.scratch_fd = -1
-        self.killed_at: float | None = None
-        self.started = self.ended = time.monotonic()
         self.base_cpu, self.base_oom, self.base_refused = slot.counters()
-        self.cpu_seconds = 0.0
 
     def start(self, inputs: Mapping[str, bytes]) -> None:
-        payload_r, payload_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        pipes = [os.pipe() for _ in range(4)]
         memfds = [_memfd(data) for data in inputs.values()]
-        self.payload_r, self.out_r, self.err_r = payload_r, out_r, err_r
-        self.fds += [payload_r, out_r, err_r]
+        channels = [Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR]
+        self.reading = {
+            read_end: channel for (read_end, _), channel in zip(pipes, channels, strict=True)
+        }
         header = {
             "input_names": list(inputs),
             "scratch_bytes": self.limits.scratch_bytes,
             "rlimits": [[limit, *value] for limit, value in _job_rlimits(self.limits).items()],
         }
-        self.started = time.monotonic()
+        write_ends = [write_end for _, write_end in pipes]
         assert self.slot.control is not None
+        self.supervisor.start_clock()
         try:
-            socket.send_fds(
-                self.slot.control, [json.dumps(header).encode()],
-                [payload_w, out_w, err_w, *memfds],
-            )  # fmt: skip
+            socket.send_fds(self.slot.control, [json.dumps(header).encode()], write_ends + memfds)
         except OSError as error:
             raise SandboxError(f"the zygote of slot {self.slot.index} is gone: {error}") from error
         finally:
-            for fd in [payload_w, out_w, err_w, *memfds]:
-                os.close(fd)
-        for fd in (payload_r, out_r, err_r, self.slot.control.fileno()):
-            self.selector.register(fd, selectors.EVENT_READ)
-
-    def supervise(self) -> None:
-        wall_deadline = self.started + self.limits.wall_timeout_seconds
-        next_poll = time.monotonic()
-        exited_at: float | None = None
-        control_fd = self.slot.control.fileno()  # type: ignore[union-attr]
-        try:
-            while True:
-                now = time.monotonic()
-                if exited_at is None:
-                    if self.killed_at is None and now >= wall_deadline:
-                        self._end("timed_out")
-                    if (
-                        self.killed_at is not None
-                        and now > self.killed_at + bwrap.TEARDOWN_TIMEOUT_SECONDS
-                    ):
-                        raise SandboxError("a warm pool job did not die after SIGKILL")
-                    if self.killed_at is None and now >= next_poll:
-                        self._poll_limits()
-                        next_poll = now + bwrap.POLL_SECONDS
-                    wake = (self.killed_at + bwrap.TEARDOWN_TIMEOUT_SECONDS if self.killed_at
-                            else min(wall_deadline, next_poll))  # fmt: skip
-                else:
-                    if not self.selector.get_map() or now > exited_at + bwrap.DRAIN_SECONDS:
-                        break
-                    wake = exited_at + bwrap.DRAIN_SECONDS
-                for key, _ in self.selector.select(max(0.0, wake - time.monotonic())):
-                    if key.fd not in self.selector.get_map():
-                        continue
-                    if key.fd == control_fd:
-                        self.selector.unregister(control_fd)
-                        if self._from_zygote():
-                            exited_at = self.ended = time.monotonic()
-                        else:
-                            self.selector.register(control_fd, selectors.EVENT_READ)
-                    else:
-                        self._read(key.fd)
-            self._final_checks()
-        finally:
-            self.selector.close()
-            for fd in self.fds:
+            for fd in write_ends + memfds:
                 os.close(fd)
 
-    def _from_zygote(self) -> bool:
-        """Take one message of the zygote; True once the job has ended."""
+    def close(self) -> None:
+        for fd in [*self.reading, *([self.scratch_fd] if self.scratch_fd >= 0 else [])]:
+            os.close(fd)
+        self.reading = {}
+        self.scratch_fd = -1
+
+    # -- what the supervisor sees ----------------------------------------------------------------
+
+    def wait_fds(self) -> list[int]:
+        control = [] if self.status is not None else [self.slot.control.fileno()]  # type: ignore[union-attr]
+        return [*self.reading, *control]
+
+    def read(self, fd: int) -> list[tuple[Channel, bytes]]:
+        if fd not in self.reading:
+            return self._from_zygote()
+        channel = self.reading[fd]
+        data = os.read(fd, bwrap.READ_BYTES)
+        if channel is Channel.STARTED:
+            if data:
+                self.start_report += data[: START_REPORT_BYTES - len(self.start_report)]
+                return []
+            self._close(fd)
+            return [(Channel.STARTED, bytes(self.start_report))]
+        if not data:
+            self._close(fd)
+            return []
+        return [(channel, data)]
+
+    def _close(self, fd: int) -> None:
+        del self.reading[fd]
+        os.close(fd)
+
+    def _from_zygote(self) -> list[tuple[Channel, bytes]]:
         message = self.slot._receive(0)
         if message is None:
-            self.slot.stop()
             raise SandboxError(f"the zygote of warm pool slot {self.slot.index} died")
         if "started" in message:
             if message["started"]:
                 self._open_scratch()
-            return False
+            return []
         status = message.get("status")
         if not isinstance(status, int):
             raise SandboxError(f"the zygote sent {message!r}")
         self.status = status
-        return True
+        self.kill()  # whatever the job left running dies with it
+        return [(Channel.EXITED, b"")]
 
     def _open_scratch(self) -> None:
         """Held to the end, to check file sizes: the job's /tmp, through its parent's root."""
         for pid in self.slot.job_pids():
             with contextlib.suppress(OSError):
                 self.scratch_fd = os.open(
-                    f"/proc/{pid}/root{bwrap.SCRATCH_DIR}", os.O_RDONLY | os.O_DIRECTORY
+                    f"/proc/{pid}/root{SCRATCH_DIR}", os.O_RDONLY | os.O_DIRECTORY
                 )
-                self.fds.append(self.scratch_fd)
                 return
 
-    def _read(self, fd: int) -> None:
-        data = os.read(fd, bwrap.READ_BYTES)
-        if not data:
-            self._close(fd)
-        elif fd == self.payload_r:
-            room = self.limits.payload_bytes - len(self.payload)
-            self.payload += data[:room]
-            if len(data) > room:
-                self._close(self.payload_r)
-                self._end("payload_truncated")
-        else:
-            room = self.limits.output_bytes - len(self.stdout) - len(self.stderr)
-            (self.stdout if fd == self.out_r else self.stderr).extend(data[:room])
-            if len(data) > room:
-                self._close(self.out_r)
-                self._close(self.err_r)
-                self._end("output_truncated")
-
-    def _close(self, fd: int) -> None:
-        if fd in self.fds:
-            self.fds.remove(fd)
-            if fd in self.selector.get_map():
-                self.selector.unregister(fd)
-            os.close(fd)
-
-    def _poll_limits(self) -> None:
+    def usage(self) -> Usage:
         cpu, oom, refused = self.slot.counters()
-        hit = []
-        if oom > self.base_oom:
-            hit.append("memory_exceeded")
-        if refused > self.base_refused:
-            hit.append("process_limit_exceeded")
-        if cpu - self.base_cpu >= self.limits.cpu_seconds:
-            hit.append("cpu_time_exceeded")
-        if any(host_view.open_fd_count(p) >= self.limits.open_files for p in self.slot.job_pids()):
-            hit.append("open_files_exceeded")
-        if self.scratch_fd >= 0 and host_view.file_size_cap_reached(
-            self.scratch_fd, self.limits.file_size_bytes
-        ):
-            hit.append("file_size_exceeded")
-        for flag in hit:
-            self._end(flag)
+        pids = self.slot.job_pids()
+        return Usage(
+            cpu_seconds=max(0.0, cpu - self.base_cpu),
+            oom_kills=oom - self.base_oom,
+            process_limit_hits=refused - self.base_refused,
+            most_open_files=max((host_view.open_fd_count(pid) for pid in pids), default=0),
+            file_size_cap_reached=self.scratch_fd >= 0
+            and host_view.file_size_cap_reached(self.scratch_fd, self.limits.file_size_bytes),
+        )
 
-    def _final_checks(self) -> None:
-        cpu, oom, refused = self.slot.counters()
-        self.flags["memory_exceeded"] |= oom > self.base_oom
-        self.flags["process_limit_exceeded"] |= refused > self.base_refused
-        self.cpu_seconds = max(0.0, cpu - self.base_cpu)
-        self.flags["cpu_time_exceeded"] |= self.cpu_seconds >= self.limits.cpu_seconds
-        if self.scratch_fd >= 0:
-            self.flags["file_size_exceeded"] |= host_view.file_size_cap_reached(
-                self.scratch_fd, self.limits.file_size_bytes
-            )
-        self.peak_memory_bytes = int(self.slot._cgroup_read("memory", "memory.max_usage_in_bytes"))
+    def final_usage(self) -> Usage:
+        peak = int(self.slot._cgroup_read("memory", "memory.max_usage_in_bytes"))
+        return dataclasses.replace(self.usage(), most_open_files=0, peak_memory_bytes=peak)
 
-    def _end(self, flag: str) -> None:
-        self.flags[flag] = True
-        if self.killed_at is None:
-            self.killed_at = time.monotonic()
+    def kill(self) -> None:
         self.slot.kill_job()
 
     def result(self) -> RunResult:
         assert self.status is not None
-        exit_code: int | None = None
-        signal_number: int | None = None
         if os.WIFSIGNALED(self.status):
-            signal_number = os.WTERMSIG(self.status)
-        else:
-            # As from bwrap: the job's death by signal N is its parent's exit status 128 + N.
-            status = os.WEXITSTATUS(self.status)
-            exit_code, signal_number = (None, status - 128) if status > 128 else (status, None)
-        return RunResult(
-            exit_code=exit_code,
-            signal=signal_number,
-            wall_seconds=self.ended - self.started,
-            cpu_seconds=self.cpu_seconds,
-            peak_memory_bytes=self.peak_memory_bytes,
-            payload=bytes(self.payload),
-            stdout=bytes(self.stdout),
-            stderr=bytes(self.stderr),
-            **self.flags,
-        )
+            return self.supervisor.result(None, os.WTERMSIG(self.status))
+        # As from bwrap: the job's death by signal N is its parent's exit status 128 + N.
+        status = os.WEXITSTATUS(self.status)
+        return self.supervisor.result(*((None, status - 128) if status > 128 else (status, None)))
 
 
 class Pool:
@@ -516,7 +451,7 @@ class Pool:
 
     def run_program(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
         """Run the pool's program on `inputs` in a fresh isolated child of a warm zygote."""
-        bwrap.check_request(self.program, inputs, limits)
+        check_request(self.program, inputs, limits)
         slot = self.idle.get()
         try:
             if not slot.alive:
@@ -541,7 +476,8 @@ class Pool:
 
 def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
     """A job's rlimits; memory is the slot cgroup's to cap (torch maps ~700 MB of address space)."""
-    cpu_seconds = math.ceil(limits.cpu_seconds)
+    # A backstop: the supervisor holds the job's CPU, set-up apart, to its caps.
+    cpu_seconds = math.ceil(limits.startup_cpu_seconds + limits.cpu_seconds)
     # The pids cgroup refuses first, and records that it did; RLIMIT_NPROC counts the slot's uid.
     processes = limits.max_processes + POOL_PROCESSES + 1
     return {

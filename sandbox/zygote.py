@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -39,7 +40,7 @@ PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 22, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 4, 2
 LINUX_CAPABILITY_VERSION_3, LAST_CAPABILITY = 0x20080522, 63
 SANDBOX_DIR, PROGRAM_PATH, SCRATCH_DIR = "/sandbox", "/sandbox/main.py", "/tmp"
-PAYLOAD_FD = 3
+PAYLOAD_FD, START_FD = 3, 4
 MAX_HEADER_BYTES, MAX_FDS = 65536, 64
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -113,8 +114,8 @@ def _copy_in(memfd: int, path: str) -> None:
 
 class Zygote:
     def __init__(self, config: dict[str, Any]) -> None:
-        # Moved off fd 3, which the program's result channel takes.
-        self.control = socket.socket(fileno=os.dup(config["control_fd"]))
+        # Moved far from fds 3 and 4, which the program writes to.
+        self.control = socket.socket(fileno=fcntl.fcntl(config["control_fd"], fcntl.F_DUPFD, 100))
         os.close(config["control_fd"])
         self.uid, self.gid = os.getuid(), os.getgid()
         self.environment: dict[str, str] = config["environment"]
@@ -131,14 +132,15 @@ class Zygote:
         import torch
 
         torch.set_num_threads(1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        if devnull != PAYLOAD_FD:
-            os.dup2(devnull, PAYLOAD_FD)
-            os.close(devnull)
+        devnull = fcntl.fcntl(os.open(os.devnull, os.O_WRONLY), fcntl.F_DUPFD, 100)
+        for fd in (PAYLOAD_FD, START_FD):
+            os.dup2(devnull, fd)
+        os.close(devnull)
         os.chdir(SCRATCH_DIR)
         exec(self.code, {"__name__": "__main__", "__file__": PROGRAM_PATH})
-        with contextlib.suppress(OSError):  # the program may have closed it itself
-            os.close(PAYLOAD_FD)
+        for fd in (PAYLOAD_FD, START_FD):
+            with contextlib.suppress(OSError):  # the program may have closed it itself
+                os.close(fd)
         sys.stdout.flush()
         sys.stderr.flush()
         gc.collect()
@@ -178,7 +180,7 @@ class Zygote:
     def _child(self, job: dict[str, Any], fds: list[int]) -> None:
         """Isolate, then run the job as PID 1 of a new pid namespace; exit with its status."""
         try:
-            started_w, payload_w, out_w, err_w, *memfds = fds
+            started_w, payload_w, start_w, out_w, err_w, *memfds = fds
             self.control.close()
             os.setsid()
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -193,7 +195,7 @@ class Zygote:
             _write_file("/proc/self/gid_map", f"{self.gid} {self.gid} 1")
             pid = os.fork()
             if pid == 0:
-                self._job(job, started_w, payload_w, out_w, err_w, memfds)  # never returns
+                self._job(job, started_w, [payload_w, start_w, out_w, err_w], memfds)
             os.closerange(0, 1 << 20)  # the job's pipes end when the job does
             _, status = os.waitpid(pid, 0)
             os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status)
@@ -203,14 +205,9 @@ class Zygote:
         os._exit(125)
 
     def _job(
-        self,
-        job: dict[str, Any],
-        started_w: int,
-        payload_w: int,
-        out_w: int,
-        err_w: int,
-        memfds: list[int],
+        self, job: dict[str, Any], started_w: int, pipes: list[int], memfds: list[int]
     ) -> None:
+        """Never returns. `pipes`: the write ends of fds 3 (payload), 4 (start), 1 and 2."""
         try:
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent's kill takes the namespace
             _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -225,12 +222,12 @@ class Zygote:
                 _copy_in(memfd, f"{SANDBOX_DIR}/{name}")
             _mount(None, SANDBOX_DIR, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
             os.write(started_w, b"1")
-            os.dup2(payload_w, PAYLOAD_FD)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
             stdin = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(stdin, 0)
-            os.closerange(PAYLOAD_FD + 1, 1 << 20)
+            # Parked above every wanted number first, so that no move overwrites one to come.
+            parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in [stdin, *pipes]]
+            for fd, wanted in zip(parked, [0, PAYLOAD_FD, START_FD, 1, 2], strict=True):
+                os.dup2(fd, wanted)
+            os.closerange(START_FD + 1, 1 << 20)
             os.chdir(SCRATCH_DIR)
             os.environ.clear()
             os.environ.update(self.environment)

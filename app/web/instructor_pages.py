@@ -53,8 +53,8 @@ from app.models import (
 from app.people.accounts import find_user_by_email
 from app.web.charts import bar_chart
 from app.web.rendering import PageError, render
-from app.web.review import submission_context
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
+from app.web.submission_view import submission_context
 from graders.exercises import list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)

@@ -39,7 +39,6 @@ from app.grading.submissions import (
 from app.models import Course, CourseRole, User, utc_now
 from app.settings import Settings, SettingsDep
 from app.web.rendering import PageError, render
-from app.web.review import result_context, submission_context, viewable_submission
 from app.web.sessions import (
     LEARNER_COOKIE,
     CsrfViewerDep,
@@ -49,6 +48,7 @@ from app.web.sessions import (
     anonymous_learner,
     signed_in_user,
 )
+from app.web.submission_view import result_context, submission_context, viewable_submission
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 from graders.notebook import NotebookError, code_from_file
 

@@ -95,7 +95,7 @@ def test_a_learner_exception_is_a_result_with_its_traceback() -> None:
     assert result.limit_hit is None
 
 
-def test_torch_imports_and_a_linear_sgd_step_runs() -> None:
+def test_torch_imports_and_a_linear_sgd_step_runs_under_the_filter(backend: str) -> None:
     program = (
         "import json, os, torch\n"
         "torch.manual_seed(0)\n"
@@ -109,11 +109,14 @@ def test_torch_imports_and_a_linear_sgd_step_runs() -> None:
         "    loss.backward()\n"
         "    opt.step()\n"
         "    losses.append(loss.item())\n"
-        "os.write(3, json.dumps({'losses': losses, 'threads': torch.get_num_threads()}).encode())\n"
+        "threads, version = torch.get_num_threads(), torch.__version__\n"
+        "trace = {'losses': losses, 'threads': threads, 'version': version}\n"
+        "os.write(3, json.dumps(trace).encode())\n"
     )
     result = run(program, {}, fast(wall_timeout_seconds=30, cpu_seconds=30, memory_bytes=1 << 30))
     assert result.exit_code == 0, result.stderr
     trace = json.loads(result.payload)
     assert trace["losses"][-1] < trace["losses"][0]
     assert trace["threads"] == 1  # OMP_NUM_THREADS=1
+    assert trace["version"] == "2.13.0+cpu"
     assert result.peak_memory_bytes is None or result.peak_memory_bytes > 50 << 20
