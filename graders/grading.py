@@ -276,6 +276,9 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     Computed in this process from the exercise's own files, once per exercise version.
     """
     key = (exercise.id, exercise.version)
+    cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
+    if cached is not None:
+        return cached
     with _trusted_lock:
         if key not in _trusted_cache:
             sources = {"reference": exercise.solution_code}

@@ -17,7 +17,8 @@ import pytest
 
 import sandbox
 from graders import grade
-from graders.grading import POOL_PROGRAM
+from graders.exercises import get_exercise
+from graders.grading import POOL_PROGRAM, trusted_trajectories
 from sandbox import Limits
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
@@ -93,3 +94,13 @@ def test_every_test_submission_gets_the_same_report_cold_and_warm(
     assert {"correct", "missing-zero-grad", "syntax-error", "memory-limit", "output-limit"} <= (
         diagnoses
     )
+
+
+def test_trusted_trajectories_are_computed_once_per_exercise_version() -> None:
+    exercise = get_exercise("train-step")
+    first = trusted_trajectories(exercise)
+    assert trusted_trajectories(exercise) is first
+    changed = exercise.model_copy(update={"version": exercise.version + "-changed"})
+    again = trusted_trajectories(changed)
+    assert again is not first
+    assert again == first  # the same files: the same numbers, computed anew
