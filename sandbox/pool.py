@@ -108,7 +108,7 @@ class _Slot:
             SECCOMP_NAME: self.pool.seccomp_filter,
             **self.pool.warm_up_inputs,
         }
-        file_fds = [_memfd(data) for data in files.values()]
+        file_fds = [bwrap.memfd(data) for data in files.values()]
         control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log_r, log_w = os.pipe()
         info_r, info_w = os.pipe()
@@ -302,7 +302,7 @@ class _Job:
 
     def start(self, inputs: Mapping[str, bytes]) -> None:
         pipes = [os.pipe() for _ in range(4)]
-        memfds = [_memfd(data) for data in inputs.values()]
+        memfds = [bwrap.memfd(data) for data in inputs.values()]
         channels = [Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR]
         self.reading = {
             read_end: channel for (read_end, _), channel in zip(pipes, channels, strict=True)
@@ -488,15 +488,6 @@ def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
         resource.RLIMIT_NPROC: (processes, processes),
         resource.RLIMIT_CORE: (0, 0),
     }
-
-
-def _memfd(data: bytes) -> int:
-    fd = os.memfd_create("sandbox-file")
-    unwritten = memoryview(data)
-    while unwritten:
-        unwritten = unwritten[os.write(fd, unwritten) :]
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 def _read_child_pid(info_r: int) -> int:
