@@ -131,7 +131,7 @@ def submit_file(
         exercise,
         learner,
         extracted.source,
-        upload_filename=(file.filename or "")[:255] or None,
+        upload_filename=extracted.filename,
         upload_notices=extracted.notices,
     )
     return accepted.model_copy(update={"notices": extracted.notices})
@@ -158,7 +158,7 @@ def _accept(
             known = ", ".join(a.id for a in assignments_of(session, api_key.course_id))
             raise HTTPException(
                 422,
-                detail=f"exercise {exercise!r} is not set in this key's course; "
+                detail=f"exercise {exercise[:100]!r} is not set in this key's course; "
                 f"set: {known or 'none'}",
             ) from None
     try:

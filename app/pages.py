@@ -47,7 +47,7 @@ from app.submissions import (
 )
 from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
-from graders.notebook import NotebookError, code_from_file
+from graders.notebook import NotebookError, clean_filename, code_from_file
 from graders.report import PlotSeries
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -251,14 +251,14 @@ def _submit(
             data = file.file.read(settings.max_upload_bytes + 1)
             if len(data) > settings.max_upload_bytes:
                 raise CodeTooLarge(
-                    f"{file.filename} is over the upload limit of "
+                    f"{clean_filename(file.filename)} is over the upload limit of "
                     f"{settings.max_upload_bytes // 1024} KiB"
                 )
             try:
                 extracted = code_from_file(file.filename, data)
             except NotebookError as exc:
                 raise SubmissionRejected(str(exc)) from None
-            code, filename, notices = extracted.source, file.filename[:255], extracted.notices
+            code, filename, notices = extracted.source, extracted.filename, extracted.notices
         submission = create_submission(
             session,
             exercise_id=exercise.id,

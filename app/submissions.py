@@ -147,7 +147,7 @@ def create_submission(
     except UnknownExercise:
         known = ", ".join(exercise.id for exercise in list_exercises())
         raise UnknownExerciseId(
-            f"unknown exercise {exercise_id!r}; known exercises: {known}"
+            f"unknown exercise {exercise_id[:100]!r}; known exercises: {known}"
         ) from None
 
     _check_text("code", code)
