@@ -19,6 +19,7 @@ from app.db import SessionDep
 from app.gradebook import FILTERS, build_gradebook, gradebook_json
 from app.models import ApiKey, Course, Submission, SubmissionStatus
 from app.queue import Dispatcher, DispatcherDep
+from app.results import shown_result
 from app.schemas import ErrorOut, ExerciseOut, SubmissionAccepted, SubmissionCreate, SubmissionOut
 from app.settings import Settings, SettingsDep
 from app.submissions import (
@@ -49,6 +50,7 @@ _submit_errors: dict[int | str, dict[str, object]] = {
 
 
 def submission_out(submission: Submission) -> SubmissionOut:
+    shown = shown_result(submission)
     return SubmissionOut.model_validate(
         {
             "id": submission.id,
@@ -58,8 +60,8 @@ def submission_out(submission: Submission) -> SubmissionOut:
             "score": submission.score,
             "max_score": submission.max_score,
             "diagnosis": submission.diagnosis,
-            "checks": submission.checks or [],
-            "feedback": submission.feedback,
+            "checks": [check.model_dump() for check in shown.checks],
+            "feedback": shown.feedback,
             "created_at": submission.created_at,
             "graded_at": submission.graded_at,
         }

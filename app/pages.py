@@ -32,6 +32,7 @@ from app.gradebook import learner_cells, practice_assignment
 from app.models import Course, CourseRole, Submission, SubmissionStatus, User, utc_now
 from app.queue import DispatcherDep
 from app.rendering import PageError, SignInRequired, render
+from app.results import shown_result
 from app.review import review_context
 from app.settings import Settings, SettingsDep
 from app.submissions import (
@@ -48,7 +49,6 @@ from app.submissions import (
 from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 from graders.notebook import NotebookError, clean_filename, code_from_file
-from graders.report import PlotSeries
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -94,14 +94,13 @@ def viewable_submission(
 
 
 def result_context(submission: Submission) -> dict[str, Any]:
+    shown = shown_result(submission)
     return {
         "submission": submission,
         "finished": submission.status in FINISHED,
-        "checks": submission.checks or [],
+        "result": shown,
         # line_chart escapes every text it puts in the SVG.
-        "charts": [
-            Markup(line_chart(PlotSeries.model_validate(plot))) for plot in submission.plots or []
-        ],
+        "charts": [Markup(line_chart(plot)) for plot in shown.plots],
     }
 
 

@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
+from app.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
@@ -248,6 +249,7 @@ def _finish_regrades(session: Session, job: GradingJob, **values: object) -> Non
 
 def record_report(session: Session, job: GradingJob, report: GradeReport) -> bool:
     """Store the grader's result and mark the submission graded; False if the claim is stale."""
+    report = bounded_report(report)
     stored = _finish(
         session,
         job,
@@ -279,7 +281,12 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
 
 def record_error(session: Session, job: GradingJob, message: str) -> bool:
     """Mark the submission failed by a server fault; False if the claim is stale."""
-    stored = _finish(session, job, status=SubmissionStatus.ERROR, error_message=message)
+    stored = _finish(
+        session,
+        job,
+        status=SubmissionStatus.ERROR,
+        error_message=cut(message, MAX_ERROR_MESSAGE_CHARS),
+    )
     if stored:
         _finish_regrades(session, job, new_status=SubmissionStatus.ERROR)
     return stored
