@@ -13,7 +13,7 @@ import time
 import httpx
 from sqlalchemy import update
 
-from app.auth import create_api_key
+from app.api.keys import create_api_key
 from app.db import SessionFactory
 from app.models import SiteRole, Submission
 from tests.app.conftest import EXERCISE, GRADING_TIMEOUT_SECONDS, REPO, csrf_token

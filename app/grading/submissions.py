@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
-from app.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
