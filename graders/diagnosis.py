@@ -361,6 +361,8 @@ def _candidates(
     traces: Traces, spec: CaseSpec, model: CaseTrace, numbers: Numbers, momentum: bool
 ) -> list[tuple[Numbers, Diagnosis, str]]:
     """Models one number away from `numbers`, fitted on the first case those do not explain."""
+    if not traces[spec.id].records or not model.records:
+        return []
     mine, theirs = traces[spec.id].records[0], model.records[0]
     start = case_data(spec).weight
     moved = _ratio(as_tensor(mine["weight"]) - start, as_tensor(theirs["weight"]) - start)
@@ -412,30 +414,39 @@ def stepping_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
     """Replays of the learner's calls that explain their trajectory, and the mistakes they make.
 
     First the calls as recorded with the optimizer's numbers; then with one number fitted (a
-    gradient scale, a learning rate, a momentum, the loss read after the update).
+    gradient scale, a learning rate, a momentum, the loss read after the update). A loop that
+    recorded no step at all may have updated the weights by hand: that is tried last.
     """
-    by_hand = not any("step" in call_stream(trace) for trace in traces.values())
+    stepless = not any("step" in call_stream(trace) for trace in traces.values())
+    for by_hand in (False, True) if stepless else (False,):
+        for forward in Forward:
+            found = _replayed_models(exercise, traces, forward, by_hand)
+            if found:
+                return found
+    return []
+
+
+def _replayed_models(
+    exercise: Exercise, traces: Traces, forward: Forward, by_hand: bool
+) -> list[Explanation]:
     momentum = any(spec.momentum for spec in exercise.cases)
     numbers = Numbers(update_by_hand=by_hand)
-    found: list[Explanation] = []
     order = _merged_order_mistakes(exercise, traces, by_hand)
     extra: tuple[Diagnosis, ...] = ("wrong-momentum",) if by_hand and momentum else ()
-    for forward in Forward:
-        base = _attempt(exercise, traces, forward, numbers)
-        if base.unexplained is None:
-            codes = tuple(order) + extra
-            if codes:
-                found.append(Explanation(codes, _order_note(exercise, traces, codes)))
+    base = _attempt(exercise, traces, forward, numbers)
+    if base.unexplained is None:
+        codes = tuple(order) + extra
+        return [Explanation(codes, _order_note(exercise, traces, codes))] if codes else []
+    if base.trajectory is None:
+        return []  # these calls cannot be replayed as a loop of this kind
+    found = []
+    for candidate, code, note in _candidates(
+        traces, base.unexplained, base.trajectory, numbers, momentum
+    ):
+        if _attempt(exercise, traces, forward, candidate, base.unexplained).unexplained:
             continue
-        if base.trajectory is None:
-            continue  # these calls cannot be replayed as a loop of this kind
-        for candidate, code, note in _candidates(
-            traces, base.unexplained, base.trajectory, numbers, momentum
-        ):
-            if _attempt(exercise, traces, forward, candidate, base.unexplained).unexplained:
-                continue
-            codes = (code, *order, *[e for e in extra if e != code])
-            found.append(Explanation(tuple(sorted(set(codes), key=PRIORITY.index)), note))
+        codes = (code, *order, *[e for e in extra if e != code])
+        found.append(Explanation(tuple(sorted(set(codes), key=PRIORITY.index)), note))
     return found
 
 
