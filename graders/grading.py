@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from graders import harness
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.feedback import EXPLANATIONS
@@ -30,7 +31,7 @@ from graders.trace import (
     SyntaxErrorTrace,
     parse_trace,
 )
-from sandbox import Limits, RunResult, harness, run
+from sandbox import Limits, RunResult, run
 
 log = logging.getLogger(__name__)
 

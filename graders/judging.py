@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
+from graders import harness
 from graders.exercises import CaseSpec
 from graders.report import Check, PlotSeries
 from graders.trace import CaseTrace
-from sandbox import harness
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-5

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from graders import harness
 from graders.exercises import Exercise
 from graders.grading import (
     Failure,
@@ -23,7 +24,6 @@ from graders.kinds import JUDGES
 from graders.mutation import Mutant, reference_mutants
 from graders.report import GradeReport
 from graders.trace import CaseTrace, parse_trace
-from sandbox import harness
 
 
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:

@@ -24,7 +24,7 @@ from torch import nn
 from graders.exercises import CaseSpec, Kind
 from graders.judging import call_stream
 from graders.trace import CaseTrace
-from sandbox import harness
+from graders import harness
 
 PerCase = Callable[[CaseSpec], float]
 MODEL_FILENAME = "model.py"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from graders import harness
 from graders.exercises import CaseSpec
 from graders.judging import (
     ABSOLUTE_TOLERANCE,
@@ -19,7 +20,6 @@ from graders.judging import (
 )
 from graders.report import PlotSeries
 from graders.trace import CaseTrace
-from sandbox import harness
 
 CHECKS = {
     "runs": "Every case ran to the end.",

@@ -3,8 +3,9 @@
 The same functions serve twice. Inside the sandbox, `main()` runs the learner's code and writes
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
-So this file imports nothing of ours (it is shipped into the sandbox as one file) and touches no
-process-wide torch state: no global seed, no monkeypatching, so the grader may run it in threads.
+It lives with the graders because it encodes the exercise kinds, and it is shipped into the
+sandbox as the text of this one file: so it imports nothing of ours and touches no process-wide
+torch state (no global seed, no monkeypatching), so the grader may run it in threads.
 
 Each exercise kind has a driver: how to call the learner's function on a case and what to
 record. A record is a flat dict of named values: tensors as nested lists, `.grad` as None or
