@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from graders import harness
 from graders.exercises import CaseSpec, Kind
 from graders.judging import call_stream
 from graders.trace import CaseTrace
-from graders import harness
 
 PerCase = Callable[[CaseSpec], float]
 MODEL_FILENAME = "model.py"
