@@ -301,10 +301,11 @@ def _order_note(exercise: Exercise, traces: Traces, codes: Sequence[Diagnosis]) 
     per_call = [record.get("calls", []) for record in traces[visible.id].records]
     where = ""
     if codes[0] == "backward-twice":
-        times = max(c.count("backward") for c in per_call) // (visible.micro_batches or 1)
+        count = max(c.count("backward") for c in per_call) // (visible.micro_batches or 1)
+        times = {2: "twice", 3: "three times"}.get(count, f"{count} times")
         return (
-            f"Your gradients are exactly {times} times the correct ones: `backward()` ran "
-            f"{times} times before each step."
+            f"Your gradients are exactly {times} the correct ones: `backward()` ran {times} "
+            "before the step."
         )
     if codes[0] == "zero-grad-skipped":
         where = ", ".join(str(i + 1) for i, c in enumerate(per_call) if "zero_grad" not in c)
