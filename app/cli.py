@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.operations import configure_logging
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -89,8 +90,8 @@ class CommandFailed(Exception):
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.auth import create_api_key
-    from app.courses import find_course
+    from app.api.keys import create_api_key
+    from app.courses.courses import find_course
 
     with database_session(build_settings(args)) as session:
         course_id, course_name = None, ""
@@ -133,8 +134,8 @@ def read_password() -> str:
 
 
 def cmd_users_create(args: argparse.Namespace) -> int:
-    from app.accounts import AccountError, create_user
     from app.models import SiteRole
+    from app.people.accounts import AccountError, create_user
 
     settings = build_settings(args)
     password = read_password()
@@ -155,8 +156,8 @@ def cmd_users_create(args: argparse.Namespace) -> int:
 
 
 def cmd_courses_create(args: argparse.Namespace) -> int:
-    from app.accounts import find_user_by_email
-    from app.courses import CourseError, create_course
+    from app.courses.courses import CourseError, create_course
+    from app.people.accounts import find_user_by_email
 
     try:
         with database_session(build_settings(args)) as session:
@@ -182,7 +183,7 @@ def cmd_courses_create(args: argparse.Namespace) -> int:
 def cmd_courses_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from app.courses import members
+    from app.courses.courses import members
     from app.models import Course, CourseRole
 
     with database_session(build_settings(args)) as session:
@@ -301,11 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging()
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     try:
         exit_code: int = args.run(args)

@@ -37,6 +37,7 @@ Diagnosis = Literal[
     "timeout",
     "memory-limit",
     "output-limit",
+    "non-finite-value",
     "incorrect",
 ]
 

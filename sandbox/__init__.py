@@ -29,6 +29,7 @@ from sandbox import docker as docker_backend
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.supervise import check_request
 
 __all__ = [
     "Limits",
@@ -52,7 +53,7 @@ def run(program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
     working sandbox, SandboxError when the sandbox itself fails. A learner's failure (an
     exception, a limit hit) is a RunResult, never an exception.
     """
-    bwrap.check_request(program, inputs, limits)
+    check_request(program, inputs, limits)
     if backend_name() == "docker":  # refuses to go on without a working sandbox
         settings = docker_backend.DockerSettings.from_environment()
         return docker_backend.run_program(settings, program, inputs, limits)

@@ -7,66 +7,53 @@ course and site admins only; to anyone else it does not exist (404).
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from app.account_pages import LEARNER_COOKIE, signed_in_user
-from app.charts import line_chart
-from app.courses import (
+from app.courses.courses import (
     AssignedExercise,
     assignment_of,
     assignments_of,
     can_view_submission,
-    course_role,
     courses_of,
     require_member,
 )
+from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep
-from app.gradebook import learner_cells, practice_assignment
-from app.models import Course, CourseRole, Submission, SubmissionStatus, User, utc_now
-from app.queue import DispatcherDep
-from app.rendering import PageError, SignInRequired, render
-from app.review import review_context
-from app.settings import Settings, SettingsDep
-from app.submissions import (
+from app.grading.intake import Upload, accept_submission
+from app.grading.submissions import (
     AssignmentClosed,
-    CodeTooLarge,
     RateLimit,
     SubmissionRejected,
-    TooManySubmissions,
     check_open,
-    create_submission,
     get_submission,
     submissions_of,
 )
-from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
+from app.models import Course, CourseRole, User, utc_now
+from app.settings import Settings, SettingsDep
+from app.web.rendering import PageError, render
+from app.web.sessions import (
+    LEARNER_COOKIE,
+    CsrfViewerDep,
+    SignInRequired,
+    Viewer,
+    ViewerDep,
+    anonymous_learner,
+    signed_in_user,
+)
+from app.web.submission_view import result_context, submission_context, viewable_submission
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
-from graders.notebook import NotebookError, code_from_file
-from graders.report import PlotSeries
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
-
-_LEARNER_COOKIE_VALUE = re.compile(r"web:[A-Za-z0-9_-]{16,64}")
-FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
-NO_SUBMISSION = "There is no submission with this id, or it is not yours to see."
 
 
 def new_learner_id() -> str:
     """An anonymous learner, kept in a cookie, for practice without an account."""
     return f"web:{secrets.token_urlsafe(16)}"
-
-
-def anonymous_learner(request: Request, viewer: Viewer) -> str | None:
-    if viewer.user is not None:
-        return None
-    learner = request.cookies.get(LEARNER_COOKIE, "")
-    return learner if _LEARNER_COOKIE_VALUE.fullmatch(learner) else None
 
 
 def rate_limit(settings: Settings) -> RateLimit | None:
@@ -80,29 +67,6 @@ def find_exercise(exercise_id: str) -> Exercise:
         return get_exercise(exercise_id)
     except UnknownExercise:
         raise PageError(404, "Not found", f"There is no exercise called “{exercise_id}”.") from None
-
-
-def viewable_submission(
-    request: Request, session: Session, viewer: Viewer, submission_id: str
-) -> Submission:
-    submission = get_submission(session, submission_id)
-    if submission is None or not can_view_submission(
-        session, viewer.user, anonymous_learner(request, viewer), submission
-    ):
-        raise PageError(404, "Not found", NO_SUBMISSION)
-    return submission
-
-
-def result_context(submission: Submission) -> dict[str, Any]:
-    return {
-        "submission": submission,
-        "finished": submission.status in FINISHED,
-        "checks": submission.checks or [],
-        # line_chart escapes every text it puts in the SVG.
-        "charts": [
-            Markup(line_chart(PlotSeries.model_validate(plot))) for plot in submission.plots or []
-        ],
-    }
 
 
 def _unit(
@@ -227,7 +191,6 @@ def _submit(
     request: Request,
     session: Session,
     settings: Settings,
-    dispatcher: DispatcherDep,
     viewer: Viewer,
     exercise: Exercise,
     course: Course | None,
@@ -245,42 +208,20 @@ def _submit(
         learner = anonymous_learner(request, viewer) or ""
         if not learner:
             learner = new_learner = new_learner_id()
-    filename, notices = None, None
     try:
-        if file is not None and file.filename:
-            data = file.file.read(settings.max_upload_bytes + 1)
-            if len(data) > settings.max_upload_bytes:
-                raise CodeTooLarge(
-                    f"{file.filename} is over the upload limit of "
-                    f"{settings.max_upload_bytes // 1024} KiB"
-                )
-            try:
-                extracted = code_from_file(file.filename, data)
-            except NotebookError as exc:
-                raise SubmissionRejected(str(exc)) from None
-            code, filename, notices = extracted.source, file.filename[:255], extracted.notices
-        submission = create_submission(
+        accepted = accept_submission(
             session,
+            settings,
             exercise_id=exercise.id,
             learner=learner,
             code=code,
-            max_code_bytes=settings.max_code_bytes,
+            upload=Upload(file.filename, file.file) if file is not None and file.filename else None,
             user_id=user.id if user else None,
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
-            rate_limit=rate_limit(settings),
-            upload_filename=filename,
-            upload_notices=notices,
         )
     except SubmissionRejected as exc:
-        session.rollback()
-        status_code, headers = 422, {}
-        if isinstance(exc, CodeTooLarge):
-            status_code = 413
-        elif isinstance(exc, TooManySubmissions):
-            status_code, headers = 429, {"Retry-After": str(exc.retry_after_seconds)}
-        elif isinstance(exc, AssignmentClosed):
-            status_code = 403
+        # The form again, with the learner's code and what to fix; the status says why.
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
         )
@@ -289,11 +230,10 @@ def _submit(
             viewer,
             "exercise.html",
             {**context, "error": str(exc)},
-            status_code=status_code,
-            headers=headers,
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
-    session.commit()
-    dispatcher.enqueue(submission.id)
+    submission = accepted.submission
     response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
@@ -309,13 +249,12 @@ def submit_practice(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    dispatcher: DispatcherDep,
     viewer: CsrfViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
 ) -> Response:
     exercise = find_exercise(exercise_id)
-    return _submit(request, session, settings, dispatcher, viewer, exercise, None, None, code, file)
+    return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
 @router.post("/courses/{course_id}/exercises/{exercise_id}", response_model=None)
@@ -325,7 +264,6 @@ def submit_in_course(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    dispatcher: DispatcherDep,
     viewer: CsrfViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
@@ -337,7 +275,6 @@ def submit_in_course(
         request,
         session,
         settings,
-        dispatcher,
         viewer,
         assigned.exercise,
         course,
@@ -368,31 +305,6 @@ def course_home(
     )
 
 
-def submission_context(
-    request: Request, session: Session, viewer: Viewer, submission_id: str
-) -> dict[str, Any]:
-    submission = viewable_submission(request, session, viewer, submission_id)
-    try:
-        exercise: Exercise | None = get_exercise(submission.exercise_id)
-    except UnknownExercise:
-        exercise = None
-    course = session.get(Course, submission.course_id) if submission.course_id else None
-    is_owner = _is_owner(request, viewer, submission)
-    # Whoever may see it and did not make it reviews it: an instructor or a site admin.
-    review = None
-    if not is_owner or (
-        course is not None and course_role(session, viewer.user, course.id) == CourseRole.INSTRUCTOR
-    ):
-        review = review_context(session, request.app.state.settings, submission)
-    return {
-        "exercise": exercise,
-        "course": course,
-        "is_owner": is_owner,
-        "review": review,
-        **result_context(submission),
-    }
-
-
 # What an instructor's action on a submission page says once done (redirected with ?done=).
 DONE_MESSAGES = {
     "override-set": "Override set: it counts instead of the graded score until you remove it.",
@@ -409,12 +321,6 @@ def submission_page(
     return render(
         request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
     )
-
-
-def _is_owner(request: Request, viewer: Viewer, submission: Submission) -> bool:
-    if viewer.user is not None:
-        return submission.user_id == viewer.user.id
-    return submission.user_id is None and submission.learner == anonymous_learner(request, viewer)
 
 
 @router.get("/submissions/{submission_id}/result")

@@ -17,11 +17,8 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.account_pages import signed_in_user
-from app.accounts import find_user_by_email
-from app.audit import events, record_event
-from app.charts import bar_chart
-from app.courses import (
+from app.courses.audit import events, record_event
+from app.courses.courses import (
     CourseError,
     Forbidden,
     NotFound,
@@ -33,8 +30,17 @@ from app.courses import (
     require_instructor,
     set_assignment,
 )
+from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
-from app.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.grading.regrades import (
+    RegradeRejected,
+    outdated_count,
+    regrade_progress,
+    request_exercise_regrade,
+    request_regrade,
+)
+from app.grading.submissions import get_submission
 from app.models import (
     Course,
     CourseRole,
@@ -43,19 +49,11 @@ from app.models import (
     Submission,
     User,
 )
-from app.overrides import OverrideRejected, remove_override, set_override
-from app.pages import submission_context
-from app.queue import DispatcherDep
-from app.regrades import (
-    RegradeRejected,
-    outdated_count,
-    regrade_progress,
-    request_exercise_regrade,
-    request_regrade,
-)
-from app.rendering import PageError, render
-from app.submissions import get_submission
-from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
+from app.people.accounts import find_user_by_email
+from app.web.charts import bar_chart
+from app.web.rendering import PageError, render
+from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
+from app.web.submission_view import submission_context
 from graders.exercises import list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -242,7 +240,6 @@ def _done(submission_id: str, done: str) -> Response:
 def _refused(
     request: Request, session: Session, viewer: Viewer, submission_id: str, message: str
 ) -> Response:
-    session.rollback()
     context = submission_context(request, session, viewer, submission_id)
     return render(
         request, viewer, "submission.html", {**context, "error": message}, status_code=422
@@ -267,7 +264,6 @@ def override_form(
         return _refused(
             request, session, viewer, submission_id, f"The override was not set: {message}."
         )
-    session.commit()
     return _done(submission_id, "override-set")
 
 
@@ -280,7 +276,6 @@ def remove_override_form(
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Nothing removed: {exc}.")
-    session.commit()
     return _done(submission_id, "override-removed")
 
 
@@ -290,15 +285,12 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    dispatcher: DispatcherDep,
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         request_regrade(session, submission, by=user)
     except RegradeRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
-    session.commit()
-    dispatcher.enqueue(submission.id)
     return _done(submission_id, "regrade")
 
 
@@ -309,13 +301,12 @@ def regrade_exercise_form(
     exercise_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    dispatcher: DispatcherDep,
     which: Annotated[str, Form()] = "outdated",
 ) -> Response:
     user, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     try:
-        batch_id, submission_ids = request_exercise_regrade(
+        batch_id, _ = request_exercise_regrade(
             session,
             course_id=course.id,
             exercise_id=assigned.id,
@@ -324,9 +315,6 @@ def regrade_exercise_form(
         )
     except RegradeRejected as exc:
         raise PageError(409, "Nothing to regrade", f"Nothing to regrade: {exc}.") from None
-    session.commit()
-    for submission_id in submission_ids:
-        dispatcher.enqueue(submission_id)
     return RedirectResponse(f"/courses/{course.id}/regrades/{batch_id}", status_code=303)
 
 
@@ -405,7 +393,6 @@ def _settings_done(course_id: str, done: str, anchor: str = "") -> Response:
 def _settings_refused(
     request: Request, session: Session, viewer: Viewer, course: Course, message: str
 ) -> Response:
-    session.rollback()
     context = {**settings_context(session, course), "error": message}
     return render(request, viewer, "settings.html", context, status_code=422)
 
@@ -457,7 +444,6 @@ def assignment_form(
         late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
         scoring_policy=row.scoring_policy if row else None,
     )
-    session.commit()
     return _settings_done(course.id, "saved", f"#ex-{exercise_id}")
 
 
@@ -466,7 +452,6 @@ def join_code_form(course_id: str, session: SessionDep, viewer: CsrfViewerDep) -
     user, course = instructor_course(session, viewer, course_id)
     new_course_join_code(session, course)
     record_event(session, actor=user, action="course.join-code", course_id=course.id)
-    session.commit()
     return _settings_done(course.id, "join-code")
 
 
@@ -496,7 +481,6 @@ def add_instructor_form(
         course_id=course.id,
         email=other.email,
     )
-    session.commit()
     return _settings_done(course.id, "instructor")
 
 

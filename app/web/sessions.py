@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +23,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
+from app.errors import AppError
 from app.models import User, WebSession, utc_now
 from app.settings import Settings
 
@@ -175,8 +177,17 @@ def clear_session_cookie(response: Response, request: Request, settings: Setting
     )
 
 
-class CsrfRejected(Exception):
+class CsrfRejected(AppError):
     """A form without this browser's CSRF token, or posted from another site."""
+
+    status_code = 403
+    title = "Form expired"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This form was not sent from this site's page, or the page was open from before "
+            "you signed in or out. Go back, reload the page and send it again."
+        )
 
 
 def _same_origin(request: Request) -> bool:
@@ -201,3 +212,24 @@ def require_csrf(
 
 
 CsrfViewerDep = Annotated[Viewer, Depends(require_csrf)]
+
+
+class SignInRequired(Exception):
+    """The page needs a signed-in user: send the browser to sign in, then back."""
+
+
+LEARNER_COOKIE = "loopgrade_learner"
+_LEARNER_COOKIE_VALUE = re.compile(r"web:[A-Za-z0-9_-]{16,64}")
+
+
+def anonymous_learner(request: Request, viewer: Viewer) -> str | None:
+    if viewer.user is not None:
+        return None
+    learner = request.cookies.get(LEARNER_COOKIE, "")
+    return learner if _LEARNER_COOKIE_VALUE.fullmatch(learner) else None
+
+
+def signed_in_user(viewer: ViewerDep) -> User:
+    if viewer.user is None:
+        raise SignInRequired()
+    return viewer.user
