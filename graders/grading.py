@@ -20,9 +20,10 @@ from pathlib import Path
 
 import sandbox
 from graders import harness
+from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.feedback import EXPLANATIONS, learner_text
-from graders.judging import call_stream, check, diagnose_by_order, same_trace
+from graders.judging import check
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
 from graders.trace import (
@@ -387,9 +388,9 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         check(check_id, points, kind.checks[check_id], findings)
         for check_id, points in exercise.checks.items()
     ]
-    diagnosis, note = _diagnose(exercise, traces, trusted, checks)
+    verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, note, EXPLANATIONS[diagnosis]]
+    parts = [first_failure, verdict.note, EXPLANATIONS[verdict.diagnosis]]
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -401,52 +402,10 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         exercise_version=exercise.version,
         score=sum(c.points for c in checks),
         max_score=exercise.max_score,
-        diagnosis=diagnosis,
+        diagnosis=verdict.diagnosis,
+        other_diagnoses=list(verdict.also),
         checks=checks,
         feedback="\n\n".join(part for part in parts if part),
         plots=plots,
         output=output,
     )
-
-
-def _diagnose(
-    exercise: Exercise,
-    traces: dict[str, CaseTrace],
-    trusted: dict[str, dict[str, CaseTrace]],
-    checks: Sequence[Check],
-) -> tuple[Diagnosis, str]:
-    """Name the mistake, and a note about it: by the numbers first, then by the call order.
-
-    The call order comes from the sandbox and could be forged, so it only ever chooses between
-    diagnoses; the score is already fixed by the checks.
-    """
-    if all(c.passed for c in checks):
-        return "correct", ""
-    streams = [call_stream(trace) for trace in traces.values()]
-    matching = [
-        variant
-        for variant in exercise.variants
-        if all(trusted[variant.id][spec.id].error is None for spec in exercise.cases)
-        and all(
-            same_trace(traces[spec.id], trusted[variant.id][spec.id]) for spec in exercise.cases
-        )
-    ]
-    by_order = diagnose_by_order(streams)
-    if matching:
-        # Look-alikes (the same numbers) are told apart by the order of calls.
-        steps = [record.get("calls") for trace in traces.values() for record in trace.records]
-        variant = next(
-            (v for v in matching if v.diagnosis == by_order),
-            next((v for v in matching if v.calls and v.calls in steps), matching[0]),
-        )
-        return variant.diagnosis, variant.note
-    type_field, wanted = JUDGES[exercise.kind].return_type
-    returned_types = {
-        record[type_field]
-        for trace in traces.values()
-        for record in [*trace.records, trace.final]
-        if record is not None and type_field in record
-    }
-    if by_order is not None:
-        return by_order, ""
-    return ("wrong-return-type" if returned_types - set(wanted) else "incorrect"), ""
