@@ -296,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
         "every known bug gets its diagnosis",
     )
     check.set_defaults(run=cmd_check_exercises)
+
+    from app.lti.cli import add_lti_commands
+
+    add_lti_commands(commands, add_data_dir)
     return parser
 
 
@@ -319,4 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # As `python -m app.cli` this file is __main__; run app.cli's main, whose CommandFailed
+    # is the one commands in other modules (app.lti.cli) raise.
+    from app.cli import main as module_main
+
+    sys.exit(module_main())

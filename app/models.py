@@ -292,3 +292,7 @@ class AuditEvent(Base):
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
     submission_id: Mapped[str | None] = mapped_column(ForeignKey("submissions.id"), index=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+# The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.
+from app.lti import models as _lti_models  # noqa: E402, F401

@@ -81,6 +81,29 @@ class Settings(BaseSettings):
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
 
+    # LTI 1.3 (docs/lti.md).
+    public_url: str = Field(
+        default="",
+        description="The address LMSs and browsers reach this server at, e.g. "
+        "https://grader.example.edu; empty means the address each request came to. "
+        "The tool's LTI URLs (/lti/config) are built from it.",
+    )
+    lti_leeway_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=600,
+        description="Clock skew allowed on an LTI id_token's exp and iat (platforms' clocks "
+        "often run ahead).",
+    )
+    lti_state_max_age_seconds: int = Field(
+        default=600, ge=30, description="How long an LTI login may take from start to launch."
+    )
+    lti_jwks_refetch_interval_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Least time between two fetches of one platform's JWKS on unknown key ids.",
+    )
+
     @model_validator(mode="after")
     def _resolve_paths(self) -> Settings:
         # Resolved once, so that a later chdir cannot move the database.
