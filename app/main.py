@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import account_pages, api, instructor_pages, pages
 from app.db import create_db_engine, create_session_factory, database_revision, head_revision
+from app.lti.routes import install_lti
 from app.queue import ThreadPoolDispatcher, grading_limits, requeue_after_restart
 from app.rendering import install_error_pages
 from app.settings import Settings
@@ -89,6 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     install_error_pages(app)
+    install_lti(app, settings)
     app.include_router(api.router)
     app.include_router(account_pages.router)
     app.include_router(pages.router)
