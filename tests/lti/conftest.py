@@ -3,6 +3,7 @@ launch helper that goes through login, the platform's auth endpoint and the laun
 
 from __future__ import annotations
 
+import html
 import http.cookiejar
 import re
 from collections.abc import Callable, Iterator
@@ -71,7 +72,8 @@ def browser_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[httpx.Client]:
 
 
 def form_fields(page: str) -> dict[str, str]:
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page))
+    found = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page)
+    return {name: html.unescape(value) for name, value in found}
 
 
 Launch = Callable[..., httpx.Response]
