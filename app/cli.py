@@ -89,8 +89,8 @@ class CommandFailed(Exception):
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.auth import create_api_key
-    from app.courses import find_course
+    from app.api.keys import create_api_key
+    from app.courses.courses import find_course
 
     with database_session(build_settings(args)) as session:
         course_id, course_name = None, ""
@@ -133,8 +133,8 @@ def read_password() -> str:
 
 
 def cmd_users_create(args: argparse.Namespace) -> int:
-    from app.accounts import AccountError, create_user
     from app.models import SiteRole
+    from app.people.accounts import AccountError, create_user
 
     settings = build_settings(args)
     password = read_password()
@@ -155,8 +155,8 @@ def cmd_users_create(args: argparse.Namespace) -> int:
 
 
 def cmd_courses_create(args: argparse.Namespace) -> int:
-    from app.accounts import find_user_by_email
-    from app.courses import CourseError, create_course
+    from app.courses.courses import CourseError, create_course
+    from app.people.accounts import find_user_by_email
 
     try:
         with database_session(build_settings(args)) as session:
@@ -182,7 +182,7 @@ def cmd_courses_create(args: argparse.Namespace) -> int:
 def cmd_courses_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from app.courses import members
+    from app.courses.courses import members
     from app.models import Course, CourseRole
 
     with database_session(build_settings(args)) as session:

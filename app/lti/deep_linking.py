@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
 from app.lti.launch import DL_CLAIM, LTI_CLAIM, LTI_VERSION, ValidatedLaunch
 from app.lti.provisioning import EXERCISE_PARAMETER
-from app.web_sessions import sign, unsign
+from app.web.sessions import sign, unsign
 from graders.exercises import Exercise
 
 MAX_DATA_CHARS = 4096

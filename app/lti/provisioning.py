@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.accounts import find_user_by_email
-from app.courses import enrolment_of, new_join_code
+from app.courses.courses import enrolment_of, new_join_code
 from app.lti.launch import AGS_ENDPOINT_CLAIM, NRPS_CLAIM, MessageType, ValidatedLaunch
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Assignment, Course, CourseRole, Enrolment, SiteRole, User
+from app.people.accounts import find_user_by_email
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 
 # A hash no password verifies against: an LTI user signs in through the platform only.

@@ -16,8 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import ChoiceLoader, FileSystemLoader
 from sqlalchemy.orm import Session
 
-from app.account_pages import signed_in_user
-from app.courses import require_instructor, require_member
+from app.courses.courses import require_instructor, require_member
 from app.db import SessionDep
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.keys import published_keys, tool_jwks
@@ -27,9 +26,15 @@ from app.lti.platforms import PlatformKeyCache, deployments_of, list_platforms
 from app.lti.provisioning import exercise_named, provision
 from app.lti.tickets import create_ticket, redeem_ticket, set_framed_session_cookie
 from app.models import CourseRole, User
-from app.rendering import PAGE_HEADERS, PageError, render, safe_next, templates
 from app.settings import Settings, SettingsDep
-from app.web_sessions import CsrfViewerDep, ViewerDep, get_secret_key, start_session
+from app.web.rendering import PAGE_HEADERS, PageError, render, safe_next, templates
+from app.web.sessions import (
+    CsrfViewerDep,
+    ViewerDep,
+    get_secret_key,
+    signed_in_user,
+    start_session,
+)
 from graders.exercises import get_exercise, list_exercises
 
 router = APIRouter(include_in_schema=False)

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from app.lti.models import LtiLaunchTicket
 from app.models import User, utc_now
 from app.settings import Settings
-from app.web_sessions import SESSION_COOKIE, get_secret_key, sign
+from app.web.sessions import SESSION_COOKIE, get_secret_key, sign
 
 TICKET_LIFETIME = timedelta(minutes=5)
 

@@ -80,7 +80,7 @@ def test_an_instructor_role_makes_a_course_instructor(
 def test_a_platform_cannot_sign_in_as_a_local_account_by_its_email(
     launch: Launch, platform: FakePlatform, sessions: SessionFactory
 ) -> None:
-    from app.accounts import create_user
+    from app.people.accounts import create_user
 
     with sessions.begin() as session:
         create_user(session, email="admin@site.example", name="Admin", password="a long password")

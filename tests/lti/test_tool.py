@@ -9,11 +9,11 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import select
 
-from app.accounts import create_user
 from app.db import SessionFactory
 from app.lti.keys import KEY_RETENTION, rotate_tool_key
 from app.lti.models import LtiPlatform, LtiToolKey
 from app.models import SiteRole, utc_now
+from app.people.accounts import create_user
 from app.settings import Settings
 from tests.app.conftest import loopgrade
 from tests.lti.conftest import Launch, form_fields

@@ -17,8 +17,13 @@ from fastapi import Depends, Request
 
 import graders
 from app.db import SessionFactory
+from app.grading.submissions import (
+    claim_submission,
+    record_error,
+    record_report,
+    requeue_unfinished,
+)
 from app.settings import Settings
-from app.submissions import claim_submission, record_error, record_report, requeue_unfinished
 from graders.grading import GRADING_LIMITS
 from sandbox import Limits
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.audit import events
+from app.courses.audit import events
+from app.grading.queue import grading_limits
+from app.grading.regrades import regrades_of
 from app.models import Submission, User
-from app.queue import grading_limits
-from app.regrades import regrades_of
 from app.settings import Settings
 from graders.exercises import UnknownExercise, get_exercise
 from graders.grading import GRADING_LIMITS
