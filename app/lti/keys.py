@@ -35,17 +35,27 @@ def _new_key() -> LtiToolKey:
     return LtiToolKey(kid=kid, private_key_pem=key.as_pem(private=True).decode())
 
 
-def signing_key(session: Session) -> LtiToolKey:
-    """The key that signs now; the first one is made on first use."""
-    key = session.scalars(
+def _current_key(session: Session) -> LtiToolKey | None:
+    return session.scalars(
         select(LtiToolKey)
         .where(LtiToolKey.retired_at.is_(None))
         .order_by(LtiToolKey.created_at.desc())
     ).first()
+
+
+def signing_key(session: Session) -> LtiToolKey:
+    """The key that signs now; the first one is made on first use.
+
+    That first key is committed in a transaction of its own, at once: a platform fetches the
+    JWKS to check what it signs while the caller's transaction is still open.
+    """
+    key = _current_key(session)
     if key is None:
-        key = _new_key()
-        session.add(key)
-        session.flush()
+        with Session(session.get_bind()) as own, own.begin():
+            if _current_key(own) is None:
+                own.add(_new_key())
+        key = _current_key(session)
+        assert key is not None
     return key
 
 

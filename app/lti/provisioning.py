@@ -26,6 +26,7 @@ from graders.exercises import UnknownExercise, get_exercise, list_exercises
 NO_PASSWORD = "!lti"
 # The custom parameter naming the exercise a link opens (also what Deep Linking sets).
 EXERCISE_PARAMETER = "exercise"
+UNNAMED = "LMS user"
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
 LIS = "http://purl.imsglobal.org/vocab/lis/v2/"
@@ -56,37 +57,43 @@ def _display_name(claims: dict[str, Any]) -> str:
     if not name:
         given, family = _short(claims.get("given_name"), 100), _short(claims.get("family_name"), 99)
         name = f"{given} {family}".strip()
-    return name or "LMS user"
+    return name or UNNAMED
 
 
-def _email_for(session: Session, platform: LtiPlatform, claims: dict[str, Any]) -> str:
+def _email_for(
+    session: Session, platform: LtiPlatform, subject: str, claims: dict[str, Any]
+) -> str:
     """The claimed email when no account has it yet; else an address that cannot exist."""
     claimed = _short(claims.get("email"), 255).lower()
     if _EMAIL.fullmatch(claimed) and find_user_by_email(session, claimed) is None:
         return claimed
-    digest = hashlib.sha256(f"{platform.id}\0{claims['sub']}".encode()).hexdigest()[:24]
+    digest = hashlib.sha256(f"{platform.id}\0{subject}".encode()).hexdigest()[:24]
     return f"lti-{digest}@lti.invalid"
 
 
-def provision_user(session: Session, launch: ValidatedLaunch) -> User:
-    subject: str = launch.claims["sub"]
+def lti_account(
+    session: Session, platform: LtiPlatform, subject: str, claims: dict[str, Any]
+) -> User:
+    """The account of the platform's user `subject` (made on first sight); its name follows
+    `claims` (an id_token's, or a roster member's)."""
     link = session.scalars(
-        select(LtiUser).where(LtiUser.platform_id == launch.platform.id, LtiUser.subject == subject)
+        select(LtiUser).where(LtiUser.platform_id == platform.id, LtiUser.subject == subject)
     ).one_or_none()
     if link is not None:
         user = session.get(User, link.user_id)
         assert user is not None
-        user.name = _display_name(launch.claims)
+        if _display_name(claims) != UNNAMED:
+            user.name = _display_name(claims)
         return user
     user = User(
-        email=_email_for(session, launch.platform, launch.claims),
-        name=_display_name(launch.claims),
+        email=_email_for(session, platform, subject, claims),
+        name=_display_name(claims),
         password_hash=NO_PASSWORD,
         site_role=SiteRole.LEARNER,
     )
     session.add(user)
     session.flush()
-    session.add(LtiUser(platform_id=launch.platform.id, subject=subject, user_id=user.id))
+    session.add(LtiUser(platform_id=platform.id, subject=subject, user_id=user.id))
     session.flush()
     return user
 
@@ -191,7 +198,7 @@ class Provisioned:
 
 def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
     """Make or update everything a launch names."""
-    user = provision_user(session, launch)
+    user = lti_account(session, launch.platform, launch.claims["sub"], launch.claims)
     context = provision_context(session, launch)
     role = course_role_of(launch.claim("roles"))
     enrol(session, user, context.course_id, role)
