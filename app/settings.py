@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     lti_state_max_age_seconds: int = Field(
         default=600, ge=30, description="How long an LTI login may take from start to launch."
     )
+    webhook_allow_private_addresses: bool = Field(
+        default=False,
+        description="Allow course webhooks to loopback and private addresses (for testing; "
+        "otherwise an instructor could aim the server at internal services).",
+    )
     lti_jwks_refetch_interval_seconds: float = Field(
         default=5.0,
         ge=0,
