@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.courses.courses import require_instructor, require_member
 from app.db import SessionDep
+from app.lti import integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.keys import published_keys, tool_jwks
 from app.lti.launch import LaunchRejected, MessageType, begin_login, validate_launch
@@ -68,6 +69,7 @@ def install_lti(app: FastAPI, settings: Settings) -> None:
         )
 
     app.include_router(router)
+    app.include_router(integration_pages.router)
 
 
 def tool_url(request: Request, settings: Settings, path: str) -> str:
