@@ -109,6 +109,22 @@ class Settings(BaseSettings):
         description="Least time between two fetches of one platform's JWKS on unknown key ids.",
     )
 
+    # Deliveries to other systems (app/outbox.py).
+    outbox_max_attempts: int = Field(
+        default=10, ge=1, description="Tries of one delivery before it is recorded as failed."
+    )
+    outbox_retry_base_seconds: float = Field(
+        default=5.0, gt=0, description="Wait before the first retry; doubled after each failure."
+    )
+    outbox_retry_max_seconds: float = Field(
+        default=3600.0, gt=0, description="Longest wait between two tries of one delivery."
+    )
+    outbox_claim_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A delivery not finished by then (its host died) is tried again.",
+    )
+
     @model_validator(mode="after")
     def _resolve_paths(self) -> Settings:
         # Resolved once, so that a later chdir cannot move the database.

@@ -1,7 +1,8 @@
 """Grading jobs and how they reach a worker: a thread pool in this process (Celery later).
 
 A job is only a submission id; the submission row is the job's record. Jobs are handed over
-after the submitting transaction commits, and `run_grading_job` may run any number of times
+by an `after_commit` hook once the transaction that queued them commits
+(`submissions.queue_for_grading`), and `run_grading_job` may run any number of times
 for one id: only the run that claims the queued row grades it.
 """
 
@@ -14,10 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 import graders
 from app.db import SessionFactory
 from app.grading.submissions import (
+    SUBMISSIONS_TO_GRADE,
     claim_submission,
     record_error,
     record_report,
@@ -38,6 +42,20 @@ class Dispatcher(Protocol):
     def enqueue(self, submission_id: str) -> None: ...
 
     def stop(self) -> None: ...
+
+
+def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> None:
+    """Hand every submission a transaction queued to `dispatcher` once it commits; a rolled-back
+    transaction's are dropped."""
+
+    @event.listens_for(sessions, "after_commit")
+    def _enqueue_committed(session: Session) -> None:
+        for submission_id in session.info.pop(SUBMISSIONS_TO_GRADE, []):
+            dispatcher.enqueue(submission_id)
+
+    @event.listens_for(sessions, "after_rollback")
+    def _drop_rolled_back(session: Session) -> None:
+        session.info.pop(SUBMISSIONS_TO_GRADE, None)
 
 
 def grading_limits(settings: Settings) -> Limits | None:
@@ -96,12 +114,10 @@ def run_grading_job(
     )
 
 
-def requeue_after_restart(sessions: SessionFactory, dispatcher: Dispatcher) -> int:
-    """Hand the dispatcher every submission a previous process left queued or running."""
+def requeue_after_restart(sessions: SessionFactory) -> int:
+    """Queue again every submission a previous process left queued or running."""
     with sessions.begin() as session:
         submission_ids = requeue_unfinished(session)
-    for submission_id in submission_ids:
-        dispatcher.enqueue(submission_id)
     if submission_ids:
         log.info("requeued %d unfinished submission(s) from before the start", len(submission_ids))
     return len(submission_ids)

@@ -9,19 +9,38 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from app.errors import AppError
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
+from app.outbox import report_graded
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
 MAX_LEARNER_CHARS = 255
 
+# session.info key: the submissions to hand to a worker once this transaction commits.
+SUBMISSIONS_TO_GRADE = "submissions_to_grade"
 
-class SubmissionRejected(ValueError):
+
+def queue_for_grading(session: Session, submission_id: str) -> None:
+    """Have the submission graded once this transaction commits (app.grading.queue's hook).
+
+    Never before the commit: a worker must find the row, and a rolled-back one must not run.
+    """
+    session.info.setdefault(SUBMISSIONS_TO_GRADE, []).append(submission_id)
+
+
+class SubmissionRejected(AppError, ValueError):
     """The submission breaks a rule; the message says which, and how to fix it."""
+
+    status_code = 422
+    title = "Not accepted"
 
 
 class CodeTooLarge(SubmissionRejected):
     """The code is over the size limit."""
+
+    status_code = 413
+    title = "Too large"
 
 
 class UnknownExerciseId(SubmissionRejected):
@@ -31,12 +50,18 @@ class UnknownExerciseId(SubmissionRejected):
 class AssignmentClosed(SubmissionRejected):
     """The course locks this exercise after its due date, which has passed."""
 
+    status_code = 403
+    title = "Closed"
+
 
 class TooManySubmissions(SubmissionRejected):
     """The learner reached the submission rate limit; `retry_after_seconds` until the next."""
 
+    status_code = 429
+    title = "Too many submissions"
+
     def __init__(self, message: str, retry_after_seconds: int) -> None:
-        super().__init__(message)
+        super().__init__(message, headers={"Retry-After": str(retry_after_seconds)})
         self.retry_after_seconds = retry_after_seconds
 
 
@@ -185,6 +210,7 @@ def create_submission(
     )
     session.add(submission)
     session.flush()
+    queue_for_grading(session, submission.id)
     return submission
 
 
@@ -265,6 +291,8 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
         error_message=None,
     )
     if stored:
+        # In this transaction: the result and what reports it elsewhere commit together.
+        report_graded(session, job.submission_id)
         _finish_regrades(
             session,
             job,
@@ -297,13 +325,16 @@ def requeue_unfinished(session: Session) -> list[str]:
         .values(status=SubmissionStatus.QUEUED)
         .execution_options(synchronize_session=False)
     )
-    return list(
+    submission_ids = list(
         session.scalars(
             select(Submission.id)
             .where(Submission.status == SubmissionStatus.QUEUED)
             .order_by(Submission.created_at)
         )
     )
+    for submission_id in submission_ids:
+        queue_for_grading(session, submission_id)
+    return submission_ids
 
 
 def submissions_of(

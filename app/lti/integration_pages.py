@@ -83,12 +83,10 @@ def add_api_key(
     _, course = instructor_course(session, viewer, course_id)
     name = " ".join(name.split())[:200]
     if not name:
-        session.rollback()
         return _page(
             request, session, viewer, course, status_code=422, error="Name the key (who uses it)."
         )
     api_key, secret = create_api_key(session, name=name, course_id=course.id)
-    session.commit()
     # Shown once, in this answer only; only its hash is kept.
     return _page(request, session, viewer, course, new_key=(api_key, secret))
 
@@ -100,7 +98,6 @@ def revoke_key(course_id: str, key_id: str, session: SessionDep, viewer: CsrfVie
     if api_key is None or api_key.course_id != course.id:
         raise PageError(404, "Not found", "This course has no such API key.")
     revoke_api_key(session, api_key)
-    session.commit()
     return _done(course.id, "key-revoked")
 
 
@@ -122,9 +119,7 @@ def add_webhook(
             allow_private_addresses=settings.webhook_allow_private_addresses,
         )
     except WebhookError as exc:
-        session.rollback()
         return _page(request, session, viewer, course, status_code=422, error=str(exc))
-    session.commit()
     return _page(request, session, viewer, course, new_webhook=webhook)
 
 
@@ -141,5 +136,4 @@ def remove_webhook(
 ) -> Response:
     _, course = instructor_course(session, viewer, course_id)
     revoke_webhook(session, course_webhook(session, course, webhook_id))
-    session.commit()
     return _done(course.id, "webhook-removed")

@@ -17,7 +17,7 @@ from jinja2 import ChoiceLoader, FileSystemLoader
 from sqlalchemy.orm import Session
 
 from app.courses.courses import require_instructor, require_member
-from app.db import SessionDep
+from app.db import SessionDep, keep_on_error_response
 from app.lti import integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.keys import published_keys, tool_jwks
@@ -90,17 +90,12 @@ def tool_urls(request: Request, settings: Settings) -> dict[str, str]:
 def _login(
     request: Request, session: Session, settings: Settings, params: dict[str, str]
 ) -> Response:
-    try:
-        auth_redirect = begin_login(
-            session,
-            params,
-            redirect_uri=tool_url(request, settings, "/lti/launch"),
-            state_max_age_seconds=settings.lti_state_max_age_seconds,
-        )
-    except LaunchRejected:
-        session.rollback()
-        raise
-    session.commit()
+    auth_redirect = begin_login(
+        session,
+        params,
+        redirect_uri=tool_url(request, settings, "/lti/launch"),
+        state_max_age_seconds=settings.lti_state_max_age_seconds,
+    )
     return RedirectResponse(auth_redirect, status_code=302)
 
 
@@ -154,12 +149,12 @@ def launch(
         )
     except LaunchRejected:
         # The state stays used: a refused launch cannot be replayed either.
-        session.commit()
+        keep_on_error_response(session)
         raise
     provisioned = provision(session, validated)
     if validated.message_type is MessageType.DEEP_LINKING:
         if provisioned.role is not CourseRole.INSTRUCTOR:
-            session.commit()
+            keep_on_error_response(session)
             raise PageError(
                 403,
                 "Only instructors choose exercises",
@@ -176,7 +171,6 @@ def launch(
             else f"/lti/links/{link.id}"
         )
     ticket = create_ticket(session, provisioned.user, target)
-    session.commit()
     return RedirectResponse(f"/lti/enter?ticket={quote(ticket)}", status_code=303)
 
 
@@ -187,7 +181,6 @@ def enter(
     """Redeem a launch's one-time ticket: a web session, and on to the launch's page."""
     redeemed = redeem_ticket(session, ticket)
     if redeemed is None:
-        session.rollback()
         raise PageError(
             400,
             "This launch link has been used",
@@ -199,7 +192,6 @@ def enter(
     _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
     # Ready in case this browser keeps no cookie here: the same page in a new window.
     retry = create_ticket(session, user, redeemed.target_path)
-    session.commit()
     target = safe_next(redeemed.target_path)
     response = RedirectResponse(
         f"/lti/session-check?next={quote(target, safe='')}&retry={quote(retry)}",
@@ -230,7 +222,6 @@ def session_check(
 def jwks(session: SessionDep) -> JSONResponse:
     """The tool's public keys: the signing key and recently retired ones."""
     document = tool_jwks(session)
-    session.commit()  # the first key is made on first use
     return JSONResponse(document, headers={"Cache-Control": "max-age=300"})
 
 
@@ -279,7 +270,6 @@ def admin(
         raise PageError(403, "Not allowed", "Only site admins see the LTI set-up.")
     platforms = [(p, deployments_of(session, p)) for p in list_platforms(session)]
     keys = published_keys(session)
-    session.commit()
     return render(
         request,
         viewer,
@@ -339,7 +329,6 @@ def choose_link_exercise(
     if exercise_id is None:
         raise PageError(422, "Unknown exercise", f"There is no exercise {exercise!r}.")
     link.exercise_id = exercise_id
-    session.commit()
     return RedirectResponse(f"/courses/{course_id}/exercises/{exercise_id}", status_code=303)
 
 
@@ -395,7 +384,6 @@ def deep_link_answer(
         exercise=get_exercise(exercise_id),
         launch_url=tool_url(request, settings, "/lti/launch"),
     )
-    session.commit()
     return_origin = "{0.scheme}://{0.netloc}".format(urlsplit(found.return_url))
     csp = PAGE_HEADERS["Content-Security-Policy"].replace(
         "form-action 'self'", f"form-action 'self' {return_origin}"
