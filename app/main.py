@@ -34,6 +34,7 @@ from app.grading.queue import (
     open_grading_runner,
     requeue_after_restart,
 )
+from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.settings import Settings
 from app.web import account_pages, instructor_pages, learner_pages
@@ -112,6 +113,7 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     install_sign_in_redirect(app)
     app.include_router(operations.router)
+    install_lti(app, settings)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
