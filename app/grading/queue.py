@@ -98,10 +98,12 @@ def run_grading_job(
     Every log line meanwhile carries the submission id.
     """
     with logging_submission(submission_id):
-        _grade(sessions, submission_id, limits)
+        _grade(sessions, submission_id, limits, runner)
 
 
-def _grade(sessions: SessionFactory, submission_id: str, limits: Limits | None) -> None:
+def _grade(
+    sessions: SessionFactory, submission_id: str, limits: Limits | None, runner: Runner | None
+) -> None:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
     if job is None:
