@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth import create_api_key
+from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.settings import Settings
@@ -38,7 +38,9 @@ GRADING_TIMEOUT_SECONDS = 120.0
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh data dir whose database has every migration applied."""
-    settings = Settings(data_dir=tmp_path / "data")
+    # Cold sandboxes: a server per test would start a warm pool per test (seconds each);
+    # the pool has its own tests (tests/sandbox/test_pool.py, tests/hostile).
+    settings = Settings(data_dir=tmp_path / "data", sandbox_pool_size=0)
     upgrade_database(settings.database_url)
     return settings
 

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 
 from app.db import SessionFactory
-from app.models import Submission, utc_now
-from app.queue import run_grading_job
-from app.submissions import (
+from app.grading.queue import run_grading_job
+from app.grading.submissions import (
     GradingJob,
     claim_submission,
     create_submission,
     record_report,
     requeue_unfinished,
 )
+from app.models import Submission, utc_now
 from graders.report import Check, GradeReport
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 

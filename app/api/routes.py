@@ -1,0 +1,288 @@
+"""REST API, `/api/v1`: submit code, read results, the course's gradebook, list exercises.
+
+A key tied to a course submits into that course (its assignments' due dates, locks and the
+per-learner rate limit apply) and reads only that course's submissions and gradebook. A key
+from before courses (none) reads only submissions made without a course.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Header, HTTPException, Query, Response, UploadFile, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.api.keys import ApiKeyDep
+from app.api.schemas import (
+    ErrorOut,
+    ExerciseOut,
+    SubmissionAccepted,
+    SubmissionCreate,
+    SubmissionOut,
+)
+from app.courses.courses import NotFound, assignment_of, assignments_of
+from app.courses.gradebook import FILTERS, build_gradebook, gradebook_json
+from app.db import SessionDep
+from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
+from app.grading.results import shown_result
+from app.grading.submissions import SubmissionRejected, get_submission
+from app.models import ApiKey, Course, Submission, SubmissionStatus
+from app.settings import Settings, SettingsDep
+from graders.exercises import list_exercises
+
+router = APIRouter(prefix="/api/v1", tags=["api"])
+
+_auth_errors: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorOut, "description": "No API key, or a wrong or revoked one."}
+}
+_submit_errors: dict[int | str, dict[str, object]] = {
+    **_auth_errors,
+    403: {"model": ErrorOut, "description": "The course locks this exercise after its due date."},
+    429: {
+        "model": ErrorOut,
+        "description": "The learner reached the submission rate limit; see `Retry-After`.",
+    },
+}
+
+
+def submission_out(submission: Submission) -> SubmissionOut:
+    shown = shown_result(submission)
+    return SubmissionOut.model_validate(
+        {
+            "id": submission.id,
+            "exercise": submission.exercise_id,
+            "learner": submission.learner,
+            "status": submission.status,
+            "score": submission.score,
+            "max_score": submission.max_score,
+            "diagnosis": submission.diagnosis,
+            "checks": [check.model_dump() for check in shown.checks],
+            "feedback": shown.feedback,
+            "created_at": submission.created_at,
+            "graded_at": submission.graded_at,
+        }
+    )
+
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Any unique string (a UUID): a retry with the same key and body gets the "
+        "same submission, not a second one.",
+    ),
+]
+
+
+@router.post(
+    "/submissions",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        **_submit_errors,
+        413: {"model": ErrorOut, "description": "The code is over the size limit."},
+        422: {
+            "model": ErrorOut,
+            "description": "Unknown exercise, a malformed body, or an Idempotency-Key reused "
+            "with another body.",
+        },
+    },
+)
+def submit(
+    body: SubmissionCreate,
+    response: Response,
+    session: SessionDep,
+    settings: SettingsDep,
+    api_key: ApiKeyDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> SubmissionAccepted:
+    """Queue code for grading. Answers once it is stored; the result is at `Location`."""
+    accepted = _accept(
+        session,
+        settings,
+        api_key,
+        idempotency_key,
+        exercise_id=body.exercise,
+        learner=body.learner,
+        code=body.code,
+    )
+    return _answer(response, accepted)
+
+
+@router.post(
+    "/submissions/upload",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        **_submit_errors,
+        413: {"model": ErrorOut, "description": "The file or its code is over the size limit."},
+        422: {
+            "model": ErrorOut,
+            "description": "Unknown exercise, an unusable file, or an Idempotency-Key reused "
+            "with another file.",
+        },
+    },
+)
+def submit_file(
+    exercise: Annotated[str, Form(description="Exercise id.")],
+    learner: Annotated[str, Form(description="The learner's id in your system.")],
+    file: Annotated[UploadFile, Form(description="A .py file or a .ipynb notebook.")],
+    response: Response,
+    session: SessionDep,
+    settings: SettingsDep,
+    api_key: ApiKeyDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> SubmissionAccepted:
+    """Queue an uploaded `.py` or `.ipynb` for grading (multipart/form-data).
+
+    A notebook's code cells are joined; IPython magics and shell lines are left out, each
+    named in `notices`.
+    """
+    accepted = _accept(
+        session,
+        settings,
+        api_key,
+        idempotency_key,
+        exercise_id=exercise,
+        learner=learner,
+        upload=Upload(file.filename or "", file.file),
+    )
+    return _answer(response, accepted).model_copy(update={"notices": accepted.notices})
+
+
+def _accept(
+    session: Session,
+    settings: Settings,
+    api_key: ApiKey,
+    idempotency_key: str | None,
+    *,
+    exercise_id: str,
+    learner: str,
+    code: str = "",
+    upload: Upload | None = None,
+) -> Accepted:
+    assignment = None
+    if api_key.course_id is not None:
+        try:
+            assignment = assignment_of(session, api_key.course_id, exercise_id).assignment
+        except NotFound:
+            known = ", ".join(a.id for a in assignments_of(session, api_key.course_id))
+            raise SubmissionRejected(
+                f"exercise {exercise_id[:100]!r} is not set in this key's course; "
+                f"set: {known or 'none'}"
+            ) from None
+    return accept_submission(
+        session,
+        settings,
+        exercise_id=exercise_id,
+        learner=learner,
+        code=code,
+        upload=upload,
+        api_key_id=api_key.id,
+        course_id=api_key.course_id,
+        assignment=assignment,
+        idempotency=Idempotency.from_header(f"api-key:{api_key.id}", idempotency_key),
+    )
+
+
+def _answer(response: Response, accepted: Accepted) -> SubmissionAccepted:
+    submission = accepted.submission
+    response.headers["Location"] = f"/api/v1/submissions/{submission.id}"
+    if accepted.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return SubmissionAccepted(id=submission.id, status=SubmissionStatus(submission.status))
+
+
+@router.get(
+    "/submissions/{submission_id}",
+    responses={**_auth_errors, 404: {"model": ErrorOut, "description": "No such submission."}},
+)
+def read_submission(submission_id: str, session: SessionDep, api_key: ApiKeyDep) -> SubmissionOut:
+    """A submission's status and, once graded, its score, diagnosis, checks and feedback."""
+    submission = get_submission(session, submission_id)
+    # Another course's submission is answered exactly like a missing one.
+    if submission is None or not _key_sees(api_key, submission):
+        raise HTTPException(404, detail=f"no submission with id {submission_id!r}")
+    return submission_out(submission)
+
+
+def _key_sees(api_key: ApiKey, submission: Submission) -> bool:
+    """A course's key: that course's submissions. A key of no course: submissions made over the
+    API outside any course (a learner's practice on the pages stays theirs)."""
+    if api_key.course_id is not None:
+        return submission.course_id == api_key.course_id
+    return submission.course_id is None and submission.api_key_id is not None
+
+
+@router.get(
+    "/submissions",
+    responses={**_auth_errors},
+)
+def list_submissions(
+    session: SessionDep,
+    api_key: ApiKeyDep,
+    learner: Annotated[str | None, Query(description="Only this learner's.")] = None,
+    exercise: Annotated[str | None, Query(description="Only this exercise's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[SubmissionOut]:
+    """The key's course's submissions (for a key of no course: those made over the API outside
+    any course), newest first."""
+    if api_key.course_id is not None:
+        query = select(Submission).where(Submission.course_id == api_key.course_id)
+    else:
+        query = select(Submission).where(
+            Submission.course_id.is_(None), Submission.api_key_id.is_not(None)
+        )
+    if learner is not None:
+        query = query.where(Submission.learner == learner)
+    if exercise is not None:
+        query = query.where(Submission.exercise_id == exercise)
+    rows = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit))
+    return [submission_out(row) for row in rows]
+
+
+@router.get(
+    "/gradebook",
+    responses={
+        **_auth_errors,
+        403: {"model": ErrorOut, "description": "The key is not tied to a course."},
+    },
+)
+def read_gradebook(
+    session: SessionDep,
+    api_key: ApiKeyDep,
+    q: Annotated[str, Query(description="Only learners whose name or email contains this.")] = "",
+    only: Annotated[str, Query(description=f"One of: {', '.join(FILTERS)}.")] = "all",
+    exercise: Annotated[str, Query(description="Only this exercise's column.")] = "",
+    sort: Annotated[str, Query(description="name, email, total or an exercise id.")] = "name",
+    order: Annotated[str, Query(description="asc or desc.")] = "asc",
+) -> dict[str, Any]:
+    """The key's course's gradebook: the same rows, columns and scores as the instructor's page
+    and its CSV with the same query, each cell with its details."""
+    if api_key.course_id is None:
+        raise HTTPException(
+            403,
+            detail="this key is not tied to a course: create one with "
+            "'loopgrade keys create NAME --course COURSE'",
+        )
+    course = session.get(Course, api_key.course_id)
+    if course is None:
+        raise HTTPException(404, detail="this key's course no longer exists")
+    book = build_gradebook(
+        session, course, q=q, only=only, exercise=exercise, sort=sort, order=order
+    )
+    return gradebook_json(book)
+
+
+@router.get("/exercises")
+def read_exercises() -> list[ExerciseOut]:
+    """Every exercise a submission can name."""
+    return [
+        ExerciseOut(
+            id=exercise.id,
+            title=exercise.title,
+            signature=exercise.signature,
+            max_score=exercise.max_score,
+            version=exercise.version,
+        )
+        for exercise in list_exercises()
+    ]

@@ -1,0 +1,273 @@
+"""Courses: join codes, enrolments and roles, assignments with their policies, who may see what.
+
+These flush, never commit.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.errors import AppError
+from app.models import (
+    Assignment,
+    Course,
+    CourseRole,
+    Enrolment,
+    LatePolicy,
+    ScoringPolicy,
+    SiteRole,
+    Submission,
+    User,
+)
+from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
+
+# No 0/O or 1/I/L: join codes are read aloud and copied from slides.
+JOIN_CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+JOIN_CODE_LENGTH = 8
+MAX_COURSE_NAME_CHARS = 200
+
+
+class CourseError(AppError, ValueError):
+    """A request about a course that cannot be done; the message says why."""
+
+    status_code = 422
+    title = "Not done"
+
+
+class NotFound(AppError, LookupError):
+    """No such thing, or not one this user may know of."""
+
+    status_code = 404
+    title = "Not found"
+
+
+class Forbidden(AppError, PermissionError):
+    """This user may see the thing but not do this with it."""
+
+    status_code = 403
+    title = "Not allowed"
+
+
+def new_join_code() -> str:
+    return "".join(secrets.choice(JOIN_CODE_ALPHABET) for _ in range(JOIN_CODE_LENGTH))
+
+
+def normalize_join_code(code: str) -> str:
+    return "".join(code.split()).replace("-", "").upper()
+
+
+def create_course(session: Session, *, name: str, instructor: User) -> Course:
+    """A course taught by `instructor`, with a fresh join code and the unit's exercises set."""
+    name = " ".join(name.split())
+    if not name:
+        raise CourseError("the course needs a name")
+    if len(name) > MAX_COURSE_NAME_CHARS:
+        raise CourseError(f"the name may have at most {MAX_COURSE_NAME_CHARS} characters")
+    course = Course(name=name, join_code=new_join_code(), created_by_id=instructor.id)
+    session.add(course)
+    session.flush()
+    session.add(Enrolment(course_id=course.id, user_id=instructor.id, role=CourseRole.INSTRUCTOR))
+    # The whole unit, undated: what almost every course wants; the settings page changes it.
+    for exercise in list_exercises():
+        session.add(Assignment(course_id=course.id, exercise_id=exercise.id))
+    session.flush()
+    return course
+
+
+def find_course(session: Session, id_or_join_code: str) -> Course | None:
+    """A course by its id or its join code (as operators type either)."""
+    course = session.get(Course, id_or_join_code)
+    if course is not None:
+        return course
+    return session.scalars(
+        select(Course).where(Course.join_code == normalize_join_code(id_or_join_code))
+    ).one_or_none()
+
+
+def join_course(session: Session, *, user: User, join_code: str) -> Course:
+    """Enrol `user` as a learner in the course with this code (nothing changes if already in)."""
+    code = normalize_join_code(join_code)
+    course = session.scalars(select(Course).where(Course.join_code == code)).one_or_none()
+    if course is None:
+        raise CourseError(
+            f"no course has the join code {code or join_code!r}: check it with your instructor"
+        )
+    if enrolment_of(session, user, course.id) is None:
+        session.add(Enrolment(course_id=course.id, user_id=user.id, role=CourseRole.LEARNER))
+        session.flush()
+    return course
+
+
+def add_instructor(session: Session, *, course: Course, user: User) -> None:
+    enrolment = enrolment_of(session, user, course.id)
+    if enrolment is None:
+        session.add(Enrolment(course_id=course.id, user_id=user.id, role=CourseRole.INSTRUCTOR))
+    else:
+        enrolment.role = CourseRole.INSTRUCTOR
+    session.flush()
+
+
+def new_course_join_code(session: Session, course: Course) -> str:
+    """Replace the join code (the old one stops working; enrolled learners stay)."""
+    course.join_code = new_join_code()
+    session.flush()
+    return course.join_code
+
+
+def enrolment_of(session: Session, user: User, course_id: str) -> Enrolment | None:
+    return session.scalars(
+        select(Enrolment).where(Enrolment.course_id == course_id, Enrolment.user_id == user.id)
+    ).one_or_none()
+
+
+def course_role(session: Session, user: User | None, course_id: str) -> CourseRole | None:
+    """The user's role in the course; a site admin is an instructor of every course."""
+    if user is None:
+        return None
+    if user.site_role == SiteRole.ADMIN:
+        return CourseRole.INSTRUCTOR
+    enrolment = enrolment_of(session, user, course_id)
+    return CourseRole(enrolment.role) if enrolment else None
+
+
+def require_member(session: Session, user: User, course_id: str) -> tuple[Course, CourseRole]:
+    """The course and the user's role in it; NotFound when they are not in it."""
+    course = session.get(Course, course_id)
+    role = course_role(session, user, course_id) if course else None
+    if course is None or role is None:
+        raise NotFound("There is no such course, or you are not enrolled in it.")
+    return course, role
+
+
+def require_instructor(session: Session, user: User, course_id: str) -> Course:
+    course, role = require_member(session, user, course_id)
+    if role != CourseRole.INSTRUCTOR:
+        raise Forbidden("Only the course's instructors can see this page.")
+    return course
+
+
+@dataclass(frozen=True)
+class CourseOfUser:
+    course: Course
+    role: CourseRole
+
+
+def courses_of(session: Session, user: User) -> list[CourseOfUser]:
+    """Every course the user is in (an admin: every course), by name."""
+    if user.site_role == SiteRole.ADMIN:
+        courses = session.scalars(select(Course).order_by(Course.name)).all()
+        return [CourseOfUser(course, CourseRole.INSTRUCTOR) for course in courses]
+    rows = session.execute(
+        select(Course, Enrolment.role)
+        .join(Enrolment, Enrolment.course_id == Course.id)
+        .where(Enrolment.user_id == user.id)
+        .order_by(Course.name)
+    ).all()
+    return [CourseOfUser(course, CourseRole(role)) for course, role in rows]
+
+
+def members(session: Session, course_id: str, role: CourseRole) -> list[User]:
+    return list(
+        session.scalars(
+            select(User)
+            .join(Enrolment, Enrolment.user_id == User.id)
+            .where(Enrolment.course_id == course_id, Enrolment.role == role)
+            .order_by(User.name, User.email)
+        )
+    )
+
+
+@dataclass(frozen=True)
+class AssignedExercise:
+    """An exercise as set in a course."""
+
+    exercise: Exercise
+    assignment: Assignment
+
+    @property
+    def id(self) -> str:
+        return self.exercise.id
+
+
+def assignments_of(session: Session, course_id: str) -> list[AssignedExercise]:
+    """The course's exercises in the unit's order (an exercise no longer installed is left out)."""
+    assigned = []
+    for assignment in session.scalars(select(Assignment).where(Assignment.course_id == course_id)):
+        try:
+            assigned.append(AssignedExercise(get_exercise(assignment.exercise_id), assignment))
+        except UnknownExercise:
+            continue
+    return sorted(assigned, key=lambda a: a.exercise.position)
+
+
+def assignment_of(session: Session, course_id: str, exercise_id: str) -> AssignedExercise:
+    """One exercise of the course; NotFound when the course does not set it."""
+    for assigned in assignments_of(session, course_id):
+        if assigned.id == exercise_id:
+            return assigned
+    raise NotFound(f"This course does not set the exercise “{exercise_id}”.")
+
+
+def set_assignment(
+    session: Session,
+    *,
+    course_id: str,
+    exercise_id: str,
+    assigned: bool,
+    due_at: datetime | None,
+    late_policy: LatePolicy,
+    late_penalty_percent_per_day: float,
+    scoring_policy: ScoringPolicy,
+) -> Assignment | None:
+    """Set (or unset) an exercise in a course with its policies; returns the row if set."""
+    try:
+        get_exercise(exercise_id)
+    except UnknownExercise:
+        raise CourseError(f"there is no exercise {exercise_id!r}") from None
+    if not 0 <= late_penalty_percent_per_day <= 100:
+        raise CourseError("the late penalty is a percentage per day, from 0 to 100")
+    row = session.scalars(
+        select(Assignment).where(
+            Assignment.course_id == course_id, Assignment.exercise_id == exercise_id
+        )
+    ).one_or_none()
+    if not assigned:
+        if row is not None:
+            # Its submissions stay; the gradebook only stops counting them.
+            session.delete(row)
+            session.flush()
+        return None
+    if row is None:
+        row = Assignment(course_id=course_id, exercise_id=exercise_id)
+        session.add(row)
+    row.due_at = due_at
+    row.late_policy = late_policy
+    row.late_penalty_percent_per_day = late_penalty_percent_per_day
+    row.scoring_policy = scoring_policy
+    session.flush()
+    return row
+
+
+def can_view_submission(
+    session: Session, user: User | None, anonymous_learner: str | None, submission: Submission
+) -> bool:
+    """The learner who made it, the instructors of its course, a site admin; nobody else."""
+    if user is not None:
+        if submission.user_id == user.id or user.site_role == SiteRole.ADMIN:
+            return True
+        if submission.course_id is not None:
+            return course_role(session, user, submission.course_id) == CourseRole.INSTRUCTOR
+        return False
+    # Anonymous practice: the browser whose cookie made it.
+    return (
+        anonymous_learner is not None
+        and submission.user_id is None
+        and submission.course_id is None
+        and submission.api_key_id is None
+        and submission.learner == anonymous_learner
+    )

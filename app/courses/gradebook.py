@@ -1,0 +1,493 @@
+"""Scores under a course's policies: the gradebook, its CSV and JSON, per-exercise statistics.
+
+The counted score of a learner for an exercise:
+- an instructor's override wins: the most recently set one, whatever the policy;
+- otherwise over the learner's graded submissions, the best or the latest (the assignment's
+  scoring policy), each after its late penalty: `late_penalty_percent_per_day` per started
+  day after the due date, up to 100%; with the lock policy, a late submission counts nothing.
+A learner has `solved` an exercise once any submission scored full marks, late or not.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.courses.courses import AssignedExercise, assignments_of, members
+from app.grading.submissions import submissions_of
+from app.models import (
+    Assignment,
+    Course,
+    CourseRole,
+    LatePolicy,
+    ScoringPolicy,
+    Submission,
+    SubmissionStatus,
+    User,
+)
+from graders.exercises import Exercise
+
+State = Literal["not-tried", "tried", "solved"]
+DAY = timedelta(days=1)
+SORTS = ("name", "email", "total")
+FILTERS = {
+    "all": "Everyone",
+    "incomplete": "Not solved everything",
+    "not-started": "Submitted nothing",
+    "late": "Counted a late submission",
+    "overridden": "Has an override",
+}
+
+
+def late_days(created_at: datetime, due_at: datetime | None) -> int:
+    """Started days after the due date (1 for a minute late); 0 when on time or undated."""
+    if due_at is None or created_at <= due_at:
+        return 0
+    return math.ceil((created_at - due_at) / DAY)
+
+
+def penalty_percent(assigned: AssignedExercise, days: int) -> float:
+    if days == 0:
+        return 0.0
+    if assigned.assignment.late_policy == LatePolicy.LOCK:
+        return 100.0
+    return min(100.0, days * assigned.assignment.late_penalty_percent_per_day)
+
+
+def is_solved(submission: Submission) -> bool:
+    return (
+        submission.status == SubmissionStatus.GRADED
+        and submission.score is not None
+        and submission.max_score is not None
+        and submission.score >= submission.max_score
+    )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One learner's standing on one exercise."""
+
+    exercise_id: str
+    max_score: float
+    score: float | None  # what counts; None while nothing graded counts
+    state: State
+    attempts: int
+    pending: int  # submissions still being graded
+    counted_submission_id: str | None = None
+    graded_score: float | None = None  # the counted submission's score before any penalty
+    late_days: int = 0
+    penalty_percent: float = 0.0
+    overridden: bool = False
+
+
+def score_cell(assigned: AssignedExercise, submissions: list[Submission]) -> Cell:
+    """The counted score of one learner's submissions (any order) for one exercise."""
+    ordered = sorted(submissions, key=lambda s: s.created_at)
+    graded = [s for s in ordered if s.status == SubmissionStatus.GRADED and s.score is not None]
+    max_score = assigned.exercise.max_score
+    state: State = (
+        "solved" if any(is_solved(s) for s in graded) else "tried" if ordered else "not-tried"
+    )
+    pending = sum(
+        1 for s in ordered if s.status in (SubmissionStatus.QUEUED, SubmissionStatus.RUNNING)
+    )
+    base = Cell(assigned.id, max_score, None, state, len(ordered), pending)
+
+    overridden = [s for s in graded if s.override_score is not None and s.override_at is not None]
+    if overridden:
+        latest = max(overridden, key=lambda s: s.override_at or s.created_at)
+        return replace(
+            base,
+            score=latest.override_score,
+            counted_submission_id=latest.id,
+            graded_score=latest.score,
+            late_days=late_days(latest.created_at, assigned.assignment.due_at),
+            overridden=True,
+        )
+
+    candidates: list[tuple[float, Submission, int, float]] = []
+    for submission in graded:
+        days = late_days(submission.created_at, assigned.assignment.due_at)
+        percent = penalty_percent(assigned, days)
+        if assigned.assignment.late_policy == LatePolicy.LOCK and days > 0:
+            continue
+        assert submission.score is not None
+        candidates.append((submission.score * (1 - percent / 100), submission, days, percent))
+    if not candidates:
+        return base
+    if assigned.assignment.scoring_policy == ScoringPolicy.LATEST:
+        chosen = candidates[-1]
+    else:
+        # The best; of equals, the earliest.
+        chosen = max(candidates, key=lambda c: (c[0], -c[1].created_at.timestamp()))
+    score, submission, days, percent = chosen
+    return replace(
+        base,
+        score=round(score, 4),
+        counted_submission_id=submission.id,
+        graded_score=submission.score,
+        late_days=days,
+        penalty_percent=percent,
+    )
+
+
+@dataclass(frozen=True)
+class LearnerRow:
+    """A learner in the gradebook: an enrolled user, or a learner id sent over the API."""
+
+    key: str
+    name: str
+    email: str | None
+    user_id: str | None
+    cells: list[Cell]
+
+    @property
+    def total(self) -> float:
+        return round(sum(cell.score or 0.0 for cell in self.cells), 4)
+
+    @property
+    def max_total(self) -> float:
+        return sum(cell.max_score for cell in self.cells)
+
+
+def _course_submissions(session: Session, course_id: str) -> list[Submission]:
+    return list(
+        session.scalars(
+            select(Submission)
+            .where(Submission.course_id == course_id)
+            .order_by(Submission.created_at)
+        )
+    )
+
+
+def learner_rows(
+    session: Session, course: Course, exercises: list[AssignedExercise]
+) -> list[LearnerRow]:
+    """Every enrolled learner, and every API learner id with submissions in the course."""
+    by_learner: dict[str, list[Submission]] = {}
+    for submission in _course_submissions(session, course.id):
+        key = f"user:{submission.user_id}" if submission.user_id else f"api:{submission.learner}"
+        by_learner.setdefault(key, []).append(submission)
+
+    people: list[tuple[str, str, str | None, str | None]] = [
+        (f"user:{user.id}", user.name, user.email, user.id)
+        for user in members(session, course.id, CourseRole.LEARNER)
+    ]
+    instructors = {f"user:{u.id}" for u in members(session, course.id, CourseRole.INSTRUCTOR)}
+    enrolled = {key for key, *_ in people}
+    for key in sorted(by_learner):
+        if key in enrolled or key in instructors:
+            continue
+        if key.startswith("api:"):
+            people.append((key, key[4:], None, None))
+        else:
+            # A user who submitted and then left the course: their scores stay visible.
+            user = session.get(User, key[5:])
+            if user is not None:
+                people.append((key, f"{user.name} (left)", user.email, user.id))
+
+    rows = []
+    for key, name, email, user_id in people:
+        mine = by_learner.get(key, [])
+        cells = [
+            score_cell(assigned, [s for s in mine if s.exercise_id == assigned.id])
+            for assigned in exercises
+        ]
+        rows.append(LearnerRow(key, name, email, user_id, cells))
+    return rows
+
+
+@dataclass
+class Gradebook:
+    """The gradebook as shown: its columns, its rows filtered and sorted, and how."""
+
+    course: Course
+    exercises: list[AssignedExercise]
+    rows: list[LearnerRow]
+    q: str = ""
+    only: str = "all"
+    exercise: str = ""
+    sort: str = "name"
+    order: str = "asc"
+    learner_count: int = 0
+    sort_keys: list[str] = field(default_factory=list)
+
+
+def _score_key(cell: Cell) -> float:
+    return -1.0 if cell.score is None else cell.score
+
+
+def _matches(row: LearnerRow, q: str, only: str) -> bool:
+    if q and q not in row.name.lower() and q not in (row.email or "").lower():
+        return False
+    if only == "incomplete":
+        return any(cell.state != "solved" for cell in row.cells)
+    if only == "not-started":
+        return all(cell.attempts == 0 for cell in row.cells)
+    if only == "late":
+        return any(cell.late_days > 0 and cell.score is not None for cell in row.cells)
+    if only == "overridden":
+        return any(cell.overridden for cell in row.cells)
+    return True
+
+
+def build_gradebook(
+    session: Session,
+    course: Course,
+    *,
+    q: str = "",
+    only: str = "all",
+    exercise: str = "",
+    sort: str = "name",
+    order: str = "asc",
+) -> Gradebook:
+    """The course's gradebook, filtered (`q` in name or email, `only`, one `exercise`) and
+    sorted (`name`, `email`, `total` or an exercise id; `asc` or `desc`). Unknown values fall
+    back to the defaults rather than fail: they come from links people edit."""
+    assigned = assignments_of(session, course.id)
+    columns = [a for a in assigned if a.id == exercise] or assigned
+    exercise = exercise if len(columns) == 1 and columns[0].id == exercise else ""
+    only = only if only in FILTERS else "all"
+    order = "desc" if order == "desc" else "asc"
+    sort_keys = [*SORTS, *(a.id for a in columns)]
+    sort = sort if sort in sort_keys else "name"
+    needle = q.strip().lower()
+
+    rows = learner_rows(session, course, columns)
+    learner_count = len(rows)
+    rows = [row for row in rows if _matches(row, needle, only)]
+    rows.sort(key=lambda row: (row.name.lower(), row.email or ""))
+    if sort == "email":
+        rows.sort(key=lambda row: row.email or "~")
+    elif sort == "total":
+        rows.sort(key=lambda row: row.total)
+    elif sort != "name":
+        index = [a.id for a in columns].index(sort)
+        rows.sort(key=lambda row: _score_key(row.cells[index]))
+    if order == "desc":
+        rows.reverse()
+    return Gradebook(
+        course, columns, rows, q.strip(), only, exercise, sort, order, learner_count, sort_keys
+    )
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def _csv_text(value: str) -> str:
+    # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def gradebook_csv(gradebook: Gradebook) -> str:
+    """Exactly the rows and columns shown, as CSV (scores as counted)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(
+        [
+            "learner",
+            "email",
+            *(f"{a.exercise.title} ({a.exercise.max_score:g})" for a in gradebook.exercises),
+            "total",
+            "max_total",
+        ]
+    )
+    for row in gradebook.rows:
+        writer.writerow(
+            [
+                _csv_text(row.name),
+                _csv_text(row.email or ""),
+                *(_number(cell.score) for cell in row.cells),
+                _number(row.total),
+                _number(row.max_total),
+            ]
+        )
+    return out.getvalue()
+
+
+def gradebook_json(gradebook: Gradebook) -> dict[str, Any]:
+    """The same as the page and the CSV, with each cell's details."""
+    return {
+        "course": {"id": gradebook.course.id, "name": gradebook.course.name},
+        "filter": {"q": gradebook.q, "only": gradebook.only, "exercise": gradebook.exercise},
+        "sort": gradebook.sort,
+        "order": gradebook.order,
+        "exercises": [
+            {
+                "id": a.id,
+                "title": a.exercise.title,
+                "max_score": a.exercise.max_score,
+                "due_at": a.assignment.due_at.isoformat() if a.assignment.due_at else None,
+                "late_policy": a.assignment.late_policy,
+                "late_penalty_percent_per_day": a.assignment.late_penalty_percent_per_day,
+                "scoring_policy": a.assignment.scoring_policy,
+            }
+            for a in gradebook.exercises
+        ],
+        "rows": [
+            {
+                "learner": row.name,
+                "email": row.email,
+                "user_id": row.user_id,
+                "total": row.total,
+                "max_total": row.max_total,
+                "cells": {
+                    cell.exercise_id: {
+                        "score": cell.score,
+                        "max_score": cell.max_score,
+                        "state": cell.state,
+                        "attempts": cell.attempts,
+                        "late_days": cell.late_days,
+                        "penalty_percent": cell.penalty_percent,
+                        "overridden": cell.overridden,
+                        "submission": cell.counted_submission_id,
+                    }
+                    for cell in row.cells
+                },
+            }
+            for row in gradebook.rows
+        ],
+    }
+
+
+SCORE_BUCKETS = ("0%", "1-25%", "26-50%", "51-75%", "76-99%", "100%")
+
+
+def _bucket(score: float, max_score: float) -> int:
+    percent = 100 * score / max_score if max_score else 0.0
+    if percent <= 0:
+        return 0
+    if percent >= 100:
+        return 5
+    return next(i for i, upper in enumerate((25, 50, 75, 100), start=1) if percent <= upper)
+
+
+@dataclass(frozen=True)
+class ExerciseStats:
+    """How a class did on one exercise."""
+
+    assigned: AssignedExercise
+    submissions: int  # graded
+    pending: int
+    learners_tried: int
+    learners_solved: int
+    attempts_to_solve: list[int]  # per solver: submissions up to and including the first solve
+    score_distribution: list[tuple[str, int]]  # learners' counted scores, in SCORE_BUCKETS
+    diagnoses: list[tuple[str, int, int]]  # (code, submissions, learners), most common first
+
+    @property
+    def share_solved(self) -> float | None:
+        return self.learners_solved / self.learners_tried if self.learners_tried else None
+
+    @property
+    def median_attempts_to_solve(self) -> float | None:
+        return statistics.median(self.attempts_to_solve) if self.attempts_to_solve else None
+
+    @property
+    def mean_attempts_to_solve(self) -> float | None:
+        return statistics.fmean(self.attempts_to_solve) if self.attempts_to_solve else None
+
+
+def exercise_stats(session: Session, course: Course, assigned: AssignedExercise) -> ExerciseStats:
+    rows = learner_rows(session, course, [assigned])
+    submissions = [
+        s for s in _course_submissions(session, course.id) if s.exercise_id == assigned.id
+    ]
+    graded = [s for s in submissions if s.status == SubmissionStatus.GRADED]
+    by_learner: dict[str, list[Submission]] = {}
+    for submission in submissions:
+        key = f"user:{submission.user_id}" if submission.user_id else f"api:{submission.learner}"
+        by_learner.setdefault(key, []).append(submission)
+
+    attempts_to_solve = []
+    for mine in by_learner.values():
+        for number, submission in enumerate(mine, start=1):
+            if is_solved(submission):
+                attempts_to_solve.append(number)
+                break
+
+    distribution = [0] * len(SCORE_BUCKETS)
+    for row in rows:
+        cell = row.cells[0]
+        if cell.score is not None:
+            distribution[_bucket(cell.score, cell.max_score)] += 1
+
+    counts: Counter[str] = Counter()
+    learners: dict[str, set[str]] = {}
+    for submission in graded:
+        code = submission.diagnosis or "unknown"
+        counts[code] += 1
+        learners.setdefault(code, set()).add(submission.user_id or submission.learner)
+    diagnoses = [(code, n, len(learners[code])) for code, n in counts.most_common()]
+
+    return ExerciseStats(
+        assigned=assigned,
+        submissions=len(graded),
+        pending=sum(1 for s in submissions if s.status in ("queued", "running")),
+        learners_tried=len(by_learner),
+        learners_solved=len(attempts_to_solve),
+        attempts_to_solve=attempts_to_solve,
+        score_distribution=list(zip(SCORE_BUCKETS, distribution, strict=True)),
+        diagnoses=diagnoses,
+    )
+
+
+def practice_assignment(exercise: Exercise) -> AssignedExercise:
+    """An exercise outside any course: undated, the best submission counts."""
+    return AssignedExercise(
+        exercise,
+        Assignment(
+            exercise_id=exercise.id,
+            due_at=None,
+            late_policy=LatePolicy.PENALTY,
+            late_penalty_percent_per_day=0.0,
+            scoring_policy=ScoringPolicy.BEST,
+        ),
+    )
+
+
+def learner_cells(
+    session: Session,
+    exercises: list[AssignedExercise],
+    *,
+    course_id: str | None,
+    user_id: str | None,
+    anonymous_learner: str | None = None,
+) -> list[Cell]:
+    """One learner's standing on each exercise: in a course, or in practice (no course)."""
+    mine = submissions_of(
+        session,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner,
+        course_id=course_id,
+    )
+    return [
+        score_cell(assigned, [s for s in mine if s.exercise_id == assigned.id])
+        for assigned in exercises
+    ]
+
+
+def practice_cells(
+    session: Session,
+    exercises: list[Exercise],
+    *,
+    user_id: str | None,
+    anonymous_learner: str | None,
+) -> list[Cell]:
+    return learner_cells(
+        session,
+        [practice_assignment(exercise) for exercise in exercises],
+        course_id=None,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner,
+    )

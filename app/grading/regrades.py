@@ -1,0 +1,162 @@
+"""Grading submissions again (after an exercise changed), keeping the old and new results.
+
+`request_regrade` and `request_exercise_regrade` put submissions back in the queue, each with
+a Regrade row holding its result before; the worker fills in the result after
+(submissions.record_report). The caller enqueues the returned ids after its commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.courses.audit import record_event
+from app.errors import AppError
+from app.grading.submissions import queue_for_grading
+from app.models import Regrade, Submission, SubmissionStatus, User, new_id
+from graders.exercises import get_exercise
+
+FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
+
+
+class RegradeRejected(AppError, ValueError):
+    """Nothing to regrade, or the submission is being graded already."""
+
+    status_code = 409
+    title = "Nothing to regrade"
+
+
+def _queue_again(session: Session, submission: Submission, batch_id: str, by: User) -> None:
+    session.add(
+        Regrade(
+            batch_id=batch_id,
+            submission_id=submission.id,
+            requested_by_id=by.id,
+            old_status=submission.status,
+            old_score=submission.score,
+            old_max_score=submission.max_score,
+            old_diagnosis=submission.diagnosis,
+            old_exercise_version=submission.exercise_version,
+        )
+    )
+    # The old result stays on the row (and in the Regrade) until the new one replaces it.
+    submission.status = SubmissionStatus.QUEUED
+    queue_for_grading(session, submission.id)
+
+
+def request_regrade(session: Session, submission: Submission, *, by: User) -> str:
+    """Queue one graded submission again; returns the batch id."""
+    if submission.status not in FINISHED:
+        raise RegradeRejected("this submission is being graded already")
+    batch_id = new_id()
+    _queue_again(session, submission, batch_id, by)
+    record_event(
+        session,
+        actor=by,
+        action="regrade.submission",
+        course_id=submission.course_id,
+        submission_id=submission.id,
+        batch_id=batch_id,
+        old_score=submission.score,
+        old_exercise_version=submission.exercise_version,
+    )
+    session.flush()
+    return batch_id
+
+
+def request_exercise_regrade(
+    session: Session, *, course_id: str, exercise_id: str, only_outdated: bool, by: User
+) -> tuple[str, list[str]]:
+    """Queue every finished submission of an exercise in a course again (or only those graded
+    against an older version of it); returns the batch id and the submission ids."""
+    current = get_exercise(exercise_id).version
+    query = select(Submission).where(
+        Submission.course_id == course_id,
+        Submission.exercise_id == exercise_id,
+        Submission.status.in_(FINISHED),
+    )
+    if only_outdated:
+        query = query.where(Submission.exercise_version != current)
+    submissions = list(session.scalars(query.order_by(Submission.created_at)))
+    if not submissions:
+        raise RegradeRejected(
+            "every submission is already graded against the current version"
+            if only_outdated
+            else "there are no graded submissions to regrade"
+        )
+    batch_id = new_id()
+    for submission in submissions:
+        _queue_again(session, submission, batch_id, by)
+    record_event(
+        session,
+        actor=by,
+        action="regrade.exercise",
+        course_id=course_id,
+        exercise=exercise_id,
+        batch_id=batch_id,
+        submissions=len(submissions),
+        only_outdated=only_outdated,
+        version=current,
+    )
+    session.flush()
+    return batch_id, [submission.id for submission in submissions]
+
+
+def outdated_count(session: Session, *, course_id: str, exercise_id: str) -> int:
+    """Finished submissions graded against another version than the exercise's current one."""
+    current = get_exercise(exercise_id).version
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(Submission)
+            .where(
+                Submission.course_id == course_id,
+                Submission.exercise_id == exercise_id,
+                Submission.status.in_(FINISHED),
+                Submission.exercise_version != current,
+            )
+        )
+        or 0
+    )
+
+
+@dataclass(frozen=True)
+class RegradeProgress:
+    batch_id: str
+    total: int
+    finished: int
+    changed: int
+    rows: list[tuple[Regrade, Submission]]
+
+    @property
+    def done(self) -> bool:
+        return self.finished == self.total
+
+
+def regrade_progress(session: Session, batch_id: str) -> RegradeProgress | None:
+    rows = session.execute(
+        select(Regrade, Submission)
+        .join(Submission, Submission.id == Regrade.submission_id)
+        .where(Regrade.batch_id == batch_id)
+        .order_by(Regrade.requested_at, Submission.created_at)
+    ).all()
+    if not rows:
+        return None
+    pairs = [(regrade, submission) for regrade, submission in rows]
+    finished = [r for r, _ in pairs if r.finished_at is not None]
+    changed = [
+        r for r in finished if (r.new_score, r.new_diagnosis) != (r.old_score, r.old_diagnosis)
+    ]
+    return RegradeProgress(batch_id, len(pairs), len(finished), len(changed), pairs)
+
+
+def regrades_of(session: Session, submission_id: str) -> list[Regrade]:
+    return list(
+        session.scalars(
+            select(Regrade)
+            .where(Regrade.submission_id == submission_id)
+            .order_by(Regrade.requested_at.desc())
+        )
+    )

@@ -1,0 +1,380 @@
+"""Submissions: accept one, claim it for grading, record its result. These flush, never commit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.errors import AppError
+from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
+from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
+from app.outbox import report_graded
+from graders.exercises import UnknownExercise, get_exercise, list_exercises
+from graders.report import GradeReport
+
+MAX_LEARNER_CHARS = 255
+
+# session.info key: the submissions to hand to a worker once this transaction commits.
+SUBMISSIONS_TO_GRADE = "submissions_to_grade"
+
+
+def queue_for_grading(session: Session, submission_id: str) -> None:
+    """Have the submission graded once this transaction commits (app.grading.queue's hook).
+
+    Never before the commit: a worker must find the row, and a rolled-back one must not run.
+    """
+    session.info.setdefault(SUBMISSIONS_TO_GRADE, []).append(submission_id)
+
+
+class SubmissionRejected(AppError, ValueError):
+    """The submission breaks a rule; the message says which, and how to fix it."""
+
+    status_code = 422
+    title = "Not accepted"
+
+
+class CodeTooLarge(SubmissionRejected):
+    """The code is over the size limit."""
+
+    status_code = 413
+    title = "Too large"
+
+
+class UnknownExerciseId(SubmissionRejected):
+    """No exercise has the id the submission names."""
+
+
+class AssignmentClosed(SubmissionRejected):
+    """The course locks this exercise after its due date, which has passed."""
+
+    status_code = 403
+    title = "Closed"
+
+
+class TooManySubmissions(SubmissionRejected):
+    """The learner reached the submission rate limit; `retry_after_seconds` until the next."""
+
+    status_code = 429
+    title = "Too many submissions"
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_seconds)})
+        self.retry_after_seconds = retry_after_seconds
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `count` submissions per learner within any `window_seconds`."""
+
+    count: int
+    window_seconds: int
+
+    def describe(self) -> str:
+        window = self.window_seconds
+        if window % 3600 == 0:
+            span = "hour" if window == 3600 else f"{window // 3600} hours"
+        elif window % 60 == 0:
+            span = "minute" if window == 60 else f"{window // 60} minutes"
+        else:
+            span = f"{window} seconds"
+        return f"{self.count} submission{'s' if self.count != 1 else ''} per {span}"
+
+
+def check_rate(
+    session: Session,
+    limit: RateLimit | None,
+    *,
+    learner: str,
+    user_id: str | None,
+    course_id: str | None,
+) -> None:
+    """Raise TooManySubmissions when this learner already used up the window."""
+    if limit is None or limit.count <= 0:
+        return
+    since = utc_now() - timedelta(seconds=limit.window_seconds)
+    query = select(Submission.created_at).where(Submission.created_at > since)
+    if user_id is not None:
+        query = query.where(Submission.user_id == user_id)
+    else:
+        query = query.where(
+            Submission.user_id.is_(None),
+            Submission.learner == learner,
+            Submission.course_id.is_(None)
+            if course_id is None
+            else Submission.course_id == course_id,
+        )
+    recent = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit.count)).all()
+    if len(recent) < limit.count:
+        return
+    retry_after = max(
+        1,
+        math.ceil(
+            (recent[-1] + timedelta(seconds=limit.window_seconds) - utc_now()).total_seconds()
+        ),
+    )
+    raise TooManySubmissions(
+        f"You have reached the limit of {limit.describe()}. "
+        f"You can submit again in {retry_after} s.",
+        retry_after,
+    )
+
+
+def check_open(assignment: Assignment | None, now: datetime) -> None:
+    """Raise AssignmentClosed when the exercise is locked after a due date that has passed."""
+    if assignment is None or assignment.due_at is None:
+        return
+    if assignment.late_policy == LatePolicy.LOCK and now > assignment.due_at:
+        raise AssignmentClosed(
+            f"This exercise was due {assignment.due_at:%Y-%m-%d %H:%M} UTC and is now closed: "
+            "the course accepts no late submissions."
+        )
+
+
+def _check_text(field: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SubmissionRejected(
+            f"{field} is not valid Unicode text (a lone surrogate at character {exc.start})"
+        ) from None
+    nul_at = value.find("\0")
+    if nul_at != -1:
+        raise SubmissionRejected(
+            f"{field} contains a NUL character (\\u0000) at character {nul_at}; remove it"
+        )
+
+
+def create_submission(
+    session: Session,
+    *,
+    exercise_id: str,
+    learner: str,
+    code: str,
+    max_code_bytes: int,
+    api_key_id: str | None = None,
+    user_id: str | None = None,
+    course_id: str | None = None,
+    assignment: Assignment | None = None,
+    rate_limit: RateLimit | None = None,
+    upload_filename: str | None = None,
+    upload_notices: list[str] | None = None,
+) -> Submission:
+    """Validate and store a queued submission. Raises SubmissionRejected (or a subclass).
+
+    In a course, `assignment` is the exercise as the course sets it (its lock after the due
+    date applies); `rate_limit` caps the learner's submissions (TooManySubmissions).
+    """
+    try:
+        exercise = get_exercise(exercise_id)
+    except UnknownExercise:
+        known = ", ".join(exercise.id for exercise in list_exercises())
+        raise UnknownExerciseId(
+            f"unknown exercise {exercise_id[:100]!r}; known exercises: {known}"
+        ) from None
+
+    _check_text("code", code)
+    code_bytes = len(code.encode("utf-8"))
+    if code_bytes > max_code_bytes:
+        raise CodeTooLarge(
+            f"code is {code_bytes} bytes; the limit is {max_code_bytes} bytes "
+            f"({max_code_bytes // 1024} KiB)"
+        )
+    if not code.strip():
+        raise SubmissionRejected(f"code is empty: paste your {exercise.entry_point} function")
+
+    _check_text("learner", learner)
+    if not learner.strip():
+        raise SubmissionRejected("learner is empty: send the learner's id in your system")
+    if len(learner) > MAX_LEARNER_CHARS:
+        raise SubmissionRejected(
+            f"learner is {len(learner)} characters; the limit is {MAX_LEARNER_CHARS}"
+        )
+    check_open(assignment, utc_now())
+    check_rate(session, rate_limit, learner=learner, user_id=user_id, course_id=course_id)
+
+    submission = Submission(
+        exercise_id=exercise.id,
+        exercise_version=exercise.version,
+        learner=learner,
+        code=code,
+        status=SubmissionStatus.QUEUED,
+        attempts=0,
+        api_key_id=api_key_id,
+        user_id=user_id,
+        course_id=course_id,
+        upload_filename=upload_filename,
+        upload_notices=upload_notices or None,
+    )
+    session.add(submission)
+    session.flush()
+    queue_for_grading(session, submission.id)
+    return submission
+
+
+def get_submission(session: Session, submission_id: str) -> Submission | None:
+    return session.get(Submission, submission_id)
+
+
+@dataclass(frozen=True)
+class GradingJob:
+    """What a worker needs to grade one claimed submission. `attempt` fences late writes."""
+
+    submission_id: str
+    exercise_id: str
+    code: str
+    attempt: int
+
+
+def claim_submission(session: Session, submission_id: str) -> GradingJob | None:
+    """Mark a queued submission running, atomically; None if it is not queued (any more)."""
+    row = session.execute(
+        update(Submission)
+        .where(Submission.id == submission_id, Submission.status == SubmissionStatus.QUEUED)
+        .values(
+            status=SubmissionStatus.RUNNING,
+            started_at=utc_now(),
+            attempts=Submission.attempts + 1,
+        )
+        .returning(Submission.exercise_id, Submission.code, Submission.attempts)
+        .execution_options(synchronize_session=False)
+    ).one_or_none()
+    if row is None:
+        return None
+    return GradingJob(submission_id, row.exercise_id, row.code, row.attempts)
+
+
+def _finish(session: Session, job: GradingJob, **values: object) -> bool:
+    # Only the claim that is still current may write: a stale worker's late result is dropped.
+    result = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == job.submission_id,
+            Submission.status == SubmissionStatus.RUNNING,
+            Submission.attempts == job.attempt,
+        )
+        .values(**values)
+        .returning(Submission.id)
+        .execution_options(synchronize_session=False)
+    )
+    return result.one_or_none() is not None
+
+
+def _finish_regrades(session: Session, job: GradingJob, **values: object) -> None:
+    # A regrade in progress for this submission now has its new result.
+    session.execute(
+        update(Regrade)
+        .where(Regrade.submission_id == job.submission_id, Regrade.finished_at.is_(None))
+        .values(finished_at=utc_now(), **values)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def record_report(session: Session, job: GradingJob, report: GradeReport) -> bool:
+    """Store the grader's result and mark the submission graded; False if the claim is stale."""
+    report = bounded_report(report)
+    stored = _finish(
+        session,
+        job,
+        status=SubmissionStatus.GRADED,
+        graded_at=utc_now(),
+        # The version graded against, which after a restart may be newer than the submitted one.
+        exercise_version=report.exercise_version,
+        score=report.score,
+        max_score=report.max_score,
+        diagnosis=report.diagnosis,
+        checks=[check.model_dump(mode="json") for check in report.checks],
+        feedback=report.feedback,
+        plots=[plot.model_dump(mode="json") for plot in report.plots],
+        output=report.output,
+        error_message=None,
+    )
+    if stored:
+        # In this transaction: the result and what reports it elsewhere commit together.
+        report_graded(session, job.submission_id)
+        _finish_regrades(
+            session,
+            job,
+            new_status=SubmissionStatus.GRADED,
+            new_score=report.score,
+            new_max_score=report.max_score,
+            new_diagnosis=report.diagnosis,
+            new_exercise_version=report.exercise_version,
+        )
+    return stored
+
+
+def record_error(session: Session, job: GradingJob, message: str) -> bool:
+    """Mark the submission failed by a server fault; False if the claim is stale."""
+    stored = _finish(
+        session,
+        job,
+        status=SubmissionStatus.ERROR,
+        error_message=cut(message, MAX_ERROR_MESSAGE_CHARS),
+    )
+    if stored:
+        _finish_regrades(session, job, new_status=SubmissionStatus.ERROR)
+    return stored
+
+
+def requeue_unfinished(session: Session) -> list[str]:
+    """Put back submissions a crash left running; return every queued id, oldest first.
+
+    Only for a process's start, while none of its own workers run: with one server process
+    a `running` row at start was orphaned by a crash. Several grading hosts will need leases.
+    """
+    session.execute(
+        update(Submission)
+        .where(Submission.status == SubmissionStatus.RUNNING)
+        .values(status=SubmissionStatus.QUEUED)
+        .execution_options(synchronize_session=False)
+    )
+    submission_ids = list(
+        session.scalars(
+            select(Submission.id)
+            .where(Submission.status == SubmissionStatus.QUEUED)
+            .order_by(Submission.created_at)
+        )
+    )
+    for submission_id in submission_ids:
+        queue_for_grading(session, submission_id)
+    return submission_ids
+
+
+def submissions_of(
+    session: Session,
+    *,
+    user_id: str | None = None,
+    anonymous_learner: str | None = None,
+    course_id: str | None = None,
+    any_course: bool = False,
+    exercise_id: str | None = None,
+    limit: int = 500,
+) -> list[Submission]:
+    """One learner's submissions, newest first: a user's, or an anonymous browser's practice.
+
+    `course_id` None means practice (no course) unless `any_course`.
+    """
+    query = select(Submission)
+    if user_id is not None:
+        query = query.where(Submission.user_id == user_id)
+    elif anonymous_learner is not None:
+        query = query.where(
+            Submission.user_id.is_(None),
+            Submission.api_key_id.is_(None),
+            Submission.learner == anonymous_learner,
+        )
+    else:
+        return []
+    if not any_course:
+        query = query.where(
+            Submission.course_id.is_(None)
+            if course_id is None
+            else Submission.course_id == course_id
+        )
+    if exercise_id is not None:
+        query = query.where(Submission.exercise_id == exercise_id)
+    return list(session.scalars(query.order_by(Submission.created_at.desc()).limit(limit)))

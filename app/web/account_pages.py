@@ -1,0 +1,230 @@
+"""Pages for people: sign up, sign in and out, the home page, joining and creating courses."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.courses.courses import CourseError, courses_of, create_course, join_course
+from app.courses.gradebook import practice_cells
+from app.db import SessionDep
+from app.models import SiteRole, User
+from app.people.accounts import (
+    MIN_PASSWORD_CHARS,
+    AccountError,
+    SignInRefused,
+    TooManySignIns,
+    create_user,
+    sign_in,
+)
+from app.settings import SettingsDep
+from app.web.rendering import render, safe_next
+from app.web.sessions import (
+    LEARNER_COOKIE,
+    CsrfViewerDep,
+    ViewerDep,
+    clear_session_cookie,
+    end_session,
+    set_session_cookie,
+    signed_in_user,
+    start_session,
+)
+from graders.exercises import list_exercises
+
+router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+
+def _signed_in_response(
+    request: Request, settings: SettingsDep, session: SessionDep, user: User, target: str
+) -> Response:
+    _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
+    response = RedirectResponse(safe_next(target), status_code=303)
+    set_session_cookie(response, request, settings, token)
+    return response
+
+
+def home_context(request: Request, session: SessionDep, viewer: ViewerDep) -> dict[str, object]:
+    user = viewer.user
+    exercises = list_exercises()
+    cells = practice_cells(
+        session,
+        exercises,
+        user_id=user.id if user else None,
+        anonymous_learner=request.cookies.get(LEARNER_COOKIE) if user is None else None,
+    )
+    return {
+        "courses": courses_of(session, user) if user else [],
+        "can_create_course": user is not None
+        and user.site_role in (SiteRole.ADMIN, SiteRole.INSTRUCTOR),
+        "unit": list(zip(exercises, cells, strict=True)),
+    }
+
+
+@router.get("/")
+def home(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
+    """Signed in: your courses, join one, create one; everyone: the unit to practise."""
+    return render(request, viewer, "home.html", home_context(request, session, viewer))
+
+
+@router.get("/sign-in")
+def sign_in_page(request: Request, viewer: ViewerDep, next: str = "/") -> Response:
+    if viewer.user is not None:
+        return RedirectResponse(safe_next(next), status_code=303)
+    return render(request, viewer, "sign_in.html", {"next": safe_next(next), "email": ""})
+
+
+@router.post("/sign-in", response_model=None)
+def sign_in_form(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: CsrfViewerDep,
+    email: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    client_ip = request.client.host if request.client else "unknown"
+    try:
+        user = sign_in(
+            session,
+            email=email,
+            password=password,
+            client_ip=client_ip,
+            max_failures=settings.sign_in_max_failures,
+            window_seconds=settings.sign_in_window_seconds,
+        )
+    except TooManySignIns as exc:
+        minutes = max(1, round(exc.retry_after_seconds / 60))
+        return render(
+            request,
+            viewer,
+            "sign_in.html",
+            {
+                "next": safe_next(next),
+                "email": email,
+                "error": f"Too many failed sign-ins for this account. For its safety, wait "
+                f"about {minutes} minute{'s' if minutes != 1 else ''} and try again.",
+            },
+            status_code=429,
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
+    except SignInRefused:
+        return render(
+            request,
+            viewer,
+            "sign_in.html",
+            {"next": safe_next(next), "email": email, "error": "Wrong email or password."},
+            status_code=401,
+        )
+    return _signed_in_response(request, settings, session, user, next)
+
+
+@router.get("/sign-up")
+def sign_up_page(
+    request: Request, viewer: ViewerDep, settings: SettingsDep, code: str = ""
+) -> Response:
+    if viewer.user is not None:
+        return RedirectResponse("/", status_code=303)
+    return render(
+        request,
+        viewer,
+        "sign_up.html",
+        {
+            "allowed": settings.allow_sign_up,
+            "form": {"join_code": code},
+            "min_password": MIN_PASSWORD_CHARS,
+        },
+        status_code=200 if settings.allow_sign_up else 403,
+    )
+
+
+@router.post("/sign-up", response_model=None)
+def sign_up_form(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: CsrfViewerDep,
+    email: Annotated[str, Form()] = "",
+    name: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
+    join_code: Annotated[str, Form()] = "",
+) -> Response:
+    form = {"email": email, "name": name, "join_code": join_code}
+    context = {"allowed": settings.allow_sign_up, "form": form, "min_password": MIN_PASSWORD_CHARS}
+    if not settings.allow_sign_up:
+        return render(request, viewer, "sign_up.html", context, status_code=403)
+    try:
+        user = create_user(session, email=email, name=name, password=password)
+        target = "/"
+        if join_code.strip():
+            target = f"/courses/{join_course(session, user=user, join_code=join_code).id}"
+    except (AccountError, CourseError) as exc:
+        return render(
+            request, viewer, "sign_up.html", {**context, "error": str(exc)}, status_code=422
+        )
+    return _signed_in_response(request, settings, session, user, target)
+
+
+@router.post("/sign-out", response_model=None)
+def sign_out(
+    request: Request, session: SessionDep, settings: SettingsDep, viewer: CsrfViewerDep
+) -> Response:
+    if viewer.web_session is not None:
+        end_session(session, viewer.web_session)
+        response = RedirectResponse("/", status_code=303)
+    clear_session_cookie(response, request, settings)
+    return response
+
+
+@router.post("/join", response_model=None)
+def join(
+    request: Request,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    join_code: Annotated[str, Form()] = "",
+) -> Response:
+    user = signed_in_user(viewer)
+    try:
+        course = join_course(session, user=user, join_code=join_code)
+    except CourseError as exc:
+        return _home_with_error(request, session, viewer, "join_error", str(exc))
+    return RedirectResponse(f"/courses/{course.id}", status_code=303)
+
+
+@router.post("/courses", response_model=None)
+def create_course_form(
+    request: Request,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    name: Annotated[str, Form()] = "",
+) -> Response:
+    user = signed_in_user(viewer)
+    if user.site_role not in (SiteRole.ADMIN, SiteRole.INSTRUCTOR):
+        return _home_with_error(
+            request,
+            session,
+            viewer,
+            "create_error",
+            "Only instructors can create courses: ask an administrator.",
+            status_code=403,
+        )
+    try:
+        course = create_course(session, name=name, instructor=user)
+    except CourseError as exc:
+        return _home_with_error(request, session, viewer, "create_error", str(exc))
+    return RedirectResponse(f"/courses/{course.id}/settings?done=created", status_code=303)
+
+
+def _home_with_error(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    field: str,
+    message: str,
+    *,
+    status_code: int = 422,
+) -> HTMLResponse:
+    context = {**home_context(request, session, viewer), field: message}
+    return render(request, viewer, "home.html", context, status_code=status_code)

@@ -1,0 +1,373 @@
+"""The learner's pages: a course's home, an exercise (editor, upload), a result, the history.
+
+Practice works without a course, for anyone: a visitor who is not signed in is an anonymous
+learner kept in a cookie. Every submission page is for its learner, the instructors of its
+course and site admins only; to anyone else it does not exist (404).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
+
+from app.courses.courses import (
+    AssignedExercise,
+    assignment_of,
+    assignments_of,
+    can_view_submission,
+    courses_of,
+    require_member,
+)
+from app.courses.gradebook import learner_cells, practice_assignment
+from app.db import SessionDep
+from app.grading.intake import Upload, accept_submission
+from app.grading.submissions import (
+    AssignmentClosed,
+    RateLimit,
+    SubmissionRejected,
+    check_open,
+    get_submission,
+    submissions_of,
+)
+from app.models import Course, CourseRole, User, utc_now
+from app.settings import Settings, SettingsDep
+from app.web.rendering import PageError, render
+from app.web.sessions import (
+    LEARNER_COOKIE,
+    CsrfViewerDep,
+    SignInRequired,
+    Viewer,
+    ViewerDep,
+    anonymous_learner,
+    signed_in_user,
+)
+from app.web.submission_view import result_context, submission_context, viewable_submission
+from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
+
+router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+
+def new_learner_id() -> str:
+    """An anonymous learner, kept in a cookie, for practice without an account."""
+    return f"web:{secrets.token_urlsafe(16)}"
+
+
+def rate_limit(settings: Settings) -> RateLimit | None:
+    if settings.submission_rate_limit <= 0:
+        return None
+    return RateLimit(settings.submission_rate_limit, settings.submission_rate_window_seconds)
+
+
+def find_exercise(exercise_id: str) -> Exercise:
+    try:
+        return get_exercise(exercise_id)
+    except UnknownExercise:
+        raise PageError(404, "Not found", f"There is no exercise called “{exercise_id}”.") from None
+
+
+def _unit(
+    session: Session,
+    viewer: Viewer,
+    request: Request,
+    course: Course | None,
+) -> list[tuple[AssignedExercise, Any]]:
+    """The exercises in the unit's order with this learner's state on each."""
+    user_id = viewer.user.id if viewer.user else None
+    if course is not None:
+        exercises = assignments_of(session, course.id)
+        cells = learner_cells(session, exercises, course_id=course.id, user_id=user_id)
+    else:
+        exercises = [practice_assignment(e) for e in list_exercises()]
+        cells = learner_cells(
+            session,
+            exercises,
+            course_id=None,
+            user_id=user_id,
+            anonymous_learner=anonymous_learner(request, viewer),
+        )
+    return list(zip(exercises, cells, strict=True))
+
+
+def exercise_context(
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    settings: Settings,
+    exercise: Exercise,
+    course: Course | None,
+    assigned: AssignedExercise | None,
+    code: str,
+) -> dict[str, Any]:
+    limit = rate_limit(settings)
+    closed = False
+    if assigned is not None:
+        try:
+            check_open(assigned.assignment, utc_now())
+        except AssignmentClosed:
+            closed = True
+    recent = submissions_of(
+        session,
+        user_id=viewer.user.id if viewer.user else None,
+        anonymous_learner=anonymous_learner(request, viewer),
+        course_id=course.id if course else None,
+        exercise_id=exercise.id,
+        limit=5,
+    )
+    base = (
+        f"/courses/{course.id}/exercises/{exercise.id}" if course else f"/exercises/{exercise.id}"
+    )
+    return {
+        "exercise": exercise,
+        "course": course,
+        "assigned": assigned,
+        "code": code,
+        "action": base,
+        "unit": _unit(session, viewer, request, course),
+        "recent": recent,
+        "rate_limit": limit.describe() if limit else None,
+        "closed": closed,
+        "max_upload_kib": settings.max_upload_bytes // 1024,
+    }
+
+
+def _editable_code(
+    request: Request, session: Session, viewer: Viewer, exercise: Exercise, edit: str | None
+) -> str:
+    """The starter code, or the code of a submission of the viewer's to `edit`."""
+    if edit:
+        previous = get_submission(session, edit)
+        if (
+            previous is not None
+            and previous.exercise_id == exercise.id
+            and can_view_submission(
+                session, viewer.user, anonymous_learner(request, viewer), previous
+            )
+        ):
+            return previous.code
+    return exercise.starter_code
+
+
+@router.get("/exercises/{exercise_id}")
+def practice_page(
+    request: Request,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    edit: str | None = None,
+) -> HTMLResponse:
+    """Practice outside any course: the prompt and the editor."""
+    exercise = find_exercise(exercise_id)
+    code = _editable_code(request, session, viewer, exercise, edit)
+    context = exercise_context(request, session, viewer, settings, exercise, None, None, code)
+    return render(request, viewer, "exercise.html", context)
+
+
+@router.get("/courses/{course_id}/exercises/{exercise_id}")
+def course_exercise_page(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    edit: str | None = None,
+) -> HTMLResponse:
+    user = signed_in_user(viewer)
+    course, _ = require_member(session, user, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    code = _editable_code(request, session, viewer, assigned.exercise, edit)
+    context = exercise_context(
+        request, session, viewer, settings, assigned.exercise, course, assigned, code
+    )
+    return render(request, viewer, "exercise.html", context)
+
+
+def _submit(
+    request: Request,
+    session: Session,
+    settings: Settings,
+    viewer: Viewer,
+    exercise: Exercise,
+    course: Course | None,
+    assigned: AssignedExercise | None,
+    code: str,
+    file: UploadFile | None,
+) -> Response:
+    # Browsers send textarea lines with CRLF.
+    code = code.replace("\r\n", "\n")
+    user = viewer.user
+    new_learner = None
+    if user is not None:
+        learner = user.email
+    else:
+        learner = anonymous_learner(request, viewer) or ""
+        if not learner:
+            learner = new_learner = new_learner_id()
+    try:
+        accepted = accept_submission(
+            session,
+            settings,
+            exercise_id=exercise.id,
+            learner=learner,
+            code=code,
+            upload=Upload(file.filename, file.file) if file is not None and file.filename else None,
+            user_id=user.id if user else None,
+            course_id=course.id if course else None,
+            assignment=assigned.assignment if assigned else None,
+        )
+    except SubmissionRejected as exc:
+        # The form again, with the learner's code and what to fix; the status says why.
+        context = exercise_context(
+            request, session, viewer, settings, exercise, course, assigned, code
+        )
+        return render(
+            request,
+            viewer,
+            "exercise.html",
+            {**context, "error": str(exc)},
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+    submission = accepted.submission
+    response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
+    if new_learner:
+        # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
+        response.set_cookie(
+            LEARNER_COOKIE, new_learner, max_age=365 * 24 * 3600, httponly=True, samesite="lax"
+        )
+    return response
+
+
+@router.post("/exercises/{exercise_id}", response_model=None)
+def submit_practice(
+    request: Request,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: CsrfViewerDep,
+    code: Annotated[str, Form()] = "",
+    file: Annotated[UploadFile | None, File()] = None,
+) -> Response:
+    exercise = find_exercise(exercise_id)
+    return _submit(request, session, settings, viewer, exercise, None, None, code, file)
+
+
+@router.post("/courses/{course_id}/exercises/{exercise_id}", response_model=None)
+def submit_in_course(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: CsrfViewerDep,
+    code: Annotated[str, Form()] = "",
+    file: Annotated[UploadFile | None, File()] = None,
+) -> Response:
+    user = signed_in_user(viewer)
+    course, _ = require_member(session, user, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    return _submit(
+        request,
+        session,
+        settings,
+        viewer,
+        assigned.exercise,
+        course,
+        assigned,
+        code,
+        file,
+    )
+
+
+@router.get("/courses/{course_id}")
+def course_home(
+    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
+    """The course's exercises in order, with due dates, and the learner's state and score."""
+    user = signed_in_user(viewer)
+    course, role = require_member(session, user, course_id)
+    return render(
+        request,
+        viewer,
+        "course.html",
+        {
+            "course": course,
+            "role": role,
+            "is_instructor": role == CourseRole.INSTRUCTOR,
+            "unit": _unit(session, viewer, request, course),
+            "now": utc_now(),
+        },
+    )
+
+
+# What an instructor's action on a submission page says once done (redirected with ?done=).
+DONE_MESSAGES = {
+    "override-set": "Override set: it counts instead of the graded score until you remove it.",
+    "override-removed": "Override removed: the graded score counts again.",
+    "regrade": "Regrading: the new result replaces the old one, which is kept below.",
+}
+
+
+@router.get("/submissions/{submission_id}")
+def submission_page(
+    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+) -> HTMLResponse:
+    context = submission_context(request, session, viewer, submission_id)
+    return render(
+        request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
+    )
+
+
+@router.get("/submissions/{submission_id}/result")
+def submission_result(
+    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
+    """The result section alone, which the submission page polls until it is finished."""
+    submission = viewable_submission(request, session, viewer, submission_id)
+    return render(request, viewer, "_result.html", result_context(submission))
+
+
+@router.get("/history")
+def history(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    course: str = "",
+    exercise: str = "",
+) -> HTMLResponse:
+    """Every submission of the viewer's (in one course, or practice, or all), newest first."""
+    user: User | None = viewer.user
+    anonymous = anonymous_learner(request, viewer)
+    chosen: Course | None = None
+    if course and course != "practice":
+        if user is None:
+            raise SignInRequired()
+        chosen, _ = require_member(session, user, course)
+    rows = submissions_of(
+        session,
+        user_id=user.id if user else None,
+        anonymous_learner=anonymous,
+        course_id=chosen.id if chosen else None,
+        any_course=not course,
+        exercise_id=exercise or None,
+    )
+    courses = {c.course.id: c.course for c in courses_of(session, user)} if user else {}
+    titles = {e.id: e.title for e in list_exercises()}
+    return render(
+        request,
+        viewer,
+        "history.html",
+        {
+            "rows": rows,
+            "courses": courses,
+            "titles": titles,
+            "course_filter": course,
+            "exercise_filter": exercise,
+            "chosen": chosen,
+        },
+    )

@@ -1,0 +1,137 @@
+"""How pages are rendered: templates and their filters, security headers, error pages.
+
+The pages embed in an LMS iframe, so no X-Frame-Options; scripts and styles are our own files
+(no CDN, no inline script), which lets the Content-Security-Policy forbid everything else.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+from app.errors import AppError
+from app.settings import Settings
+from app.web.sessions import SignInRequired, Viewer, set_cookies
+
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+# Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
+_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+# A grade's feedback quotes the learner's code and errors, which the grader escapes. In case a
+# quote ever slips through, feedback is rendered with only what the grader's own text uses:
+# paragraphs, lists, code and emphasis. No link, image, heading, quote block or table, so no
+# learner text can become a link to another site or a panel that looks like the server's.
+_feedback_markdown = MarkdownIt("zero", {"html": False}).enable(
+    ["paragraph", "list", "code", "fence", "newline", "escape", "backticks", "emphasis", "entity"]
+)
+
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors *"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    # Pages show one person's code and scores: never kept by a shared cache.
+    "Cache-Control": "no-store",
+}
+
+
+def _markdown_filter(text: str | None) -> Markup:
+    return Markup(_markdown.render(text or ""))
+
+
+def _feedback_filter(text: str | None) -> Markup:
+    return Markup(_feedback_markdown.render(text or ""))
+
+
+def _when(value: datetime | None) -> Markup:
+    """A time as <time>, in UTC; static/time.js shows it in the reader's own time zone."""
+    if value is None:
+        return Markup("")
+    return Markup('<time datetime="{}" data-local>{}</time>').format(
+        value.isoformat(), value.strftime("%Y-%m-%d %H:%M UTC")
+    )
+
+
+def _points(value: float | None) -> str:
+    return "\u2014" if value is None else f"{value:g}"
+
+
+templates.env.filters["markdown"] = _markdown_filter
+templates.env.filters["feedback"] = _feedback_filter
+templates.env.filters["when"] = _when
+templates.env.filters["points"] = _points
+
+
+class PageError(AppError):
+    """Stop a page with an error page: a status, a title and a message for the person."""
+
+    def __init__(self, status_code: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.title = title
+
+
+def render(
+    request: Request,
+    viewer: Viewer,
+    template: str,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    response = templates.TemplateResponse(
+        request,
+        template,
+        {"viewer": viewer, "user": viewer.user, "csrf_token": viewer.csrf_token, **context},
+        status_code=status_code,
+        headers={**PAGE_HEADERS, **(headers or {})},
+    )
+    settings: Settings = request.app.state.settings
+    set_cookies(response, request, settings, viewer)
+    return response
+
+
+def error_page(
+    request: Request,
+    status_code: int,
+    title: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    # Rendered without a viewer: an error page has no forms but sign-out, which needs none.
+    return templates.TemplateResponse(
+        request,
+        "error.html",
+        {"title": title, "message": message, "viewer": None, "user": None, "csrf_token": ""},
+        status_code=status_code,
+        headers={**PAGE_HEADERS, **(headers or {})},
+    )
+
+
+def install_sign_in_redirect(app: FastAPI) -> None:
+    """A page that needs a signed-in user sends the browser to sign in, then back."""
+
+    @app.exception_handler(SignInRequired)
+    async def on_sign_in_required(request: Request, exc: SignInRequired) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/sign-in?next={quote(target, safe='')}", status_code=303)
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after signing in: only a path on this site (no //host or scheme)."""
+    # Browsers drop tabs and newlines from URLs, so "/\t/evil.example" would become "//evil...".
+    if any(c.isspace() or ord(c) < 32 for c in target or ""):
+        return "/"
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target

@@ -1,0 +1,235 @@
+"""Signed-in browsers: server-side sessions in signed cookies, and CSRF tokens for every form.
+
+The session cookie holds a random token and its HMAC; the database keeps only the token's
+SHA-256, the user and the session's CSRF token, so signing out (deleting the row) ends it
+everywhere. A browser that is not signed in gets a signed random nonce in a second cookie,
+and its forms carry an HMAC of that nonce (the double-submit pattern, signed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import Depends, Form, Request, Response
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.db import SessionDep
+from app.errors import AppError
+from app.models import User, WebSession, utc_now
+from app.settings import Settings
+
+SESSION_COOKIE = "loopgrade_session"
+CSRF_COOKIE = "loopgrade_csrf"
+CSRF_FIELD = "csrf_token"
+
+
+def load_secret_key(settings: Settings) -> bytes:
+    """LOOPGRADE_SECRET_KEY, or a random key made once and kept in <data_dir>/secret_key."""
+    if settings.secret_key:
+        return settings.secret_key.encode()
+    path = settings.data_dir / "secret_key"
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL: two processes starting at once agree on the first one's key.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    key = secrets.token_urlsafe(48).encode()
+    with os.fdopen(fd, "wb") as file:
+        file.write(key + b"\n")
+    return key
+
+
+def _mac(secret_key: bytes, purpose: str, value: str) -> str:
+    return hmac.new(secret_key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def sign(secret_key: bytes, purpose: str, value: str) -> str:
+    return f"{value}.{_mac(secret_key, purpose, value)}"
+
+
+def unsign(secret_key: bytes, purpose: str, signed: str | None) -> str | None:
+    """The value of a `sign`ed string, or None when it was not signed with this key."""
+    if not signed or "." not in signed:
+        return None
+    value, mac = signed.rsplit(".", 1)
+    return value if hmac.compare_digest(mac, _mac(secret_key, purpose, value)) else None
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def start_session(session: Session, user: User, *, max_age_seconds: int) -> tuple[WebSession, str]:
+    """A new session for `user`; returns it and the token, which only the cookie keeps."""
+    token = secrets.token_urlsafe(32)
+    web_session = WebSession(
+        token_hash=_token_hash(token),
+        user_id=user.id,
+        csrf_token=secrets.token_urlsafe(32),
+        expires_at=utc_now() + timedelta(seconds=max_age_seconds),
+    )
+    session.add(web_session)
+    # Expired sessions of this user are only clutter.
+    session.execute(
+        delete(WebSession).where(WebSession.user_id == user.id, WebSession.expires_at < utc_now())
+    )
+    session.flush()
+    return web_session, token
+
+
+def find_session(session: Session, token: str) -> WebSession | None:
+    """The live session with this token, or None."""
+    return session.scalars(
+        select(WebSession).where(
+            WebSession.token_hash == _token_hash(token), WebSession.expires_at > utc_now()
+        )
+    ).one_or_none()
+
+
+def end_session(session: Session, web_session: WebSession) -> None:
+    session.delete(web_session)
+    session.flush()
+
+
+def cookie_is_secure(request: Request, settings: Settings) -> bool:
+    if settings.cookie_secure == "auto":
+        # SameSite=None is only accepted by browsers on Secure cookies.
+        return request.url.scheme == "https" or settings.cookie_samesite == "none"
+    return settings.cookie_secure == "always"
+
+
+@dataclass
+class Viewer:
+    """Who is looking at a page: a user (or nobody) and the CSRF token their forms carry."""
+
+    user: User | None
+    web_session: WebSession | None
+    csrf_token: str
+    # A nonce to put in the CSRF cookie with the response (first form of a visitor).
+    new_csrf_nonce: str | None = None
+
+
+def get_secret_key(request: Request) -> bytes:
+    secret_key: bytes = request.app.state.secret_key
+    return secret_key
+
+
+def get_viewer(request: Request, session: SessionDep) -> Viewer:
+    secret_key = get_secret_key(request)
+    token = unsign(secret_key, "session", request.cookies.get(SESSION_COOKIE))
+    web_session = find_session(session, token) if token else None
+    if web_session is not None:
+        user = session.get(User, web_session.user_id)
+        if user is not None:
+            return Viewer(user, web_session, web_session.csrf_token)
+    nonce = unsign(secret_key, "csrf-cookie", request.cookies.get(CSRF_COOKIE))
+    new_nonce = None
+    if nonce is None:
+        nonce = new_nonce = secrets.token_urlsafe(24)
+    return Viewer(None, None, _mac(secret_key, "csrf-form", nonce), new_csrf_nonce=new_nonce)
+
+
+ViewerDep = Annotated[Viewer, Depends(get_viewer)]
+
+
+def set_cookies(response: Response, request: Request, settings: Settings, viewer: Viewer) -> None:
+    """Give a new visitor their CSRF cookie with this response."""
+    if viewer.new_csrf_nonce is None:
+        return
+    response.set_cookie(
+        CSRF_COOKIE,
+        sign(get_secret_key(request), "csrf-cookie", viewer.new_csrf_nonce),
+        httponly=True,
+        samesite=settings.cookie_samesite,
+        secure=cookie_is_secure(request, settings),
+    )
+
+
+def set_session_cookie(
+    response: Response, request: Request, settings: Settings, token: str
+) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        sign(get_secret_key(request), "session", token),
+        max_age=settings.session_max_age_seconds,
+        httponly=True,
+        samesite=settings.cookie_samesite,
+        secure=cookie_is_secure(request, settings),
+    )
+
+
+def clear_session_cookie(response: Response, request: Request, settings: Settings) -> None:
+    response.delete_cookie(
+        SESSION_COOKIE,
+        httponly=True,
+        samesite=settings.cookie_samesite,
+        secure=cookie_is_secure(request, settings),
+    )
+
+
+class CsrfRejected(AppError):
+    """A form without this browser's CSRF token, or posted from another site."""
+
+    status_code = 403
+    title = "Form expired"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This form was not sent from this site's page, or the page was open from before "
+            "you signed in or out. Go back, reload the page and send it again."
+        )
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        # Old browsers send none; the token alone decides. "null" comes from sandboxed frames.
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+def require_csrf(
+    request: Request,
+    viewer: ViewerDep,
+    csrf_token: Annotated[str, Form()] = "",
+) -> Viewer:
+    """Every form POST: the token must be this browser's, and the Origin (if sent) ours."""
+    if not _same_origin(request) or not hmac.compare_digest(
+        csrf_token.encode(), viewer.csrf_token.encode()
+    ):
+        raise CsrfRejected()
+    return viewer
+
+
+CsrfViewerDep = Annotated[Viewer, Depends(require_csrf)]
+
+
+class SignInRequired(Exception):
+    """The page needs a signed-in user: send the browser to sign in, then back."""
+
+
+LEARNER_COOKIE = "loopgrade_learner"
+_LEARNER_COOKIE_VALUE = re.compile(r"web:[A-Za-z0-9_-]{16,64}")
+
+
+def anonymous_learner(request: Request, viewer: Viewer) -> str | None:
+    if viewer.user is not None:
+        return None
+    learner = request.cookies.get(LEARNER_COOKIE, "")
+    return learner if _LEARNER_COOKIE_VALUE.fullmatch(learner) else None
+
+
+def signed_in_user(viewer: ViewerDep) -> User:
+    if viewer.user is None:
+        raise SignInRequired()
+    return viewer.user
