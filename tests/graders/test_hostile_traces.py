@@ -22,7 +22,7 @@ from graders.exercises import Exercise, list_exercises
 from graders.grading import GRADING_LIMITS, grade_runs
 from graders.judging import within_tolerance
 from graders.report import GradeReport
-from tests.graders.sandbox_results import groups, harness_document, result
+from tests.graders.sandbox_results import groups, harness_document, harness_result, result
 
 EXERCISES = list_exercises()
 SETTINGS = settings(
@@ -157,3 +157,31 @@ def test_any_json_at_all_is_graded_zero_never_an_error(exercise: Exercise, paylo
     documents = [payload, DOCUMENTS[exercise.id][1]]
     report = grade_documents(exercise, documents)
     assert report.score == 0
+
+
+ODD_RETURNS = {
+    "an int too large for a float": ("return 10**400", "non-finite-value"),
+    "a complex tensor": ("return torch.tensor(1 + 2j)", "wrong-return-type"),
+    "a type with a 300-character name": ("return type('T' * 300, (), {})()", "wrong-return-type"),
+    "an exception whose message cannot be read": (
+        "raise type('Sly', (Exception,), {'__str__': lambda self: 1 / 0})()",
+        "runtime-error",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_RETURNS))
+def test_the_harness_records_odd_results_as_the_learners(name: str) -> None:
+    statement, diagnosis = ODD_RETURNS[name]
+    exercise = next(e for e in EXERCISES if e.id == "train-step")
+    source = (
+        "import torch\n\n"
+        "def train_step(model, optimizer, loss_fn, x, y):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss_fn(model(x), y).backward()\n"
+        "    optimizer.step()\n"
+        f"    {statement}\n"
+    )
+    runs = [(cases, harness_result(exercise, source, cases)) for cases in groups(exercise)]
+    report = grade_runs(exercise, runs, GRADING_LIMITS)
+    assert report.diagnosis == diagnosis, report.feedback
