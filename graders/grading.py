@@ -193,6 +193,7 @@ def _run_failure(
 
 
 def non_finite_failure(error: NonFiniteValue) -> Failure:
+    """A NaN, an infinity or a blown-up value, said where it is (a visible case's words)."""
     return Failure(
         "non-finite-value",
         f"In case `{error.case}`, {error.where} is {error.value:g}: not a finite number of "
