@@ -130,7 +130,11 @@ def grade_runs(
     )[:MAX_OUTPUT_CHARS]
     traces: dict[str, CaseTrace] = {}
     for cases, result in runs:
-        failure = _run_failure(exercise, cases, result, limits, traces)
+        try:
+            failure = _run_failure(exercise, cases, result, limits, traces)
+        except Exception:  # reading the learner's run: theirs, like judging it (below)
+            log.exception("exercise=%s reading the learner's trace failed", exercise.id)
+            failure = UNJUDGEABLE
         if failure is not None:
             if cases[0].hidden:
                 failure = Failure(failure.diagnosis, hidden_failure_message(failure.diagnosis))

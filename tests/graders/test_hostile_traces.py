@@ -185,3 +185,18 @@ def test_the_harness_records_odd_results_as_the_learners(name: str) -> None:
     runs = [(cases, harness_result(exercise, source, cases)) for cases in groups(exercise)]
     report = grade_runs(exercise, runs, GRADING_LIMITS)
     assert report.diagnosis == diagnosis, report.feedback
+
+
+def test_whatever_judging_a_trace_raises_is_the_learners_failure(monkeypatch: Any) -> None:
+    """A judge that trips over some learner value it did not expect makes no server error."""
+    exercise = next(e for e in EXERCISES if e.id == "train-step")
+
+    def tripping(*_: Any) -> None:
+        raise OverflowError("a value no judge expected")
+
+    monkeypatch.setattr("graders.grading.judge", tripping)
+    report = grade_documents(exercise, DOCUMENTS[exercise.id])
+    assert (report.score, report.diagnosis) == (0, "incorrect")
+    assert "could not be judged" in report.feedback
+    monkeypatch.setattr("graders.grading.trace_failure", tripping)
+    assert grade_documents(exercise, DOCUMENTS[exercise.id]).diagnosis == "incorrect"
