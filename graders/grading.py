@@ -327,7 +327,7 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
             message=(
                 failure.message
                 if check_id == "runs"
-                else "Not checked: the code did not run to the end."
+                else "Not checked: the run failed before its values could be judged."
             ),
         )
         for check_id, points in exercise.checks.items()
