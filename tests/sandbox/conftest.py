@@ -16,6 +16,7 @@ import pytest
 
 import sandbox
 from sandbox import Limits, RunResult, run
+from sandbox import docker as docker_backend
 
 # Small, so that hitting a limit is quick. The wall timeout is generous because other runs may
 # share the cores: a test that means to hit another limit must not time out instead.
@@ -115,6 +116,17 @@ def host_pids_of_uid(uid: int) -> list[int]:
             except (OSError, AssertionError):
                 continue
     return pids
+
+
+def sandbox_containers() -> list[str]:
+    """Names of the sandbox containers this test process started that still exist."""
+    client = docker_backend.connect()
+    try:
+        filters = {"label": [docker_backend.LABEL, f"{docker_backend.PID_LABEL}={os.getpid()}"]}
+        containers = client.api.containers(all=True, filters=filters)
+    finally:
+        client.close()
+    return [str(container["Names"][0]) for container in containers]
 
 
 @pytest.fixture(params=BACKENDS)
