@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sqlite3
 import textwrap
@@ -28,7 +29,7 @@ from tests.hostile.conftest import (
     WALL_TIMEOUT_SECONDS,
     Service,
 )
-from tests.sandbox.conftest import release, sandbox_pids_with_marker, wait_for_release
+from tests.sandbox.conftest import wait_for_release, waiting_at_barrier
 
 TRAIN = textwrap.indent(
     "optimizer.zero_grad()\n"
@@ -240,7 +241,8 @@ def test_connecting_to_a_tcp_listener_on_the_host(service: Service) -> None:
         port = listener.getsockname()[1]
         server_port = int(service.url.rsplit(":", 1)[1])
         prelude = f"""
-            import socket
+            import signal
+import socket
             reached = []
             for port in ({port}, {server_port}):
                 for host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
@@ -483,11 +485,11 @@ time.sleep(1)  # while the other one signals everything it may
     overlapped = False
     released: set[int] = set()
     while any(thread.is_alive() for thread in threads):
-        waiting = [set(sandbox_pids_with_marker(marker)) - released for marker in markers]
+        waiting = [set(waiting_at_barrier(marker)) - released for marker in markers]
         overlapped = overlapped or all(waiting)
         if overlapped:
             for pid in set.union(*waiting):
-                release([pid])
+                os.kill(pid, signal.SIGUSR1)
                 released.add(pid)
         time.sleep(0.05)
     for thread in threads:

@@ -82,6 +82,28 @@ def wait_for_release(marker: str) -> str:
     )
 
 
+def waiting_at_barrier(marker: str) -> list[int]:
+    """Host pids of the programs waiting in wait_for_release(marker), whatever started them
+    (bwrap, a container's init, a warm pool's zygote): each has /tmp/<marker> in its root and
+    SIGUSR1 blocked, unlike what it started before and the processes around it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if not os.path.exists(f"/proc/{entry}/root/tmp/{marker}"):
+                continue
+            with open(f"/proc/{entry}/status") as status:
+                blocked = next(
+                    int(line.split()[1], 16) for line in status if line.startswith("SigBlk:")
+                )
+        except (OSError, StopIteration, ValueError):
+            continue
+        if blocked & (1 << (signal.SIGUSR1 - 1)):
+            found.append(int(entry))
+    return found
+
+
 def release(pids: list[int]) -> None:
     """Let the run's program go on past wait_for_release().
 
