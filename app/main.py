@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from pathlib import Path
 
 import anyio.to_thread
@@ -13,19 +14,31 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import operations
 from app.api import routes as api_routes
-from app.db import create_db_engine, create_session_factory, database_revision, head_revision
+from app.db import (
+    RequestTransaction,
+    create_db_engine,
+    create_session_factory,
+    database_revision,
+    head_revision,
+)
+from app.errors import AppError
 from app.grading.queue import (
     ThreadPoolDispatcher,
+    enqueue_after_commit,
     grading_limits,
     open_grading_runner,
     requeue_after_restart,
 )
+from app.lti.routes import install_lti
+from app.outbox import OutboxDelivery
 from app.settings import Settings
 from app.web import account_pages, instructor_pages, learner_pages
-from app.web.rendering import install_error_pages
+from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
 
 log = logging.getLogger(__name__)
@@ -64,14 +77,19 @@ def create_app(settings: Settings) -> FastAPI:
         )
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
+        outbox = OutboxDelivery(sessions, settings)
+        app.state.outbox = outbox
+        enqueue_after_commit(sessions, dispatcher)
         app.state.runner = runner
         dispatcher.start()
-        requeue_after_restart(sessions, dispatcher)
+        outbox.start()
+        requeue_after_restart(sessions)
         try:
             yield
         finally:
             # Waits for the grades in progress; queued ones stay in the database for next start.
             await anyio.to_thread.run_sync(dispatcher.stop)
+            await anyio.to_thread.run_sync(outbox.stop)
             runner.close()
             engine.dispose()
 
@@ -83,6 +101,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.secret_key = load_secret_key(settings)
+    # Inside the error handlers' middleware: an error answer is seen here, and rolls back.
+    app.add_middleware(RequestTransaction)
     app.add_middleware(
         RequestBodyLimit,
         max_body_bytes=settings.request_body_bytes,
@@ -90,19 +110,10 @@ def create_app(settings: Settings) -> FastAPI:
         f"code may be at most {settings.max_code_bytes} bytes",
     )
 
-    @app.exception_handler(RequestValidationError)
-    async def on_invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        return JSONResponse({"detail": validation_messages(exc)}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def on_server_fault(request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return JSONResponse(
-            {"detail": "internal server error; the server log has the details"},
-            status_code=500,
-        )
-
-    install_error_pages(app)
+    install_error_handlers(app)
+    install_sign_in_redirect(app)
+    app.include_router(operations.router)
+    install_lti(app, settings)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
@@ -111,10 +122,70 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-class RequestBodyLimit:
-    """Refuse request bodies over `max_body_bytes` with a JSON 413, before they fill memory.
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
 
-    (Starlette's own limit answers in plain text, and every error here is JSON.)
+
+def error_response(
+    request: Request,
+    status_code: int,
+    title: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """The one way an error is answered: JSON under /api/, a styled page everywhere else
+    (a learner inside an LMS iframe must not meet raw JSON)."""
+    if _is_api(request):
+        return JSONResponse({"detail": message}, status_code=status_code, headers=headers)
+    return error_page(request, status_code, title, message, headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def on_app_error(request: Request, exc: AppError) -> Response:
+        return error_response(request, exc.status_code, exc.title, exc.message, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        phrase = HTTPStatus(exc.status_code).phrase
+        message = str(exc.detail)
+        if exc.status_code == 404 and message == phrase and not _is_api(request):
+            message = (
+                "There is no page at this address. Check the link, or start from the home page."
+            )
+        return error_response(request, exc.status_code, phrase, message, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        if _is_api(request):
+            return JSONResponse({"detail": validation_messages(exc)}, status_code=422)
+        fields = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        return error_page(
+            request,
+            422,
+            "Not accepted",
+            f"The form was not filled in as this page expects ({fields}). "
+            "Go back, reload the page and send it again.",
+        )
+
+    @app.exception_handler(Exception)
+    async def on_server_fault(request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(
+            request,
+            500,
+            "Server error",
+            "internal server error; the server log has the details",
+        )
+
+
+class RequestBodyLimit:
+    """Refuse request bodies over `max_body_bytes` with a 413, before they fill memory.
+
+    (Starlette's own limit answers in plain text, not as our errors are answered.)
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, detail: str) -> None:
@@ -128,7 +199,7 @@ class RequestBodyLimit:
             return
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            response = JSONResponse({"detail": self.detail}, status_code=413)
+            response = error_response(Request(scope), 413, "Too large", self.detail)
             await response(scope, receive, send)
             return
 

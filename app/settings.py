@@ -88,6 +88,50 @@ class Settings(BaseSettings):
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
 
+    # LTI 1.3 (docs/lti.md).
+    public_url: str = Field(
+        default="",
+        description="The address LMSs and browsers reach this server at, e.g. "
+        "https://grader.example.edu; empty means the address each request came to. "
+        "The tool's LTI URLs (/lti/config) are built from it.",
+    )
+    lti_leeway_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=600,
+        description="Clock skew allowed on an LTI id_token's exp and iat (platforms' clocks "
+        "often run ahead).",
+    )
+    lti_state_max_age_seconds: int = Field(
+        default=600, ge=30, description="How long an LTI login may take from start to launch."
+    )
+    webhook_allow_private_addresses: bool = Field(
+        default=False,
+        description="Allow course webhooks to loopback and private addresses (for testing; "
+        "otherwise an instructor could aim the server at internal services).",
+    )
+    lti_jwks_refetch_interval_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Least time between two fetches of one platform's JWKS on unknown key ids.",
+    )
+
+    # Deliveries to other systems (app/outbox.py).
+    outbox_max_attempts: int = Field(
+        default=10, ge=1, description="Tries of one delivery before it is recorded as failed."
+    )
+    outbox_retry_base_seconds: float = Field(
+        default=5.0, gt=0, description="Wait before the first retry; doubled after each failure."
+    )
+    outbox_retry_max_seconds: float = Field(
+        default=3600.0, gt=0, description="Longest wait between two tries of one delivery."
+    )
+    outbox_claim_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A delivery not finished by then (its host died) is tried again.",
+    )
+
     @model_validator(mode="after")
     def _default_cold_worker_count(self) -> Settings:
         if "worker_count" not in self.model_fields_set and self.sandbox_pool_size == 0:

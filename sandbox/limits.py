@@ -18,7 +18,7 @@ class Limits:
     waits (sleeps, blocks) instead of computing, so it sits well above the CPU caps.
     """
 
-    wall_timeout_seconds: float = 120.0
+    wall_timeout_seconds: float = 60.0
     cpu_seconds: float = 10.0
     # Interpreter, `import torch`, and a trusted warm-up: about 3 s of CPU on an idle machine.
     startup_cpu_seconds: float = 20.0

@@ -1,7 +1,8 @@
 """Grading jobs and how they reach a worker: a thread pool in this process (Celery later).
 
 A job is only a submission id; the submission row is the job's record. Jobs are handed over
-after the submitting transaction commits, and `run_grading_job` may run any number of times
+by an `after_commit` hook once the transaction that queued them commits
+(`submissions.queue_for_grading`), and `run_grading_job` may run any number of times
 for one id: only the run that claims the queued row grades it.
 """
 
@@ -14,16 +15,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 import graders
 import sandbox
 from app.db import SessionFactory
 from app.grading.submissions import (
+    SUBMISSIONS_TO_GRADE,
     claim_submission,
     record_error,
     record_report,
     requeue_unfinished,
 )
+from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.grading import GRADING_LIMITS, POOL_PROGRAM
 from sandbox import Limits, Runner
@@ -39,6 +44,24 @@ class Dispatcher(Protocol):
     def enqueue(self, submission_id: str) -> None: ...
 
     def stop(self) -> None: ...
+
+    def readiness_problem(self) -> str | None:
+        """Why jobs cannot be taken now (for /readyz), or None."""
+        ...
+
+
+def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> None:
+    """Hand every submission a transaction queued to `dispatcher` once it commits; a rolled-back
+    transaction's are dropped."""
+
+    @event.listens_for(sessions, "after_commit")
+    def _enqueue_committed(session: Session) -> None:
+        for submission_id in session.info.pop(SUBMISSIONS_TO_GRADE, []):
+            dispatcher.enqueue(submission_id)
+
+    @event.listens_for(sessions, "after_rollback")
+    def _drop_rolled_back(session: Session) -> None:
+        session.info.pop(SUBMISSIONS_TO_GRADE, None)
 
 
 def grading_limits(settings: Settings) -> Limits | None:
@@ -70,7 +93,17 @@ def run_grading_job(
     limits: Limits | None = None,
     runner: Runner | None = None,
 ) -> None:
-    """Claim the submission, grade it, store the result. No transaction is open while grading."""
+    """Claim the submission, grade it, store the result. No transaction is open while grading.
+
+    Every log line meanwhile carries the submission id.
+    """
+    with logging_submission(submission_id):
+        _grade(sessions, submission_id, limits, runner)
+
+
+def _grade(
+    sessions: SessionFactory, submission_id: str, limits: Limits | None, runner: Runner | None
+) -> None:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
     if job is None:
@@ -96,10 +129,12 @@ def run_grading_job(
         )
         with sessions.begin() as session:
             record_error(session, job, f"{type(exc).__name__}: {exc}")
+        record_grade(SERVER_ERROR, time.monotonic() - started)
         return
 
     with sessions.begin() as session:
         stored = record_report(session, job, report)
+    record_grade(report.diagnosis, time.monotonic() - started)
     log.info(
         "submission %s: %s, %g/%g in %.2f s%s",
         submission_id,
@@ -111,12 +146,10 @@ def run_grading_job(
     )
 
 
-def requeue_after_restart(sessions: SessionFactory, dispatcher: Dispatcher) -> int:
-    """Hand the dispatcher every submission a previous process left queued or running."""
+def requeue_after_restart(sessions: SessionFactory) -> int:
+    """Queue again every submission a previous process left queued or running."""
     with sessions.begin() as session:
         submission_ids = requeue_unfinished(session)
-    for submission_id in submission_ids:
-        dispatcher.enqueue(submission_id)
     if submission_ids:
         log.info("requeued %d unfinished submission(s) from before the start", len(submission_ids))
     return len(submission_ids)
@@ -154,6 +187,9 @@ class ThreadPoolDispatcher:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+
+    def readiness_problem(self) -> str | None:
+        return "the grading threads are not started" if self._executor is None else None
 
     def _run(self, submission_id: str) -> None:
         try:

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from sandbox import run
+from sandbox import Limits, run
 from tests.sandbox.conftest import FAST, fast
 
 
@@ -73,9 +73,25 @@ def test_an_input_name_that_is_not_a_plain_file_name_is_refused(name: str) -> No
         run("print(1)", {name: b"x"}, FAST)
 
 
-def test_limits_must_be_positive_and_inputs_fit_the_file_size_limit() -> None:
-    with pytest.raises(ValueError, match="wall_timeout_seconds"):
-        run("print(1)", {}, fast(wall_timeout_seconds=0))
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"wall_timeout_seconds": 0}, ValueError),
+        ({"cpu_seconds": -1.0}, ValueError),
+        ({"startup_cpu_seconds": float("nan")}, ValueError),
+        ({"wall_timeout_seconds": float("inf")}, ValueError),
+        ({"memory_bytes": 1.5}, TypeError),
+        ({"max_processes": True}, TypeError),
+        ({"output_bytes": "64"}, TypeError),
+    ],
+)
+def test_limits_check_themselves(change: dict[str, object], error: type[Exception]) -> None:
+    (name,) = change
+    with pytest.raises(error, match=f"Limits.{name}"):
+        Limits(**change)  # type: ignore[arg-type]
+
+
+def test_inputs_must_fit_the_file_size_limit() -> None:
     with pytest.raises(ValueError, match="larger than"):
         run("print(1)", {"big.bin": b"x" * (FAST.file_size_bytes + 1)}, FAST)
 
