@@ -112,7 +112,12 @@ def readyz(request: Request) -> Response:
         problems["sandbox"] = str(exc)
     checks = {name: problems.get(name, "ok") for name in ("database", "queue", "sandbox")}
     return JSONResponse(
-        {"status": "not ready" if problems else "ready", "checks": checks},
+        {
+            "status": "not ready" if problems else "ready",
+            "checks": checks,
+            # The runner opened at start-up: its backend, and the warm pool's slots or "cold".
+            "sandbox": request.app.state.runner.status,
+        },
         status_code=503 if problems else 200,
         headers={"Retry-After": "5"} if problems else None,
     )
