@@ -12,6 +12,7 @@ from app.errors import AppError
 from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
 from app.outbox import report_graded
+from app.people.names import hidden_character
 from app.rate_limits import RateLimit, seconds_until_allowed
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
@@ -227,6 +228,10 @@ def create_submission(
         raise SubmissionRejected(
             f"learner is {len(learner)} characters; the limit is {MAX_LEARNER_CHARS}"
         )
+    hidden = hidden_character(learner)
+    if hidden is not None:
+        # Instructors' pages show the id: it must not hide or reorder what is around it.
+        raise SubmissionRejected(f"learner contains {hidden}, which does not show; remove it")
     check_open(assignment, utc_now())
     limits = limits or SubmissionLimits()
     anonymous_practice = user_id is None and course_id is None and api_key_id is None

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from app.db import keep_on_error_response
 from app.errors import AppError
 from app.models import SignInFailure, SiteRole, User, utc_now
+from app.people.names import hidden_character, normalize_display_name
 from app.rate_limits import RateLimit, seconds_until_allowed
 from app.settings import Settings
 
@@ -61,8 +62,25 @@ def check_email(email: str) -> str:
     """The email normalized; raises AccountError when it cannot be an address."""
     email = normalize_email(email)
     if len(email) > 255 or not _EMAIL.fullmatch(email):
-        raise AccountError(f"{email or 'an empty email'!r} is not an email address")
+        raise AccountError(f"{email[:255] or 'an empty email'!r} is not an email address")
+    hidden = hidden_character(email)
+    if hidden is not None:
+        raise AccountError(f"the email contains {hidden}, which does not show: remove it")
     return email
+
+
+def check_display_name(name: str) -> str:
+    """The name as kept and shown (`app.people.names`); raises AccountError when it hides text."""
+    name = normalize_display_name(name)
+    if len(name) > MAX_NAME_CHARS:
+        raise AccountError(f"the name may have at most {MAX_NAME_CHARS} characters")
+    hidden = hidden_character(name)
+    if hidden is not None:
+        raise AccountError(
+            f"the name contains {hidden}, which does not show as itself: remove it, so that "
+            "your name looks like no one else's"
+        )
+    return name
 
 
 def check_password(password: str) -> None:
@@ -97,9 +115,7 @@ def create_user(
 ) -> User:
     """A new account; raises AccountError for a bad field or an email already in use."""
     email = check_email(email)
-    name = " ".join(name.split()) or email.split("@")[0]
-    if len(name) > MAX_NAME_CHARS:
-        raise AccountError(f"the name may have at most {MAX_NAME_CHARS} characters")
+    name = check_display_name(name or email.split("@")[0])
     check_password(password)
     if find_user_by_email(session, email) is not None:
         raise AccountError(f"there is already an account for {email}")
