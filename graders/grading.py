@@ -16,21 +16,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from graders import harness
 from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.feedback import EXPLANATIONS
+from graders.feedback import EXPLANATIONS, learner_text
 from graders.judging import call_stream, check, diagnose_by_order, same_trace
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
 from graders.trace import (
+    MAX_MAGNITUDE,
     AnyTrace,
     CaseTrace,
     InvalidTrace,
     LoadError,
     MissingFunction,
+    NonFiniteValue,
     SyntaxErrorTrace,
     parse_trace,
 )
-from sandbox import Limits, RunResult, harness, run
+from sandbox import Limits, RunResult, run
 
 log = logging.getLogger(__name__)
 
@@ -63,26 +66,94 @@ def grade(exercise_id: str, source: str, limits: Limits | None = None) -> GradeR
     # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
     with ThreadPoolExecutor(len(groups)) as pool:
         results = list(pool.map(lambda cases: _run_group(exercise, source, cases, limits), groups))
+    return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
+
+
+def grade_runs(
+    exercise: Exercise, runs: Sequence[tuple[list[CaseSpec], RunResult]], limits: Limits
+) -> GradeReport:
+    """Judge what the sandbox returned for each group of cases (visible, then hidden).
+
+    Everything in a RunResult is untrusted. This is the one place where a hidden group is
+    concealed: its output is dropped, and a failure in it is told by its class alone
+    (`HIDDEN_FAILURES`), never with a message, name, number or text that its run produced.
+    Checks over hidden cases are concealed the same way in `judging.check`.
+    """
     output = "".join(
         (result.stdout + result.stderr).decode(errors="replace")
-        for cases, result in zip(groups, results, strict=True)
+        for cases, result in runs
         if not cases[0].hidden
     )[:MAX_OUTPUT_CHARS]
     traces: dict[str, CaseTrace] = {}
-    for cases, result in zip(groups, results, strict=True):
-        where = " in a hidden case" if cases[0].hidden else ""
-        failure = _cap_failure(result, limits, where)
-        if failure is None:
-            try:
-                trace = parse_trace(result.payload, exercise.kind, cases)
-            except InvalidTrace as exc:
-                log.info("exercise=%s invalid trace: %s", exercise.id, exc)
-                failure = Failure("runtime-error", _early_exit_message(result, where))
-            else:
-                failure = trace_failure(exercise, trace, cases, traces)
+    for cases, result in runs:
+        failure = _run_failure(exercise, cases, result, limits, traces)
         if failure is not None:
+            if cases[0].hidden:
+                failure = Failure(failure.diagnosis, hidden_failure_message(failure.diagnosis))
             return failure_report(exercise, failure, output)
-    return judge(exercise, traces, output)
+    trusted_trajectories(exercise)  # trusted code: a failure here is the server's
+    try:
+        return judge(exercise, traces, output)
+    except Exception:
+        # The traces are validated, but they are the learner's numbers: whatever judging them
+        # raises is said as the learner's failure, and logged for us.
+        log.exception("exercise=%s judging the learner's traces failed", exercise.id)
+        return failure_report(exercise, UNJUDGEABLE, output)
+
+
+def hidden_failure_message(diagnosis: Diagnosis) -> str:
+    """What a learner is told of a failure in a hidden case: its class, nothing else."""
+    return HIDDEN_FAILURES.get(diagnosis, HIDDEN_FAILURES["runtime-error"])
+
+
+HIDDEN_FAILURES: dict[Diagnosis, str] = {
+    "timeout": "Your code ran out of time in a hidden case and was stopped.",
+    "memory-limit": "Your code used too much memory in a hidden case and was stopped.",
+    "output-limit": "Your code printed too much in a hidden case and was stopped.",
+    "grad-none-error": "Your code reached for a `.grad` that was `None` in a hidden case.",
+    "non-finite-value": "Your code produced a value that is not a finite number in a hidden case.",
+    "syntax-error": "Your code could not be loaded in a hidden case.",
+    "missing-function": "Your code could not be loaded in a hidden case.",
+    "runtime-error": (
+        "Your code raised an exception, ended early or hit a limit in a hidden case. Hidden "
+        "cases show no details: make your code correct on the visible ones, whatever the "
+        "shapes, seed and learning rate."
+    ),
+}
+UNJUDGEABLE = Failure(
+    "incorrect",
+    "The values your code produced could not be judged: they are not what a training step "
+    "on these cases produces.",
+)
+
+
+def _run_failure(
+    exercise: Exercise,
+    cases: list[CaseSpec],
+    result: RunResult,
+    limits: Limits,
+    traces: dict[str, CaseTrace],
+) -> Failure | None:
+    """The learner-caused failure one run shows, if any; else its cases' traces go in `traces`."""
+    failure = _cap_failure(result, limits)
+    if failure is not None:
+        return failure
+    try:
+        trace = parse_trace(result.payload, exercise.kind, cases)
+    except NonFiniteValue as exc:
+        return non_finite_failure(exc)
+    except InvalidTrace as exc:
+        log.info("exercise=%s invalid trace: %s", exercise.id, exc)
+        return Failure("runtime-error", _early_exit_message(result))
+    return trace_failure(exercise, trace, cases, traces)
+
+
+def non_finite_failure(error: NonFiniteValue) -> Failure:
+    return Failure(
+        "non-finite-value",
+        f"In case `{error.case}`, {error.where} is {error.value:g}: not a finite number of "
+        f"sensible size (NaN, an infinity, or beyond ±{MAX_MAGNITUDE:g}).",
+    )
 
 
 def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits) -> RunResult:
@@ -108,25 +179,24 @@ def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: L
     return result
 
 
-def _cap_failure(result: RunResult, limits: Limits, where: str) -> Failure | None:
+def _cap_failure(result: RunResult, limits: Limits) -> Failure | None:
     if result.timed_out or result.cpu_time_exceeded:
         seconds = limits.wall_timeout_seconds if result.timed_out else limits.cpu_seconds
         kind = "wall-clock" if result.timed_out else "CPU"
         return Failure(
             "timeout",
-            f"Your code hit the {kind} time limit of {seconds:g} s{where} and was stopped.",
+            f"Your code hit the {kind} time limit of {seconds:g} s and was stopped.",
         )
     if result.memory_exceeded:
         return Failure(
             "memory-limit",
-            f"Your code used more than {limits.memory_bytes // 2**20} MiB of memory{where} "
+            f"Your code used more than {limits.memory_bytes // 2**20} MiB of memory "
             "and was stopped.",
         )
     if result.output_truncated:
         return Failure(
             "output-limit",
-            f"Your code printed more than {limits.output_bytes // 1024} KiB{where} "
-            "and was stopped.",
+            f"Your code printed more than {limits.output_bytes // 1024} KiB and was stopped.",
         )
     others = {
         "process_limit_exceeded": f"started more than {limits.max_processes} processes",
@@ -136,21 +206,18 @@ def _cap_failure(result: RunResult, limits: Limits, where: str) -> Failure | Non
     }
     for flag, what in others.items():
         if getattr(result, flag):
-            return Failure("runtime-error", f"Your code {what}{where} and was stopped.")
+            return Failure("runtime-error", f"Your code {what} and was stopped.")
     return None
 
 
-def _early_exit_message(result: RunResult, where: str) -> str:
+def _early_exit_message(result: RunResult) -> str:
     if result.signal is not None:
         how = f"was killed by signal {result.signal}"
     elif result.exit_code:
         how = f"exited with status {result.exit_code}"
     else:
         how = "ended the program early"
-    return (
-        f"Your code {how}{where} before every step was checked. Your function should "
-        "return, not exit."
-    )
+    return f"Your code {how} before every step was checked. Your function should return, not exit."
 
 
 def _at_line(line: int | None) -> str:
@@ -162,8 +229,10 @@ def trace_failure(
 ) -> Failure | None:
     """The learner-caused failure a parsed trace shows, if any; else add its cases to `traces`."""
     if isinstance(trace, SyntaxErrorTrace):
-        code_line = f"\n\n```\n{trace.text}\n```" if trace.text else ""
-        return Failure("syntax-error", f"Line {trace.line}: {trace.message}.{code_line}")
+        code_line = f"\n\n{learner_text(trace.text, block=True)}" if trace.text else ""
+        return Failure(
+            "syntax-error", f"Line {trace.line}: {learner_text(trace.message)}.{code_line}"
+        )
     if isinstance(trace, MissingFunction):
         return Failure(
             "missing-function",
@@ -174,8 +243,8 @@ def trace_failure(
         error = trace.error
         return Failure(
             "runtime-error",
-            f"Your code raised `{error.type}` while it was being loaded"
-            f"{_at_line(error.line)}: {error.message}",
+            f"Your code raised {learner_text(error.type)} while it was being loaded"
+            f"{_at_line(error.line)}: {learner_text(error.message)}",
         )
     for case, spec in zip(trace.cases, cases, strict=True):
         if case.error is not None:
@@ -188,13 +257,11 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     error = case.error
     assert error is not None
     step = len(case.records) + 1
-    if spec.hidden:
-        where = f"In a hidden case, at call {step}, your code raised `{error.type}`."
-    else:
-        where = (
-            f"In case `{spec.id}`, at call {step}, your code raised `{error.type}`"
-            f"{_at_line(error.line)}: {error.message}\n\n```\n{error.traceback}\n```"
-        )
+    where = (
+        f"In case `{spec.id}`, at call {step}, your code raised {learner_text(error.type)}"
+        f"{_at_line(error.line)}: {learner_text(error.message)}\n\n"
+        f"{learner_text(error.traceback, block=True)}"
+    )
     return Failure("grad-none-error" if error.grad_none else "runtime-error", where)
 
 

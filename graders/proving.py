@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 
+from graders import harness
 from graders.exercises import Exercise
 from graders.grading import failure_report, judge, trace_failure, trusted_trajectories
 from graders.judging import same_trace
 from graders.kinds import JUDGES
 from graders.report import GradeReport
 from graders.trace import CaseTrace, parse_trace
-from sandbox import harness
 
 
 def judge_source(exercise: Exercise, source: str) -> GradeReport:

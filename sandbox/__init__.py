@@ -1,4 +1,4 @@
-"""Running untrusted code: backends, limits and the in-sandbox harness.
+"""Running untrusted code: backends and limits (the harness that runs in it is graders/harness.py).
 
     from sandbox import run, Limits
     result = run(source, {"cases.json": data}, Limits(wall_timeout_seconds=5))

@@ -176,25 +176,32 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
     "accumulate-microbatches": {
-        "stack the losses": """
+        "backward through torch.autograd, scaled by multiplication": """
             import torch
 
             def accumulated_step(model, optimizer, loss_fn, micro_batches):
-                model.zero_grad()
-                losses = torch.stack([loss_fn(model(x), y) for x, y in micro_batches])
-                mean = losses.mean()
-                mean.backward()
-                optimizer.step()
-                return mean.item()
-        """,
-        "one backward on the mean": """
-            def accumulated_step(model, optimizer, loss_fn, micro_batches):
                 optimizer.zero_grad()
-                losses = [loss_fn(model(x), y) for x, y in micro_batches]
-                loss = sum(losses) / len(losses)
-                loss.backward()
+                weight = 1.0 / len(micro_batches)
+                losses = []
+                for x, y in micro_batches:
+                    loss = loss_fn(model(x), y)
+                    torch.autograd.backward(loss * weight)
+                    losses.append(loss.item())
                 optimizer.step()
-                return loss.item()
+                return sum(losses) * weight
+        """,
+        "zeros kept, a while loop": """
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                optimizer.zero_grad(set_to_none=False)
+                total, i = 0.0, 0
+                while i < len(micro_batches):
+                    x, y = micro_batches[i]
+                    loss = loss_fn(model(x), y) / len(micro_batches)
+                    loss.backward()
+                    total += loss.item()
+                    i += 1
+                optimizer.step()
+                return total
         """,
         "divide the gradients afterwards": """
             import torch
@@ -225,17 +232,18 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
                 optimizer.step()
                 return mean
         """,
-        "concatenate the micro-batches": """
-            import torch
-
+        "one micro-batch at a time, graph freed each time": """
             def accumulated_step(model, optimizer, loss_fn, micro_batches):
-                x = torch.cat([x for x, _ in micro_batches])
-                y = torch.cat([y for _, y in micro_batches])
-                optimizer.zero_grad()
-                loss = loss_fn(model(x), y)
-                loss.backward()
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.zero_()
+                mean = 0.0
+                for x, y in micro_batches:
+                    loss = loss_fn(model(x), y)
+                    loss.div(len(micro_batches)).backward()
+                    mean += loss.detach().item() / len(micro_batches)
                 optimizer.step()
-                return loss.item()
+                return float(mean)
         """,
     },
     "fix-the-loop": {
@@ -309,6 +317,54 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
 }
+
+
+# The same update from one backward() over every micro-batch at once: the numbers are right, but
+# nothing accumulated, which is what the exercise asks for (and what saves the memory).
+NOT_ACCUMULATING = {
+    "stack the losses": """
+        import torch
+
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            model.zero_grad()
+            losses = torch.stack([loss_fn(model(x), y) for x, y in micro_batches])
+            mean = losses.mean()
+            mean.backward()
+            optimizer.step()
+            return mean.item()
+    """,
+    "one backward on the mean": """
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            optimizer.zero_grad()
+            losses = [loss_fn(model(x), y) for x, y in micro_batches]
+            loss = sum(losses) / len(losses)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+    "concatenate the micro-batches": """
+        import torch
+
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            x = torch.cat([x for x, _ in micro_batches])
+            y = torch.cat([y for _, y in micro_batches])
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+}
+
+
+@pytest.mark.parametrize("style", sorted(NOT_ACCUMULATING))
+def test_one_backward_over_all_micro_batches_loses_the_accumulation_points(style: str) -> None:
+    exercise = next(e for e in list_exercises() if e.id == "accumulate-microbatches")
+    report = judge_source(exercise, code(NOT_ACCUMULATING[style]))
+    failed = [c for c in report.checks if not c.passed]
+    assert [c.id for c in failed] == ["accumulates"], report.feedback
+    assert "ran backward() once" in failed[0].message
+    assert report.score == exercise.max_score - exercise.checks["accumulates"]
 
 
 def test_the_unit_is_five_exercises_in_the_lesson_order() -> None:
