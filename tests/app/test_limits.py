@@ -187,3 +187,27 @@ def test_a_full_queue_answers_503_with_retry_after_and_says_so(
     with sessions() as session:
         stored = session.scalars(select(Submission).where(Submission.learner == "api-learner"))
         assert len(stored.all()) == 1  # a refused submission is not stored
+
+
+def test_an_ipv6_client_is_its_64_network_and_a_forged_hop_is_not_believed(
+    proxied_client: httpx.Client, sessions: SessionFactory, proxied_settings: Settings
+) -> None:
+    make_user(sessions, "jo@example.org")
+    # Every failure from another address of one /64: one client, as limits count it.
+    for n in range(proxied_settings.sign_in_max_failures):
+        assert (
+            fail_sign_in(proxied_client, "jo@example.org", f"2001:db8:1:2::{n + 1:x}").status_code
+            == 401
+        )
+    paused = sign_in(proxied_client, "jo@example.org", headers=from_address("2001:db8:1:2:ffff::9"))
+    assert paused.status_code == 429
+    # A client cannot pass for another by writing its own hop in front: the proxy appends
+    # the real one, and the right-most untrusted address counts.
+    forged = sign_in(
+        proxied_client, "jo@example.org", headers=from_address(f"{OWNER}, 2001:db8:1:2::77")
+    )
+    assert forged.status_code == 429
+    assert (
+        sign_in(proxied_client, "jo@example.org", headers=from_address("2001:db8:9::1")).status_code
+        == 303
+    )
