@@ -99,6 +99,70 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "out the ones before it and only the last one counts in the update. Clear once, before "
         "the first micro-batch."
     ),
+    "backward-twice": (
+        "Your gradients are a whole multiple of the correct ones: `backward()` ran more than "
+        "once before the step. PyTorch adds each new gradient to whatever is already in "
+        "`.grad`, so two backward passes give the sum of both. Call `loss.backward()` once per "
+        "step. " + ORDER
+    ),
+    "step-twice": (
+        "Your loop calls `optimizer.step()` more than once per iteration: every extra step "
+        "applies the same gradients again, so the weights move too far. Step once, after "
+        "`backward()`. " + ORDER
+    ),
+    "step-skipped": (
+        "On some calls your loop never reached `optimizer.step()`: those calls computed "
+        "gradients that no step applied. Step on every call. " + ORDER
+    ),
+    "zero-grad-skipped": (
+        "Your loop clears the gradients on some calls but not on others. PyTorch adds each new "
+        "gradient to whatever is already in `.grad`, so after a call that did not clear, the "
+        "step used the sum of the last few calls' gradients. Call `optimizer.zero_grad()` on "
+        "every call, before `backward()`. " + ORDER
+    ),
+    "gradients-scaled": (
+        "Your gradients are a constant multiple of the correct ones: the loss, or the gradient, "
+        "was scaled before the step. Call `backward()` on the loss the `loss_fn` you were given "
+        "computes, as it is."
+    ),
+    "loss-sum-not-mean": (
+        "Your gradients are the batch's number of values times the correct ones: the loss was "
+        "summed over the batch, not averaged. `nn.MSELoss()` averages; use the `loss_fn` you "
+        "were given."
+    ),
+    "wrong-learning-rate": (
+        "Your updates point the right way but have the wrong size: they do not use the "
+        "optimizer's learning rate. Let `optimizer.step()` make the update with the optimizer's "
+        "own settings."
+    ),
+    "wrong-momentum": (
+        "Your updates do not use the optimizer's momentum: an update written by hand, "
+        "`p -= lr * p.grad`, is plain SGD, and a momentum set by hand is not the optimizer's. "
+        "Let `optimizer.step()` make the update: it keeps the optimizer's momentum."
+    ),
+    "loss-after-update": (
+        "Your weights are right, but the loss you return was computed after the update, at the "
+        "new weights. Return the loss of the forward pass that `backward()` used, before "
+        "`optimizer.step()`: `loss.item()`."
+    ),
+    "returns-live-gradient": (
+        "You returned `.grad` itself, not a copy. `.grad` is one tensor that PyTorch keeps "
+        "updating: the second `backward()` added to the very tensor you kept as the first. "
+        "Clone it (`.grad.clone()`) to keep its value at that moment."
+    ),
+    "cleared-between-passes": (
+        "You cleared the gradients between the two passes, so the second equals the first: "
+        "nothing accumulated. The point of this exercise is to run backward twice *without* "
+        "clearing: PyTorch adds each new gradient to whatever is already in `.grad`."
+    ),
+    "missing-abs": (
+        "You summed the gradients themselves, not their absolute values: positive and negative "
+        "entries cancel out. Use `.abs().sum()`."
+    ),
+    "modifies-gradients": (
+        "Your function changes the gradients it measures. A function that reads `.grad` must "
+        "leave it as it was: the training loop still needs it for the step."
+    ),
     "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
     "missing-function": "The function the exercise asks for is not defined in your code.",
     "wrong-return-type": (

@@ -8,18 +8,22 @@ itself (a pass, a score, a comparison) is ever read.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import sandbox
 from graders import harness
+from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.feedback import EXPLANATIONS, learner_text
-from graders.judging import call_stream, check, diagnose_by_order, same_trace
+from graders.judging import check
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
 from graders.trace import (
@@ -33,13 +37,41 @@ from graders.trace import (
     SyntaxErrorTrace,
     parse_trace,
 )
-from sandbox import Limits, RunResult, run
+from sandbox import Limits, PoolProgram, Runner, RunResult
 
 log = logging.getLogger(__name__)
 
-GRADING_LIMITS = Limits(wall_timeout_seconds=15.0, cpu_seconds=10.0)
+# CPU caps, set-up apart, and a wall-clock backstop well above them (sandbox/limits.py): a busy
+# machine slows a run down, it does not change its grade.
+GRADING_LIMITS = Limits()
 HARNESS_SOURCE = Path(harness.__file__).read_text()
 MAX_OUTPUT_CHARS = 8000
+# What a warm pool's zygotes run once before forking (sandbox.pool): a trusted loop on a tiny
+# made-up case, so that the optimizer's lazy imports are done. It is in every child's memory,
+# so it is nothing of any exercise: no case, no reference, no expected value.
+WARM_UP_SOURCE = """
+def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+WARM_UP_REQUEST = {
+    "kind": "train-step",
+    "entry_point": "train_step",
+    "cases": [
+        {"id": "warm-up", "seed": 0, "in_features": 2, "out_features": 1, "batch_size": 2,
+         "steps": 2, "lr": 0.1, "momentum": 0.9}
+    ],
+}  # fmt: skip
+POOL_PROGRAM = PoolProgram(
+    source=HARNESS_SOURCE,
+    warm_up_inputs={
+        harness.SUBMISSION_FILENAME: WARM_UP_SOURCE.encode(),
+        harness.CASES_FILENAME: json.dumps(WARM_UP_REQUEST).encode(),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -50,22 +82,34 @@ class Failure:
     message: str
 
 
-def grade(exercise_id: str, source: str, limits: Limits | None = None) -> GradeReport:
+def grade(
+    exercise_id: str, source: str, limits: Limits | None = None, runner: Runner | None = None
+) -> GradeReport:
     """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
 
-    Raises graders.exercises.UnknownExercise, and sandbox.SandboxUnavailable when this host
-    cannot run untrusted code safely (a server fault, not the learner's).
+    `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
+    from the environment. Raises graders.exercises.UnknownExercise, and
+    sandbox.SandboxUnavailable when this host cannot run untrusted code safely (a server
+    fault, not the learner's).
     """
     exercise = get_exercise(exercise_id)
     limits = limits or GRADING_LIMITS
+    runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     groups = [
         cases
         for hidden in (False, True)
         if (cases := [c for c in exercise.cases if c.hidden == hidden])
     ]
     # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
+    # Each run in a copy of the caller's context, so that its log lines keep what the caller's
+    # carry (the server puts the submission id there).
+    runs = [(contextvars.copy_context(), cases) for cases in groups]
     with ThreadPoolExecutor(len(groups)) as pool:
-        results = list(pool.map(lambda cases: _run_group(exercise, source, cases, limits), groups))
+        results = list(
+            pool.map(
+                lambda run: run[0].run(_run_group, runner, exercise, source, run[1], limits), runs
+            )
+        )
     return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
 
 
@@ -156,7 +200,9 @@ def non_finite_failure(error: NonFiniteValue) -> Failure:
     )
 
 
-def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits) -> RunResult:
+def _run_group(
+    runner: Runner, exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits
+) -> RunResult:
     request = {
         "kind": exercise.kind,
         "entry_point": exercise.entry_point,
@@ -166,7 +212,7 @@ def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: L
         harness.SUBMISSION_FILENAME: source.encode(),
         harness.CASES_FILENAME: json.dumps(request).encode(),
     }
-    result = run(HARNESS_SOURCE, inputs, limits)
+    result = runner.run(HARNESS_SOURCE, inputs, limits)
     log.info(
         "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
         exercise.id,
@@ -305,6 +351,9 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     Computed in this process from the exercise's own files, once per exercise version.
     """
     key = (exercise.id, exercise.version)
+    cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
+    if cached is not None:
+        return cached
     with _trusted_lock:
         if key not in _trusted_cache:
             sources = {"reference": exercise.solution_code}
@@ -341,9 +390,9 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         check(check_id, points, kind.checks[check_id], findings)
         for check_id, points in exercise.checks.items()
     ]
-    diagnosis, note = _diagnose(exercise, traces, trusted, checks)
+    verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, note, EXPLANATIONS[diagnosis]]
+    parts = [first_failure, verdict.note, EXPLANATIONS[verdict.diagnosis]]
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -355,52 +404,10 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         exercise_version=exercise.version,
         score=sum(c.points for c in checks),
         max_score=exercise.max_score,
-        diagnosis=diagnosis,
+        diagnosis=verdict.diagnosis,
+        other_diagnoses=list(verdict.also),
         checks=checks,
         feedback="\n\n".join(part for part in parts if part),
         plots=plots,
         output=output,
     )
-
-
-def _diagnose(
-    exercise: Exercise,
-    traces: dict[str, CaseTrace],
-    trusted: dict[str, dict[str, CaseTrace]],
-    checks: Sequence[Check],
-) -> tuple[Diagnosis, str]:
-    """Name the mistake, and a note about it: by the numbers first, then by the call order.
-
-    The call order comes from the sandbox and could be forged, so it only ever chooses between
-    diagnoses; the score is already fixed by the checks.
-    """
-    if all(c.passed for c in checks):
-        return "correct", ""
-    streams = [call_stream(trace) for trace in traces.values()]
-    matching = [
-        variant
-        for variant in exercise.variants
-        if all(trusted[variant.id][spec.id].error is None for spec in exercise.cases)
-        and all(
-            same_trace(traces[spec.id], trusted[variant.id][spec.id]) for spec in exercise.cases
-        )
-    ]
-    by_order = diagnose_by_order(streams)
-    if matching:
-        # Look-alikes (the same numbers) are told apart by the order of calls.
-        steps = [record.get("calls") for trace in traces.values() for record in trace.records]
-        variant = next(
-            (v for v in matching if v.diagnosis == by_order),
-            next((v for v in matching if v.calls and v.calls in steps), matching[0]),
-        )
-        return variant.diagnosis, variant.note
-    type_field, wanted = JUDGES[exercise.kind].return_type
-    returned_types = {
-        record[type_field]
-        for trace in traces.values()
-        for record in [*trace.records, trace.final]
-        if record is not None and type_field in record
-    }
-    if by_order is not None:
-        return by_order, ""
-    return ("wrong-return-type" if returned_types - set(wanted) else "incorrect"), ""

@@ -15,7 +15,7 @@ import torch
 
 from graders import harness
 from graders.exercises import CaseSpec
-from graders.report import MAX_PLOT_POINTS, Check, Diagnosis, PlotSeries
+from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.trace import CaseTrace
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
@@ -246,30 +246,3 @@ def call_stream(trace: CaseTrace) -> list[str]:
     if trace.final is not None:
         calls += trace.final.get("calls", [])
     return calls
-
-
-def diagnose_by_order(streams: Sequence[Sequence[str]]) -> Diagnosis | None:
-    """Read a loop's mistake from its order of calls, or None when the order looks right.
-
-    A step's segment is everything since the previous step: it should clear, then run backward.
-    """
-    for calls in streams:
-        if "backward" not in calls and "step" in calls:
-            return "missing-backward"
-        if "step" not in calls and "backward" in calls:
-            return "missing-step"
-        if "step" in calls and calls.index("step") < calls.index("backward"):
-            return "step-before-backward"
-        segment: list[str] = []
-        for call in calls:
-            if call != "step":
-                segment.append(call)
-                continue
-            if "backward" in segment:
-                after_last_backward = segment[len(segment) - segment[::-1].index("backward") :]
-                if "zero_grad" in after_last_backward:
-                    return "zero-grad-before-step"
-            if "zero_grad" not in segment:
-                return "missing-zero-grad"
-            segment = []
-    return None

@@ -32,7 +32,7 @@ STATES = {
 
 
 @functools.cache
-def _expected(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
+def expected_magnitudes(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
     """The right answer, the answer without abs(), and the gradients as the case leaves them."""
     case = harness.build_case(spec.harness_spec())
     model = harness.prepare_gradients(case, spec.grad_state)
@@ -51,7 +51,7 @@ def _expected(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     record = learner.records[0]
-    expected, without_abs, grads_before = _expected(spec)
+    expected, without_abs, grads_before = expected_magnitudes(spec)
     at = f"In {findings.where()} ({STATES[spec.grad_state]})"
     value = record["value"]
     if value is None or not within_tolerance(value, expected):

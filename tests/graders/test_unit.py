@@ -15,6 +15,7 @@ import pytest
 
 from graders import grade
 from graders.exercises import list_exercises, load_exercise
+from graders.mutation import Edit, reference_mutants
 from graders.proving import judge_source, prove
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -480,3 +481,28 @@ def test_check_exercises_rejects_a_failing_reference_and_unknown_checks(tmp_path
     toml = folder / "exercise.toml"
     toml.write_text(toml.read_text().replace("returns-float = 1", "returns-flaot = 1"))
     assert "not checks of kind grad-magnitude" in prove(load_exercise(folder))[0]
+
+
+def test_check_exercises_fails_an_exercise_with_a_surviving_mutant(tmp_path: Path) -> None:
+    """Without the loss checks, a reference that forgets to record a loss still scores full."""
+    folder = copy_exercise(tmp_path, "fix-the-loop")
+    toml = folder / "exercise.toml"
+    text = toml.read_text().replace("losses-match = 3\n", "").replace("returns-list = 1\n", "")
+    toml.write_text(text)
+    problems = prove(load_exercise(folder))
+    assert (
+        "fix-the-loop: a mutant of the reference changes what the harness records but scores "
+        "full marks (delete a statement: line 10 `losses.append(loss.item())`)"
+    ) in problems
+
+
+def test_every_kind_of_edit_makes_mutants_of_the_references() -> None:
+    edits = {m.edit for e in list_exercises() for m in reference_mutants(e)}
+    assert edits == set(Edit)
+    train_step = next(e for e in list_exercises() if e.id == "train-step")
+    described = [m.describe() for m in reference_mutants(train_step)]
+    assert "change set_to_none: line 3 `optimizer.zero_grad()`" in described
+    assert "delete a statement: line 6 `optimizer.step()`" in described
+    assert "move the return: line 7 `return loss.item()` up before line 5 `loss.backward()`" in (
+        described
+    )
