@@ -62,7 +62,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    # Proxy headers are the app's to believe or not (LOOPGRADE_TRUSTED_PROXIES), not uvicorn's.
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        proxy_headers=False,
+    )
     return 0
 
 

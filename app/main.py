@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import operations
 from app.api import routes as api_routes
@@ -109,6 +110,11 @@ def create_app(settings: Settings) -> FastAPI:
         detail=f"request body over {settings.request_body_bytes} bytes; "
         f"code may be at most {settings.max_code_bytes} bytes",
     )
+    if settings.trusted_proxy_networks:
+        # Outermost: every route and limit sees the client the trusted proxy names. Only
+        # here: the CLI and the tests serve with uvicorn's own proxy_headers off, so that
+        # X-Forwarded-For is believed from no one unless an operator names the proxy.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxy_networks)
 
     install_error_handlers(app)
     install_sign_in_redirect(app)

@@ -247,6 +247,8 @@ class Submission(Base):
     user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), index=True)
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
     upload_filename: Mapped[str | None] = mapped_column(String(255))
+    # Anonymous practice only: the client address it came from, which its rate limit counts.
+    client_address: Mapped[str | None] = mapped_column(String(64), index=True)
     # What was left out of an uploaded notebook, said for the learner.
     upload_notices: Mapped[list[str] | None] = mapped_column(JSON)
     # An instructor's score, which counts instead of the graded one until it is removed.

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -70,8 +71,14 @@ class Settings(BaseSettings):
     )
     cookie_secure: Literal["auto", "always", "never"] = Field(
         default="auto",
-        description="Secure cookies: auto means when the request came over HTTPS (uvicorn "
-        "believes X-Forwarded-Proto from --forwarded-allow-ips, 127.0.0.1 by default).",
+        description="Secure cookies: auto means when the request came over HTTPS (as a "
+        "trusted proxy's X-Forwarded-Proto says, behind one).",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description="Comma-separated addresses or networks (CIDR) of the reverse proxies in "
+        "front of loopgrade, whose X-Forwarded-For and X-Forwarded-Proto are believed. Empty: "
+        "none are, and the client address is the connection's.",
     )
     cookie_samesite: Literal["lax", "strict", "none"] = Field(
         default="lax",
@@ -80,13 +87,36 @@ class Settings(BaseSettings):
     )
     allow_sign_up: bool = Field(default=True, description="Anyone may create a learner account.")
     sign_in_max_failures: int = Field(
-        default=5, ge=1, description="Failed sign-ins per email within the window before a pause."
+        default=5,
+        ge=1,
+        description="Failed sign-ins to one account from one client address within the "
+        "window before that address pauses for that account (five times as many from one "
+        "address to any accounts).",
     )
     sign_in_window_seconds: int = Field(default=15 * 60, ge=1)
+    sign_in_account_max_failures: int = Field(
+        default=30,
+        ge=1,
+        description="Failed sign-ins to one account from all addresses within the account "
+        "window before the account pauses, except for browsers that signed in to it before.",
+    )
+    sign_in_account_window_seconds: int = Field(default=3600, ge=1)
     submission_rate_limit: int = Field(
         default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
+    anonymous_submission_rate_limit: int = Field(
+        default=10,
+        ge=0,
+        description="Practice submissions without an account from one client address within "
+        "the submission window; 0: no limit.",
+    )
+    max_waiting_submissions: int = Field(
+        default=200,
+        ge=0,
+        description="Submissions queued or being graded before new ones get 503 and "
+        "Retry-After (anonymous practice at half of it); 0: no cap.",
+    )
 
     # LTI 1.3 (docs/lti.md).
     public_url: str = Field(
@@ -145,6 +175,25 @@ class Settings(BaseSettings):
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'loopgrade.db'}"
         return self
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_networks(cls, value: str) -> str:
+        for entry in filter(None, (part.strip() for part in value.split(","))):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return value
+
+    @property
+    def trusted_proxy_networks(self) -> list[str]:
+        """The trusted proxies as networks ('10.0.0.7' is '10.0.0.7/32')."""
+        return [
+            str(ipaddress.ip_network(part.strip(), strict=False))
+            for part in self.trusted_proxies.split(",")
+            if part.strip()
+        ]
 
     @property
     def request_body_bytes(self) -> int:

@@ -78,6 +78,22 @@ def client(server_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
+@pytest.fixture
+def proxied_settings(settings: Settings) -> Settings:
+    """Settings of a server behind a reverse proxy on 127.0.0.1, whose X-Forwarded-* it believes
+    (so a test names any client address in X-Forwarded-For)."""
+    return settings.model_copy(update={"trusted_proxies": "127.0.0.1"})
+
+
+@pytest.fixture
+def proxied_client(proxied_settings: Settings) -> Iterator[httpx.Client]:
+    with (
+        app_in_thread(create_app(proxied_settings)) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        yield client
+
+
 def wait_until_finished(
     client: httpx.Client, url: str, headers: dict[str, str], *, statuses: tuple[str, ...]
 ) -> dict[str, Any]:
