@@ -47,6 +47,10 @@ TYPE_FIELDS = frozenset({"loss_type", "losses_type", "result_type", "value_type"
 RETURN_FIELDS = frozenset(
     {"loss", "losses", "first", "second", "first_after_clearing", "second_after_clearing", "value"}
 )
+# A replay runs here, outside the sandbox: a loop that made many more calls than a right one
+# (3 per iteration, or 2 + one backward per micro-batch) is not replayed, so no learner can make
+# the grader do much more work than their own run did.
+MAX_CALLS_PER_ITERATION = 8
 # The order in which mistakes found together are named: the lesson's order first.
 PRIORITY: tuple[Diagnosis, ...] = (
     "missing-backward",
@@ -418,6 +422,12 @@ def stepping_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
     gradient scale, a learning rate, a momentum, the loss read after the update). A loop that
     recorded no step at all may have updated the weights by hand: that is tried last.
     """
+    if any(
+        len(call_stream(traces[spec.id]))
+        > MAX_CALLS_PER_ITERATION * _iterations(exercise, spec) * max(1, spec.micro_batches)
+        for spec in exercise.cases
+    ):
+        return []  # far more calls than any loop we model makes: not worth replaying here
     stepless = not any("step" in call_stream(trace) for trace in traces.values())
     for by_hand in (False, True) if stepless else (False,):
         for forward in Forward:
