@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.diagnosis import agrees
 from graders.exercises import get_exercise, load_exercise
+from graders.explanation import agrees
 from graders.proving import judge_source
 from graders.report import GradeReport
 
