@@ -164,33 +164,26 @@ def test_a_mistake_only_hidden_cases_show_is_named_without_their_numbers() -> No
     assert "0.9" not in report.feedback and "0.03" not in report.feedback
 
 
-def test_a_loop_with_far_more_calls_than_a_right_one_is_not_replayed() -> None:
-    """Replays run in the grader's process: thirty backward passes a call are not modelled."""
+@pytest.mark.parametrize(
+    ("passes", "diagnosis", "says"),
+    [(3, "backward-twice", "exactly three times the correct ones"), (30, "incorrect", "")],
+)
+def test_a_loop_with_far_more_calls_than_a_right_one_is_not_replayed(
+    passes: int, diagnosis: str, says: str
+) -> None:
+    """Replays run in the grader's process: three backward passes a call are modelled, thirty
+    are not."""
     report = judged(
         "train-step",
-        """
+        f"""
         def train_step(model, optimizer, loss_fn, x, y):
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
-            for _ in range(30):
+            for _ in range({passes}):
                 loss.backward(retain_graph=True)
             optimizer.step()
             return loss.item()
         """,
     )
-    assert report.diagnosis == "incorrect"
-    # Three passes are within reach, and named for what they are.
-    report = judged(
-        "train-step",
-        """
-        def train_step(model, optimizer, loss_fn, x, y):
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            for _ in range(3):
-                loss.backward(retain_graph=True)
-            optimizer.step()
-            return loss.item()
-        """,
-    )
-    assert report.diagnosis == "backward-twice"
-    assert "exactly three times the correct ones" in report.feedback
+    assert report.diagnosis == diagnosis
+    assert says in report.feedback
