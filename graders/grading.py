@@ -121,6 +121,8 @@ HIDDEN_FAILURES: dict[Diagnosis, str] = {
     "output-limit": "Your code printed too much in a hidden case and was stopped.",
     "grad-none-error": "Your code reached for a `.grad` that was `None` in a hidden case.",
     "non-finite-value": "Your code produced a value that is not a finite number in a hidden case.",
+    "syntax-error": "Your code could not be loaded in a hidden case.",
+    "missing-function": "Your code could not be loaded in a hidden case.",
     "runtime-error": (
         "Your code raised an exception, ended early or hit a limit in a hidden case. Hidden "
         "cases show no details: make your code correct on the visible ones, whatever the "

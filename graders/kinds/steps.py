@@ -26,6 +26,7 @@ from graders.judging import (
     close_values,
     difference,
     loss_and_gradients,
+    plot_series,
     times,
     within_tolerance,
 )
@@ -237,17 +238,17 @@ def _judge_accumulation(
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
     """The loss and the first weight after every call, the learner's against the reference."""
     return [
-        PlotSeries(
-            case=spec.id,
-            label="loss",
-            learner=[r["loss"] for r in learner.records],
-            reference=[r["loss"] for r in reference.records],
+        plot_series(
+            spec.id,
+            "loss",
+            [r["loss"] for r in learner.records],
+            [r["loss"] for r in reference.records],
         ),
-        PlotSeries(
-            case=spec.id,
-            label="weight[0][0]",
-            learner=[r["weight"][0][0] for r in learner.records],
-            reference=[r["weight"][0][0] for r in reference.records],
+        plot_series(
+            spec.id,
+            "weight[0][0]",
+            [r["weight"][0][0] for r in learner.records],
+            [r["weight"][0][0] for r in reference.records],
         ),
     ]
 
