@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -124,14 +125,17 @@ def verdict(explanations: Sequence[Explanation]) -> Verdict:
 
 
 def demonstration_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
-    """accumulation_demo: returned tensors that are the live `.grad`, or passes cleared between.
+    """accumulation_demo: returned tensors that are the live `.grad`, passes cleared between,
+    copies taken after the wrong number of passes.
 
     Each model predicts the two returned tensors from the case's one-pass gradient g (computed
     here): the reference returns copies g and 2g; a live `.grad` returned is 2g and reads zero
-    once the harness clears `.grad`; clearing between the passes returns g and g.
+    once the harness clears `.grad`; clearing between the passes returns g and g; copies taken
+    after a and b of the recorded backward passes return a*g and b*g.
     """
     aliased, cleared_between = True, True
     any_alias = False
+    passes: set[tuple[int, int]] = set()
     for spec in exercise.cases:
         record = traces[spec.id].records[0]
         data = case_data(spec)
@@ -158,12 +162,38 @@ def demonstration_models(exercise: Exercise, traces: Traces) -> list[Explanation
             and close_values(record["first"], fresh)
             and close_values(record["second"], fresh)
         )
+        first = _whole_passes(record["first"], fresh, backwards)
+        second = _whole_passes(record["second"], fresh, backwards)
+        if any(live.values()) or first is None or second != backwards or first > second:
+            passes.add((0, 0))  # not copies of whole backward passes
+        else:
+            passes.add((first, second))
     found = []
     if aliased and any_alias:
         found.append(Explanation(("returns-live-gradient",)))
     if cleared_between:
         found.append(Explanation(("cleared-between-passes",)))
+    if len(passes) == 1 and (counted := passes.pop()) not in ((0, 0), (1, 2)):
+        found.append(
+            Explanation(
+                ("wrong-number-of-passes",),
+                f"Your first tensor holds {_passes(counted[0])}' gradients and your second "
+                f"{_passes(counted[1])}'.",
+            )
+        )
     return found
+
+
+def _whole_passes(values: Any, fresh: torch.Tensor, backwards: int) -> int | None:
+    """How many backward passes' gradients a returned tensor holds, when a whole number does."""
+    return next(
+        (n for n in range(1, backwards + 1) if close_values(values, n * fresh)),
+        None,
+    )
+
+
+def _passes(count: int) -> str:
+    return {1: "one pass", 2: "two passes", 3: "three passes"}.get(count, f"{count} passes")
 
 
 def magnitude_models(exercise: Exercise, traces: Traces) -> list[Explanation]:

@@ -187,3 +187,22 @@ def test_a_loop_with_far_more_calls_than_a_right_one_is_not_replayed(
     )
     assert report.diagnosis == diagnosis
     assert says in report.feedback
+
+
+def test_copies_taken_after_the_wrong_passes_are_named() -> None:
+    """The first copy taken after both passes: it holds two passes' gradients, not one."""
+    report = judged(
+        "prove-accumulation",
+        """
+        def accumulation_demo(model, loss_fn, x, y):
+            loss_fn(model(x), y).backward()
+            loss_fn(model(x), y).backward()
+            first = model.weight.grad.clone()
+            second = model.weight.grad.clone()
+            return first, second
+        """,
+    )
+    assert report.diagnosis == "wrong-number-of-passes"
+    assert "Your first tensor holds two passes' gradients and your second two passes'." in (
+        report.feedback
+    )
