@@ -337,3 +337,7 @@ class OutboxMessage(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+# The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.
+from app.lti import models as _lti_models  # noqa: E402, F401

@@ -34,11 +34,13 @@ def learner_text(text: str, *, block: bool = False) -> str:
     longest = max((len(run) for run in re.findall(r"`+", cleaned)), default=0)
     if block:
         fence = "`" * max(3, longest + 1)
-        return f"{fence}text\n{cleaned.rstrip(chr(10))}\n{fence}"
+        # On lines of its own wherever it is placed: a fence may interrupt a paragraph.
+        return f"\n{fence}text\n{cleaned.rstrip(chr(10))}\n{fence}\n"
     fence = "`" * (longest + 1)
     flat = " ".join(cleaned.split("\n"))
-    # A span that starts or ends with a backtick (or is blank) needs a space inside the fence.
-    padded = f" {flat} " if not flat.strip(" ") or flat[0] == "`" or flat[-1] == "`" else flat
+    # A span that starts or ends with a backtick or a space (or is blank) is padded with a
+    # space at each end, which the renderer strips again.
+    padded = f" {flat} " if not flat.strip(" ") or flat[0] in " `" or flat[-1] in " `" else flat
     return f"{fence}{padded}{fence}"
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import sandbox
 from graders import harness
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
@@ -35,7 +37,7 @@ from graders.trace import (
     SyntaxErrorTrace,
     parse_trace,
 )
-from sandbox import Limits, RunResult, run
+from sandbox import Limits, PoolProgram, Runner, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,32 @@ log = logging.getLogger(__name__)
 GRADING_LIMITS = Limits()
 HARNESS_SOURCE = Path(harness.__file__).read_text()
 MAX_OUTPUT_CHARS = 8000
+# What a warm pool's zygotes run once before forking (sandbox.pool): a trusted loop on a tiny
+# made-up case, so that the optimizer's lazy imports are done. It is in every child's memory,
+# so it is nothing of any exercise: no case, no reference, no expected value.
+WARM_UP_SOURCE = """
+def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+WARM_UP_REQUEST = {
+    "kind": "train-step",
+    "entry_point": "train_step",
+    "cases": [
+        {"id": "warm-up", "seed": 0, "in_features": 2, "out_features": 1, "batch_size": 2,
+         "steps": 2, "lr": 0.1, "momentum": 0.9}
+    ],
+}  # fmt: skip
+POOL_PROGRAM = PoolProgram(
+    source=HARNESS_SOURCE,
+    warm_up_inputs={
+        harness.SUBMISSION_FILENAME: WARM_UP_SOURCE.encode(),
+        harness.CASES_FILENAME: json.dumps(WARM_UP_REQUEST).encode(),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -54,14 +82,19 @@ class Failure:
     message: str
 
 
-def grade(exercise_id: str, source: str, limits: Limits | None = None) -> GradeReport:
+def grade(
+    exercise_id: str, source: str, limits: Limits | None = None, runner: Runner | None = None
+) -> GradeReport:
     """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
 
-    Raises graders.exercises.UnknownExercise, and sandbox.SandboxUnavailable when this host
-    cannot run untrusted code safely (a server fault, not the learner's).
+    `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
+    from the environment. Raises graders.exercises.UnknownExercise, and
+    sandbox.SandboxUnavailable when this host cannot run untrusted code safely (a server
+    fault, not the learner's).
     """
     exercise = get_exercise(exercise_id)
     limits = limits or GRADING_LIMITS
+    runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     groups = [
         cases
         for hidden in (False, True)
@@ -73,7 +106,9 @@ def grade(exercise_id: str, source: str, limits: Limits | None = None) -> GradeR
     runs = [(contextvars.copy_context(), cases) for cases in groups]
     with ThreadPoolExecutor(len(groups)) as pool:
         results = list(
-            pool.map(lambda run: run[0].run(_run_group, exercise, source, run[1], limits), runs)
+            pool.map(
+                lambda run: run[0].run(_run_group, runner, exercise, source, run[1], limits), runs
+            )
         )
     return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
 
@@ -95,7 +130,11 @@ def grade_runs(
     )[:MAX_OUTPUT_CHARS]
     traces: dict[str, CaseTrace] = {}
     for cases, result in runs:
-        failure = _run_failure(exercise, cases, result, limits, traces)
+        try:
+            failure = _run_failure(exercise, cases, result, limits, traces)
+        except Exception:  # reading the learner's run: theirs, like judging it (below)
+            log.exception("exercise=%s reading the learner's trace failed", exercise.id)
+            failure = UNJUDGEABLE
         if failure is not None:
             if cases[0].hidden:
                 failure = Failure(failure.diagnosis, hidden_failure_message(failure.diagnosis))
@@ -158,6 +197,7 @@ def _run_failure(
 
 
 def non_finite_failure(error: NonFiniteValue) -> Failure:
+    """A NaN, an infinity or a blown-up value, said where it is (a visible case's words)."""
     return Failure(
         "non-finite-value",
         f"In case `{error.case}`, {error.where} is {error.value:g}: not a finite number of "
@@ -165,7 +205,9 @@ def non_finite_failure(error: NonFiniteValue) -> Failure:
     )
 
 
-def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits) -> RunResult:
+def _run_group(
+    runner: Runner, exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits
+) -> RunResult:
     request = {
         "kind": exercise.kind,
         "entry_point": exercise.entry_point,
@@ -175,7 +217,7 @@ def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: L
         harness.SUBMISSION_FILENAME: source.encode(),
         harness.CASES_FILENAME: json.dumps(request).encode(),
     }
-    result = run(HARNESS_SOURCE, inputs, limits)
+    result = runner.run(HARNESS_SOURCE, inputs, limits)
     log.info(
         "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
         exercise.id,
@@ -314,6 +356,9 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     Computed in this process from the exercise's own files, once per exercise version.
     """
     key = (exercise.id, exercise.version)
+    cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
+    if cached is not None:
+        return cached
     with _trusted_lock:
         if key not in _trusted_cache:
             sources = {"reference": exercise.solution_code}

@@ -82,6 +82,16 @@ def run_program(bwrap: str, program: str, inputs: Mapping[str, bytes], limits: L
     return result
 
 
+def memfd(data: bytes) -> int:
+    """A file in memory holding `data`, at offset 0: how a run's files are handed on."""
+    fd = os.memfd_create("sandbox-file")
+    unwritten = memoryview(data)
+    while unwritten:
+        unwritten = unwritten[os.write(fd, unwritten) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _python_dirs() -> list[str]:
     """The interpreter's and the venv's directories outside /usr, none inside another."""
     dirs: list[str] = []
@@ -193,12 +203,7 @@ class _Run:
             STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
         files = []  # the seccomp program, then the files at FIRST_FILE_FD on
         for data in [seccomp.run_filter().bpf, program.encode(), *inputs.values()]:
-            fd = self._fd(os.memfd_create("sandbox-file"))
-            unwritten = memoryview(data)
-            while unwritten:
-                unwritten = unwritten[os.write(fd, unwritten) :]
-            os.lseek(fd, 0, os.SEEK_SET)
-            files.append(fd)
+            files.append(self._fd(memfd(data)))
         payload_r, payload_w = self._pipe()
         start_r, start_w = self._pipe()
         out_r, out_w = self._pipe()

@@ -19,6 +19,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 import graders
+import sandbox
 from app.db import SessionFactory
 from app.grading.submissions import (
     SUBMISSIONS_TO_GRADE,
@@ -29,8 +30,8 @@ from app.grading.submissions import (
 )
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
-from graders.grading import GRADING_LIMITS
-from sandbox import Limits
+from graders.grading import GRADING_LIMITS, POOL_PROGRAM
+from sandbox import Limits, Runner
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +76,34 @@ def grading_limits(settings: Settings) -> Limits | None:
     )
 
 
+def open_grading_runner(settings: Settings) -> Runner:
+    """The sandbox runner of this process: its backend probed once, the warm pool started.
+
+    Raises sandbox.SandboxUnavailable when no backend works here.
+    """
+    return sandbox.open_runner(
+        settings.sandbox, pool=POOL_PROGRAM, pool_size=settings.sandbox_pool_size
+    )
+
+
 def run_grading_job(
-    sessions: SessionFactory, submission_id: str, *, limits: Limits | None = None
+    sessions: SessionFactory,
+    submission_id: str,
+    *,
+    limits: Limits | None = None,
+    runner: Runner | None = None,
 ) -> None:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
     Every log line meanwhile carries the submission id.
     """
     with logging_submission(submission_id):
-        _grade(sessions, submission_id, limits)
+        _grade(sessions, submission_id, limits, runner)
 
 
-def _grade(sessions: SessionFactory, submission_id: str, limits: Limits | None) -> None:
+def _grade(
+    sessions: SessionFactory, submission_id: str, limits: Limits | None, runner: Runner | None
+) -> None:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
     if job is None:
@@ -101,7 +118,7 @@ def _grade(sessions: SessionFactory, submission_id: str, limits: Limits | None) 
     )
     started = time.monotonic()
     try:
-        report = graders.grade(job.exercise_id, job.code, limits)
+        report = graders.grade(job.exercise_id, job.code, limits, runner)
     except Exception as exc:
         # Learner mistakes come back as reports; an exception is the server's own fault.
         log.exception(
@@ -142,11 +159,17 @@ class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process."""
 
     def __init__(
-        self, sessions: SessionFactory, *, worker_count: int, limits: Limits | None = None
+        self,
+        sessions: SessionFactory,
+        *,
+        worker_count: int,
+        limits: Limits | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self._sessions = sessions
         self._worker_count = worker_count
         self._limits = limits
+        self._runner = runner
         self._executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
@@ -170,7 +193,7 @@ class ThreadPoolDispatcher:
 
     def _run(self, submission_id: str) -> None:
         try:
-            run_grading_job(self._sessions, submission_id, limits=self._limits)
+            run_grading_job(self._sessions, submission_id, limits=self._limits, runner=self._runner)
         except Exception:
             # The row stays queued or running; the next start takes it up again.
             log.exception("submission %s: grading job crashed", submission_id)

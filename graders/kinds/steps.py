@@ -40,10 +40,6 @@ CHECKS = {
     "fresh-gradients": "After every call `.grad` holds this call's gradient alone, not a sum.",
     "update-uses-current-batch": "Every update is one step on this call's gradient.",
     "loss-returned": "Every call returned its loss before the update, as a float.",
-    "accumulates": (
-        "Every call ran backward() once per micro-batch, cleared nothing between them, and "
-        "stepped once."
-    ),
 }
 
 
@@ -213,7 +209,8 @@ def _judge_accumulation(
 ) -> None:
     """From the recorded calls: a backward() per micro-batch, nothing cleared between, one step.
 
-    The numbers alone cannot tell accumulation from one backward() on the concatenated batch.
+    The numbers alone cannot tell accumulation from one backward() on the concatenated batch:
+    an update not made from gradients accumulated this way fails update-uses-current-batch.
     """
     calls: list[str] = record["calls"]
     backwards = [i for i, call in enumerate(calls) if call == "backward"]
@@ -228,7 +225,7 @@ def _judge_accumulation(
         return
     between = ", clearing the gradients between them," if cleared_between else ""
     findings.fail(
-        "accumulates",
+        "update-uses-current-batch",
         f"{at}: your function ran backward() {times(len(backwards))}{between} and stepped "
         f"{times(len(steps))}. Accumulating is one backward() per micro-batch "
         f"({spec.micro_batches} here), nothing cleared between them, then one step().",
