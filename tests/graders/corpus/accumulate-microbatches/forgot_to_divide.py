@@ -1,4 +1,4 @@
-# expect: wrong-loss-scaling, score 4-6
+# expect: wrong-loss-scaling, score 2-4
 def accumulated_step(model, optimizer, loss_fn, micro_batches):
     model.zero_grad()
     losses = []

@@ -1,4 +1,4 @@
-# expect: missing-zero-grad, score 4-6
+# expect: missing-zero-grad, score 2-4
 def accumulated_step(model, optimizer, loss_fn, micro_batches):
     total = 0.0
     for x, y in micro_batches:

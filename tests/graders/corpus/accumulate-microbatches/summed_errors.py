@@ -1,4 +1,4 @@
-# expect: loss-sum-not-mean, score 3-5
+# expect: loss-sum-not-mean, score 1-3
 def accumulated_step(model, optimizer, loss_fn, micro_batches):
     optimizer.zero_grad()
     total = 0.0
