@@ -155,6 +155,12 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "nothing accumulated. The point of this exercise is to run backward twice *without* "
         "clearing: PyTorch adds each new gradient to whatever is already in `.grad`."
     ),
+    "wrong-number-of-passes": (
+        "Your copies were not taken after one and after two backward passes. Run `backward()` "
+        "once and copy `.grad`, then run it a second time, without clearing, and copy again: "
+        "PyTorch adds each new gradient to whatever is already in `.grad`, so the second copy "
+        "is the sum of both passes."
+    ),
     "missing-abs": (
         "You summed the gradients themselves, not their absolute values: positive and negative "
         "entries cancel out. Use `.abs().sum()`."

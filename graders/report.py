@@ -28,6 +28,7 @@ Diagnosis = Literal[
     "loss-after-update",
     "returns-live-gradient",
     "cleared-between-passes",
+    "wrong-number-of-passes",
     "missing-abs",
     "modifies-gradients",
     "syntax-error",
