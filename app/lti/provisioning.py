@@ -98,7 +98,8 @@ def lti_account(
     return user
 
 
-def provision_context(session: Session, launch: ValidatedLaunch) -> LtiContext:
+def provision_context(session: Session, launch: ValidatedLaunch) -> tuple[LtiContext, bool]:
+    """The launch's context (made if new, then True)."""
     context_claim = launch.claim("context")
     context_claim = context_claim if isinstance(context_claim, dict) else {}
     # A launch outside any course (allowed by the spec) gets one course per deployment.
@@ -115,6 +116,7 @@ def provision_context(session: Session, launch: ValidatedLaunch) -> LtiContext:
             LtiContext.platform_id == launch.platform.id, LtiContext.context_id == context_id
         )
     ).one_or_none()
+    new = context is None
     if context is None:
         course = Course(name=title, join_code=new_join_code(), created_by_id=None)
         session.add(course)
@@ -132,7 +134,7 @@ def provision_context(session: Session, launch: ValidatedLaunch) -> LtiContext:
     if isinstance(memberships_url, str) and len(memberships_url) <= 1000:
         context.memberships_url = memberships_url
     session.flush()
-    return context
+    return context, new
 
 
 def enrol(session: Session, user: User, course_id: str, role: CourseRole) -> None:
@@ -194,12 +196,13 @@ class Provisioned:
     context: LtiContext
     role: CourseRole
     link: LtiResourceLink | None
+    new_context: bool
 
 
 def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
     """Make or update everything a launch names."""
     user = lti_account(session, launch.platform, launch.claims["sub"], launch.claims)
-    context = provision_context(session, launch)
+    context, new_context = provision_context(session, launch)
     role = course_role_of(launch.claim("roles"))
     enrol(session, user, context.course_id, role)
     link = (
@@ -207,4 +210,4 @@ def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
         if launch.message_type is MessageType.RESOURCE_LINK
         else None
     )
-    return Provisioned(user, context, role, link)
+    return Provisioned(user, context, role, link, new_context)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio.to_thread
 import httpx
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -65,10 +66,14 @@ class FakePlatform:
     scores: dict[str, dict[str, RecordedScore]] = field(default_factory=dict)
     score_posts: int = 0
     fail_score_posts: int = 0  # answer 503 to this many score posts first
+    # Hold the next score post unanswered until `release_stalled` is set (a tool dying mid-POST).
+    stall_next_score_post: bool = False
+    release_stalled: threading.Event = field(default_factory=threading.Event)
     ungradable_users: set[str] = field(default_factory=set)
     tokens_issued: int = 0
     members: list[dict[str, Any]] = field(default_factory=list)
     used_assertion_ids: set[str] = field(default_factory=set)
+    deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
     _access_tokens: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -251,6 +256,11 @@ class FakePlatform:
         async def score(item: str, request: Request) -> Response:
             with platform._lock:
                 platform.score_posts += 1
+                stall, platform.stall_next_score_post = platform.stall_next_score_post, False
+            if stall:
+                await anyio.to_thread.run_sync(platform.release_stalled.wait)
+                return JSONResponse({"error": "too late"}, status_code=503)
+            with platform._lock:
                 if platform.fail_score_posts > 0:
                     platform.fail_score_posts -= 1
                     return JSONResponse({"error": "try later"}, status_code=503)
@@ -301,8 +311,6 @@ class FakePlatform:
             return HTMLResponse("<p>Content added.</p>")
 
         return app
-
-    deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
 
 
 def follow_login(
