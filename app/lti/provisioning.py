@@ -188,6 +188,27 @@ def provision_link(
     return link
 
 
+MAX_FRAME_ORIGINS = 20
+
+
+def learn_frame_origins(launch: ValidatedLaunch) -> bool:
+    """Keep the origins a signed launch names for the platform's pages; True if any is new."""
+    from app.lti.framing import origin_of
+
+    presentation = launch.claim("launch_presentation")
+    tool_platform = launch.claim("tool_platform")
+    named = {
+        origin_of(presentation.get("return_url")) if isinstance(presentation, dict) else None,
+        origin_of(tool_platform.get("url")) if isinstance(tool_platform, dict) else None,
+    }
+    known = list(launch.platform.frame_origins or [])
+    new = [o for o in named if o is not None and o not in known]
+    if not new or len(known) >= MAX_FRAME_ORIGINS:
+        return False
+    launch.platform.frame_origins = (known + new)[:MAX_FRAME_ORIGINS]
+    return True
+
+
 @dataclass(frozen=True)
 class Provisioned:
     """Who launched, into which course and with what role; the link for resource links."""
@@ -197,6 +218,7 @@ class Provisioned:
     role: CourseRole
     link: LtiResourceLink | None
     new_context: bool
+    new_frame_origin: bool
 
 
 def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
@@ -210,4 +232,6 @@ def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
         if launch.message_type is MessageType.RESOURCE_LINK
         else None
     )
-    return Provisioned(user, context, role, link, new_context)
+    new_frame_origin = learn_frame_origins(launch)
+    session.flush()
+    return Provisioned(user, context, role, link, new_context, new_frame_origin)

@@ -70,7 +70,8 @@ class FakePlatform:
     stall_next_score_post: bool = False
     release_stalled: threading.Event = field(default_factory=threading.Event)
     ungradable_users: set[str] = field(default_factory=set)
-    tokens_issued: int = 0
+    # The scope of every access token issued, in order.
+    token_scopes: list[str] = field(default_factory=list)
     members: list[dict[str, Any]] = field(default_factory=list)
     used_assertion_ids: set[str] = field(default_factory=set)
     deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
@@ -238,7 +239,7 @@ class FakePlatform:
             platform.used_assertion_ids.add(claims["jti"])
             access_token = secrets.token_urlsafe(16)
             with platform._lock:
-                platform.tokens_issued += 1
+                platform.token_scopes.append(scope)
                 platform._access_tokens[access_token] = set(scope.split())
             return {
                 "access_token": access_token,
