@@ -178,6 +178,15 @@ class FakePlatform:
         app = FastAPI()
         platform = self
 
+        @app.get("/course")
+        def course_page() -> HTMLResponse:
+            """The LMS's page with the tool in an iframe, as learners see it."""
+            login = f"{platform.tool_url}/lti/login?{urlencode(platform.login_params())}"
+            return HTMLResponse(
+                "<!doctype html><title>LMS course</title><h1>LMS course</h1>"
+                f'<iframe id="tool" src="{html.escape(login)}" width="1000" height="700"></iframe>'
+            )
+
         @app.get("/jwks")
         def jwks() -> dict[str, Any]:
             return {
