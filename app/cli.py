@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.operations import configure_logging
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -353,11 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging()
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     try:
         exit_code: int = args.run(args)

@@ -17,6 +17,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import operations
 from app.api import routes as api_routes
 from app.db import (
     RequestTransaction,
@@ -30,6 +31,7 @@ from app.grading.queue import (
     ThreadPoolDispatcher,
     enqueue_after_commit,
     grading_limits,
+    open_grading_runner,
     requeue_after_restart,
 )
 from app.lti.routes import install_lti
@@ -64,14 +66,21 @@ def create_app(settings: Settings) -> FastAPI:
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
+        # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
+        runner = await anyio.to_thread.run_sync(open_grading_runner, settings)
+        log.info("sandbox: %s", runner.status)
         dispatcher = ThreadPoolDispatcher(
-            sessions, worker_count=settings.worker_count, limits=grading_limits(settings)
+            sessions,
+            worker_count=settings.worker_count,
+            limits=grading_limits(settings),
+            runner=runner,
         )
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
         outbox = OutboxDelivery(sessions, settings)
         app.state.outbox = outbox
         enqueue_after_commit(sessions, dispatcher)
+        app.state.runner = runner
         dispatcher.start()
         outbox.start()
         requeue_after_restart(sessions)
@@ -81,6 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
             # Waits for the grades in progress; queued ones stay in the database for next start.
             await anyio.to_thread.run_sync(dispatcher.stop)
             await anyio.to_thread.run_sync(outbox.stop)
+            runner.close()
             engine.dispose()
 
     app = FastAPI(
@@ -102,6 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     install_error_handlers(app)
     install_sign_in_redirect(app)
+    app.include_router(operations.router)
     install_lti(app, settings)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)

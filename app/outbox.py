@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from app.db import SessionFactory
 from app.models import OutboxMessage, OutboxStatus, utc_now
+from app.operations import OUTBOX_DELIVERY_FAILURES
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -164,11 +165,13 @@ def deliver_one(sessions: SessionFactory, settings: Settings) -> bool:
             raise PermanentFailure(f"no delivery kind {claimed.kind!r} is registered")
         kind.deliver(sessions, claimed.payload)
     except PermanentFailure as exc:
+        OUTBOX_DELIVERY_FAILURES.labels(claimed.kind).inc()
         log.warning("outbox %d (%s): refused for good: %s", claimed.id, claimed.kind, exc)
         with sessions.begin() as session:
             _record(session, claimed, status=OutboxStatus.FAILED, last_error=str(exc)[:2000])
         return True
     except Exception as exc:
+        OUTBOX_DELIVERY_FAILURES.labels(claimed.kind).inc()
         error = f"{type(exc).__name__}: {exc}"[:2000]
         with sessions.begin() as session:
             if claimed.attempt >= settings.outbox_max_attempts:

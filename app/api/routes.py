@@ -25,6 +25,7 @@ from app.courses.courses import NotFound, assignment_of, assignments_of
 from app.courses.gradebook import FILTERS, build_gradebook, gradebook_json
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
+from app.grading.results import shown_result
 from app.grading.submissions import SubmissionRejected, get_submission
 from app.models import ApiKey, Course, Submission, SubmissionStatus
 from app.settings import Settings, SettingsDep
@@ -46,6 +47,7 @@ _submit_errors: dict[int | str, dict[str, object]] = {
 
 
 def submission_out(submission: Submission) -> SubmissionOut:
+    shown = shown_result(submission)
     return SubmissionOut.model_validate(
         {
             "id": submission.id,
@@ -55,8 +57,8 @@ def submission_out(submission: Submission) -> SubmissionOut:
             "score": submission.score,
             "max_score": submission.max_score,
             "diagnosis": submission.diagnosis,
-            "checks": submission.checks or [],
-            "feedback": submission.feedback,
+            "checks": [check.model_dump() for check in shown.checks],
+            "feedback": shown.feedback,
             "created_at": submission.created_at,
             "graded_at": submission.graded_at,
         }
@@ -165,7 +167,8 @@ def _accept(
         except NotFound:
             known = ", ".join(a.id for a in assignments_of(session, api_key.course_id))
             raise SubmissionRejected(
-                f"exercise {exercise_id!r} is not set in this key's course; set: {known or 'none'}"
+                f"exercise {exercise_id[:100]!r} is not set in this key's course; "
+                f"set: {known or 'none'}"
             ) from None
     return accept_submission(
         session,

@@ -26,7 +26,7 @@ from app.grading.submissions import (
 )
 from app.models import Assignment, IdempotencyKey, Submission, utc_now
 from app.settings import Settings
-from graders.notebook import NotebookError, code_from_file
+from graders.notebook import ExtractedCode, NotebookError, clean_filename, code_from_file
 
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 
@@ -93,8 +93,8 @@ def accept_submission(
     """Take one submission in. Raises SubmissionRejected (with its status) if refused."""
     filename, notices = None, list[str]()
     if upload is not None and upload.filename:
-        code, notices = _code_from_upload(upload, settings.max_upload_bytes)
-        filename = upload.filename[:255]
+        extracted = _code_from_upload(upload, settings.max_upload_bytes)
+        code, notices, filename = extracted.source, extracted.notices, extracted.filename
 
     request_sha256 = _fingerprint(exercise_id, learner, code, filename, course_id)
     if idempotency is not None:
@@ -128,18 +128,17 @@ def accept_submission(
     return Accepted(submission, notices)
 
 
-def _code_from_upload(upload: Upload, max_upload_bytes: int) -> tuple[str, list[str]]:
+def _code_from_upload(upload: Upload, max_upload_bytes: int) -> ExtractedCode:
     data = upload.stream.read(max_upload_bytes + 1)
     if len(data) > max_upload_bytes:
         raise CodeTooLarge(
-            f"{upload.filename} is over the upload limit of {max_upload_bytes} bytes "
-            f"({max_upload_bytes // 1024} KiB)"
+            f"{clean_filename(upload.filename)[:60]} is over the upload limit of "
+            f"{max_upload_bytes} bytes ({max_upload_bytes // 1024} KiB)"
         )
     try:
-        extracted = code_from_file(upload.filename, data)
+        return code_from_file(upload.filename, data)
     except NotebookError as exc:
         raise SubmissionRejected(str(exc)) from None
-    return extracted.source, extracted.notices
 
 
 def _fingerprint(

@@ -19,6 +19,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 import graders
+import sandbox
 from app.db import SessionFactory
 from app.grading.submissions import (
     SUBMISSIONS_TO_GRADE,
@@ -27,9 +28,10 @@ from app.grading.submissions import (
     record_report,
     requeue_unfinished,
 )
+from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
-from graders.grading import GRADING_LIMITS
-from sandbox import Limits
+from graders.grading import GRADING_LIMITS, POOL_PROGRAM
+from sandbox import Limits, Runner
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,10 @@ class Dispatcher(Protocol):
     def enqueue(self, submission_id: str) -> None: ...
 
     def stop(self) -> None: ...
+
+    def readiness_problem(self) -> str | None:
+        """Why jobs cannot be taken now (for /readyz), or None."""
+        ...
 
 
 def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> None:
@@ -70,10 +76,34 @@ def grading_limits(settings: Settings) -> Limits | None:
     )
 
 
+def open_grading_runner(settings: Settings) -> Runner:
+    """The sandbox runner of this process: its backend probed once, the warm pool started.
+
+    Raises sandbox.SandboxUnavailable when no backend works here.
+    """
+    return sandbox.open_runner(
+        settings.sandbox, pool=POOL_PROGRAM, pool_size=settings.sandbox_pool_size
+    )
+
+
 def run_grading_job(
-    sessions: SessionFactory, submission_id: str, *, limits: Limits | None = None
+    sessions: SessionFactory,
+    submission_id: str,
+    *,
+    limits: Limits | None = None,
+    runner: Runner | None = None,
 ) -> None:
-    """Claim the submission, grade it, store the result. No transaction is open while grading."""
+    """Claim the submission, grade it, store the result. No transaction is open while grading.
+
+    Every log line meanwhile carries the submission id.
+    """
+    with logging_submission(submission_id):
+        _grade(sessions, submission_id, limits, runner)
+
+
+def _grade(
+    sessions: SessionFactory, submission_id: str, limits: Limits | None, runner: Runner | None
+) -> None:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id)
     if job is None:
@@ -88,7 +118,7 @@ def run_grading_job(
     )
     started = time.monotonic()
     try:
-        report = graders.grade(job.exercise_id, job.code, limits)
+        report = graders.grade(job.exercise_id, job.code, limits, runner)
     except Exception as exc:
         # Learner mistakes come back as reports; an exception is the server's own fault.
         log.exception(
@@ -99,10 +129,12 @@ def run_grading_job(
         )
         with sessions.begin() as session:
             record_error(session, job, f"{type(exc).__name__}: {exc}")
+        record_grade(SERVER_ERROR, time.monotonic() - started)
         return
 
     with sessions.begin() as session:
         stored = record_report(session, job, report)
+    record_grade(report.diagnosis, time.monotonic() - started)
     log.info(
         "submission %s: %s, %g/%g in %.2f s%s",
         submission_id,
@@ -127,11 +159,17 @@ class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process."""
 
     def __init__(
-        self, sessions: SessionFactory, *, worker_count: int, limits: Limits | None = None
+        self,
+        sessions: SessionFactory,
+        *,
+        worker_count: int,
+        limits: Limits | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self._sessions = sessions
         self._worker_count = worker_count
         self._limits = limits
+        self._runner = runner
         self._executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
@@ -150,9 +188,12 @@ class ThreadPoolDispatcher:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
 
+    def readiness_problem(self) -> str | None:
+        return "the grading threads are not started" if self._executor is None else None
+
     def _run(self, submission_id: str) -> None:
         try:
-            run_grading_job(self._sessions, submission_id, limits=self._limits)
+            run_grading_job(self._sessions, submission_id, limits=self._limits, runner=self._runner)
         except Exception:
             # The row stays queued or running; the next start takes it up again.
             log.exception("submission %s: grading job crashed", submission_id)

@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.errors import AppError
+from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
 from app.outbox import report_graded
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
@@ -172,7 +173,7 @@ def create_submission(
     except UnknownExercise:
         known = ", ".join(exercise.id for exercise in list_exercises())
         raise UnknownExerciseId(
-            f"unknown exercise {exercise_id!r}; known exercises: {known}"
+            f"unknown exercise {exercise_id[:100]!r}; known exercises: {known}"
         ) from None
 
     _check_text("code", code)
@@ -274,6 +275,7 @@ def _finish_regrades(session: Session, job: GradingJob, **values: object) -> Non
 
 def record_report(session: Session, job: GradingJob, report: GradeReport) -> bool:
     """Store the grader's result and mark the submission graded; False if the claim is stale."""
+    report = bounded_report(report)
     stored = _finish(
         session,
         job,
@@ -307,7 +309,12 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
 
 def record_error(session: Session, job: GradingJob, message: str) -> bool:
     """Mark the submission failed by a server fault; False if the claim is stale."""
-    stored = _finish(session, job, status=SubmissionStatus.ERROR, error_message=message)
+    stored = _finish(
+        session,
+        job,
+        status=SubmissionStatus.ERROR,
+        error_message=cut(message, MAX_ERROR_MESSAGE_CHARS),
+    )
     if stored:
         _finish_regrades(session, job, new_status=SubmissionStatus.ERROR)
     return stored

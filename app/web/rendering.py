@@ -22,8 +22,15 @@ from app.settings import Settings
 from app.web.sessions import SignInRequired, Viewer, set_cookies
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
-# Raw HTML in markdown is shown as text: feedback can quote the learner's own code and errors.
+# Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+# A grade's feedback quotes the learner's code and errors, which the grader escapes. In case a
+# quote ever slips through, feedback is rendered with only what the grader's own text uses:
+# paragraphs, lists, code and emphasis. No link, image, heading, quote block or table, so no
+# learner text can become a link to another site or a panel that looks like the server's.
+_feedback_markdown = MarkdownIt("zero", {"html": False}).enable(
+    ["paragraph", "list", "code", "fence", "newline", "escape", "backticks", "emphasis", "entity"]
+)
 
 PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -41,6 +48,10 @@ def _markdown_filter(text: str | None) -> Markup:
     return Markup(_markdown.render(text or ""))
 
 
+def _feedback_filter(text: str | None) -> Markup:
+    return Markup(_feedback_markdown.render(text or ""))
+
+
 def _when(value: datetime | None) -> Markup:
     """A time as <time>, in UTC; static/time.js shows it in the reader's own time zone."""
     if value is None:
@@ -55,6 +66,7 @@ def _points(value: float | None) -> str:
 
 
 templates.env.filters["markdown"] = _markdown_filter
+templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
 

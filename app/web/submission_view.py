@@ -9,6 +9,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.courses.courses import can_view_submission, course_role
+from app.grading.results import shown_result
 from app.grading.submissions import get_submission
 from app.models import Course, CourseRole, Submission, SubmissionStatus
 from app.web.charts import line_chart
@@ -16,7 +17,6 @@ from app.web.rendering import PageError
 from app.web.review import review_context
 from app.web.sessions import Viewer, anonymous_learner
 from graders.exercises import Exercise, UnknownExercise, get_exercise
-from graders.report import PlotSeries
 
 FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
 
@@ -36,14 +36,13 @@ def viewable_submission(
 
 
 def result_context(submission: Submission) -> dict[str, Any]:
+    shown = shown_result(submission)
     return {
         "submission": submission,
         "finished": submission.status in FINISHED,
-        "checks": submission.checks or [],
+        "result": shown,
         # line_chart escapes every text it puts in the SVG.
-        "charts": [
-            Markup(line_chart(PlotSeries.model_validate(plot))) for plot in submission.plots or []
-        ],
+        "charts": [Markup(line_chart(plot)) for plot in shown.plots],
     }
 
 
