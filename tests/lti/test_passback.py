@@ -22,7 +22,7 @@ from app.models import OutboxMessage, OutboxStatus, Submission
 from tests.app.conftest import CORRECT_CODE
 from tests.lti.conftest import form_fields
 from tests.lti.fake_platform import FakePlatform, follow_login
-from tests.lti.test_webhooks import Receiver
+from tests.lti.receiver import Receiver
 from tests.servers import app_in_thread, running_server
 
 WAIT_SECONDS = 180.0
