@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("auth_url", sa.String(1000), nullable=False),
         sa.Column("token_url", sa.String(1000), nullable=False),
         sa.Column("jwks_url", sa.String(1000), nullable=False),
+        sa.Column("frame_origins", sa.JSON(), nullable=True),
         sa.Column("created_at", WHEN, nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_lti_platforms")),
         sa.UniqueConstraint("issuer", "client_id", name=op.f("uq_lti_platforms_issuer")),
