@@ -12,12 +12,13 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import OperationalError
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import account_pages, api, instructor_pages, pages
 from app.db import create_db_engine, create_session_factory, database_revision, head_revision
-from app.queue import ThreadPoolDispatcher, grading_limits, requeue_after_restart
+from app.queue import create_dispatcher
 from app.rendering import install_error_pages
 from app.settings import Settings
 from app.web_sessions import load_secret_key
@@ -25,6 +26,7 @@ from app.web_sessions import load_secret_key
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 
 class DatabaseNotMigrated(RuntimeError):
@@ -47,17 +49,14 @@ def create_app(settings: Settings) -> FastAPI:
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
-        dispatcher = ThreadPoolDispatcher(
-            sessions, worker_count=settings.worker_count, limits=grading_limits(settings)
-        )
+        dispatcher = create_dispatcher(sessions, settings)
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
         dispatcher.start()
-        requeue_after_restart(sessions, dispatcher)
         try:
             yield
         finally:
-            # Waits for the grades in progress; queued ones stay in the database for next start.
+            # Waits for the grades in progress; queued ones stay in the database (and broker).
             await anyio.to_thread.run_sync(dispatcher.stop)
             engine.dispose()
 
@@ -79,6 +78,16 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def on_invalid_request(request: Request, exc: RequestValidationError) -> Response:
         return JSONResponse({"detail": validation_messages(exc)}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def on_database_unreachable(request: Request, exc: OperationalError) -> Response:
+        # The database is down or restarting: the pool reconnects by itself once it is back.
+        log.error("%s %s: database unavailable: %s", request.method, request.url.path, exc.orig)
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry in a few seconds"},
+            status_code=503,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+        )
 
     @app.exception_handler(Exception)
     async def on_server_fault(request: Request, exc: Exception) -> Response:

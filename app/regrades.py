@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audit import record_event
-from app.models import Regrade, Submission, SubmissionStatus, User, new_id
+from app.models import Regrade, Submission, SubmissionStatus, User, new_id, utc_now
 from graders.exercises import get_exercise
 
 FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
@@ -38,6 +38,7 @@ def _queue_again(session: Session, submission: Submission, batch_id: str, by: Us
     )
     # The old result stays on the row (and in the Regrade) until the new one replaces it.
     submission.status = SubmissionStatus.QUEUED
+    submission.queued_at = utc_now()
 
 
 def request_regrade(session: Session, submission: Submission, *, by: User) -> str:

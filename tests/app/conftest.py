@@ -1,4 +1,4 @@
-"""Fixtures for the app: a migrated SQLite in a temporary data dir, a real server over HTTP."""
+"""Fixtures for the app: a migrated database (tests/conftest.py), a real server over HTTP."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from app.auth import create_api_key
-from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
 from app.settings import Settings
+from tests.conftest import migrated_database
 from tests.servers import app_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ GRADING_TIMEOUT_SECONDS = 120.0
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh data dir whose database has every migration applied."""
     settings = Settings(data_dir=tmp_path / "data")
-    upgrade_database(settings.database_url)
+    migrated_database(settings.database_url)
     return settings
 
 
