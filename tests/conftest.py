@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +95,12 @@ def postgres_admin_url() -> Iterator[str]:
 def redis_available() -> None:
     if redis_binary() is None:
         missing_service("redis-server is not installed: apt-get install redis-server")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other uids can read (pytest's tmp_path is under a mode-700 directory)."""
+    path = Path(tempfile.mkdtemp(prefix="loopgrade-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)

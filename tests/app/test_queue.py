@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.db import SessionFactory
 from app.models import Submission, utc_now
-from app.queue import GradingOutcome, run_grading_job, sweep
+from app.queue import GradingOutcome, lease_renewed, run_grading_job, sweep
 from app.settings import Settings
 from app.submissions import (
     GradingJob,
@@ -215,3 +218,72 @@ def test_a_server_fault_is_an_error_not_a_grade(
     assert "retired-exercise" in state["error_message"]
     assert state["score"] is None and state["graded_at"] is None
     assert submission_id in caplog.text
+
+
+def test_a_sandbox_fault_is_retried_not_stored_as_an_error(
+    sessions: SessionFactory,
+    settings: Settings,
+    shared_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_bwrap = shutil.which("bwrap")
+    assert real_bwrap, "bubblewrap is needed (./dev installs it)"
+    # The sandbox binary is not usable for a moment (an upgrade in progress, say).
+    flaky_bwrap = shared_dir / "bwrap"
+    flaky_bwrap.write_text(f'#!/bin/sh\nexec {real_bwrap} "$@"\n')
+    flaky_bwrap.chmod(0o644)
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "bwrap")
+    monkeypatch.setenv("LOOPGRADE_BWRAP", str(flaky_bwrap))
+    submission_id = add_submission(sessions)
+
+    run = run_grading_job(sessions, submission_id, settings)
+    assert run.outcome is GradingOutcome.RETRY
+    assert run.retry_in_seconds == settings.retry_backoff_seconds
+    state = row_state(sessions, submission_id)
+    assert (state["status"], state["error_message"], state["attempts"]) == ("queued", None, 1)
+
+    flaky_bwrap.chmod(0o755)
+    assert run_grading_job(sessions, submission_id, settings).outcome is GradingOutcome.GRADED
+    state = row_state(sessions, submission_id)
+    assert (state["status"], state["attempts"]) == ("graded", 2)
+
+
+def test_a_sandbox_fault_on_the_last_attempt_is_an_error(
+    sessions: SessionFactory, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "bwrap")
+    monkeypatch.setenv("LOOPGRADE_BWRAP", "/nonexistent/bwrap")
+    last_try = settings.model_copy(update={"grading_max_attempts": 1})
+    submission_id = add_submission(sessions)
+    assert run_grading_job(sessions, submission_id, last_try).outcome is GradingOutcome.ERROR
+    state = row_state(sessions, submission_id)
+    assert state["status"] == "error"
+    assert "bubblewrap" in state["error_message"]
+
+
+def test_the_backoff_doubles_up_to_its_cap(settings: Settings) -> None:
+    delays = [settings.retry_delay_seconds(attempt) for attempt in range(1, 12)]
+    assert delays[:3] == [2.0, 4.0, 8.0]
+    assert delays[-1] == settings.retry_backoff_max_seconds == max(delays)
+
+
+def test_a_worker_renews_its_lease_while_it_grades(sessions: SessionFactory) -> None:
+    submission_id = add_submission(sessions)
+    lease_seconds = 0.6
+    with sessions.begin() as session:
+        job = claim_submission(session, submission_id, lease_seconds=lease_seconds)
+    assert job is not None
+
+    def lease_expires_at() -> Any:
+        with sessions() as session:
+            row = session.get(Submission, submission_id)
+            assert row is not None
+            return row.lease_expires_at
+
+    first = lease_expires_at()
+    with lease_renewed(sessions, job, lease_seconds):
+        deadline = time.monotonic() + 30
+        while lease_expires_at() == first:
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.05)
+    assert lease_expires_at() > first
