@@ -28,7 +28,7 @@ from tests.servers import REPO, app_in_thread
 from tests.services import RedisServer, create_database, drop_database, redis_server
 
 # Short enough that a killed worker's submission is graded again within seconds.
-FAST_SWEEP_ENV = {
+HOST_TEST_ENV = {
     "LOOPGRADE_LEASE_SECONDS": "3",
     "LOOPGRADE_SWEEP_INTERVAL_SECONDS": "1",
     "LOOPGRADE_REDELIVER_AFTER_SECONDS": "5",
@@ -50,19 +50,32 @@ def database_url(postgres_admin_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def redis(redis_available: None, tmp_path: Path) -> Iterator[RedisServer]:
+def own_redis(redis_available: None, tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own, which it may kill."""
     with redis_server(tmp_path) as server:
         yield server
 
 
 @pytest.fixture
-def host_env(database_url: str, redis: RedisServer, tmp_path: Path) -> dict[str, str]:
-    """The environment every host of the test shares: one database, one broker."""
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The broker: LOOPGRADE_TEST_REDIS_URL (.ci/run starts one), else a Redis of our own."""
+    shared = os.environ.get("LOOPGRADE_TEST_REDIS_URL")
+    if shared:
+        return shared
+    own: RedisServer = request.getfixturevalue("own_redis")
+    return own.url
+
+
+@pytest.fixture
+def host_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """The environment every host of the test shares: one database, one broker queue."""
     return {
-        **FAST_SWEEP_ENV,
+        **HOST_TEST_ENV,
         "LOOPGRADE_DATA_DIR": str(tmp_path / "data"),
         "LOOPGRADE_DATABASE_URL": database_url,
-        "LOOPGRADE_BROKER_URL": redis.url,
+        "LOOPGRADE_BROKER_URL": redis_url,
+        # A queue of this test's own: tests sharing one Redis never see each other's messages.
+        "LOOPGRADE_WORKER_QUEUE": f"grading-{uuid.uuid4().hex[:12]}",
     }
 
 
