@@ -3,7 +3,7 @@
 #
 #   scripts/test-services.sh start DIR   install postgresql and redis-server when missing,
 #                                        start both, print the env lines to export:
-#                                        LOOPGRADE_TEST_DATABASE_URL, LOOPGRADE_TEST_REDIS_URL
+#                                        LOOPGRADE_TEST_POSTGRES_URL, LOOPGRADE_TEST_REDIS_URL
 #   scripts/test-services.sh stop DIR    stop what `start DIR` started, remove DIR
 #
 # The cluster is created by initdb in DIR (PostgreSQL refuses root, so as root it belongs to
@@ -57,7 +57,7 @@ start() {
     done
     redis-cli -p "$redis_port" ping >/dev/null || { say "redis-server did not start"; exit 1; }
     say "PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port (state in $dir)"
-    echo "LOOPGRADE_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:$pg_port/postgres"
+    echo "LOOPGRADE_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:$pg_port/postgres"
     echo "LOOPGRADE_TEST_REDIS_URL=redis://127.0.0.1:$redis_port/0"
 }
 

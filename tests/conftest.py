@@ -6,8 +6,9 @@ migrates a template database once, and each test gets a database of its own, emp
 LOOPGRADE_DATABASE_URL for the test and every process it starts. `migrated_database` fills it
 from the template (as fast as a copy), or migrates the SQLite file.
 
-Tests of many hosts need PostgreSQL whatever the mode: `postgres_admin_url` is that server,
-or a throwaway cluster of the session's own when none is given (./dev installs PostgreSQL).
+Tests of many hosts need PostgreSQL whatever the mode: `postgres_admin_url` is the server of
+LOOPGRADE_TEST_DATABASE_URL or LOOPGRADE_TEST_POSTGRES_URL (./dev test and .ci/run start one
+with scripts/test-services.sh), else a throwaway cluster of the session's own.
 LOOPGRADE_REQUIRE_SERVICES=1 (as in CI) makes a missing PostgreSQL or Redis an error, not a skip.
 """
 
@@ -82,8 +83,9 @@ def test_database(postgres_template: None, monkeypatch: pytest.MonkeyPatch) -> I
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
     """A PostgreSQL server the test may create databases on (the given one, or our own)."""
-    if TEST_DATABASE_URL:
-        yield TEST_DATABASE_URL
+    given = TEST_DATABASE_URL or os.environ.get("LOOPGRADE_TEST_POSTGRES_URL")
+    if given:
+        yield with_psycopg_driver(given)
         return
     if postgres_bin() is None:
         missing_service("PostgreSQL is not installed: apt-get install postgresql (./dev does)")
