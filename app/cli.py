@@ -82,7 +82,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     if not check_sandbox():
         return 1
-    from app.celery_queue import run_worker
+    from app.grading.celery_queue import run_worker
 
     log.info(
         "worker: %d grading threads on queue %r; database %s",
@@ -117,8 +117,8 @@ class CommandFailed(Exception):
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.auth import create_api_key
-    from app.courses import find_course
+    from app.api.keys import create_api_key
+    from app.courses.courses import find_course
 
     with database_session(build_settings(args)) as session:
         course_id, course_name = None, ""
@@ -161,8 +161,8 @@ def read_password() -> str:
 
 
 def cmd_users_create(args: argparse.Namespace) -> int:
-    from app.accounts import AccountError, create_user
     from app.models import SiteRole
+    from app.people.accounts import AccountError, create_user
 
     settings = build_settings(args)
     password = read_password()
@@ -183,8 +183,8 @@ def cmd_users_create(args: argparse.Namespace) -> int:
 
 
 def cmd_courses_create(args: argparse.Namespace) -> int:
-    from app.accounts import find_user_by_email
-    from app.courses import CourseError, create_course
+    from app.courses.courses import CourseError, create_course
+    from app.people.accounts import find_user_by_email
 
     try:
         with database_session(build_settings(args)) as session:
@@ -210,7 +210,7 @@ def cmd_courses_create(args: argparse.Namespace) -> int:
 def cmd_courses_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from app.courses import members
+    from app.courses.courses import members
     from app.models import Course, CourseRole
 
     with database_session(build_settings(args)) as session:

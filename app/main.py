@@ -16,16 +16,17 @@ from sqlalchemy.exc import OperationalError
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import account_pages, api, instructor_pages, pages
+from app.api import routes as api_routes
 from app.db import create_db_engine, create_session_factory, database_revision, head_revision
-from app.queue import create_dispatcher
-from app.rendering import install_error_pages
+from app.grading.queue import create_dispatcher
 from app.settings import Settings
-from app.web_sessions import load_secret_key
+from app.web import account_pages, instructor_pages, learner_pages
+from app.web.rendering import install_error_pages
+from app.web.sessions import load_secret_key
 
 log = logging.getLogger(__name__)
 
-STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_DIR = Path(__file__).resolve().parent / "web" / "static"
 DATABASE_RETRY_AFTER_SECONDS = 5
 
 
@@ -98,9 +99,9 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     install_error_pages(app)
-    app.include_router(api.router)
+    app.include_router(api_routes.router)
     app.include_router(account_pages.router)
-    app.include_router(pages.router)
+    app.include_router(learner_pages.router)
     app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth import create_api_key
+from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
 from app.settings import Settings

@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 
-from app.accounts import create_user
-from app.courses import create_course, join_course
+from app.courses.courses import create_course, join_course
 from app.db import SessionFactory
 from app.models import SiteRole, Submission, SubmissionStatus, utc_now
+from app.people.accounts import create_user
 from tests.app.conftest import EXERCISE
 
 PASSWORD = "correct horse battery"
@@ -32,7 +32,7 @@ def make_user(
 
 def make_course(sessions: SessionFactory, instructor_email: str, *learner_emails: str) -> str:
     """A course taught by the first user, with the others enrolled; returns its id."""
-    from app.accounts import find_user_by_email
+    from app.people.accounts import find_user_by_email
 
     with sessions.begin() as session:
         instructor = find_user_by_email(session, instructor_email)

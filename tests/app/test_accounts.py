@@ -8,7 +8,7 @@ from sqlalchemy import select
 from app.db import SessionFactory
 from app.models import SignInFailure, SiteRole, User, WebSession
 from app.settings import Settings
-from app.web_sessions import SESSION_COOKIE
+from app.web.sessions import SESSION_COOKIE
 from tests.app.people import PASSWORD, make_course, make_user, sign_in, token_of
 
 
@@ -191,7 +191,7 @@ def test_only_instructors_and_admins_create_courses(
 
 
 def test_after_sign_in_only_a_path_on_this_site() -> None:
-    from app.rendering import safe_next
+    from app.web.rendering import safe_next
 
     assert safe_next("/courses/abc/gradebook?sort=total") == "/courses/abc/gradebook?sort=total"
     for target in (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 
-from app.charts import line_chart
+from app.web.charts import line_chart
 from graders.report import PlotSeries
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 
 import httpx
 
-from app.auth import create_api_key
-from app.courses import AssignedExercise
+from app.api.keys import create_api_key
+from app.courses.courses import AssignedExercise
+from app.courses.gradebook import score_cell
 from app.db import SessionFactory
-from app.gradebook import score_cell
 from app.models import (
     Assignment,
     AuditEvent,

@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 
 from app.db import SessionFactory
-from app.models import Submission, utc_now
-from app.queue import GradingOutcome, lease_renewed, run_grading_job, sweep
-from app.settings import Settings
-from app.submissions import (
+from app.grading.queue import GradingOutcome, lease_renewed, run_grading_job, sweep
+from app.grading.submissions import (
     GradingJob,
     claim_submission,
     create_submission,
@@ -24,6 +22,8 @@ from app.submissions import (
     requeue_expired_leases,
     requeue_waiting,
 )
+from app.models import Submission, utc_now
+from app.settings import Settings
 from graders.report import Check, GradeReport
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-from app.auth import create_api_key
+from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.models import Submission

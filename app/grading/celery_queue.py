@@ -4,7 +4,7 @@ The API only sends; `loopgrade worker` grades with the same `run_grading_job` as
 in-process threads. A message carries only the submission id. It is acknowledged after the
 task ran (`acks_late`) and put back when the worker process is lost, so a message outlives a
 worker that dies mid-grade; the database lease decides who grades, and the sweep of every
-worker sends again what a broker lost (app/queue.py).
+worker sends again what a broker lost (app/grading/queue.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from app.db import (
     database_revision,
     head_revision,
 )
-from app.queue import GradingOutcome, LeaseSweeper, run_grading_job
+from app.grading.queue import GradingOutcome, LeaseSweeper, run_grading_job
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

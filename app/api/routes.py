@@ -13,15 +13,19 @@ from fastapi import APIRouter, Form, HTTPException, Query, Response, UploadFile,
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.auth import ApiKeyDep
-from app.courses import NotFound, assignment_of, assignments_of
+from app.api.keys import ApiKeyDep
+from app.api.schemas import (
+    ErrorOut,
+    ExerciseOut,
+    SubmissionAccepted,
+    SubmissionCreate,
+    SubmissionOut,
+)
+from app.courses.courses import NotFound, assignment_of, assignments_of
+from app.courses.gradebook import FILTERS, build_gradebook, gradebook_json
 from app.db import SessionDep
-from app.gradebook import FILTERS, build_gradebook, gradebook_json
-from app.models import ApiKey, Course, Submission, SubmissionStatus
-from app.queue import Dispatcher, DispatcherDep
-from app.schemas import ErrorOut, ExerciseOut, SubmissionAccepted, SubmissionCreate, SubmissionOut
-from app.settings import Settings, SettingsDep
-from app.submissions import (
+from app.grading.queue import Dispatcher, DispatcherDep
+from app.grading.submissions import (
     AssignmentClosed,
     CodeTooLarge,
     RateLimit,
@@ -30,6 +34,8 @@ from app.submissions import (
     create_submission,
     get_submission,
 )
+from app.models import ApiKey, Course, Submission, SubmissionStatus
+from app.settings import Settings, SettingsDep
 from graders.exercises import list_exercises
 from graders.notebook import NotebookError, code_from_file
 

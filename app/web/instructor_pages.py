@@ -17,11 +17,8 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.account_pages import signed_in_user
-from app.accounts import find_user_by_email
-from app.audit import events, record_event
-from app.charts import bar_chart
-from app.courses import (
+from app.courses.audit import events, record_event
+from app.courses.courses import (
     CourseError,
     Forbidden,
     NotFound,
@@ -33,8 +30,18 @@ from app.courses import (
     require_instructor,
     set_assignment,
 )
+from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
-from app.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.grading.queue import DispatcherDep
+from app.grading.regrades import (
+    RegradeRejected,
+    outdated_count,
+    regrade_progress,
+    request_exercise_regrade,
+    request_regrade,
+)
+from app.grading.submissions import get_submission
 from app.models import (
     Course,
     CourseRole,
@@ -43,19 +50,11 @@ from app.models import (
     Submission,
     User,
 )
-from app.overrides import OverrideRejected, remove_override, set_override
-from app.pages import submission_context
-from app.queue import DispatcherDep
-from app.regrades import (
-    RegradeRejected,
-    outdated_count,
-    regrade_progress,
-    request_exercise_regrade,
-    request_regrade,
-)
-from app.rendering import PageError, render
-from app.submissions import get_submission
-from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
+from app.people.accounts import find_user_by_email
+from app.web.charts import bar_chart
+from app.web.rendering import PageError, render
+from app.web.review import submission_context
+from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from graders.exercises import list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)

@@ -6,7 +6,7 @@ import math
 
 from sqlalchemy.orm import Session
 
-from app.audit import record_event
+from app.courses.audit import record_event
 from app.models import Submission, User, utc_now
 
 MAX_REASON_CHARS = 2000

@@ -7,34 +7,25 @@ course and site admins only; to anyone else it does not exist (404).
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from app.account_pages import LEARNER_COOKIE, signed_in_user
-from app.charts import line_chart
-from app.courses import (
+from app.courses.courses import (
     AssignedExercise,
     assignment_of,
     assignments_of,
     can_view_submission,
-    course_role,
     courses_of,
     require_member,
 )
+from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep
-from app.gradebook import learner_cells, practice_assignment
-from app.models import Course, CourseRole, Submission, SubmissionStatus, User, utc_now
-from app.queue import DispatcherDep
-from app.rendering import PageError, SignInRequired, render
-from app.review import review_context
-from app.settings import Settings, SettingsDep
-from app.submissions import (
+from app.grading.queue import DispatcherDep
+from app.grading.submissions import (
     AssignmentClosed,
     CodeTooLarge,
     RateLimit,
@@ -45,28 +36,28 @@ from app.submissions import (
     get_submission,
     submissions_of,
 )
-from app.web_sessions import CsrfViewerDep, Viewer, ViewerDep
+from app.models import Course, CourseRole, User, utc_now
+from app.settings import Settings, SettingsDep
+from app.web.rendering import PageError, render
+from app.web.review import result_context, submission_context, viewable_submission
+from app.web.sessions import (
+    LEARNER_COOKIE,
+    CsrfViewerDep,
+    SignInRequired,
+    Viewer,
+    ViewerDep,
+    anonymous_learner,
+    signed_in_user,
+)
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 from graders.notebook import NotebookError, code_from_file
-from graders.report import PlotSeries
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
-
-_LEARNER_COOKIE_VALUE = re.compile(r"web:[A-Za-z0-9_-]{16,64}")
-FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
-NO_SUBMISSION = "There is no submission with this id, or it is not yours to see."
 
 
 def new_learner_id() -> str:
     """An anonymous learner, kept in a cookie, for practice without an account."""
     return f"web:{secrets.token_urlsafe(16)}"
-
-
-def anonymous_learner(request: Request, viewer: Viewer) -> str | None:
-    if viewer.user is not None:
-        return None
-    learner = request.cookies.get(LEARNER_COOKIE, "")
-    return learner if _LEARNER_COOKIE_VALUE.fullmatch(learner) else None
 
 
 def rate_limit(settings: Settings) -> RateLimit | None:
@@ -80,29 +71,6 @@ def find_exercise(exercise_id: str) -> Exercise:
         return get_exercise(exercise_id)
     except UnknownExercise:
         raise PageError(404, "Not found", f"There is no exercise called “{exercise_id}”.") from None
-
-
-def viewable_submission(
-    request: Request, session: Session, viewer: Viewer, submission_id: str
-) -> Submission:
-    submission = get_submission(session, submission_id)
-    if submission is None or not can_view_submission(
-        session, viewer.user, anonymous_learner(request, viewer), submission
-    ):
-        raise PageError(404, "Not found", NO_SUBMISSION)
-    return submission
-
-
-def result_context(submission: Submission) -> dict[str, Any]:
-    return {
-        "submission": submission,
-        "finished": submission.status in FINISHED,
-        "checks": submission.checks or [],
-        # line_chart escapes every text it puts in the SVG.
-        "charts": [
-            Markup(line_chart(PlotSeries.model_validate(plot))) for plot in submission.plots or []
-        ],
-    }
 
 
 def _unit(
@@ -368,31 +336,6 @@ def course_home(
     )
 
 
-def submission_context(
-    request: Request, session: Session, viewer: Viewer, submission_id: str
-) -> dict[str, Any]:
-    submission = viewable_submission(request, session, viewer, submission_id)
-    try:
-        exercise: Exercise | None = get_exercise(submission.exercise_id)
-    except UnknownExercise:
-        exercise = None
-    course = session.get(Course, submission.course_id) if submission.course_id else None
-    is_owner = _is_owner(request, viewer, submission)
-    # Whoever may see it and did not make it reviews it: an instructor or a site admin.
-    review = None
-    if not is_owner or (
-        course is not None and course_role(session, viewer.user, course.id) == CourseRole.INSTRUCTOR
-    ):
-        review = review_context(session, request.app.state.settings, submission)
-    return {
-        "exercise": exercise,
-        "course": course,
-        "is_owner": is_owner,
-        "review": review,
-        **result_context(submission),
-    }
-
-
 # What an instructor's action on a submission page says once done (redirected with ?done=).
 DONE_MESSAGES = {
     "override-set": "Override set: it counts instead of the graded score until you remove it.",
@@ -409,12 +352,6 @@ def submission_page(
     return render(
         request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
     )
-
-
-def _is_owner(request: Request, viewer: Viewer, submission: Submission) -> bool:
-    if viewer.user is not None:
-        return submission.user_id == viewer.user.id
-    return submission.user_id is None and submission.learner == anonymous_learner(request, viewer)
 
 
 @router.get("/submissions/{submission_id}/result")

@@ -7,7 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.accounts import (
+from app.courses.courses import CourseError, courses_of, create_course, join_course
+from app.courses.gradebook import practice_cells
+from app.db import SessionDep
+from app.models import SiteRole, User
+from app.people.accounts import (
     MIN_PASSWORD_CHARS,
     AccountError,
     SignInRefused,
@@ -15,31 +19,21 @@ from app.accounts import (
     create_user,
     sign_in,
 )
-from app.courses import CourseError, courses_of, create_course, join_course
-from app.db import SessionDep
-from app.gradebook import practice_cells
-from app.models import SiteRole, User
-from app.rendering import SignInRequired, render, safe_next
 from app.settings import SettingsDep
-from app.web_sessions import (
+from app.web.rendering import render, safe_next
+from app.web.sessions import (
+    LEARNER_COOKIE,
     CsrfViewerDep,
     ViewerDep,
     clear_session_cookie,
     end_session,
     set_session_cookie,
+    signed_in_user,
     start_session,
 )
 from graders.exercises import list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
-
-LEARNER_COOKIE = "loopgrade_learner"
-
-
-def signed_in_user(viewer: ViewerDep) -> User:
-    if viewer.user is None:
-        raise SignInRequired()
-    return viewer.user
 
 
 def _signed_in_response(

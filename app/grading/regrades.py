@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.audit import record_event
+from app.courses.audit import record_event
 from app.models import Regrade, Submission, SubmissionStatus, User, new_id, utc_now
 from graders.exercises import get_exercise
 

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.courses import AssignedExercise, assignments_of, members
+from app.courses.courses import AssignedExercise, assignments_of, members
+from app.grading.submissions import submissions_of
 from app.models import (
     Assignment,
     Course,
@@ -33,7 +34,6 @@ from app.models import (
     SubmissionStatus,
     User,
 )
-from app.submissions import submissions_of
 from graders.exercises import Exercise
 
 State = Literal["not-tried", "tried", "solved"]

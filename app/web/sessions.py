@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -201,3 +202,24 @@ def require_csrf(
 
 
 CsrfViewerDep = Annotated[Viewer, Depends(require_csrf)]
+
+
+class SignInRequired(Exception):
+    """The page needs a signed-in user: send the browser to sign in, then back."""
+
+
+LEARNER_COOKIE = "loopgrade_learner"
+_LEARNER_COOKIE_VALUE = re.compile(r"web:[A-Za-z0-9_-]{16,64}")
+
+
+def anonymous_learner(request: Request, viewer: Viewer) -> str | None:
+    if viewer.user is not None:
+        return None
+    learner = request.cookies.get(LEARNER_COOKIE, "")
+    return learner if _LEARNER_COOKIE_VALUE.fullmatch(learner) else None
+
+
+def signed_in_user(viewer: ViewerDep) -> User:
+    if viewer.user is None:
+        raise SignInRequired()
+    return viewer.user

@@ -17,9 +17,9 @@ from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from app.courses import Forbidden, NotFound
+from app.courses.courses import Forbidden, NotFound
 from app.settings import Settings
-from app.web_sessions import CsrfRejected, Viewer, set_cookies
+from app.web.sessions import CsrfRejected, SignInRequired, Viewer, set_cookies
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 # Raw HTML in markdown is shown as text: feedback can quote the learner's own code and errors.
@@ -67,10 +67,6 @@ class PageError(Exception):
         self.status_code = status_code
         self.title = title
         self.message = message
-
-
-class SignInRequired(Exception):
-    """The page needs a signed-in user: send the browser to sign in, then back."""
 
 
 def render(

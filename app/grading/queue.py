@@ -5,7 +5,7 @@ after the submitting transaction commits, and `run_grading_job` may run any numb
 for one id: only the run that claims the row grades it, and only its claim may store a result.
 A claim is a lease the worker renews while it grades; `LeaseSweeper` puts back submissions
 whose lease expired (their worker died) and sends again those queued so long that their
-message must have been lost. LOOPGRADE_BROKER_URL chooses Celery (app/celery_queue.py).
+message must have been lost. LOOPGRADE_BROKER_URL chooses Celery (app/grading/celery_queue.py).
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from fastapi import Depends, Request
 
 import graders
 from app.db import SessionFactory
-from app.models import utc_now
-from app.settings import Settings
-from app.submissions import (
+from app.grading.submissions import (
     GradingJob,
     claim_submission,
     record_error,
@@ -37,6 +35,8 @@ from app.submissions import (
     requeue_expired_leases,
     requeue_waiting,
 )
+from app.models import utc_now
+from app.settings import Settings
 from graders.grading import GRADING_LIMITS
 from sandbox import Limits, SandboxError
 
@@ -297,7 +297,7 @@ class ThreadPoolDispatcher:
 def create_dispatcher(sessions: SessionFactory, settings: Settings) -> Dispatcher:
     """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here."""
     if settings.broker_url:
-        from app.celery_queue import CeleryDispatcher
+        from app.grading.celery_queue import CeleryDispatcher
 
         return CeleryDispatcher(settings)
     return ThreadPoolDispatcher(sessions, settings)
