@@ -184,13 +184,14 @@ def sweep(sessions: SessionFactory, settings: Settings, *, all_queued: bool = Fa
         None if all_queued else utc_now() - timedelta(seconds=settings.redeliver_after_seconds)
     )
     with sessions.begin() as session:
-        expired = requeue_expired_leases(session)
+        # Waiting rows first: the expired ones, queued again just now, are not among them.
         waiting = requeue_waiting(session, queued_before=queued_before)
+        expired = requeue_expired_leases(session)
     if expired:
         log.warning("requeued %d submission(s) whose worker lease expired", len(expired))
     if waiting:
         log.info("sending %d queued submission(s) to the workers again", len(waiting))
-    return [*expired, *(submission_id for submission_id in waiting if submission_id not in expired)]
+    return [*waiting, *expired]
 
 
 class LeaseSweeper:
