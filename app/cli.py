@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.operations import configure_logging
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -144,6 +145,44 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     print(secret)
+    return 0
+
+
+def _course_of(session: Session, id_or_join_code: str) -> tuple[str, str]:
+    from app.courses.courses import find_course
+
+    course = find_course(session, id_or_join_code)
+    if course is None:
+        raise CommandFailed(
+            f"no course has the id or join code {id_or_join_code!r} (see 'loopgrade courses list')"
+        )
+    return course.id, course.name
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from app.api.keys import keys_of_course
+
+    with database_session(build_settings(args)) as session:
+        course_id = _course_of(session, args.course)[0] if args.course else None
+        for api_key in keys_of_course(session, course_id):
+            state = f"revoked {api_key.revoked_at:%Y-%m-%d %H:%M}" if api_key.revoked_at else "live"
+            print(f"{api_key.id}  {api_key.name}  created {api_key.created_at:%Y-%m-%d}  {state}")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from app.api.keys import revoke_api_key
+    from app.models import ApiKey
+
+    with database_session(build_settings(args)) as session:
+        api_key = session.get(ApiKey, args.key_id)
+        if api_key is None:
+            raise CommandFailed(
+                f"no API key has the id {args.key_id!r} (see 'loopgrade keys list')"
+            )
+        revoke_api_key(session, api_key)
+        name = api_key.name
+    print(f"Revoked API key {name!r} ({args.key_id}): it is refused from now on.")
     return 0
 
 
@@ -284,6 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_data_dir(keys_create)
     keys_create.set_defaults(run=cmd_keys_create)
+    keys_list = keys_commands.add_parser("list", help="a course's API keys, revoked ones too")
+    keys_list.add_argument(
+        "--course", help="the course's id or join code (without it: keys tied to no course)"
+    )
+    add_data_dir(keys_list)
+    keys_list.set_defaults(run=cmd_keys_list)
+    keys_revoke = keys_commands.add_parser("revoke", help="revoke an API key by its id")
+    keys_revoke.add_argument("key_id", help="the id 'loopgrade keys list' shows")
+    add_data_dir(keys_revoke)
+    keys_revoke.set_defaults(run=cmd_keys_revoke)
 
     users = commands.add_parser("users", help="manage accounts")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
@@ -332,16 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
         "every known bug gets its diagnosis",
     )
     check.set_defaults(run=cmd_check_exercises)
+
+    from app.lti.cli import add_lti_commands
+
+    add_lti_commands(commands, add_data_dir)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging()
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     try:
         exit_code: int = args.run(args)
@@ -355,4 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # As `python -m app.cli` this file is __main__; run app.cli's main, whose CommandFailed
+    # is the one commands in other modules (app.lti.cli) raise.
+    from app.cli import main as module_main
+
+    sys.exit(module_main())

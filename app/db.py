@@ -1,4 +1,11 @@
-"""Database engine and sessions. Requests and jobs own the transaction; domain code only flushes."""
+"""Database engine and sessions. Requests and jobs own the transaction; domain code only flushes.
+
+A request's session is committed by `RequestTransaction` once, when the response starts: a
+response under 400 commits, an error (a 4xx or 5xx answer, or an exception) rolls back. A
+worker task opens `sessions.begin()`, which does the same for its block. What must follow a
+commit (handing a submission to a worker, waking the outbox) is done by `after_commit` hooks
+on the session factory, so no route places it by hand.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio.to_thread
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -15,6 +23,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SessionFactory = sessionmaker[Session]
 
@@ -50,11 +59,62 @@ def create_session_factory(engine: Engine) -> SessionFactory:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+# session.info key: this transaction's writes stand even if the request is answered with an error.
+_KEEP_ON_ERROR = "keep_on_error_response"
+
+
+def keep_on_error_response(session: Session) -> None:
+    """Commit this request's writes even though it will be answered with an error.
+
+    For a record of the refusal itself (a failed sign-in counts toward the limit).
+    """
+    session.info[_KEEP_ON_ERROR] = True
+
+
 def get_session(request: Request) -> Iterator[Session]:
-    """One session per request; the route commits it, anything uncommitted is rolled back."""
+    """One session per request; `RequestTransaction` commits or rolls it back."""
     sessions: SessionFactory = request.app.state.sessions
     with sessions() as session:
+        request.state.db_session = session
         yield session
+
+
+class RequestTransaction:
+    """The one owner of a request's transaction: commit before the response starts if its
+    status is under 400 (or the writes are kept on purpose), roll back otherwise.
+
+    Committing before the first byte is sent means a client told "accepted" was told so only
+    after the row is durable; a failed commit becomes the application's 500 instead.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        def request_session() -> Session | None:
+            session: Session | None = scope.get("state", {}).get("db_session")
+            return session
+
+        async def send_after_commit(message: Message) -> None:
+            session = request_session()
+            if message["type"] == "http.response.start" and session is not None:
+                if message["status"] < 400 or session.info.pop(_KEEP_ON_ERROR, False):
+                    await anyio.to_thread.run_sync(session.commit)
+                else:
+                    await anyio.to_thread.run_sync(session.rollback)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_after_commit)
+        except BaseException:
+            session = request_session()
+            if session is not None:
+                await anyio.to_thread.run_sync(session.rollback)
+            raise
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

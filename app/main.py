@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from pathlib import Path
 
 import anyio.to_thread
@@ -14,14 +15,25 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import operations
 from app.api import routes as api_routes
-from app.db import create_db_engine, create_session_factory, database_revision, head_revision
-from app.grading.queue import create_dispatcher
+from app.db import (
+    RequestTransaction,
+    create_db_engine,
+    create_session_factory,
+    database_revision,
+    head_revision,
+)
+from app.errors import AppError
+from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
+from app.lti.routes import install_lti
+from app.outbox import OutboxDelivery
 from app.settings import Settings
 from app.web import account_pages, instructor_pages, learner_pages
-from app.web.rendering import install_error_pages
+from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
 
 log = logging.getLogger(__name__)
@@ -50,15 +62,32 @@ def create_app(settings: Settings) -> FastAPI:
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
-        dispatcher = create_dispatcher(sessions, settings)
+        # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
+        # With a broker the workers grade: this process runs no sandbox.
+        runner = (
+            None
+            if settings.broker_url
+            else await anyio.to_thread.run_sync(open_grading_runner, settings)
+        )
+        if runner is not None:
+            log.info("sandbox: %s", runner.status)
+        dispatcher = create_dispatcher(sessions, settings, runner=runner)
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
+        outbox = OutboxDelivery(sessions, settings)
+        app.state.outbox = outbox
+        enqueue_after_commit(sessions, dispatcher)
+        app.state.runner = runner
         dispatcher.start()
+        outbox.start()
         try:
             yield
         finally:
             # Waits for the grades in progress; queued ones stay in the database (and broker).
             await anyio.to_thread.run_sync(dispatcher.stop)
+            await anyio.to_thread.run_sync(outbox.stop)
+            if runner is not None:
+                runner.close()
             engine.dispose()
 
     app = FastAPI(
@@ -69,6 +98,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.secret_key = load_secret_key(settings)
+    # Inside the error handlers' middleware: an error answer is seen here, and rolls back.
+    app.add_middleware(RequestTransaction)
     app.add_middleware(
         RequestBodyLimit,
         max_body_bytes=settings.request_body_bytes,
@@ -76,29 +107,10 @@ def create_app(settings: Settings) -> FastAPI:
         f"code may be at most {settings.max_code_bytes} bytes",
     )
 
-    @app.exception_handler(RequestValidationError)
-    async def on_invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        return JSONResponse({"detail": validation_messages(exc)}, status_code=422)
-
-    @app.exception_handler(OperationalError)
-    async def on_database_unreachable(request: Request, exc: OperationalError) -> Response:
-        # The database is down or restarting: the pool reconnects by itself once it is back.
-        log.error("%s %s: database unavailable: %s", request.method, request.url.path, exc.orig)
-        return JSONResponse(
-            {"detail": "the database is unavailable; retry in a few seconds"},
-            status_code=503,
-            headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
-        )
-
-    @app.exception_handler(Exception)
-    async def on_server_fault(request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return JSONResponse(
-            {"detail": "internal server error; the server log has the details"},
-            status_code=500,
-        )
-
-    install_error_pages(app)
+    install_error_handlers(app)
+    install_sign_in_redirect(app)
+    app.include_router(operations.router)
+    install_lti(app, settings)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
@@ -107,10 +119,82 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-class RequestBodyLimit:
-    """Refuse request bodies over `max_body_bytes` with a JSON 413, before they fill memory.
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
 
-    (Starlette's own limit answers in plain text, and every error here is JSON.)
+
+def error_response(
+    request: Request,
+    status_code: int,
+    title: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """The one way an error is answered: JSON under /api/, a styled page everywhere else
+    (a learner inside an LMS iframe must not meet raw JSON)."""
+    if _is_api(request):
+        return JSONResponse({"detail": message}, status_code=status_code, headers=headers)
+    return error_page(request, status_code, title, message, headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def on_app_error(request: Request, exc: AppError) -> Response:
+        return error_response(request, exc.status_code, exc.title, exc.message, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        phrase = HTTPStatus(exc.status_code).phrase
+        message = str(exc.detail)
+        if exc.status_code == 404 and message == phrase and not _is_api(request):
+            message = (
+                "There is no page at this address. Check the link, or start from the home page."
+            )
+        return error_response(request, exc.status_code, phrase, message, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        if _is_api(request):
+            return JSONResponse({"detail": validation_messages(exc)}, status_code=422)
+        fields = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        return error_page(
+            request,
+            422,
+            "Not accepted",
+            f"The form was not filled in as this page expects ({fields}). "
+            "Go back, reload the page and send it again.",
+        )
+
+    @app.exception_handler(OperationalError)
+    async def on_database_unreachable(request: Request, exc: OperationalError) -> Response:
+        # The database is down or restarting: the pool reconnects by itself once it is back.
+        log.error("%s %s: database unavailable: %s", request.method, request.url.path, exc.orig)
+        return error_response(
+            request,
+            503,
+            "Try again shortly",
+            "the database is unavailable; retry in a few seconds",
+            {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+        )
+
+    @app.exception_handler(Exception)
+    async def on_server_fault(request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(
+            request,
+            500,
+            "Server error",
+            "internal server error; the server log has the details",
+        )
+
+
+class RequestBodyLimit:
+    """Refuse request bodies over `max_body_bytes` with a 413, before they fill memory.
+
+    (Starlette's own limit answers in plain text, not as our errors are answered.)
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, detail: str) -> None:
@@ -124,7 +208,7 @@ class RequestBodyLimit:
             return
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            response = JSONResponse({"detail": self.detail}, status_code=413)
+            response = error_response(Request(scope), 413, "Too large", self.detail)
             await response(scope, receive, send)
             return
 

@@ -296,3 +296,52 @@ class AuditEvent(Base):
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
     submission_id: Mapped[str | None] = mapped_column(ForeignKey("submissions.id"), index=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class IdempotencyKey(Base):
+    """A client's `Idempotency-Key` and the submission the first request with it made.
+
+    `owner` is who chose the key (an API key, "api-key:<id>"), so two clients' keys never meet;
+    `request_sha256` fingerprints the request, so a reused key with another body is refused.
+    """
+
+    __tablename__ = "idempotency_keys"
+
+    owner: Mapped[str] = mapped_column(String(80), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    # Set in the same transaction, right after the submission is made.
+    submission_id: Mapped[str | None] = mapped_column(ForeignKey("submissions.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class OutboxStatus(enum.StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    # Given up: the receiver refused for good, or every attempt failed.
+    FAILED = "failed"
+
+
+class OutboxMessage(Base):
+    """Something to tell another system (an LMS score, a webhook), written in the transaction
+    of the change it reports and delivered by `app.outbox` with retries."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (
+        CheckConstraint("status IN ('pending', 'delivered', 'failed')", name="status_known"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=OutboxStatus.PENDING, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # When it is next due; a delivery in progress pushes it out by its claim's timeout.
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+# The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.
+from app.lti import models as _lti_models  # noqa: E402, F401

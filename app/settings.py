@@ -22,13 +22,14 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="", description="SQLAlchemy URL; empty means SQLite at <data_dir>/loopgrade.db."
     )
-    # Each grade runs two sandboxes at once (visible and hidden cases), each busy on one core:
-    # more workers than half the cores only queue on the CPU (measured in bench/).
+    # With the warm pool, as many workers as slots keep every slot busy; cold, each grade's two
+    # sandboxes keep two cores busy for seconds, so more than half the cores only queue on the
+    # CPU (docs/operations.md, measured by bench/grade_load.py).
     worker_count: int = Field(
-        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
+        default_factory=lambda: os.cpu_count() or 2,
         ge=1,
         le=64,
-        description="Grading threads; default: half the CPU cores.",
+        description="Grading threads; default: the CPU cores, half of them without the pool.",
     )
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
@@ -38,10 +39,16 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest accepted uploaded file (a notebook carries outputs besides code).",
     )
-    # The sandbox package reads LOOPGRADE_SANDBOX itself; declared here so that a wrong value
-    # stops `loopgrade serve` at once, with the other settings' errors.
     sandbox: Literal["auto", "bwrap", "docker"] = Field(
         default="auto", description="Sandbox backend for learner code."
+    )
+    # A slot is one warm zygote (~150 MiB resident) running one sandbox at a time, capped at
+    # one core: one per core keeps every core busy (docs/operations.md).
+    sandbox_pool_size: int = Field(
+        default_factory=lambda: os.cpu_count() or 2,
+        ge=0,
+        le=64,
+        description="Warm sandbox pool slots in front of the bwrap backend; 0: cold runs only.",
     )
     # Empty means the grader's own limits (graders.grading.GRADING_LIMITS).
     grading_wall_timeout_seconds: float | None = Field(
@@ -125,6 +132,56 @@ class Settings(BaseSettings):
         default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
+
+    # LTI 1.3 (docs/lti.md).
+    public_url: str = Field(
+        default="",
+        description="The address LMSs and browsers reach this server at, e.g. "
+        "https://grader.example.edu; empty means the address each request came to. "
+        "The tool's LTI URLs (/lti/config) are built from it.",
+    )
+    lti_leeway_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=600,
+        description="Clock skew allowed on an LTI id_token's exp and iat (platforms' clocks "
+        "often run ahead).",
+    )
+    lti_state_max_age_seconds: int = Field(
+        default=600, ge=30, description="How long an LTI login may take from start to launch."
+    )
+    webhook_allow_private_addresses: bool = Field(
+        default=False,
+        description="Allow course webhooks to loopback and private addresses (for testing; "
+        "otherwise an instructor could aim the server at internal services).",
+    )
+    lti_jwks_refetch_interval_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Least time between two fetches of one platform's JWKS on unknown key ids.",
+    )
+
+    # Deliveries to other systems (app/outbox.py).
+    outbox_max_attempts: int = Field(
+        default=10, ge=1, description="Tries of one delivery before it is recorded as failed."
+    )
+    outbox_retry_base_seconds: float = Field(
+        default=5.0, gt=0, description="Wait before the first retry; doubled after each failure."
+    )
+    outbox_retry_max_seconds: float = Field(
+        default=3600.0, gt=0, description="Longest wait between two tries of one delivery."
+    )
+    outbox_claim_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A delivery not finished by then (its host died) is tried again.",
+    )
+
+    @model_validator(mode="after")
+    def _default_cold_worker_count(self) -> Settings:
+        if "worker_count" not in self.model_fields_set and self.sandbox_pool_size == 0:
+            self.worker_count = max(1, (os.cpu_count() or 2) // 2)
+        return self
 
     @model_validator(mode="after")
     def _resolve_paths(self) -> Settings:

@@ -10,7 +10,7 @@ from pathlib import Path
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.grading import grade
 from graders.notebook import NotebookError, code_from_file
-from graders.proving import prove
+from graders.proving import soundness
 from graders.report import GradeReport
 
 
@@ -66,10 +66,17 @@ def check_exercises() -> int:
     """Prove every exercise sound; print what is wrong. 0 when all are sound, 1 otherwise."""
     problems = []
     for exercise in list_exercises():
-        found = prove(exercise)
-        status = "ok" if not found else f"{len(found)} problem(s)"
+        found = soundness(exercise)
+        status = "ok" if not found.problems else f"{len(found.problems)} problem(s)"
         print(f"{exercise.position}. {exercise.id} ({exercise.version}): {status}")
-        problems += found
+        equivalent = sum(v.report is None for v in found.mutants)
+        print(
+            f"   mutants of the reference: {len(found.mutants)}, {equivalent} equivalent, "
+            f"{len(found.survivors())} surviving"
+        )
+        for mutant in found.only_incorrect():
+            print(f"   diagnosed only as incorrect: {mutant.describe()}")
+        problems += found.problems
     for problem in problems:
         print(f"  - {problem}")
     return 1 if problems else 0

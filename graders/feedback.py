@@ -1,8 +1,46 @@
-"""What each diagnosis means, in the words of the lesson: zero, backward, step."""
+"""What each diagnosis means, in the words of the lesson: zero, backward, step.
+
+Feedback and check messages are markdown in the server's voice. Whatever the learner's code
+chose (an exception's type and message, a traceback, a line of their code, a type name) goes
+into them only through `learner_text`, which shows it verbatim as code.
+"""
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 from graders.report import Diagnosis
+
+# Bidirectional overrides and isolates reorder what is shown around them; other invisible
+# format characters hide text. Neither belongs in quoted code.
+_INVISIBLE = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def learner_text(text: str, *, block: bool = False) -> str:
+    """Learner-controlled text as markdown that shows it verbatim, never interpreted.
+
+    Inline, a code span; with `block`, a fenced code block (for a traceback or a line of code).
+    The fence is longer than any run of backticks in the text, so nothing inside can close it,
+    and markdown renderers escape HTML inside code. Control and bidi characters are replaced
+    by U+FFFD so that what is shown is what is there.
+    """
+    cleaned = "".join(
+        "\ufffd"
+        if ch in _INVISIBLE or (unicodedata.category(ch) == "Cc" and ch not in "\n\t")
+        else ch
+        for ch in text
+    )
+    longest = max((len(run) for run in re.findall(r"`+", cleaned)), default=0)
+    if block:
+        fence = "`" * max(3, longest + 1)
+        return f"{fence}text\n{cleaned.rstrip(chr(10))}\n{fence}"
+    fence = "`" * (longest + 1)
+    flat = " ".join(cleaned.split("\n"))
+    # A span that starts or ends with a backtick (or is blank) needs a space inside the fence.
+    padded = f" {flat} " if not flat.strip(" ") or flat[0] == "`" or flat[-1] == "`" else flat
+    return f"{fence}{padded}{fence}"
+
 
 ORDER = "The order is always: **zero, backward, step** — in that order, every iteration."
 
@@ -59,6 +97,70 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "out the ones before it and only the last one counts in the update. Clear once, before "
         "the first micro-batch."
     ),
+    "backward-twice": (
+        "Your gradients are a whole multiple of the correct ones: `backward()` ran more than "
+        "once before the step. PyTorch adds each new gradient to whatever is already in "
+        "`.grad`, so two backward passes give the sum of both. Call `loss.backward()` once per "
+        "step. " + ORDER
+    ),
+    "step-twice": (
+        "Your loop calls `optimizer.step()` more than once per iteration: every extra step "
+        "applies the same gradients again, so the weights move too far. Step once, after "
+        "`backward()`. " + ORDER
+    ),
+    "step-skipped": (
+        "On some calls your loop never reached `optimizer.step()`: those calls computed "
+        "gradients that no step applied. Step on every call. " + ORDER
+    ),
+    "zero-grad-skipped": (
+        "Your loop clears the gradients on some calls but not on others. PyTorch adds each new "
+        "gradient to whatever is already in `.grad`, so after a call that did not clear, the "
+        "step used the sum of the last few calls' gradients. Call `optimizer.zero_grad()` on "
+        "every call, before `backward()`. " + ORDER
+    ),
+    "gradients-scaled": (
+        "Your gradients are a constant multiple of the correct ones: the loss, or the gradient, "
+        "was scaled before the step. Call `backward()` on the loss the `loss_fn` you were given "
+        "computes, as it is."
+    ),
+    "loss-sum-not-mean": (
+        "Your gradients are the batch's number of values times the correct ones: the loss was "
+        "summed over the batch, not averaged. `nn.MSELoss()` averages; use the `loss_fn` you "
+        "were given."
+    ),
+    "wrong-learning-rate": (
+        "Your updates point the right way but have the wrong size: they do not use the "
+        "optimizer's learning rate. Let `optimizer.step()` make the update with the optimizer's "
+        "own settings."
+    ),
+    "wrong-momentum": (
+        "Your updates do not use the optimizer's momentum: an update written by hand, "
+        "`p -= lr * p.grad`, is plain SGD, and a momentum set by hand is not the optimizer's. "
+        "Let `optimizer.step()` make the update: it keeps the optimizer's momentum."
+    ),
+    "loss-after-update": (
+        "Your weights are right, but the loss you return was computed after the update, at the "
+        "new weights. Return the loss of the forward pass that `backward()` used, before "
+        "`optimizer.step()`: `loss.item()`."
+    ),
+    "returns-live-gradient": (
+        "You returned `.grad` itself, not a copy. `.grad` is one tensor that PyTorch keeps "
+        "updating: the second `backward()` added to the very tensor you kept as the first. "
+        "Clone it (`.grad.clone()`) to keep its value at that moment."
+    ),
+    "cleared-between-passes": (
+        "You cleared the gradients between the two passes, so the second equals the first: "
+        "nothing accumulated. The point of this exercise is to run backward twice *without* "
+        "clearing: PyTorch adds each new gradient to whatever is already in `.grad`."
+    ),
+    "missing-abs": (
+        "You summed the gradients themselves, not their absolute values: positive and negative "
+        "entries cancel out. Use `.abs().sum()`."
+    ),
+    "modifies-gradients": (
+        "Your function changes the gradients it measures. A function that reads `.grad` must "
+        "leave it as it was: the training loop still needs it for the step."
+    ),
     "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
     "missing-function": "The function the exercise asks for is not defined in your code.",
     "wrong-return-type": (
@@ -77,6 +179,12 @@ EXPLANATIONS: dict[Diagnosis, str] = {
     "output-limit": (
         "Your code printed more than the output limit allows. Print less, or nothing: the "
         "grader does not read printed output."
+    ),
+    "non-finite-value": (
+        "Your code produced a value that is not a finite number: NaN, an infinity, or one so "
+        "large that training has blown up. A step on these small problems never gets there: "
+        "look for a division by zero, a log of zero or of a negative number, or a loss that "
+        "is added to itself instead of replaced."
     ),
     "incorrect": (
         "Your weights differ from the reference, and not in the way of any mistake we know. "

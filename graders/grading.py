@@ -8,35 +8,70 @@ itself (a pass, a score, a comparison) is ever read.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import sandbox
+from graders import harness
+from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.feedback import EXPLANATIONS
-from graders.judging import call_stream, check, diagnose_by_order, same_trace
+from graders.feedback import EXPLANATIONS, learner_text
+from graders.judging import check
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
 from graders.trace import (
+    MAX_MAGNITUDE,
     AnyTrace,
     CaseTrace,
     InvalidTrace,
     LoadError,
     MissingFunction,
+    NonFiniteValue,
     SyntaxErrorTrace,
     parse_trace,
 )
-from sandbox import Limits, RunResult, harness, run
+from sandbox import Limits, PoolProgram, Runner, RunResult
 
 log = logging.getLogger(__name__)
 
-GRADING_LIMITS = Limits(wall_timeout_seconds=15.0, cpu_seconds=10.0)
+# CPU caps, set-up apart, and a wall-clock backstop well above them (sandbox/limits.py): a busy
+# machine slows a run down, it does not change its grade.
+GRADING_LIMITS = Limits()
 HARNESS_SOURCE = Path(harness.__file__).read_text()
 MAX_OUTPUT_CHARS = 8000
+# What a warm pool's zygotes run once before forking (sandbox.pool): a trusted loop on a tiny
+# made-up case, so that the optimizer's lazy imports are done. It is in every child's memory,
+# so it is nothing of any exercise: no case, no reference, no expected value.
+WARM_UP_SOURCE = """
+def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+WARM_UP_REQUEST = {
+    "kind": "train-step",
+    "entry_point": "train_step",
+    "cases": [
+        {"id": "warm-up", "seed": 0, "in_features": 2, "out_features": 1, "batch_size": 2,
+         "steps": 2, "lr": 0.1, "momentum": 0.9}
+    ],
+}  # fmt: skip
+POOL_PROGRAM = PoolProgram(
+    source=HARNESS_SOURCE,
+    warm_up_inputs={
+        harness.SUBMISSION_FILENAME: WARM_UP_SOURCE.encode(),
+        harness.CASES_FILENAME: json.dumps(WARM_UP_REQUEST).encode(),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -47,45 +82,125 @@ class Failure:
     message: str
 
 
-def grade(exercise_id: str, source: str, limits: Limits | None = None) -> GradeReport:
+def grade(
+    exercise_id: str, source: str, limits: Limits | None = None, runner: Runner | None = None
+) -> GradeReport:
     """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
 
-    Raises graders.exercises.UnknownExercise, and sandbox.SandboxUnavailable when this host
-    cannot run untrusted code safely (a server fault, not the learner's).
+    `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
+    from the environment. Raises graders.exercises.UnknownExercise, and
+    sandbox.SandboxUnavailable when this host cannot run untrusted code safely (a server
+    fault, not the learner's).
     """
     exercise = get_exercise(exercise_id)
     limits = limits or GRADING_LIMITS
+    runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     groups = [
         cases
         for hidden in (False, True)
         if (cases := [c for c in exercise.cases if c.hidden == hidden])
     ]
     # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
+    # Each run in a copy of the caller's context, so that its log lines keep what the caller's
+    # carry (the server puts the submission id there).
+    runs = [(contextvars.copy_context(), cases) for cases in groups]
     with ThreadPoolExecutor(len(groups)) as pool:
-        results = list(pool.map(lambda cases: _run_group(exercise, source, cases, limits), groups))
+        results = list(
+            pool.map(
+                lambda run: run[0].run(_run_group, runner, exercise, source, run[1], limits), runs
+            )
+        )
+    return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
+
+
+def grade_runs(
+    exercise: Exercise, runs: Sequence[tuple[list[CaseSpec], RunResult]], limits: Limits
+) -> GradeReport:
+    """Judge what the sandbox returned for each group of cases (visible, then hidden).
+
+    Everything in a RunResult is untrusted. This is the one place where a hidden group is
+    concealed: its output is dropped, and a failure in it is told by its class alone
+    (`HIDDEN_FAILURES`), never with a message, name, number or text that its run produced.
+    Checks over hidden cases are concealed the same way in `judging.check`.
+    """
     output = "".join(
         (result.stdout + result.stderr).decode(errors="replace")
-        for cases, result in zip(groups, results, strict=True)
+        for cases, result in runs
         if not cases[0].hidden
     )[:MAX_OUTPUT_CHARS]
     traces: dict[str, CaseTrace] = {}
-    for cases, result in zip(groups, results, strict=True):
-        where = " in a hidden case" if cases[0].hidden else ""
-        failure = _cap_failure(result, limits, where)
-        if failure is None:
-            try:
-                trace = parse_trace(result.payload, exercise.kind, cases)
-            except InvalidTrace as exc:
-                log.info("exercise=%s invalid trace: %s", exercise.id, exc)
-                failure = Failure("runtime-error", _early_exit_message(result, where))
-            else:
-                failure = trace_failure(exercise, trace, cases, traces)
+    for cases, result in runs:
+        failure = _run_failure(exercise, cases, result, limits, traces)
         if failure is not None:
+            if cases[0].hidden:
+                failure = Failure(failure.diagnosis, hidden_failure_message(failure.diagnosis))
             return failure_report(exercise, failure, output)
-    return judge(exercise, traces, output)
+    trusted_trajectories(exercise)  # trusted code: a failure here is the server's
+    try:
+        return judge(exercise, traces, output)
+    except Exception:
+        # The traces are validated, but they are the learner's numbers: whatever judging them
+        # raises is said as the learner's failure, and logged for us.
+        log.exception("exercise=%s judging the learner's traces failed", exercise.id)
+        return failure_report(exercise, UNJUDGEABLE, output)
 
 
-def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits) -> RunResult:
+def hidden_failure_message(diagnosis: Diagnosis) -> str:
+    """What a learner is told of a failure in a hidden case: its class, nothing else."""
+    return HIDDEN_FAILURES.get(diagnosis, HIDDEN_FAILURES["runtime-error"])
+
+
+HIDDEN_FAILURES: dict[Diagnosis, str] = {
+    "timeout": "Your code ran out of time in a hidden case and was stopped.",
+    "memory-limit": "Your code used too much memory in a hidden case and was stopped.",
+    "output-limit": "Your code printed too much in a hidden case and was stopped.",
+    "grad-none-error": "Your code reached for a `.grad` that was `None` in a hidden case.",
+    "non-finite-value": "Your code produced a value that is not a finite number in a hidden case.",
+    "runtime-error": (
+        "Your code raised an exception, ended early or hit a limit in a hidden case. Hidden "
+        "cases show no details: make your code correct on the visible ones, whatever the "
+        "shapes, seed and learning rate."
+    ),
+}
+UNJUDGEABLE = Failure(
+    "incorrect",
+    "The values your code produced could not be judged: they are not what a training step "
+    "on these cases produces.",
+)
+
+
+def _run_failure(
+    exercise: Exercise,
+    cases: list[CaseSpec],
+    result: RunResult,
+    limits: Limits,
+    traces: dict[str, CaseTrace],
+) -> Failure | None:
+    """The learner-caused failure one run shows, if any; else its cases' traces go in `traces`."""
+    failure = _cap_failure(result, limits)
+    if failure is not None:
+        return failure
+    try:
+        trace = parse_trace(result.payload, exercise.kind, cases)
+    except NonFiniteValue as exc:
+        return non_finite_failure(exc)
+    except InvalidTrace as exc:
+        log.info("exercise=%s invalid trace: %s", exercise.id, exc)
+        return Failure("runtime-error", _early_exit_message(result))
+    return trace_failure(exercise, trace, cases, traces)
+
+
+def non_finite_failure(error: NonFiniteValue) -> Failure:
+    return Failure(
+        "non-finite-value",
+        f"In case `{error.case}`, {error.where} is {error.value:g}: not a finite number of "
+        f"sensible size (NaN, an infinity, or beyond ±{MAX_MAGNITUDE:g}).",
+    )
+
+
+def _run_group(
+    runner: Runner, exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits
+) -> RunResult:
     request = {
         "kind": exercise.kind,
         "entry_point": exercise.entry_point,
@@ -95,7 +210,7 @@ def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: L
         harness.SUBMISSION_FILENAME: source.encode(),
         harness.CASES_FILENAME: json.dumps(request).encode(),
     }
-    result = run(HARNESS_SOURCE, inputs, limits)
+    result = runner.run(HARNESS_SOURCE, inputs, limits)
     log.info(
         "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
         exercise.id,
@@ -108,25 +223,24 @@ def _run_group(exercise: Exercise, source: str, cases: list[CaseSpec], limits: L
     return result
 
 
-def _cap_failure(result: RunResult, limits: Limits, where: str) -> Failure | None:
+def _cap_failure(result: RunResult, limits: Limits) -> Failure | None:
     if result.timed_out or result.cpu_time_exceeded:
         seconds = limits.wall_timeout_seconds if result.timed_out else limits.cpu_seconds
         kind = "wall-clock" if result.timed_out else "CPU"
         return Failure(
             "timeout",
-            f"Your code hit the {kind} time limit of {seconds:g} s{where} and was stopped.",
+            f"Your code hit the {kind} time limit of {seconds:g} s and was stopped.",
         )
     if result.memory_exceeded:
         return Failure(
             "memory-limit",
-            f"Your code used more than {limits.memory_bytes // 2**20} MiB of memory{where} "
+            f"Your code used more than {limits.memory_bytes // 2**20} MiB of memory "
             "and was stopped.",
         )
     if result.output_truncated:
         return Failure(
             "output-limit",
-            f"Your code printed more than {limits.output_bytes // 1024} KiB{where} "
-            "and was stopped.",
+            f"Your code printed more than {limits.output_bytes // 1024} KiB and was stopped.",
         )
     others = {
         "process_limit_exceeded": f"started more than {limits.max_processes} processes",
@@ -136,21 +250,18 @@ def _cap_failure(result: RunResult, limits: Limits, where: str) -> Failure | Non
     }
     for flag, what in others.items():
         if getattr(result, flag):
-            return Failure("runtime-error", f"Your code {what}{where} and was stopped.")
+            return Failure("runtime-error", f"Your code {what} and was stopped.")
     return None
 
 
-def _early_exit_message(result: RunResult, where: str) -> str:
+def _early_exit_message(result: RunResult) -> str:
     if result.signal is not None:
         how = f"was killed by signal {result.signal}"
     elif result.exit_code:
         how = f"exited with status {result.exit_code}"
     else:
         how = "ended the program early"
-    return (
-        f"Your code {how}{where} before every step was checked. Your function should "
-        "return, not exit."
-    )
+    return f"Your code {how} before every step was checked. Your function should return, not exit."
 
 
 def _at_line(line: int | None) -> str:
@@ -162,8 +273,10 @@ def trace_failure(
 ) -> Failure | None:
     """The learner-caused failure a parsed trace shows, if any; else add its cases to `traces`."""
     if isinstance(trace, SyntaxErrorTrace):
-        code_line = f"\n\n```\n{trace.text}\n```" if trace.text else ""
-        return Failure("syntax-error", f"Line {trace.line}: {trace.message}.{code_line}")
+        code_line = f"\n\n{learner_text(trace.text, block=True)}" if trace.text else ""
+        return Failure(
+            "syntax-error", f"Line {trace.line}: {learner_text(trace.message)}.{code_line}"
+        )
     if isinstance(trace, MissingFunction):
         return Failure(
             "missing-function",
@@ -174,8 +287,8 @@ def trace_failure(
         error = trace.error
         return Failure(
             "runtime-error",
-            f"Your code raised `{error.type}` while it was being loaded"
-            f"{_at_line(error.line)}: {error.message}",
+            f"Your code raised {learner_text(error.type)} while it was being loaded"
+            f"{_at_line(error.line)}: {learner_text(error.message)}",
         )
     for case, spec in zip(trace.cases, cases, strict=True):
         if case.error is not None:
@@ -188,13 +301,11 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     error = case.error
     assert error is not None
     step = len(case.records) + 1
-    if spec.hidden:
-        where = f"In a hidden case, at call {step}, your code raised `{error.type}`."
-    else:
-        where = (
-            f"In case `{spec.id}`, at call {step}, your code raised `{error.type}`"
-            f"{_at_line(error.line)}: {error.message}\n\n```\n{error.traceback}\n```"
-        )
+    where = (
+        f"In case `{spec.id}`, at call {step}, your code raised {learner_text(error.type)}"
+        f"{_at_line(error.line)}: {learner_text(error.message)}\n\n"
+        f"{learner_text(error.traceback, block=True)}"
+    )
     return Failure("grad-none-error" if error.grad_none else "runtime-error", where)
 
 
@@ -238,6 +349,9 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     Computed in this process from the exercise's own files, once per exercise version.
     """
     key = (exercise.id, exercise.version)
+    cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
+    if cached is not None:
+        return cached
     with _trusted_lock:
         if key not in _trusted_cache:
             sources = {"reference": exercise.solution_code}
@@ -274,9 +388,9 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         check(check_id, points, kind.checks[check_id], findings)
         for check_id, points in exercise.checks.items()
     ]
-    diagnosis, note = _diagnose(exercise, traces, trusted, checks)
+    verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, note, EXPLANATIONS[diagnosis]]
+    parts = [first_failure, verdict.note, EXPLANATIONS[verdict.diagnosis]]
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -288,52 +402,10 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         exercise_version=exercise.version,
         score=sum(c.points for c in checks),
         max_score=exercise.max_score,
-        diagnosis=diagnosis,
+        diagnosis=verdict.diagnosis,
+        other_diagnoses=list(verdict.also),
         checks=checks,
         feedback="\n\n".join(part for part in parts if part),
         plots=plots,
         output=output,
     )
-
-
-def _diagnose(
-    exercise: Exercise,
-    traces: dict[str, CaseTrace],
-    trusted: dict[str, dict[str, CaseTrace]],
-    checks: Sequence[Check],
-) -> tuple[Diagnosis, str]:
-    """Name the mistake, and a note about it: by the numbers first, then by the call order.
-
-    The call order comes from the sandbox and could be forged, so it only ever chooses between
-    diagnoses; the score is already fixed by the checks.
-    """
-    if all(c.passed for c in checks):
-        return "correct", ""
-    streams = [call_stream(trace) for trace in traces.values()]
-    matching = [
-        variant
-        for variant in exercise.variants
-        if all(trusted[variant.id][spec.id].error is None for spec in exercise.cases)
-        and all(
-            same_trace(traces[spec.id], trusted[variant.id][spec.id]) for spec in exercise.cases
-        )
-    ]
-    by_order = diagnose_by_order(streams)
-    if matching:
-        # Look-alikes (the same numbers) are told apart by the order of calls.
-        steps = [record.get("calls") for trace in traces.values() for record in trace.records]
-        variant = next(
-            (v for v in matching if v.diagnosis == by_order),
-            next((v for v in matching if v.calls and v.calls in steps), matching[0]),
-        )
-        return variant.diagnosis, variant.note
-    type_field, wanted = JUDGES[exercise.kind].return_type
-    returned_types = {
-        record[type_field]
-        for trace in traces.values()
-        for record in [*trace.records, trace.final]
-        if record is not None and type_field in record
-    }
-    if by_order is not None:
-        return by_order, ""
-    return ("wrong-return-type" if returned_types - set(wanted) else "incorrect"), ""

@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
+from graders import harness
 from graders.exercises import CaseSpec
-from graders.report import Check, Diagnosis, PlotSeries
+from graders.report import Check, PlotSeries
 from graders.trace import CaseTrace
-from sandbox import harness
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-5
@@ -26,9 +26,18 @@ def as_tensor(values: Any) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
+def within_tolerance(mine: float, expected: float) -> bool:
+    """Is a number within tolerance of the expected one? Written so that NaN is never within."""
+    return abs(mine - expected) <= ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * abs(expected)
+
+
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.allclose(
-        a, b, rtol=RELATIVE_TOLERANCE, atol=ABSOLUTE_TOLERANCE
+    """Are two tensors within tolerance, element by element? Never when one is not finite."""
+    return (
+        a.shape == b.shape
+        and bool(torch.isfinite(a).all())
+        and bool(torch.isfinite(b).all())
+        and torch.allclose(a, b, rtol=RELATIVE_TOLERANCE, atol=ABSOLUTE_TOLERANCE)
     )
 
 
@@ -51,6 +60,11 @@ def difference(name: str, mine: torch.Tensor, expected: torch.Tensor) -> str:
     yours, theirs = mine.flatten()[flat].item(), expected.flatten()[flat].item()
     gap_text = f"{abs(yours - theirs):.3g}"
     return f"`{where}` is {yours:.6g} where {theirs:.6g} was expected (off by {gap_text})"
+
+
+def times(count: int) -> str:
+    """How often something happened, in words: never, once, twice, 3 times."""
+    return {0: "never", 1: "once", 2: "twice"}.get(count, f"{count} times")
 
 
 @dataclass(frozen=True)
@@ -129,15 +143,29 @@ class KindJudge:
     plots: Callable[[CaseSpec, CaseTrace, CaseTrace], list[PlotSeries]]
 
 
+# All a learner is told of a check that fails in a hidden case: whatever made it fail there.
+HIDDEN_CHECK_FAILURE = "Fails in a hidden case. Hidden cases show whether a check passes, not why."
+
+
 def check(
     check_id: str, points: float, passed_message: str, findings: Sequence[CaseFindings]
 ) -> Check:
-    """One check over all cases: it passes when no case failed it."""
+    """One check over all cases: it passes when no case failed it.
+
+    Its message is a visible case's finding; a hidden case's findings are never read, only
+    whether there is one (the choke point for judged hidden cases; grading.grade_runs is the
+    one for hidden runs that failed).
+    """
     failing = [f for f in findings if check_id in f.failures]
-    if failing:
-        message = failing[0].failures[check_id]
-        if len(failing) > 1:
-            message += f" ({len(failing)} cases fail this check.)"
+    shown = [f for f in failing if not f.spec.hidden]
+    if shown:
+        message = shown[0].failures[check_id]
+        if len(shown) > 1:
+            message += f" ({len(shown)} visible cases fail this check.)"
+        if len(shown) < len(failing):
+            message += " It fails in a hidden case too."
+    elif failing:
+        message = HIDDEN_CHECK_FAILURE
     else:
         message = passed_message
     return Check(
@@ -147,7 +175,7 @@ def check(
         max_points=points,
         message=message,
         # A check is hidden when only hidden cases make it fail.
-        hidden=bool(failing) and all(f.spec.hidden for f in failing),
+        hidden=bool(failing) and not shown,
     )
 
 
@@ -191,30 +219,3 @@ def call_stream(trace: CaseTrace) -> list[str]:
     if trace.final is not None:
         calls += trace.final.get("calls", [])
     return calls
-
-
-def diagnose_by_order(streams: Sequence[Sequence[str]]) -> Diagnosis | None:
-    """Read a loop's mistake from its order of calls, or None when the order looks right.
-
-    A step's segment is everything since the previous step: it should clear, then run backward.
-    """
-    for calls in streams:
-        if "backward" not in calls and "step" in calls:
-            return "missing-backward"
-        if "step" not in calls and "backward" in calls:
-            return "missing-step"
-        if "step" in calls and calls.index("step") < calls.index("backward"):
-            return "step-before-backward"
-        segment: list[str] = []
-        for call in calls:
-            if call != "step":
-                segment.append(call)
-                continue
-            if "backward" in segment:
-                after_last_backward = segment[len(segment) - segment[::-1].index("backward") :]
-                if "zero_grad" in after_last_backward:
-                    return "zero-grad-before-step"
-            if "zero_grad" not in segment:
-                return "missing-zero-grad"
-            segment = []
-    return None

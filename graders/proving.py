@@ -1,43 +1,108 @@
-"""check-exercises: prove that every exercise can tell right from each of its known bugs.
+"""check-exercises: prove that every exercise can tell right from each of its known bugs, and
+from every small edit of its reference solution (`graders.mutation`).
 
-Trusted code only (the reference, the starter, the declared bugs), so it runs in this process,
-without a sandbox, through the very judging that grades learners.
+Trusted code only (the reference, the starter, the declared bugs, the reference's mutants), so
+it runs in this process, without a sandbox, through the very judging that grades learners.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
+from graders import harness
 from graders.exercises import Exercise
-from graders.grading import failure_report, judge, trace_failure, trusted_trajectories
+from graders.grading import (
+    Failure,
+    failure_report,
+    judge,
+    trace_failure,
+    trusted_trajectories,
+)
 from graders.judging import same_trace
 from graders.kinds import JUDGES
+from graders.mutation import Mutant, reference_mutants
 from graders.report import GradeReport
 from graders.trace import CaseTrace, parse_trace
-from sandbox import harness
 
 
-def judge_source(exercise: Exercise, source: str) -> GradeReport:
-    """Grade trusted source in this process: the same trace, parsing and judging as grade()."""
+def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
+    """Trace trusted source in this process, as the sandbox would: its cases, or its failure."""
     specs = [spec.harness_spec() for spec in exercise.cases]
     document = harness.run_submission(source, exercise.kind, exercise.entry_point, specs)
     trace = parse_trace(json.dumps(document).encode(), exercise.kind, list(exercise.cases))
     traces: dict[str, CaseTrace] = {}
-    failure = trace_failure(exercise, trace, list(exercise.cases), traces)
+    return traces, trace_failure(exercise, trace, list(exercise.cases), traces)
+
+
+def judge_source(exercise: Exercise, source: str) -> GradeReport:
+    """Grade trusted source in this process: the same trace, parsing and judging as grade()."""
+    traces, failure = trace_source(exercise, source)
     if failure is not None:
         return failure_report(exercise, failure)
     return judge(exercise, traces)
 
 
+@dataclass(frozen=True)
+class MutantVerdict:
+    """How the grader took one mutant of the reference; `report` is None for an equivalent one."""
+
+    mutant: Mutant
+    report: GradeReport | None
+
+
+@dataclass
+class Soundness:
+    """What check-exercises found about one exercise: its problems and how its mutants fared."""
+
+    problems: list[str] = field(default_factory=list)
+    mutants: list[MutantVerdict] = field(default_factory=list)
+
+    def survivors(self) -> list[Mutant]:
+        return [
+            v.mutant
+            for v in self.mutants
+            if v.report is not None and v.report.score >= v.report.max_score
+        ]
+
+    def only_incorrect(self) -> list[Mutant]:
+        return [
+            v.mutant
+            for v in self.mutants
+            if v.report is not None
+            and v.report.score < v.report.max_score
+            and v.report.diagnosis == "incorrect"
+        ]
+
+
+def judge_mutant(exercise: Exercise, mutant: Mutant) -> MutantVerdict:
+    """Grade a mutant unless it is equivalent: every recorded value the same as the reference's."""
+    reference = trusted_trajectories(exercise)["reference"]
+    traces, failure = trace_source(exercise, mutant.source)
+    if failure is None and all(
+        same_trace(traces[spec.id], reference[spec.id]) for spec in exercise.cases
+    ):
+        return MutantVerdict(mutant, None)
+    report = failure_report(exercise, failure) if failure else judge(exercise, traces)
+    return MutantVerdict(mutant, report)
+
+
 def prove(exercise: Exercise) -> list[str]:
     """Every way the exercise is unsound, each said with what shows it; empty when sound."""
+    return soundness(exercise).problems
+
+
+def soundness(exercise: Exercise) -> Soundness:
+    """Prove the exercise sound: its reference, starter, known bugs and mutants graded as due."""
     known = JUDGES[exercise.kind].checks
     unknown = sorted(set(exercise.checks) - set(known))
     if unknown:
-        return [
-            f"{exercise.id}: checks {unknown} are not checks of kind {exercise.kind} "
-            f"(it has {sorted(known)})"
-        ]
+        return Soundness(
+            [
+                f"{exercise.id}: checks {unknown} are not checks of kind {exercise.kind} "
+                f"(it has {sorted(known)})"
+            ]
+        )
     problems = []
     reference = judge_source(exercise, exercise.solution_code)
     if reference.score != exercise.max_score or reference.diagnosis != "correct":
@@ -74,4 +139,10 @@ def prove(exercise: Exercise) -> list[str]:
                 f"{exercise.id}: known bug {variant.id} is diagnosed {report.diagnosis}, "
                 f"not {variant.diagnosis} ({shown_by})"
             )
-    return problems
+    found = Soundness(problems, [judge_mutant(exercise, m) for m in reference_mutants(exercise)])
+    for mutant in found.survivors():
+        problems.append(
+            f"{exercise.id}: a mutant of the reference changes what the harness records but "
+            f"scores full marks ({mutant.describe()})"
+        )
+    return found

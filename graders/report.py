@@ -17,6 +17,19 @@ Diagnosis = Literal[
     "wrong-loss-scaling",
     "step-per-microbatch",
     "zero-grad-inside-accumulation",
+    "backward-twice",
+    "step-twice",
+    "step-skipped",
+    "zero-grad-skipped",
+    "gradients-scaled",
+    "loss-sum-not-mean",
+    "wrong-learning-rate",
+    "wrong-momentum",
+    "loss-after-update",
+    "returns-live-gradient",
+    "cleared-between-passes",
+    "missing-abs",
+    "modifies-gradients",
     "syntax-error",
     "missing-function",
     "wrong-return-type",
@@ -24,6 +37,7 @@ Diagnosis = Literal[
     "timeout",
     "memory-limit",
     "output-limit",
+    "non-finite-value",
     "incorrect",
 ]
 
@@ -56,6 +70,9 @@ class GradeReport(BaseModel):
     score: float
     max_score: float
     diagnosis: Diagnosis
+    other_diagnoses: list[Diagnosis] = Field(
+        default=[], description="Other diagnoses that fit the numbers and the calls as well."
+    )
     checks: list[Check]
     feedback: str = Field(description="Markdown explanation in the words of the lesson.")
     plots: list[PlotSeries] = []

@@ -3,21 +3,38 @@
 Parsing is the only thing done to it: size was capped by the sandbox, shape and types are
 checked here against what the exercise kind records, and nothing in it is ever executed or
 believed beyond its numbers.
+
+What `parse_trace` guarantees to everything that judges a trace (graders/kinds, diagnosis):
+- every case asked for is there, in order, with exactly the records its kind makes for it
+  (a step per call, one record, or for a whole loop at most `harness.loop_record_limit`),
+  fewer only up to a case that raised;
+- every record has exactly its kind's fields (`RECORD_FIELDS`, `FINAL_FIELDS`), tensors with
+  exactly the case's shapes, calls from `CALLS`, short type names;
+- every number is a Python float, finite and within +-`MAX_MAGNITUDE` (ints are floats too).
+A payload that breaks any of these raises InvalidTrace; one whose only fault is a NaN, an
+infinity or a blown-up value raises its subclass NonFiniteValue, naming where: both are the
+learner's failure, never the server's.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from graders import harness
 from graders.exercises import CaseSpec, Kind
 
 ShortText = Annotated[str, Field(max_length=4000)]
 # Field by field, a record is checked against what its kind records (`check_cases`).
 Record = Annotated[dict[Annotated[str, Field(max_length=40)], Any], Field(max_length=20)]
 CALLS = ("zero_grad", "backward", "step")
+# Far beyond anything an nn.Linear step on these cases reaches, and small enough that the
+# grader's own float32 arithmetic on the learner's numbers (a loss at the learner's weights,
+# a squared error) cannot overflow.
+MAX_MAGNITUDE = 1e15
 
 # What each field of a record holds: its type, and for tensors their shape.
 #   matrix: out x in floats; vector: out floats; `?` allows None; number: a float or None;
@@ -110,13 +127,31 @@ class Trace(BaseModel):
 
 
 class InvalidTrace(ValueError):
-    """The payload is not a trace of these cases: the run did not finish as the harness would."""
+    """The payload is not a trace of these cases: the run did not finish as the harness would.
+
+    The message says what is wrong, for logs and for a learner's visible case.
+    """
+
+
+class NonFiniteValue(InvalidTrace):
+    """A well-formed trace holding a NaN, an infinity or a value beyond MAX_MAGNITUDE."""
+
+    def __init__(self, case: str, where: str, value: float) -> None:
+        super().__init__(f"case {case}: {where} is {value!r}")
+        self.case = case
+        self.where = where  # in the learner's terms: "after call 2, `loss`"
+        self.value = value
 
 
 def parse_trace(payload: bytes, kind: Kind, specs: list[CaseSpec]) -> AnyTrace:
-    """Parse and validate a payload against the cases that were asked for."""
+    """Parse and validate a payload against the cases that were asked for.
+
+    Raises InvalidTrace, or NonFiniteValue when a number is not finite or too large.
+    """
     try:
-        document = json.loads(payload)
+        # Every JSON number becomes a float: 10**400 is then inf (and caught below) rather
+        # than an int that overflows wherever it is used.
+        document = json.loads(payload, parse_int=float)
         trace = Trace.model_validate({"root": document}).root
     except (ValueError, RecursionError, ValidationError) as exc:
         raise InvalidTrace(f"unreadable payload: {str(exc)[:200]}") from None
@@ -130,36 +165,52 @@ def check_cases(trace: Ran, kind: Kind, specs: list[CaseSpec]) -> None:
     if [c.case for c in trace.cases] != [s.id for s in specs]:
         raise InvalidTrace("the cases in the payload are not the cases that were run")
     for case, spec in zip(trace.cases, specs, strict=True):
-        if case.error is None:
-            expected = _expected_records(kind, spec)
-            if expected is not None and len(case.records) != expected:
-                raise InvalidTrace(f"case {spec.id}: {len(case.records)} records, not {expected}")
-            if (kind in FINAL_FIELDS) != (case.final is not None):
-                raise InvalidTrace(f"case {spec.id}: the final record is missing or unexpected")
-        for record in case.records:
-            _check_record(record, RECORD_FIELDS[kind], spec)
-        if case.final is not None and kind in FINAL_FIELDS:
-            _check_record(case.final, FINAL_FIELDS[kind], spec)
+        most = _most_records(kind, spec)
+        if len(case.records) > most or (
+            case.error is None and kind not in FINAL_FIELDS and len(case.records) != most
+        ):
+            raise InvalidTrace(f"case {spec.id}: {len(case.records)} records, not {most}")
+        if case.error is None and (kind in FINAL_FIELDS) != (case.final is not None):
+            raise InvalidTrace(f"case {spec.id}: the final record is missing or unexpected")
+        if case.final is not None and kind not in FINAL_FIELDS:
+            raise InvalidTrace(f"case {spec.id}: a final record this kind does not make")
+        for index, record in enumerate(case.records):
+            _check_record(record, RECORD_FIELDS[kind], spec, f"after call {index + 1}")
+        if case.final is not None:
+            _check_record(case.final, FINAL_FIELDS[kind], spec, "at the end")
 
 
-def _expected_records(kind: Kind, spec: CaseSpec) -> int | None:
+def _most_records(kind: Kind, spec: CaseSpec) -> int:
+    """How many records a case makes (train-step, ...) or may make (a whole loop)."""
     if kind in ("train-step", "accumulate-microbatches"):
         return spec.steps
     if kind in ("accumulation-demo", "grad-magnitude"):
         return 1
-    return None  # a whole loop steps as often as the learner's loop does
+    return harness.loop_record_limit(spec.harness_spec())
 
 
-def _check_record(record: dict[str, Any], fields: dict[str, str], spec: CaseSpec) -> None:
+def _check_record(record: dict[str, Any], fields: dict[str, str], spec: CaseSpec, at: str) -> None:
     if set(record) != set(fields):
         raise InvalidTrace(f"case {spec.id}: a record has fields {sorted(record)}")
     for name, kind in fields.items():
         if not _fits(record[name], kind, spec):
             raise InvalidTrace(f"case {spec.id}: field {name} is not a {kind}")
+    for name, kind in fields.items():
+        if kind in ("text", "calls"):
+            continue
+        for value in _numbers_in(record[name]):
+            if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
+                raise NonFiniteValue(spec.id, f"{at}, `{name}`", value)
+
+
+def _numbers_in(value: Any) -> list[float]:
+    if isinstance(value, list):
+        return [number for item in value for number in _numbers_in(item)]
+    return [] if value is None else [value]
 
 
 def _is_float(value: Any) -> bool:
-    return isinstance(value, float | int) and not isinstance(value, bool)
+    return isinstance(value, float)
 
 
 def _fits(value: Any, kind: str, spec: CaseSpec) -> bool:
@@ -186,11 +237,17 @@ def _fits(value: Any, kind: str, spec: CaseSpec) -> bool:
     if kind == "number":
         return value is None or _is_float(value)
     if kind == "text":
-        return isinstance(value, str) and len(value) <= 100
+        return isinstance(value, str) and len(value) <= harness.MAX_TYPE_NAME_CHARS
     if kind == "calls":
-        return isinstance(value, list) and len(value) <= 100 and all(v in CALLS for v in value)
+        return (
+            isinstance(value, list)
+            and len(value) <= harness.MAX_CALLS_PER_RECORD
+            and all(v in CALLS for v in value)
+        )
     if kind == "numbers":
         return value is None or (
-            isinstance(value, list) and all(v is None or _is_float(v) for v in value)
+            isinstance(value, list)
+            and len(value) <= harness.loop_record_limit(spec.harness_spec())
+            and all(v is None or _is_float(v) for v in value)
         )
     raise AssertionError(f"unknown field kind {kind}")

@@ -1,67 +1,214 @@
-"""Running untrusted code: backends, limits and the in-sandbox harness.
+"""Running untrusted code: backends, limits, the warm pool (the harness is graders/harness.py).
 
-    from sandbox import run, Limits
-    result = run(source, {"cases.json": data}, Limits(wall_timeout_seconds=5))
+    runner = open_runner("auto", pool=PoolProgram(source, warm_up_inputs), pool_size=2)
+    result = runner.run(source, {"cases.json": data}, Limits(wall_timeout_seconds=5))
     result.payload      # what the program wrote to fd 3 (untrusted, capped)
     result.limit_hit    # "timed_out", "memory_exceeded", ... or None
 
-Settings (environment):
+A server opens one Runner at start-up: the backend is chosen and probed once, and a warm pool
+(sandbox.pool) is started in front of it when asked for. `run()` is the same for the debugging
+CLI and the tests: it opens a cold runner from the environment on every call.
+
+Settings (the server passes its own; `run()` reads the environment):
     LOOPGRADE_SANDBOX        bwrap | docker | auto (default). auto uses the first backend that
                              works here, in that order.
     LOOPGRADE_BWRAP          the bwrap binary (default: `bwrap` on PATH).
-    LOOPGRADE_SANDBOX_UIDS   uids for bwrap runs when the server is root
+    LOOPGRADE_SANDBOX_UIDS   uids for bwrap runs and pool slots when the server is root
                              (default 2000000000-2000000063).
     LOOPGRADE_DOCKER_*       the docker backend's image, runtime (runsc), user and staging
                              directory: see sandbox/docker.py.
-A host where no backend works refuses to run anything: run() raises SandboxUnavailable.
+A host where no backend works refuses to run anything: SandboxUnavailable.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from sandbox import bwrap
 from sandbox import docker as docker_backend
+from sandbox import pool as pool_module
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.supervise import check_request
 
 __all__ = [
+    "BwrapRunner",
+    "DockerRunner",
     "Limits",
+    "PoolProgram",
+    "PoolRunner",
     "RunResult",
+    "Runner",
     "SandboxError",
     "SandboxUnavailable",
     "backend_name",
     "check_available",
+    "open_runner",
     "run",
 ]
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("bwrap", "docker")  # in the order `auto` tries them
 PROBE_PROGRAM = "import os\nos.write(3, b'ok')\n"
 PROBE_LIMITS = Limits(wall_timeout_seconds=30.0, cpu_seconds=10.0)
 
 
-def run(program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
-    """Run Python source `program` in a fresh sandbox, with each input at /sandbox/<name>.
+class Runner(Protocol):
+    """Runs programs in sandboxes of one backend, chosen and probed once."""
 
-    Raises ValueError for a bad input name or limit, SandboxUnavailable when this host has no
-    working sandbox, SandboxError when the sandbox itself fails. A learner's failure (an
-    exception, a limit hit) is a RunResult, never an exception.
+    @property
+    def name(self) -> str:
+        """The backend: bwrap or docker."""
+
+    @property
+    def status(self) -> str:
+        """One line for logs and status pages: the backend, and the pool's state."""
+
+    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+        """Run Python source `program` in a fresh sandbox, with each input at /sandbox/<name>.
+
+        Raises ValueError for a bad input name or limit, SandboxError when the sandbox itself
+        fails. A learner's failure (an exception, a limit hit) is a RunResult, never an exception.
+        """
+
+    def close(self) -> None:
+        """Stop what the runner keeps running (a pool's zygotes)."""
+
+
+@dataclass(frozen=True)
+class BwrapRunner:
+    binary: str
+    name: str = "bwrap"
+
+    @property
+    def status(self) -> str:
+        return f"bwrap ({self.binary}), a cold sandbox per run"
+
+    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+        return bwrap.run_program(self.binary, program, inputs, limits)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class DockerRunner:
+    settings: docker_backend.DockerSettings
+    name: str = "docker"
+
+    @property
+    def status(self) -> str:
+        return f"docker ({self.settings.image}), a cold container per run"
+
+    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+        check_request(program, inputs, limits)
+        return docker_backend.run_program(self.settings, program, inputs, limits)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class PoolProgram:
+    """The one program a warm pool runs, and the trusted inputs its zygotes warm up on.
+
+    The warm-up inputs end up in every child's memory: they must hold no secret and no
+    expected value.
     """
-    bwrap.check_request(program, inputs, limits)
-    if backend_name() == "docker":  # refuses to go on without a working sandbox
-        settings = docker_backend.DockerSettings.from_environment()
-        return docker_backend.run_program(settings, program, inputs, limits)
-    return bwrap.run_program(_bwrap_binary(), program, inputs, limits)
+
+    source: str
+    warm_up_inputs: Mapping[str, bytes] = field(default_factory=dict)
+
+
+class PoolRunner:
+    """A warm pool for its program, in front of a cold runner for everything else."""
+
+    def __init__(self, pool: pool_module.Pool, cold: Runner) -> None:
+        self.pool = pool
+        self.cold = cold
+        self.name = cold.name
+
+    @property
+    def status(self) -> str:
+        return (
+            f"{self.cold.name} with a warm pool: {self.pool.ready_slots} of "
+            f"{len(self.pool.slots)} slots ready"
+        )
+
+    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+        if program != self.pool.program:
+            return self.cold.run(program, inputs, limits)
+        try:
+            return self.pool.run_program(inputs, limits)
+        except SandboxUnavailable as error:  # no slot could start again: cold until one can
+            log.warning("warm pool unavailable (%s): running cold", error)
+            return self.cold.run(program, inputs, limits)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def open_runner(
+    backend: str = "auto", *, pool: PoolProgram | None = None, pool_size: int = 0
+) -> Runner:
+    """Choose the backend (auto: the first that works), probe it, start the pool if asked.
+
+    Raises SandboxUnavailable when no backend works. A pool that cannot start is logged, and
+    the runner runs cold.
+    """
+    cold = _cold_runner(backend)
+    if pool is None or pool_size == 0:
+        return cold
+    if not isinstance(cold, BwrapRunner):
+        log.warning(
+            "sandbox: no warm pool in front of the %s backend yet; every run is cold", cold.name
+        )
+        return cold
+    from sandbox import seccomp
+
+    warm = pool_module.Pool(
+        cold.binary,
+        pool.source,
+        pool.warm_up_inputs,
+        # The cold runs' own filter, so that the same code meets the same refusals either way.
+        seccomp.run_filter().bpf,
+        size=pool_size,
+    )
+    try:
+        warm.start()
+    except SandboxUnavailable as error:
+        warm.close()
+        log.warning("sandbox: %s; every run is cold", error)
+        return cold
+    return PoolRunner(warm, cold)
+
+
+def run(program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+    """Run `program` on a cold runner chosen from the environment now (the CLI's, the tests')."""
+    check_request(program, inputs, limits)
+    return _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto")).run(program, inputs, limits)
 
 
 def backend_name() -> str:
     """The backend run() uses here; raises SandboxUnavailable if none works."""
-    setting = os.environ.get("LOOPGRADE_SANDBOX", "auto")
+    return _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto")).name
+
+
+def check_available() -> None:
+    """Raise SandboxUnavailable, with what to install or enable, unless a backend works here."""
+    backend_name()
+
+
+def _cold_runner(setting: str) -> BwrapRunner | DockerRunner:
     if setting not in ("auto", *BACKENDS):
         raise SandboxUnavailable(
             f"LOOPGRADE_SANDBOX={setting!r} is not a sandbox backend: use one of "
@@ -71,23 +218,19 @@ def backend_name() -> str:
     for name in BACKENDS if setting == "auto" else (setting,):
         try:
             if name == "bwrap":
-                _probe_bwrap(_bwrap_binary())
-            else:
-                _probe_docker(docker_backend.DockerSettings.from_environment())
+                binary = _bwrap_binary()
+                _probe_bwrap(binary)
+                return BwrapRunner(binary)
+            settings = docker_backend.DockerSettings.from_environment()
+            _probe_docker(settings)
+            return DockerRunner(settings)
         except SandboxUnavailable as error:
             if setting != "auto":
                 raise
             failures.append(f"{name}: {error}")
-            continue
-        return name
     raise SandboxUnavailable(
         "no sandbox backend works on this host. " + " | ".join(failures)
     ) from None
-
-
-def check_available() -> None:
-    """Raise SandboxUnavailable, with what to install or enable, unless a backend works here."""
-    backend_name()
 
 
 def _bwrap_binary() -> str:

@@ -14,11 +14,11 @@ the namespace with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
-import re
 import resource
 import selectors
 import signal
@@ -28,52 +28,37 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sandbox import host_view, uids
+from sandbox import host_view, seccomp, uids
 from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.supervise import (
+    ENVIRONMENT,
+    PAYLOAD_FD,
+    PROGRAM_PATH,
+    SANDBOX_DIR,
+    SCRATCH_DIR,
+    START_FD,
+    START_REPORT_BYTES,
+    TEARDOWN_TIMEOUT_SECONDS,
+    Channel,
+    Supervisor,
+    Usage,
+    check_request,
+)
 
 log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 STAGE_DIR = uids.RUN_DIR / "stage"
-SANDBOX_DIR = "/sandbox"
-PROGRAM_PATH = "/sandbox/main.py"
-SCRATCH_DIR = "/tmp"
-ENVIRONMENT = {
-    "PATH": "/usr/bin:/bin",
-    "HOME": SCRATCH_DIR,
-    "LANG": "C.UTF-8",
-    "OMP_NUM_THREADS": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-# The fd numbers bwrap gets from the launcher; bwrap hands 3 on to the program.
-PAYLOAD_FD, INFO_FD, BLOCK_FD, FIRST_FILE_FD = 3, 4, 5, 6
-INPUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
+# The fd numbers bwrap gets from the launcher; bwrap hands 3 and 4 on to the program.
+INFO_FD, BLOCK_FD, SECCOMP_FD, FIRST_FILE_FD = 5, 6, 7, 8
 
-POLL_SECONDS = 0.02
 SETUP_TIMEOUT_SECONDS = 10.0
-TEARDOWN_TIMEOUT_SECONDS = 5.0
-DRAIN_SECONDS = 1.0  # how long output may still arrive after the program ended
 READ_BYTES = 65536
 # Without a memory cgroup, RLIMIT_AS is the memory cap, and `import torch` alone maps ~700 MB.
 TORCH_VIRTUAL_HEADROOM_BYTES = 1 << 30
-
-
-def check_request(program: str, inputs: Mapping[str, bytes], limits: Limits) -> None:
-    """Raise ValueError for a bad input name, a limit not > 0, or a file over file_size_bytes."""
-    for field, value in vars(limits).items():
-        if not value > 0:
-            raise ValueError(f"Limits.{field} must be > 0, not {value!r}")
-    for name in inputs:
-        if not INPUT_NAME.fullmatch(name) or name == "main.py":
-            raise ValueError(f"input name {name!r} is not a plain file name (or is main.py)")
-    # bwrap copies the files in under the run's RLIMIT_FSIZE.
-    sizes = {"main.py": len(program.encode()), **{name: len(data) for name, data in inputs.items()}}
-    for name, size in sizes.items():
-        if size > limits.file_size_bytes:
-            raise ValueError(f"{name} ({size} bytes) is larger than Limits.file_size_bytes")
 
 
 def run_program(bwrap: str, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
@@ -82,19 +67,29 @@ def run_program(bwrap: str, program: str, inputs: Mapping[str, bytes], limits: L
     run = _Run(bwrap, limits)
     try:
         run.start(program, inputs)
-        run.supervise()
-        run.final_checks()
+        run.supervisor.watch(run)
+        run.supervisor.finish(run.final_usage())
     finally:
         clean = run.close()
     if not clean:
         raise SandboxError("a sandbox did not die within its teardown time; see the log")
     result = run.result()
     log.debug(
-        "sandbox run: uid=%s exit=%s signal=%s limit=%s wall=%.2fs cpu=%.2fs",
+        "sandbox run: uid=%s exit=%s signal=%s limit=%s wall=%.2fs cpu=%.2fs startup_cpu=%s",
         run.lease.uid if run.lease else os.geteuid(), result.exit_code, result.signal,
-        result.limit_hit, result.wall_seconds, result.cpu_seconds,
+        result.limit_hit, result.wall_seconds, result.cpu_seconds, result.startup_cpu_seconds,
     )  # fmt: skip
     return result
+
+
+def memfd(data: bytes) -> int:
+    """A file in memory holding `data`, at offset 0: how a run's files are handed on."""
+    fd = os.memfd_create("sandbox-file")
+    unwritten = memoryview(data)
+    while unwritten:
+        unwritten = unwritten[os.write(fd, unwritten) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _python_dirs() -> list[str]:
@@ -136,11 +131,14 @@ def _bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, s
     # The root and /dev (with /dev/shm) are tmpfs made by bwrap: without this they are writable.
     args += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", SCRATCH_DIR]
     args += ["--info-fd", str(INFO_FD), "--block-fd", str(BLOCK_FD)]
+    # bwrap installs it last, just before it execs the program: nothing of bwrap runs under it.
+    args += ["--seccomp", str(SECCOMP_FD)]
     return [*args, "--", sys.executable, "-I", PROGRAM_PATH]
 
 
 def _rlimits(limits: Limits, has_cgroups: bool, root: bool) -> dict[int, tuple[int, int]]:
-    cpu_seconds = math.ceil(limits.cpu_seconds)
+    # A backstop per process: the supervisor holds the run's CPU, set-up apart, to its caps.
+    cpu_seconds = math.ceil(limits.startup_cpu_seconds + limits.cpu_seconds)
     # As root, RLIMIT_NPROC also counts bwrap itself (running as the run's uid). With a pids
     # cgroup, one more, so that the cgroup (which records that it refused a fork) refuses first.
     processes = limits.max_processes + int(root) + int(has_cgroups)
@@ -164,27 +162,19 @@ class _Run:
     def __init__(self, bwrap: str, limits: Limits) -> None:
         self.bwrap = bwrap
         self.limits = limits
+        self.supervisor = Supervisor(limits)
         self.root = os.geteuid() == 0
         self.lease: uids.UidLease | None = None
         self.cgroups: RunCgroups | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.fds: list[int] = []  # every fd this run opened and has not closed yet
         self.proc_pidfd = self.init_pidfd = self.scratch_fd = -1
-        self.payload_r = self.out_r = self.err_r = self.block_w = -1
+        self.err_r = self.block_w = -1
+        self.reading: dict[int, Channel] = {}  # the program's pipes still open, by read end
+        self.start_report = bytearray()
         self.init_pid = 0
-        self.selector = selectors.DefaultSelector()
-        self.started = self.ended = time.monotonic()
-        self.killed_at: float | None = None
         self.wait_status: int | None = None
         self.rusage: resource.struct_rusage | None = None
-        self.flags = dict.fromkeys(
-            ("timed_out", "cpu_time_exceeded", "memory_exceeded", "process_limit_exceeded",
-             "file_size_exceeded", "open_files_exceeded", "output_truncated", "payload_truncated"),
-            False,
-        )  # fmt: skip
-        self.payload, self.stdout, self.stderr = bytearray(), bytearray(), bytearray()
-        self.cpu_seconds = 0.0
-        self.peak_memory_bytes: int | None = None
 
     def _fd(self, fd: int) -> int:
         self.fds.append(fd)
@@ -193,8 +183,7 @@ class _Run:
     def _close(self, fd: int) -> None:
         if fd in self.fds:
             self.fds.remove(fd)
-            if fd in self.selector.get_map():
-                self.selector.unregister(fd)
+            self.reading.pop(fd, None)
             os.close(fd)
 
     def _pipe(self) -> tuple[int, int]:
@@ -212,17 +201,17 @@ class _Run:
                 f"loopgrade-{uid}", self.limits, pids_max=self.limits.max_processes
             )
             STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
-        files = []
-        for data in [program.encode(), *inputs.values()]:
-            fd = self._fd(os.memfd_create("sandbox-file"))
-            unwritten = memoryview(data)
-            while unwritten:
-                unwritten = unwritten[os.write(fd, unwritten) :]
-            os.lseek(fd, 0, os.SEEK_SET)
-            files.append(fd)
-        self.payload_r, payload_w = self._pipe()
-        self.out_r, out_w = self._pipe()
+        files = []  # the seccomp program, then the files at FIRST_FILE_FD on
+        for data in [seccomp.run_filter().bpf, program.encode(), *inputs.values()]:
+            files.append(self._fd(memfd(data)))
+        payload_r, payload_w = self._pipe()
+        start_r, start_w = self._pipe()
+        out_r, out_w = self._pipe()
         self.err_r, err_w = self._pipe()
+        self.reading = {
+            payload_r: Channel.PAYLOAD, start_r: Channel.STARTED,
+            out_r: Channel.STDOUT, self.err_r: Channel.STDERR,
+        }  # fmt: skip
         info_r, info_w = self._pipe()
         block_r, self.block_w = self._pipe()
         python_dirs = _python_dirs()
@@ -231,8 +220,9 @@ class _Run:
         else:
             binds = [(path, path) for path in python_dirs]
         rlimits = _rlimits(self.limits, self.cgroups is not None, self.root)
-        moves = [[payload_w, PAYLOAD_FD], [info_w, INFO_FD], [block_r, BLOCK_FD]]
-        moves += [[fd, number] for number, fd in enumerate(files, start=FIRST_FILE_FD)]
+        moves = [[payload_w, PAYLOAD_FD], [start_w, START_FD], [info_w, INFO_FD]]
+        moves += [[block_r, BLOCK_FD]]
+        moves += [[fd, number] for number, fd in enumerate(files, start=SECCOMP_FD)]
         config = {
             "bwrap": self.bwrap,
             "args": _bwrap_args(self.limits, list(inputs), binds),
@@ -244,7 +234,7 @@ class _Run:
             "stage_dir": str(STAGE_DIR),
             "stage_sources": python_dirs if self.root else [],
         }
-        self.started = time.monotonic()  # the wall clock starts here, not while waiting for a uid
+        self.supervisor.start_clock()  # here, not while waiting for a uid
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config)],
             stdin=subprocess.DEVNULL,
@@ -254,7 +244,7 @@ class _Run:
             start_new_session=True,
             env={"LANG": "C.UTF-8"},  # nothing of the server's environment, not even to bwrap
         )
-        for fd in [payload_w, out_w, err_w, info_w, block_r, *files]:
+        for fd in [payload_w, start_w, out_w, err_w, info_w, block_r, *files]:
             self._close(fd)
         self.proc_pidfd = self._fd(os.pidfd_open(self.proc.pid))
         self.init_pid = self._read_init_pid(info_r)
@@ -314,115 +304,77 @@ class _Run:
         message = os.read(self.err_r, 8192) if _readable(self.err_r, 0) else b""
         return SandboxError(f"{what}: {message.decode(errors='replace').strip() or 'no message'}")
 
-    # -- supervise -------------------------------------------------------------------------------
+    # -- what the supervisor sees (sandbox.supervise.Process) -----------------------------------
 
-    def supervise(self) -> None:
-        """Read the pipes and poll the limits until the program has ended and its output drained."""
-        for fd in (self.payload_r, self.out_r, self.err_r, self.proc_pidfd):
-            self.selector.register(fd, selectors.EVENT_READ)
-        wall_deadline = self.started + self.limits.wall_timeout_seconds
-        next_poll = time.monotonic()
-        exited_at: float | None = None
-        while True:
-            now = time.monotonic()
-            if exited_at is None:
-                if self.killed_at is None and now >= wall_deadline:
-                    self._end("timed_out")
-                if self.killed_at is not None and now > self.killed_at + TEARDOWN_TIMEOUT_SECONDS:
-                    raise SandboxError("the sandbox did not die after SIGKILL")
-                if self.killed_at is None and now >= next_poll:
-                    self._poll_limits()
-                    next_poll = now + POLL_SECONDS
-            else:
-                pipes_open = len(self.selector.get_map()) > 0
-                if not pipes_open or now > exited_at + DRAIN_SECONDS:
-                    return
-            if exited_at is not None:
-                wake = exited_at + DRAIN_SECONDS
-            elif self.killed_at is not None:
-                wake = self.killed_at + TEARDOWN_TIMEOUT_SECONDS
-            else:
-                wake = min(wall_deadline, next_poll)
-            for key, _ in self.selector.select(max(0.0, wake - time.monotonic())):
-                if key.fd not in self.selector.get_map():
-                    continue  # closed by an earlier event of this batch; the number may be reused
-                if key.fd == self.proc_pidfd:
-                    exited_at = time.monotonic()
-                    self._reap()
-                    self._kill_tree()  # whatever the program left running dies with it
-                else:
-                    self._read(key.fd)
+    def wait_fds(self) -> list[int]:
+        return [*self.reading, *([self.proc_pidfd] if self.proc_pidfd >= 0 else [])]
 
-    def _read(self, fd: int) -> None:
+    def read(self, fd: int) -> list[tuple[Channel, bytes]]:
+        if fd == self.proc_pidfd:
+            self._reap()
+            self.kill()  # whatever the program left running dies with it
+            return [(Channel.EXITED, b"")]
+        channel = self.reading[fd]
         data = os.read(fd, READ_BYTES)
+        if channel is Channel.STARTED:
+            if data:
+                self.start_report += data[: START_REPORT_BYTES - len(self.start_report)]
+                return []
+            self._close(fd)
+            return [(Channel.STARTED, bytes(self.start_report))]
         if not data:
             self._close(fd)
-        elif fd == self.payload_r:
-            room = self.limits.payload_bytes - len(self.payload)
-            self.payload += data[:room]
-            if len(data) > room:
-                self._close(self.payload_r)  # the writer gets EPIPE
-                self._end("payload_truncated")
-        else:
-            room = self.limits.output_bytes - len(self.stdout) - len(self.stderr)
-            (self.stdout if fd == self.out_r else self.stderr).extend(data[:room])
-            if len(data) > room:
-                self._close(self.out_r)
-                self._close(self.err_r)
-                self._end("output_truncated")
+            return []
+        return [(channel, data)]
 
-    def _poll_limits(self) -> None:
-        """Set the flag of every limit the running tree has hit, and end the run if any."""
-        limits, hit = self.limits, []
+    def usage(self) -> Usage:
+        cap = self.limits.file_size_bytes
         if self.cgroups:
             pids = self.cgroups.pids()
-            if self.cgroups.oom_kills():
-                hit.append("memory_exceeded")
-            if self.cgroups.process_limit_hits():
-                hit.append("process_limit_exceeded")
-            if self.cgroups.cpu_seconds() >= limits.cpu_seconds:
-                hit.append("cpu_time_exceeded")
+            usage = Usage(
+                cpu_seconds=self.cgroups.cpu_seconds(),
+                oom_kills=self.cgroups.oom_kills(),
+                process_limit_hits=self.cgroups.process_limit_hits(),
+            )
         else:
             pids = set(host_view.process_tree(self.init_pid))
             stats = [host_view.process_stat(pid) for pid in pids]
-            if sum(rss for _, rss, _ in stats) >= limits.memory_bytes:
-                hit.append("memory_exceeded")
-            if sum(tasks for _, _, tasks in stats) >= limits.max_processes:
-                hit.append("process_limit_exceeded")
-            if sum(cpu for cpu, _, _ in stats) >= limits.cpu_seconds:
-                hit.append("cpu_time_exceeded")
-        if any(host_view.open_fd_count(pid) >= limits.open_files for pid in pids):
-            hit.append("open_files_exceeded")
-        if host_view.file_size_cap_reached(self.scratch_fd, limits.file_size_bytes):
-            hit.append("file_size_exceeded")
-        for flag in hit:
-            self._end(flag)
+            usage = Usage(
+                cpu_seconds=sum(cpu for cpu, _, _ in stats),
+                memory_bytes=sum(rss for _, rss, _ in stats),
+                processes=sum(tasks for _, _, tasks in stats),
+            )
+        return dataclasses.replace(
+            usage,
+            most_open_files=max((host_view.open_fd_count(pid) for pid in pids), default=0),
+            file_size_cap_reached=host_view.file_size_cap_reached(self.scratch_fd, cap),
+        )
 
-    def final_checks(self) -> None:
-        """After the end: the limits whose traces outlive the processes, and the usage figures."""
+    def final_usage(self) -> Usage:
+        """After the end: what the cgroups, or the rusage of everything reaped, recorded."""
         assert self.rusage is not None
-        if self.cgroups:
-            self.flags["memory_exceeded"] |= self.cgroups.oom_kills() > 0
-            self.flags["process_limit_exceeded"] |= self.cgroups.process_limit_hits() > 0
-            self.cpu_seconds = self.cgroups.cpu_seconds()
-            self.peak_memory_bytes = self.cgroups.peak_memory_bytes()
-        else:
-            self.cpu_seconds = self.rusage.ru_utime + self.rusage.ru_stime
-            self.peak_memory_bytes = self.rusage.ru_maxrss * 1024 or None
-            peak = self.peak_memory_bytes or 0
-            self.flags["memory_exceeded"] |= peak >= self.limits.memory_bytes
-        self.flags["cpu_time_exceeded"] |= self.cpu_seconds >= self.limits.cpu_seconds
-        self.flags["file_size_exceeded"] |= host_view.file_size_cap_reached(
+        file_size_cap_reached = host_view.file_size_cap_reached(
             self.scratch_fd, self.limits.file_size_bytes
+        )
+        if self.cgroups:
+            return Usage(
+                cpu_seconds=self.cgroups.cpu_seconds(),
+                peak_memory_bytes=self.cgroups.peak_memory_bytes(),
+                oom_kills=self.cgroups.oom_kills(),
+                process_limit_hits=self.cgroups.process_limit_hits(),
+                file_size_cap_reached=file_size_cap_reached,
+            )
+        peak = self.rusage.ru_maxrss * 1024 or None
+        return Usage(
+            cpu_seconds=self.rusage.ru_utime + self.rusage.ru_stime,
+            memory_bytes=peak,  # no memory cgroup: the largest process is the measure
+            peak_memory_bytes=peak,
+            file_size_cap_reached=file_size_cap_reached,
         )
 
     # -- end -------------------------------------------------------------------------------------
 
-    def _end(self, flag: str) -> None:
-        """A limit was hit: record it and kill the whole tree."""
-        self.flags[flag] = True
-        if self.killed_at is None:
-            self.killed_at = time.monotonic()
+    def kill(self) -> None:
         self._kill_tree()
 
     def _kill_tree(self) -> None:
@@ -435,7 +387,6 @@ class _Run:
     def _reap(self) -> None:
         assert self.proc is not None
         _, self.wait_status, self.rusage = os.wait4(self.proc.pid, 0)
-        self.ended = time.monotonic()
         # Tell Popen, so it never waits for this pid again (it may belong to another run by then).
         self.proc.returncode = os.waitstatus_to_exitcode(self.wait_status)
         self._close(self.proc_pidfd)
@@ -460,7 +411,6 @@ class _Run:
             clean = self.cgroups.remove(TEARDOWN_TIMEOUT_SECONDS) and clean
         for fd in list(self.fds):
             self._close(fd)
-        self.selector.close()
         if self.lease and clean:
             self.lease.release()
         # Otherwise the uid stays locked for this process's life: no new run may share it with
@@ -469,33 +419,11 @@ class _Run:
 
     def result(self) -> RunResult:
         assert self.wait_status is not None
-        exit_code: int | None = None
-        signal_number: int | None = None
         if os.WIFSIGNALED(self.wait_status):
-            signal_number = os.WTERMSIG(self.wait_status)
-        else:
-            # bwrap reports the program's death by signal N as exit status 128 + N.
-            status = os.WEXITSTATUS(self.wait_status)
-            exit_code, signal_number = (None, status - 128) if status > 128 else (status, None)
-        flags = self.flags
-        return RunResult(
-            exit_code=exit_code,
-            signal=signal_number,
-            timed_out=flags["timed_out"],
-            cpu_time_exceeded=flags["cpu_time_exceeded"],
-            memory_exceeded=flags["memory_exceeded"],
-            process_limit_exceeded=flags["process_limit_exceeded"],
-            file_size_exceeded=flags["file_size_exceeded"],
-            open_files_exceeded=flags["open_files_exceeded"],
-            output_truncated=flags["output_truncated"],
-            payload_truncated=flags["payload_truncated"],
-            wall_seconds=self.ended - self.started,
-            cpu_seconds=self.cpu_seconds,
-            peak_memory_bytes=self.peak_memory_bytes,
-            payload=bytes(self.payload),
-            stdout=bytes(self.stdout),
-            stderr=bytes(self.stderr),
-        )
+            return self.supervisor.result(None, os.WTERMSIG(self.wait_status))
+        # bwrap reports the program's death by signal N as exit status 128 + N.
+        status = os.WEXITSTATUS(self.wait_status)
+        return self.supervisor.result(*((None, status - 128) if status > 128 else (status, None)))
 
 
 def _kill(pidfd: int) -> None:

@@ -1,17 +1,19 @@
-"""PID 1 of a docker sandbox: starts the program and carries its three channels out on one stream.
+"""PID 1 of a docker sandbox: starts the program and carries its four channels out on one stream.
 
     python3 -I -S /opt/loopgrade/init/init.py CONFIG_JSON      (the container's command)
 
-A container has two output streams; a run has three: stdout, stderr and the result channel on
-fd 3. This init starts the program with a pipe on each and writes whatever arrives to its own
-stdout as frames: one byte naming the channel (O, E, P), four bytes of length (big-endian), the
-bytes. The supervisor (sandbox/docker.py) reads them through an attach socket and holds each
-channel to its cap. When the program has exited, this init kills every process left in the
-container, forwards what is still in the pipes, sends an X frame (JSON: the program's wait
-status, the CPU seconds and peak RSS of everything reaped, the largest file in scratch) and then
-waits to be killed, so that the supervisor can read the container's cgroups before they go.
+A container has two output streams; a run has four: stdout, stderr, the result channel on fd 3
+and the end of the program's set-up on fd 4 (sandbox/supervise.py). This init starts the program
+with a pipe on each, under the run's seccomp filter, and writes whatever arrives to its own
+stdout as frames: one byte naming the channel (O, E, P; S once, when fd 4 is closed), four bytes
+of length (big-endian), the bytes. The supervisor (sandbox/docker.py) reads them through an
+attach socket and holds each channel to its cap. When the program has exited, this init kills
+every process left in the container, forwards what is still in the pipes, sends an X frame
+(JSON: the program's wait status, the CPU seconds and peak RSS of everything reaped, the largest
+file in scratch) and then waits to be killed, so that the supervisor can read the container's
+cgroups before they go.
 
-The program cannot forge frames or stop this process: its fds 1, 2 and 3 are pipes, this process
+The program cannot forge frames or stop this process: its fds 1 to 4 are pipes, this process
 is not dumpable (so /proc/1/fd and ptrace are closed to the same uid), and as PID 1 of the
 container's PID namespace it gets no signal from inside but SIGCHLD, which only wakes it.
 A deadline (the run's wall limit and a margin) ends the container even if the supervisor died.
@@ -35,7 +37,10 @@ import time
 from typing import Any
 
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
+BPF_INSTRUCTION_BYTES = 8
 READ_BYTES = 65536
+START_REPORT_BYTES = 64
 SCAN_ENTRIES, SCAN_DEPTH = 10_000, 16
 SCRATCH_DIR = "/tmp"
 
@@ -73,6 +78,26 @@ def largest_file_bytes(top: str) -> int:
     return walk(top, 0)
 
 
+class SockFprog(ctypes.Structure):
+    """struct sock_fprog: a classic BPF program, as seccomp takes it."""
+
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def load_seccomp(libc: ctypes.CDLL, program: bytes) -> None:
+    """Install the compiled filter (sandbox/seccomp.py's, exported on the host) on this process.
+
+    Filters stack: the engine's own profile stays in force, and this one refuses more.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // BPF_INSTRUCTION_BYTES, ctypes.addressof(buffer))
+    ulong = ctypes.c_ulong
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(PR_SET_SECCOMP, ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
 def kill_all_others() -> None:
     """SIGKILL every process of the container but this init."""
     with contextlib.suppress(ProcessLookupError):  # none left
@@ -80,7 +105,7 @@ def kill_all_others() -> None:
 
 
 def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CDLL) -> int:
-    """Fork and exec the program with `pipes` (its fd -> our write end) as fds 1, 2 and 3."""
+    """Fork and exec the program with `pipes` (its fd -> our write end) as fds 1 to 4."""
     devnull = os.open("/dev/null", os.O_RDONLY)
     pid = os.fork()
     if pid == 0:
@@ -89,7 +114,7 @@ def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CD
             os.dup2(devnull, 0)
             for number, write_end in pipes.items():
                 os.dup2(write_end, number)
-            os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+            os.closerange(5, os.sysconf("SC_OPEN_MAX"))
             # Dumpable again (exec would do it anyway), or /proc/self is root's and closed to it.
             libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
             # The kernel's OOM killer picks the program (and its children), never this init.
@@ -99,6 +124,8 @@ def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CD
                 signal.signal(number, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
             os.chdir(config["cwd"])
+            with open(config["seccomp_path"], "rb") as bpf:
+                load_seccomp(libc, bpf.read())
             os.execve(config["argv"][0], config["argv"], config["env"])
         except BaseException as error:  # nothing may run on in this copy of the init
             os.write(2, f"init: cannot start the program: {error}\n".encode())
@@ -121,7 +148,7 @@ def main(argv: list[str]) -> None:
 
     channels: dict[int, bytes] = {}
     pipes: dict[int, int] = {}
-    for number, channel in ((1, b"O"), (2, b"E"), (3, b"P")):
+    for number, channel in ((1, b"O"), (2, b"E"), (3, b"P"), (4, b"S")):
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         channels[read_end] = channel
         pipes[number] = write_end
@@ -134,6 +161,7 @@ def main(argv: list[str]) -> None:
         selector.register(read_end, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     status: int | None = None
+    start_report = bytearray()
     while channels or status is None:
         timeout = max(0.0, deadline - time.monotonic())
         if timeout == 0.0 and status is None:
@@ -150,9 +178,13 @@ def main(argv: list[str]) -> None:
                         break
                 continue
             data = os.read(fd, READ_BYTES)
-            if data:
+            if channels[fd] == b"S":  # the end of the program's set-up: one frame, at fd 4's close
+                start_report += data[: START_REPORT_BYTES - len(start_report)]
+                if not data:
+                    write_frame(b"S", bytes(start_report))
+            elif data:
                 write_frame(channels[fd], data)
-            else:
+            if not data:
                 selector.unregister(fd)
                 os.close(fd)
                 del channels[fd]

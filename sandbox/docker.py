@@ -27,12 +27,12 @@ Settings (environment):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import re
-import selectors
 import shutil
 import signal
 import socket
@@ -45,12 +45,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox import host_view
-from sandbox.bwrap import ENVIRONMENT, PROGRAM_PATH, SANDBOX_DIR, SCRATCH_DIR, check_request
+from sandbox import host_view, seccomp
 from sandbox.cgroups import CGROUP_ROOT, RunCgroups
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.supervise import (
+    ENVIRONMENT,
+    PROGRAM_PATH,
+    SANDBOX_DIR,
+    SCRATCH_DIR,
+    Channel,
+    Supervisor,
+    Usage,
+    check_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +68,13 @@ DEFAULT_USER = "65534:65534"
 PYTHON = "/opt/loopgrade/venv/bin/python3"  # where the Dockerfile puts the venv
 INIT_DIR = "/opt/loopgrade/init"
 INIT_SOURCE = Path(__file__).with_name("container_init.py")
+SECCOMP_FILE = "seccomp.bpf"
 LABEL = "loopgrade.sandbox"
 # The supervising process, so that what a server (or a test) started can be told apart.
 PID_LABEL = "loopgrade.supervisor-pid"
 
 API_TIMEOUT_SECONDS = 30.0  # any one call to the engine; a teardown slower than this is hung
 INIT_DEADLINE_MARGIN_SECONDS = 30.0  # the init ends the container itself if nobody else did
-POLL_SECONDS = 0.02
 READ_BYTES = 65536
 MAX_FRAME_BYTES = 1 << 20  # the init sends at most READ_BYTES per frame
 INIT_STDERR_BYTES = 16 << 10
@@ -79,10 +88,14 @@ GVISOR_RUNTIME = "runsc"
 STACK_BYTES = 8 << 20
 GVISOR_PIDS_BACKSTOP = 4096
 USER_PATTERN = re.compile(r"[1-9][0-9]{0,9}:[1-9][0-9]{0,9}")
-FLAGS = (
-    "timed_out", "cpu_time_exceeded", "memory_exceeded", "process_limit_exceeded",
-    "file_size_exceeded", "open_files_exceeded", "output_truncated", "payload_truncated",
-)  # fmt: skip
+# The init's frames, by their channel byte.
+FRAME_CHANNELS = {
+    b"O": Channel.STDOUT,
+    b"E": Channel.STDERR,
+    b"P": Channel.PAYLOAD,
+    b"S": Channel.STARTED,
+    b"X": Channel.EXITED,  # its report: the program's status and usage
+}
 
 
 @dataclass(frozen=True)
@@ -162,8 +175,8 @@ def run_program(
     run = _Run(client, settings, limits)
     try:
         run.start(program, inputs)
-        run.supervise()
-        run.finish()
+        run.supervisor.watch(run)
+        run.supervisor.finish(run.final_usage())
     finally:
         clean = run.close()
         client.close()
@@ -206,7 +219,7 @@ class _Streams:
         while len(self.frames) >= 5:
             channel = bytes(self.frames[:1])
             (size,) = struct.unpack(">I", self.frames[1:5])
-            if channel not in (b"O", b"E", b"P", b"X") or size > MAX_FRAME_BYTES:
+            if channel not in FRAME_CHANNELS or size > MAX_FRAME_BYTES:
                 raise SandboxError(f"the container init sent a malformed frame ({channel!r})")
             if len(self.frames) < 5 + size:
                 break
@@ -232,15 +245,11 @@ class _Run:
         self.cgroups: RunCgroups | None = None
         self.init_pid = 0
         self.scratch_fd = -1  # the container's /tmp seen from the host, when it can be
-        self.started = self.ended = time.monotonic()
-        self.killed_at: float | None = None
+        self.supervisor = Supervisor(limits)
+        self.hung_up = False
         self.ended_by_engine = False  # the init ended without a report
         self.engine_status: int | None = None
         self.report: dict[str, Any] | None = None
-        self.flags = dict.fromkeys(FLAGS, False)
-        self.payload, self.stdout, self.stderr = bytearray(), bytearray(), bytearray()
-        self.cpu_seconds = 0.0
-        self.peak_memory_bytes: int | None = None
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -255,7 +264,7 @@ class _Run:
             # Attached before the start, so that not one byte of output is missed.
             self.response_socket = self.api.attach_socket(self.container_id, params=params)
             self.sock = getattr(self.response_socket, "_sock", self.response_socket)
-            self.started = time.monotonic()  # the wall clock starts with the container
+            self.supervisor.start_clock()  # with the container, not while the engine creates it
             self.api.start(self.container_id)
         except (docker.errors.DockerException, requests.RequestException) as error:
             raise SandboxError(f"the Docker engine could not start a sandbox: {error}") from None
@@ -266,7 +275,10 @@ class _Run:
         base.mkdir(parents=True, exist_ok=True)
         self.stage = Path(tempfile.mkdtemp(prefix="loopgrade-docker-", dir=base))
         files = {"sandbox": {"main.py": program.encode(), **inputs}}
-        files["init"] = {"init.py": INIT_SOURCE.read_bytes()}
+        files["init"] = {
+            "init.py": INIT_SOURCE.read_bytes(),
+            SECCOMP_FILE: seccomp.run_filter().bpf,
+        }
         for directory, contents in files.items():
             path = self.stage / directory
             path.mkdir(mode=0o755)
@@ -280,7 +292,7 @@ class _Run:
 
         assert self.stage is not None
         limits = self.limits
-        cpu_seconds = math.ceil(limits.cpu_seconds)
+        cpu_seconds = math.ceil(limits.startup_cpu_seconds + limits.cpu_seconds)
         ulimits = [
             # A backstop per process, a second past the limit: SIGXCPU, then SIGKILL. The kernel
             # checks it against CPU time sampled at each tick, which under the CPU quota ran
@@ -329,6 +341,8 @@ class _Run:
             "argv": [PYTHON, "-I", PROGRAM_PATH],
             "env": ENVIRONMENT,
             "cwd": SCRATCH_DIR,
+            # On top of the engine's own profile, which a profile of ours would replace.
+            "seccomp_path": f"{INIT_DIR}/{SECCOMP_FILE}",
             "deadline_seconds": limits.wall_timeout_seconds + INIT_DEADLINE_MARGIN_SECONDS,
         }
         container = self.api.create_container(
@@ -373,93 +387,58 @@ class _Run:
         except (OSError, KeyError, ValueError) as error:
             log.debug("container %s: no host view (%s)", self.name, error)
 
-    # -- supervise -------------------------------------------------------------------------------
+    # -- what the supervisor sees (sandbox.supervise.Process) -----------------------------------
 
-    def supervise(self) -> None:
-        """Read the init's frames and poll the limits until its report, the end, or a kill."""
+    def wait_fds(self) -> list[int]:
+        ended = self.hung_up or self.ended_by_engine or self.report is not None
+        return [] if ended or self.sock is None else [self.sock.fileno()]
+
+    def read(self, fd: int) -> list[tuple[Channel, bytes]]:
         assert self.sock is not None
-        wall_deadline = self.started + self.limits.wall_timeout_seconds
-        next_poll = time.monotonic()
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.sock, selectors.EVENT_READ)
-            while self.killed_at is None and self.report is None:
-                now = time.monotonic()
-                if now >= wall_deadline:
-                    self._end("timed_out")
-                    break
-                if now >= next_poll:
-                    self._poll_limits()
-                    next_poll = now + POLL_SECONDS
-                    continue
-                wake = min(wall_deadline, next_poll) if self.cgroups else wall_deadline
-                if not selector.select(max(0.0, wake - time.monotonic())):
-                    continue
-                try:
-                    data = self.sock.recv(READ_BYTES)
-                except OSError:  # the engine dropped the stream: as if it had ended
-                    data = b""
-                if not data:
-                    self.ended = time.monotonic()
-                    self.ended_by_engine = True
-                    return
-                for channel, chunk in self.streams.feed(data):
-                    self._take(channel, chunk)
-                    if self.killed_at is not None or self.report is not None:
-                        break
-
-    def _take(self, channel: bytes, data: bytes) -> None:
-        if channel == b"X":
-            self.ended = time.monotonic()
-            try:
-                report = json.loads(data)
-                if not isinstance(report, dict):
-                    raise ValueError(report)
-                self.report = report
-            except ValueError:
-                raise SandboxError("the container init sent a malformed report") from None
-        elif channel == b"P":
-            room = self.limits.payload_bytes - len(self.payload)
-            self.payload += data[:room]
-            if len(data) > room:
-                self._end("payload_truncated")
-        else:
-            room = self.limits.output_bytes - len(self.stdout) - len(self.stderr)
-            (self.stdout if channel == b"O" else self.stderr).extend(data[:room])
-            if len(data) > room:
-                self._end("output_truncated")
-
-    def _poll_limits(self) -> None:
-        """Set the flag of every limit the container has hit, and end the run if any."""
-        if self.cgroups is None:
-            return
-        limits, hit = self.limits, []
         try:
-            if self.cgroups.oom_kills():
-                hit.append("memory_exceeded")
-            if self.cgroups.process_limit_hits():
-                hit.append("process_limit_exceeded")
-            self.cpu_seconds = max(self.cpu_seconds, self.cgroups.cpu_seconds())
-            if self.cpu_seconds >= limits.cpu_seconds:
-                hit.append("cpu_time_exceeded")
-            self.peak_memory_bytes = self.cgroups.peak_memory_bytes()
+            data = self.sock.recv(READ_BYTES)
+        except OSError:  # the engine dropped the stream: as if it had ended
+            data = b""
+        if not data:
+            self.ended_by_engine = True
+            return [(Channel.EXITED, b"")]
+        events: list[tuple[Channel, bytes]] = []
+        for channel, chunk in self.streams.feed(data):
+            if FRAME_CHANNELS[channel] is Channel.EXITED:
+                self.report = _report(chunk)
+                return [*events, (Channel.EXITED, b"")]
+            events.append((FRAME_CHANNELS[channel], chunk))
+        return events
+
+    def usage(self) -> Usage:
+        """The container's cgroups (and, under runc, its processes and /tmp), when seen here."""
+        if self.cgroups is None:
+            return Usage()
+        limits = self.limits
+        try:
+            usage = Usage(
+                cpu_seconds=self.cgroups.cpu_seconds(),
+                peak_memory_bytes=self.cgroups.peak_memory_bytes(),
+                oom_kills=self.cgroups.oom_kills(),
+                process_limit_hits=self.cgroups.process_limit_hits(),
+            )
             if self.scratch_fd >= 0:
                 pids = self.cgroups.pids()
-                if any(host_view.open_fd_count(pid) >= limits.open_files for pid in pids):
-                    hit.append("open_files_exceeded")
-                if host_view.file_size_cap_reached(self.scratch_fd, limits.file_size_bytes):
-                    hit.append("file_size_exceeded")
+                usage = dataclasses.replace(
+                    usage,
+                    most_open_files=max(map(host_view.open_fd_count, pids), default=0),
+                    file_size_cap_reached=host_view.file_size_cap_reached(
+                        self.scratch_fd, limits.file_size_bytes
+                    ),
+                )
         except OSError:
             # The container has ended and its cgroups are gone: what it did is in its report.
             self.cgroups = None
-        for flag in hit:
-            self._end(flag)
+            return Usage()
+        return usage
 
-    def _end(self, flag: str) -> None:
-        """A limit was hit: record it and kill the container."""
-        self.flags[flag] = True
-        if self.killed_at is None:
-            self.killed_at = self.ended = time.monotonic()
-            self._kill()
+    def kill(self) -> None:
+        self._kill()
 
     def _kill(self) -> None:
         import docker.errors
@@ -471,6 +450,7 @@ class _Run:
             self.api.kill(self.container_id)  # SIGKILL; 409 when it has already stopped
 
     def _hang_up(self) -> None:
+        self.hung_up = True
         if self.sock is not None:
             # shutdown(), not only close(): the HTTP response still holds the socket open.
             with contextlib.suppress(OSError):
@@ -482,51 +462,50 @@ class _Run:
 
     # -- end -------------------------------------------------------------------------------------
 
-    def finish(self) -> None:
-        """After the run: the last cgroup readings, and the end of the container."""
+    def final_usage(self) -> Usage:
+        """After the run: the last cgroup readings, the init's report, and the container's end."""
         import docker.errors
 
-        if self.report is not None:
-            # All the program's processes are gone; the init waits, the cgroups are still there.
-            self._poll_limits()
-            if self.cgroups is None:
-                with contextlib.suppress(docker.errors.APIError):
-                    state = self.api.inspect_container(self.container_id)["State"]
-                    self.flags["memory_exceeded"] |= bool(state.get("OOMKilled"))
-            self._kill()
-            report = self.report
-            self.cpu_seconds = max(self.cpu_seconds, _number(report.get("cpu_seconds")))
-            if self.peak_memory_bytes is None and _number(report.get("max_rss_bytes")) > 0:
-                self.peak_memory_bytes = int(_number(report.get("max_rss_bytes")))
-            largest = _number(report.get("largest_file_bytes"))
-            self.flags["file_size_exceeded"] |= largest >= self.limits.file_size_bytes
-            status = int(_number(report.get("status")))
-            # Only RLIMIT_CPU makes the kernel send SIGXCPU (a program that sends it to itself
-            # only earns itself a timeout).
-            if status > 0 and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-                self.flags["cpu_time_exceeded"] = True
-        elif self.ended_by_engine:
-            # The init ended without its report: killed, or failed. Its cgroups and its record
-            # may still be there for a moment.
-            self._poll_limits()
+        usage = self.usage()
+        if self.report is None and not self.ended_by_engine:
+            return usage  # killed by the supervisor: its reason is recorded already
+        # The init's report or the engine's record; the cgroups may be gone already.
+        oom_killed = False
+        if self.cgroups is None:
             with contextlib.suppress(docker.errors.APIError):
                 state = self.api.inspect_container(self.container_id)["State"]
-                self.flags["memory_exceeded"] |= bool(state.get("OOMKilled"))
-            self.engine_status = self._wait_for_exit()
-            killed = self.engine_status == 128 + signal.SIGKILL
-            if killed and self.settings.runtime != GVISOR_RUNTIME:
-                # Under runc nothing inside can SIGKILL the init (PID 1 of its namespace), and
-                # we did not: the kernel's OOM killer did, when the program left it no memory.
-                # gVisor's kernel lets a process of the sandbox kill its init, so there a kill
-                # is only a kill.
-                self.flags["memory_exceeded"] = True
-            elif not killed:
-                failure = self.streams.init_stderr.decode(errors="replace").strip()
-                raise SandboxError(
-                    f"the sandbox container's init ended without a report (status "
-                    f"{self.engine_status}): {failure or 'no message'}"
-                )
-        self.flags["cpu_time_exceeded"] |= self.cpu_seconds >= self.limits.cpu_seconds
+                oom_killed = bool(state.get("OOMKilled"))
+        if self.report is not None:
+            # All the program's processes are gone; the init waits to be killed.
+            self._kill()
+            report = self.report
+            largest = _number(report.get("largest_file_bytes"))
+            max_rss = _number(report.get("max_rss_bytes"))
+            peak = usage.peak_memory_bytes or (int(max_rss) if max_rss > 0 else None)
+            return dataclasses.replace(
+                usage,
+                cpu_seconds=max(usage.cpu_seconds or 0.0, _number(report.get("cpu_seconds"))),
+                peak_memory_bytes=peak,
+                oom_kills=usage.oom_kills + int(oom_killed),
+                file_size_cap_reached=(
+                    usage.file_size_cap_reached or largest >= self.limits.file_size_bytes
+                ),
+            )
+        # The init ended without its report: killed, or failed.
+        self.engine_status = self._wait_for_exit()
+        killed = self.engine_status == 128 + signal.SIGKILL
+        if killed and self.settings.runtime != GVISOR_RUNTIME:
+            # Under runc nothing inside can SIGKILL the init (PID 1 of its namespace), and we did
+            # not: the kernel's OOM killer did, when the program left it no memory. gVisor's
+            # kernel lets a process of the sandbox kill its init, so there a kill is only a kill.
+            oom_killed = True
+        elif not killed:
+            failure = self.streams.init_stderr.decode(errors="replace").strip()
+            raise SandboxError(
+                f"the sandbox container's init ended without a report (status "
+                f"{self.engine_status}): {failure or 'no message'}"
+            )
+        return dataclasses.replace(usage, oom_kills=usage.oom_kills + int(oom_killed))
 
     def _wait_for_exit(self) -> int | None:
         import docker.errors
@@ -582,35 +561,23 @@ class _Run:
         return False
 
     def result(self) -> RunResult:
-        exit_code: int | None = None
-        signal_number: int | None = None
-        status = _number(self.report.get("status")) if self.report is not None else None
-        if status is not None and status >= 0:
-            wait_status = int(status)
-            if os.WIFSIGNALED(wait_status):
-                signal_number = os.WTERMSIG(wait_status)
-            else:
-                exit_code = os.WEXITSTATUS(wait_status)
-        else:  # killed: by us, by the OOM killer, or by the init's own deadline
-            signal_number = signal.SIGKILL
-        return RunResult(
-            exit_code=exit_code,
-            signal=signal_number,
-            timed_out=self.flags["timed_out"],
-            cpu_time_exceeded=self.flags["cpu_time_exceeded"],
-            memory_exceeded=self.flags["memory_exceeded"],
-            process_limit_exceeded=self.flags["process_limit_exceeded"],
-            file_size_exceeded=self.flags["file_size_exceeded"],
-            open_files_exceeded=self.flags["open_files_exceeded"],
-            output_truncated=self.flags["output_truncated"],
-            payload_truncated=self.flags["payload_truncated"],
-            wall_seconds=self.ended - self.started,
-            cpu_seconds=self.cpu_seconds,
-            peak_memory_bytes=self.peak_memory_bytes,
-            payload=bytes(self.payload),
-            stdout=bytes(self.stdout),
-            stderr=bytes(self.stderr),
-        )
+        status = _number(self.report.get("status")) if self.report is not None else -1.0
+        if status < 0:  # killed: by us, by the OOM killer, or by the init's own deadline
+            return self.supervisor.result(None, signal.SIGKILL)
+        if os.WIFSIGNALED(int(status)):
+            return self.supervisor.result(None, os.WTERMSIG(int(status)))
+        return self.supervisor.result(os.WEXITSTATUS(int(status)), None)
+
+
+def _report(data: bytes) -> dict[str, Any]:
+    """The init's report, as data: a JSON object, or a SandboxError."""
+    try:
+        report = json.loads(data)
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        raise SandboxError("the container init sent a malformed report")
+    return report
 
 
 def _number(value: object) -> float:

@@ -24,11 +24,12 @@ class RunResult:
     output_truncated: bool  # stdout + stderr passed output_bytes
     payload_truncated: bool  # the result channel passed payload_bytes
     wall_seconds: float
-    cpu_seconds: float
+    cpu_seconds: float  # after the program's set-up (all of it, when it marked none)
     peak_memory_bytes: int | None  # None when the backend cannot measure it
     payload: bytes
     stdout: bytes
     stderr: bytes
+    startup_cpu_seconds: float | None = None  # the set-up's, when the program marked its end
 
     @property
     def limit_hit(self) -> str | None:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
-from app.models import ApiKey
+from app.models import ApiKey, utc_now
 
 KEY_PREFIX = "lg_"
 
@@ -39,6 +39,19 @@ def find_api_key(session: Session, secret: str) -> ApiKey | None:
     return session.scalars(
         select(ApiKey).where(ApiKey.key_hash == hash_api_key(secret), ApiKey.revoked_at.is_(None))
     ).one_or_none()
+
+
+def keys_of_course(session: Session, course_id: str | None) -> list[ApiKey]:
+    """A course's keys (None: the keys tied to no course), revoked ones too, oldest first."""
+    condition = ApiKey.course_id.is_(None) if course_id is None else ApiKey.course_id == course_id
+    return list(session.scalars(select(ApiKey).where(condition).order_by(ApiKey.created_at)))
+
+
+def revoke_api_key(session: Session, api_key: ApiKey) -> None:
+    """The key stops working at once; its row (and its submissions) stay."""
+    if api_key.revoked_at is None:
+        api_key.revoked_at = utc_now()
+        session.flush()
 
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from `loopgrade keys create`.")

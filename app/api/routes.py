@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Query, Response, UploadFile, status
+from fastapi import APIRouter, Form, Header, HTTPException, Query, Response, UploadFile, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -24,20 +24,12 @@ from app.api.schemas import (
 from app.courses.courses import NotFound, assignment_of, assignments_of
 from app.courses.gradebook import FILTERS, build_gradebook, gradebook_json
 from app.db import SessionDep
-from app.grading.queue import Dispatcher, DispatcherDep
-from app.grading.submissions import (
-    AssignmentClosed,
-    CodeTooLarge,
-    RateLimit,
-    SubmissionRejected,
-    TooManySubmissions,
-    create_submission,
-    get_submission,
-)
+from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
+from app.grading.results import shown_result
+from app.grading.submissions import SubmissionRejected, get_submission
 from app.models import ApiKey, Course, Submission, SubmissionStatus
 from app.settings import Settings, SettingsDep
 from graders.exercises import list_exercises
-from graders.notebook import NotebookError, code_from_file
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
 
@@ -55,6 +47,7 @@ _submit_errors: dict[int | str, dict[str, object]] = {
 
 
 def submission_out(submission: Submission) -> SubmissionOut:
+    shown = shown_result(submission)
     return SubmissionOut.model_validate(
         {
             "id": submission.id,
@@ -64,12 +57,22 @@ def submission_out(submission: Submission) -> SubmissionOut:
             "score": submission.score,
             "max_score": submission.max_score,
             "diagnosis": submission.diagnosis,
-            "checks": submission.checks or [],
-            "feedback": submission.feedback,
+            "checks": [check.model_dump() for check in shown.checks],
+            "feedback": shown.feedback,
             "created_at": submission.created_at,
             "graded_at": submission.graded_at,
         }
     )
+
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Any unique string (a UUID): a retry with the same key and body gets the "
+        "same submission, not a second one.",
+    ),
+]
 
 
 @router.post(
@@ -78,7 +81,11 @@ def submission_out(submission: Submission) -> SubmissionOut:
     responses={
         **_submit_errors,
         413: {"model": ErrorOut, "description": "The code is over the size limit."},
-        422: {"model": ErrorOut, "description": "Unknown exercise, or a malformed body."},
+        422: {
+            "model": ErrorOut,
+            "description": "Unknown exercise, a malformed body, or an Idempotency-Key reused "
+            "with another body.",
+        },
     },
 )
 def submit(
@@ -87,12 +94,19 @@ def submit(
     session: SessionDep,
     settings: SettingsDep,
     api_key: ApiKeyDep,
-    dispatcher: DispatcherDep,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> SubmissionAccepted:
     """Queue code for grading. Answers once it is stored; the result is at `Location`."""
-    return _accept(
-        session, settings, dispatcher, response, api_key, body.exercise, body.learner, body.code
+    accepted = _accept(
+        session,
+        settings,
+        api_key,
+        idempotency_key,
+        exercise_id=body.exercise,
+        learner=body.learner,
+        code=body.code,
     )
+    return _answer(response, accepted)
 
 
 @router.post(
@@ -101,7 +115,11 @@ def submit(
     responses={
         **_submit_errors,
         413: {"model": ErrorOut, "description": "The file or its code is over the size limit."},
-        422: {"model": ErrorOut, "description": "Unknown exercise, or an unusable file."},
+        422: {
+            "model": ErrorOut,
+            "description": "Unknown exercise, an unusable file, or an Idempotency-Key reused "
+            "with another file.",
+        },
     },
 )
 def submit_file(
@@ -112,91 +130,65 @@ def submit_file(
     session: SessionDep,
     settings: SettingsDep,
     api_key: ApiKeyDep,
-    dispatcher: DispatcherDep,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> SubmissionAccepted:
     """Queue an uploaded `.py` or `.ipynb` for grading (multipart/form-data).
 
     A notebook's code cells are joined; IPython magics and shell lines are left out, each
     named in `notices`.
     """
-    data = file.file.read(settings.max_upload_bytes + 1)
-    if len(data) > settings.max_upload_bytes:
-        raise HTTPException(
-            413, detail=f"the file is over the upload limit of {settings.max_upload_bytes} bytes"
-        )
-    try:
-        extracted = code_from_file(file.filename or "", data)
-    except NotebookError as exc:
-        raise HTTPException(422, detail=str(exc)) from None
     accepted = _accept(
         session,
         settings,
-        dispatcher,
-        response,
         api_key,
-        exercise,
-        learner,
-        extracted.source,
-        upload_filename=(file.filename or "")[:255] or None,
-        upload_notices=extracted.notices,
+        idempotency_key,
+        exercise_id=exercise,
+        learner=learner,
+        upload=Upload(file.filename or "", file.file),
     )
-    return accepted.model_copy(update={"notices": extracted.notices})
+    return _answer(response, accepted).model_copy(update={"notices": accepted.notices})
 
 
 def _accept(
     session: Session,
     settings: Settings,
-    dispatcher: Dispatcher,
-    response: Response,
     api_key: ApiKey,
-    exercise: str,
-    learner: str,
-    code: str,
+    idempotency_key: str | None,
     *,
-    upload_filename: str | None = None,
-    upload_notices: list[str] | None = None,
-) -> SubmissionAccepted:
+    exercise_id: str,
+    learner: str,
+    code: str = "",
+    upload: Upload | None = None,
+) -> Accepted:
     assignment = None
     if api_key.course_id is not None:
         try:
-            assignment = assignment_of(session, api_key.course_id, exercise).assignment
+            assignment = assignment_of(session, api_key.course_id, exercise_id).assignment
         except NotFound:
             known = ", ".join(a.id for a in assignments_of(session, api_key.course_id))
-            raise HTTPException(
-                422,
-                detail=f"exercise {exercise!r} is not set in this key's course; "
-                f"set: {known or 'none'}",
+            raise SubmissionRejected(
+                f"exercise {exercise_id[:100]!r} is not set in this key's course; "
+                f"set: {known or 'none'}"
             ) from None
-    try:
-        submission = create_submission(
-            session,
-            exercise_id=exercise,
-            learner=learner,
-            code=code,
-            max_code_bytes=settings.max_code_bytes,
-            api_key_id=api_key.id,
-            course_id=api_key.course_id,
-            assignment=assignment,
-            rate_limit=RateLimit(
-                settings.submission_rate_limit, settings.submission_rate_window_seconds
-            ),
-            upload_filename=upload_filename,
-            upload_notices=upload_notices,
-        )
-    except TooManySubmissions as exc:
-        raise HTTPException(
-            429, detail=str(exc), headers={"Retry-After": str(exc.retry_after_seconds)}
-        ) from None
-    except SubmissionRejected as exc:
-        code_status = 422
-        if isinstance(exc, CodeTooLarge):
-            code_status = 413
-        elif isinstance(exc, AssignmentClosed):
-            code_status = 403
-        raise HTTPException(code_status, detail=str(exc)) from None
-    session.commit()
-    dispatcher.enqueue(submission.id)
+    return accept_submission(
+        session,
+        settings,
+        exercise_id=exercise_id,
+        learner=learner,
+        code=code,
+        upload=upload,
+        api_key_id=api_key.id,
+        course_id=api_key.course_id,
+        assignment=assignment,
+        idempotency=Idempotency.from_header(f"api-key:{api_key.id}", idempotency_key),
+    )
+
+
+def _answer(response: Response, accepted: Accepted) -> SubmissionAccepted:
+    submission = accepted.submission
     response.headers["Location"] = f"/api/v1/submissions/{submission.id}"
+    if accepted.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
     return SubmissionAccepted(id=submission.id, status=SubmissionStatus(submission.status))
 
 

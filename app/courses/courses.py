@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.errors import AppError
 from app.models import (
     Assignment,
     Course,
@@ -31,16 +32,25 @@ JOIN_CODE_LENGTH = 8
 MAX_COURSE_NAME_CHARS = 200
 
 
-class CourseError(ValueError):
+class CourseError(AppError, ValueError):
     """A request about a course that cannot be done; the message says why."""
 
+    status_code = 422
+    title = "Not done"
 
-class NotFound(LookupError):
+
+class NotFound(AppError, LookupError):
     """No such thing, or not one this user may know of."""
 
+    status_code = 404
+    title = "Not found"
 
-class Forbidden(PermissionError):
+
+class Forbidden(AppError, PermissionError):
     """This user may see the thing but not do this with it."""
+
+    status_code = 403
+    title = "Not allowed"
 
 
 def new_join_code() -> str:

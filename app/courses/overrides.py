@@ -7,13 +7,17 @@ import math
 from sqlalchemy.orm import Session
 
 from app.courses.audit import record_event
+from app.errors import AppError
 from app.models import Submission, User, utc_now
 
 MAX_REASON_CHARS = 2000
 
 
-class OverrideRejected(ValueError):
+class OverrideRejected(AppError, ValueError):
     """The override cannot be set; the message says why."""
+
+    status_code = 422
+    title = "Not changed"
 
 
 def set_override(

@@ -22,8 +22,15 @@ from app.db import (
     database_revision,
     head_revision,
 )
-from app.grading.queue import GradingOutcome, LeaseSweeper, run_grading_job
+from app.grading.queue import (
+    GradingOutcome,
+    LeaseSweeper,
+    enqueue_after_commit,
+    open_grading_runner,
+    run_grading_job,
+)
 from app.settings import Settings
+from sandbox import Runner
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +40,9 @@ GRADE_TASK = "loopgrade.grade_submission"
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}
 
 
-def create_celery(settings: Settings, sessions: SessionFactory | None = None) -> Celery:
+def create_celery(
+    settings: Settings, sessions: SessionFactory | None = None, runner: Runner | None = None
+) -> Celery:
     """The Celery app for `settings`; with `sessions` it can also run the grading task."""
     celery = Celery("loopgrade", broker=settings.broker_url, set_as_current=False)
     celery.conf.update(
@@ -57,7 +66,7 @@ def create_celery(settings: Settings, sessions: SessionFactory | None = None) ->
     def grade_submission(task: Task[Any, Any], submission_id: str) -> None:
         if sessions is None:
             raise RuntimeError("this Celery app only sends tasks")
-        run = run_grading_job(sessions, submission_id, settings)
+        run = run_grading_job(sessions, submission_id, settings, runner=runner)
         if run.outcome is GradingOutcome.RETRY:
             # The row is queued again; the retry is a new message, sent with a delay.
             raise task.retry(countdown=run.retry_in_seconds)
@@ -80,6 +89,14 @@ class CeleryDispatcher:
 
     def stop(self) -> None:
         self._celery.close()
+
+    def readiness_problem(self) -> str | None:
+        try:
+            with self._celery.connection_for_write() as connection:
+                connection.ensure_connection(max_retries=1, interval_start=0, timeout=2)
+        except Exception as exc:
+            return f"the broker does not answer ({type(exc).__name__}: {exc})"
+        return None
 
 
 def send_grading_task(celery: Celery, settings: Settings, submission_id: str) -> None:
@@ -104,16 +121,21 @@ def run_worker(settings: Settings) -> int:
         log.error("the database is at migration %s, not %s: run 'loopgrade migrate'", current, head)
         return 1
     sessions = create_session_factory(engine)
-    celery = create_celery(settings, sessions)
+    # The threads share one runner (its warm pool); prefork children fork from this process,
+    # so they run cold sandboxes rather than inherit a pool's zygotes.
+    runner = open_grading_runner(settings) if settings.worker_pool == "threads" else None
+    if runner is not None:
+        log.info("sandbox: %s", runner.status)
+    celery = create_celery(settings, sessions, runner)
 
     @worker_process_init.connect(weak=False)  # type: ignore[untyped-decorator]
     def _fresh_connections(**_: object) -> None:
         # A prefork child must not share the parent's database connections.
         engine.dispose(close=False)
 
-    sweeper = LeaseSweeper(
-        sessions, settings, lambda submission_id: send_grading_task(celery, settings, submission_id)
-    )
+    # What this process queues (the sweep's requeues) is sent to the broker once committed.
+    enqueue_after_commit(sessions, CeleryDispatcher(settings))
+    sweeper = LeaseSweeper(sessions, settings)
     sweeper.start()
     try:
         celery.worker_main(
@@ -130,5 +152,7 @@ def run_worker(settings: Settings) -> int:
         )
     finally:
         sweeper.stop()
+        if runner is not None:
+            runner.close()
         engine.dispose()
     return 0

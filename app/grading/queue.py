@@ -1,8 +1,9 @@
 """Grading jobs and how they reach a worker: threads in this process, or Celery on many hosts.
 
 A job is only a submission id; the submission row is the job's record. Jobs are handed over
-after the submitting transaction commits, and `run_grading_job` may run any number of times
-for one id: only the run that claims the row grades it, and only its claim may store a result.
+by an `after_commit` hook once the transaction that queued them commits
+(`submissions.queue_for_grading`), and `run_grading_job` may run any number of times for one
+id: only the run that claims the row grades it, and only its claim may store a result.
 A claim is a lease the worker renews while it grades; `LeaseSweeper` puts back submissions
 whose lease expired (their worker died) and sends again those queued so long that their
 message must have been lost. LOOPGRADE_BROKER_URL chooses Celery (app/grading/celery_queue.py).
@@ -15,17 +16,21 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 import graders
+import sandbox
 from app.db import SessionFactory
 from app.grading.submissions import (
+    SUBMISSIONS_TO_GRADE,
     GradingJob,
     claim_submission,
     record_error,
@@ -36,9 +41,10 @@ from app.grading.submissions import (
     requeue_waiting,
 )
 from app.models import utc_now
+from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
-from graders.grading import GRADING_LIMITS
-from sandbox import Limits, SandboxError
+from graders.grading import GRADING_LIMITS, POOL_PROGRAM
+from sandbox import Limits, Runner, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,24 @@ class Dispatcher(Protocol):
     def enqueue(self, submission_id: str) -> None: ...
 
     def stop(self) -> None: ...
+
+    def readiness_problem(self) -> str | None:
+        """Why jobs cannot be taken now (for /readyz), or None."""
+        ...
+
+
+def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> None:
+    """Hand every submission a transaction queued to `dispatcher` once it commits; a rolled-back
+    transaction's are dropped."""
+
+    @event.listens_for(sessions, "after_commit")
+    def _enqueue_committed(session: Session) -> None:
+        for submission_id in session.info.pop(SUBMISSIONS_TO_GRADE, []):
+            dispatcher.enqueue(submission_id)
+
+    @event.listens_for(sessions, "after_rollback")
+    def _drop_rolled_back(session: Session) -> None:
+        session.info.pop(SUBMISSIONS_TO_GRADE, None)
 
 
 class GradingOutcome(enum.Enum):
@@ -80,12 +104,36 @@ def grading_limits(settings: Settings) -> Limits | None:
     )
 
 
-def run_grading_job(sessions: SessionFactory, submission_id: str, settings: Settings) -> GradingRun:
+def open_grading_runner(settings: Settings) -> Runner:
+    """The sandbox runner of this process: its backend probed once, the warm pool started.
+
+    Raises sandbox.SandboxUnavailable when no backend works here.
+    """
+    return sandbox.open_runner(
+        settings.sandbox, pool=POOL_PROGRAM, pool_size=settings.sandbox_pool_size
+    )
+
+
+def run_grading_job(
+    sessions: SessionFactory,
+    submission_id: str,
+    settings: Settings,
+    *,
+    runner: Runner | None = None,
+) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
     A SandboxError (the sandbox failed, not the learner's code) puts the submission back in
     the queue for a retry until `grading_max_attempts` claims were spent, then stores an error.
+    Every log line meanwhile carries the submission id.
     """
+    with logging_submission(submission_id):
+        return _grade(sessions, submission_id, settings, runner)
+
+
+def _grade(
+    sessions: SessionFactory, submission_id: str, settings: Settings, runner: Runner | None
+) -> GradingRun:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id, lease_seconds=settings.lease_seconds)
     if job is None:
@@ -101,7 +149,7 @@ def run_grading_job(sessions: SessionFactory, submission_id: str, settings: Sett
     started = time.monotonic()
     try:
         with lease_renewed(sessions, job, settings.lease_seconds):
-            report = graders.grade(job.exercise_id, job.code, grading_limits(settings))
+            report = graders.grade(job.exercise_id, job.code, grading_limits(settings), runner)
     except SandboxError as exc:
         if job.attempt < settings.grading_max_attempts:
             log.warning(
@@ -113,13 +161,14 @@ def run_grading_job(sessions: SessionFactory, submission_id: str, settings: Sett
             with sessions.begin() as session:
                 release_claim(session, job)
             return GradingRun(GradingOutcome.RETRY, settings.retry_delay_seconds(job.attempt))
-        return _store_error(sessions, job, exc)
+        return _store_error(sessions, job, exc, started)
     except Exception as exc:
         # Learner mistakes come back as reports; an exception is the server's own fault.
-        return _store_error(sessions, job, exc)
+        return _store_error(sessions, job, exc, started)
 
     with sessions.begin() as session:
         stored = record_report(session, job, report)
+    record_grade(report.diagnosis, time.monotonic() - started)
     log.info(
         "submission %s: %s, %g/%g in %.2f s%s",
         submission_id,
@@ -132,7 +181,9 @@ def run_grading_job(sessions: SessionFactory, submission_id: str, settings: Sett
     return GradingRun(GradingOutcome.GRADED if stored else GradingOutcome.NOT_CLAIMED)
 
 
-def _store_error(sessions: SessionFactory, job: GradingJob, exc: Exception) -> GradingRun:
+def _store_error(
+    sessions: SessionFactory, job: GradingJob, exc: Exception, started: float
+) -> GradingRun:
     log.error(
         "submission %s: grading failed (exercise %s, attempt %d)",
         job.submission_id,
@@ -142,6 +193,7 @@ def _store_error(sessions: SessionFactory, job: GradingJob, exc: Exception) -> G
     )
     with sessions.begin() as session:
         record_error(session, job, f"{type(exc).__name__}: {exc}")
+    record_grade(SERVER_ERROR, time.monotonic() - started)
     return GradingRun(GradingOutcome.ERROR)
 
 
@@ -176,8 +228,9 @@ def lease_renewed(
 
 
 def sweep(sessions: SessionFactory, settings: Settings, *, all_queued: bool = False) -> list[str]:
-    """Requeue expired leases and pick the queued rows to send again; return the ids to send.
+    """Requeue expired leases and the queued rows to send again; return their ids.
 
+    They are handed to the workers by the after-commit hook (`enqueue_after_commit`).
     `all_queued` takes every queued row: for a start whose in-process queue is empty.
     """
     queued_before = (
@@ -190,30 +243,21 @@ def sweep(sessions: SessionFactory, settings: Settings, *, all_queued: bool = Fa
     if expired:
         log.warning("requeued %d submission(s) whose worker lease expired", len(expired))
     if waiting:
-        log.info("sending %d queued submission(s) to the workers again", len(waiting))
+        log.info("sent %d queued submission(s) to the workers again", len(waiting))
     return [*waiting, *expired]
 
 
 class LeaseSweeper:
-    """A thread that runs `sweep` every `sweep_interval_seconds` and enqueues what it returns.
+    """A thread that runs `sweep` every `sweep_interval_seconds`.
 
     Every grading process runs one; sweeps on several hosts at once requeue each row once.
     """
 
-    def __init__(
-        self, sessions: SessionFactory, settings: Settings, enqueue: Callable[[str], None]
-    ) -> None:
+    def __init__(self, sessions: SessionFactory, settings: Settings) -> None:
         self._sessions = sessions
         self._settings = settings
-        self._enqueue = enqueue
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-
-    def sweep_once(self, *, all_queued: bool = False) -> int:
-        submission_ids = sweep(self._sessions, self._settings, all_queued=all_queued)
-        for submission_id in submission_ids:
-            self._enqueue(submission_id)
-        return len(submission_ids)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="lease-sweeper", daemon=True)
@@ -228,7 +272,7 @@ class LeaseSweeper:
     def _loop(self) -> None:
         while not self._stopped.wait(self._settings.sweep_interval_seconds):
             try:
-                self.sweep_once()
+                sweep(self._sessions, self._settings)
             except Exception:
                 # A database that is away now is swept on a later round.
                 log.exception("lease sweep failed")
@@ -237,11 +281,14 @@ class LeaseSweeper:
 class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process, and the sweep that feeds them."""
 
-    def __init__(self, sessions: SessionFactory, settings: Settings) -> None:
+    def __init__(
+        self, sessions: SessionFactory, settings: Settings, *, runner: Runner | None = None
+    ) -> None:
         self._sessions = sessions
         self._settings = settings
+        self._runner = runner
         self._executor: ThreadPoolExecutor | None = None
-        self._sweeper = LeaseSweeper(sessions, settings, self.enqueue)
+        self._sweeper = LeaseSweeper(sessions, settings)
         self._retry_timers: set[threading.Timer] = set()
         self._lock = threading.Lock()
 
@@ -250,9 +297,7 @@ class ThreadPoolDispatcher:
             max_workers=self._settings.worker_count, thread_name_prefix="grader"
         )
         # This process's queue is empty at start: whatever is queued in the database is ours.
-        sent = self._sweeper.sweep_once(all_queued=True)
-        if sent:
-            log.info("queued %d unfinished submission(s) from before the start", sent)
+        sweep(self._sessions, self._settings, all_queued=True)
         self._sweeper.start()
 
     def enqueue(self, submission_id: str) -> None:
@@ -271,9 +316,14 @@ class ThreadPoolDispatcher:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
 
+    def readiness_problem(self) -> str | None:
+        return "the grading threads are not started" if self._executor is None else None
+
     def _run(self, submission_id: str) -> None:
         try:
-            run = run_grading_job(self._sessions, submission_id, self._settings)
+            run = run_grading_job(
+                self._sessions, submission_id, self._settings, runner=self._runner
+            )
         except Exception:
             # The row stays queued or running; the sweep takes it up again.
             log.exception("submission %s: grading job crashed", submission_id)
@@ -295,13 +345,15 @@ class ThreadPoolDispatcher:
             self._executor.submit(self._run, submission_id)
 
 
-def create_dispatcher(sessions: SessionFactory, settings: Settings) -> Dispatcher:
+def create_dispatcher(
+    sessions: SessionFactory, settings: Settings, *, runner: Runner | None
+) -> Dispatcher:
     """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here."""
     if settings.broker_url:
         from app.grading.celery_queue import CeleryDispatcher
 
         return CeleryDispatcher(settings)
-    return ThreadPoolDispatcher(sessions, settings)
+    return ThreadPoolDispatcher(sessions, settings, runner=runner)
 
 
 def get_dispatcher(request: Request) -> Dispatcher:

@@ -13,14 +13,19 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.courses.audit import record_event
+from app.errors import AppError
+from app.grading.submissions import queue_for_grading
 from app.models import Regrade, Submission, SubmissionStatus, User, new_id, utc_now
 from graders.exercises import get_exercise
 
 FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
 
 
-class RegradeRejected(ValueError):
+class RegradeRejected(AppError, ValueError):
     """Nothing to regrade, or the submission is being graded already."""
+
+    status_code = 409
+    title = "Nothing to regrade"
 
 
 def _queue_again(session: Session, submission: Submission, batch_id: str, by: User) -> None:
@@ -39,6 +44,7 @@ def _queue_again(session: Session, submission: Submission, batch_id: str, by: Us
     # The old result stays on the row (and in the Regrade) until the new one replaces it.
     submission.status = SubmissionStatus.QUEUED
     submission.queued_at = utc_now()
+    queue_for_grading(session, submission.id)
 
 
 def request_regrade(session: Session, submission: Submission, *, by: User) -> str:

@@ -9,19 +9,39 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.errors import AppError
+from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
+from app.outbox import report_graded
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
 MAX_LEARNER_CHARS = 255
 
+# session.info key: the submissions to hand to a worker once this transaction commits.
+SUBMISSIONS_TO_GRADE = "submissions_to_grade"
 
-class SubmissionRejected(ValueError):
+
+def queue_for_grading(session: Session, submission_id: str) -> None:
+    """Have the submission graded once this transaction commits (app.grading.queue's hook).
+
+    Never before the commit: a worker must find the row, and a rolled-back one must not run.
+    """
+    session.info.setdefault(SUBMISSIONS_TO_GRADE, []).append(submission_id)
+
+
+class SubmissionRejected(AppError, ValueError):
     """The submission breaks a rule; the message says which, and how to fix it."""
+
+    status_code = 422
+    title = "Not accepted"
 
 
 class CodeTooLarge(SubmissionRejected):
     """The code is over the size limit."""
+
+    status_code = 413
+    title = "Too large"
 
 
 class UnknownExerciseId(SubmissionRejected):
@@ -31,12 +51,18 @@ class UnknownExerciseId(SubmissionRejected):
 class AssignmentClosed(SubmissionRejected):
     """The course locks this exercise after its due date, which has passed."""
 
+    status_code = 403
+    title = "Closed"
+
 
 class TooManySubmissions(SubmissionRejected):
     """The learner reached the submission rate limit; `retry_after_seconds` until the next."""
 
+    status_code = 429
+    title = "Too many submissions"
+
     def __init__(self, message: str, retry_after_seconds: int) -> None:
-        super().__init__(message)
+        super().__init__(message, headers={"Retry-After": str(retry_after_seconds)})
         self.retry_after_seconds = retry_after_seconds
 
 
@@ -147,7 +173,7 @@ def create_submission(
     except UnknownExercise:
         known = ", ".join(exercise.id for exercise in list_exercises())
         raise UnknownExerciseId(
-            f"unknown exercise {exercise_id!r}; known exercises: {known}"
+            f"unknown exercise {exercise_id[:100]!r}; known exercises: {known}"
         ) from None
 
     _check_text("code", code)
@@ -185,6 +211,7 @@ def create_submission(
     )
     session.add(submission)
     session.flush()
+    queue_for_grading(session, submission.id)
     return submission
 
 
@@ -297,6 +324,7 @@ def _finish_regrades(session: Session, job: GradingJob, **values: object) -> Non
 
 def record_report(session: Session, job: GradingJob, report: GradeReport) -> bool:
     """Store the grader's result and mark the submission graded; False if the claim is stale."""
+    report = bounded_report(report)
     stored = _finish(
         session,
         job,
@@ -314,6 +342,8 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
         error_message=None,
     )
     if stored:
+        # In this transaction: the result and what reports it elsewhere commit together.
+        report_graded(session, job.submission_id)
         _finish_regrades(
             session,
             job,
@@ -328,7 +358,12 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
 
 def record_error(session: Session, job: GradingJob, message: str) -> bool:
     """Mark the submission failed by a server fault; False if the claim is stale."""
-    stored = _finish(session, job, status=SubmissionStatus.ERROR, error_message=message)
+    stored = _finish(
+        session,
+        job,
+        status=SubmissionStatus.ERROR,
+        error_message=cut(message, MAX_ERROR_MESSAGE_CHARS),
+    )
     if stored:
         _finish_regrades(session, job, new_status=SubmissionStatus.ERROR)
     return stored
@@ -337,9 +372,10 @@ def record_error(session: Session, job: GradingJob, message: str) -> bool:
 def requeue_expired_leases(session: Session) -> list[str]:
     """Put back running submissions whose worker stopped renewing the lease; return their ids.
 
-    Safe to run on every host at once: each row is requeued by one UPDATE only.
+    Each is queued for grading (sent once the transaction commits). Safe to run on every host
+    at once: each row is requeued by one UPDATE only.
     """
-    return list(
+    submission_ids = list(
         session.scalars(
             update(Submission)
             .where(_lease_expired(utc_now()))
@@ -348,6 +384,9 @@ def requeue_expired_leases(session: Session) -> list[str]:
             .execution_options(synchronize_session=False)
         )
     )
+    for submission_id in submission_ids:
+        queue_for_grading(session, submission_id)
+    return submission_ids
 
 
 def requeue_waiting(session: Session, *, queued_before: datetime | None) -> list[str]:
@@ -355,7 +394,8 @@ def requeue_waiting(session: Session, *, queued_before: datetime | None) -> list
 
     `queued_before` None takes every queued row (a start whose in-process queue is empty);
     otherwise those queued before it, whose broker message was likely lost. One UPDATE
-    marks and returns them, so two hosts sweeping at once do not both send a row.
+    marks and returns them, so two hosts sweeping at once do not both send a row; each is
+    queued for grading (sent once the transaction commits).
     """
     waiting = Submission.status == SubmissionStatus.QUEUED
     if queued_before is not None:
@@ -370,7 +410,10 @@ def requeue_waiting(session: Session, *, queued_before: datetime | None) -> list
         .returning(Submission.id, Submission.created_at)
         .execution_options(synchronize_session=False)
     ).all()
-    return [row.id for row in sorted(rows, key=lambda row: row.created_at)]
+    submission_ids = [row.id for row in sorted(rows, key=lambda row: row.created_at)]
+    for submission_id in submission_ids:
+        queue_for_grading(session, submission_id)
+    return submission_ids
 
 
 def submissions_of(

@@ -1,7 +1,8 @@
 """Local accounts: argon2 password hashes, creating users, signing in with a failure limit.
 
-These flush, never commit. A failed sign-in is recorded (flushed) before SignInRefused is
-raised: the route commits it, so that the limit holds across requests and processes.
+These flush, never commit. A failed sign-in is recorded (flushed) and kept
+(`keep_on_error_response`) before SignInRefused is raised: the request's transaction commits
+it although the answer is a 401, so that the limit holds across requests and processes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from app.db import keep_on_error_response
+from app.errors import AppError
 from app.models import SignInFailure, SiteRole, User, utc_now
 
 MIN_PASSWORD_CHARS = 10
@@ -29,8 +32,11 @@ _hasher = PasswordHasher()
 _DUMMY_HASH = _hasher.hash("not a password anyone has")
 
 
-class AccountError(ValueError):
+class AccountError(AppError, ValueError):
     """A bad email, name or password, or an email already taken; the message says which."""
+
+    status_code = 422
+    title = "Not accepted"
 
 
 class SignInRefused(Exception):
@@ -146,6 +152,7 @@ def sign_in(
     if user is None or not verify_password(user.password_hash, password):
         session.add(SignInFailure(email=email[:255], client_ip=client_ip[:64]))
         session.flush()
+        keep_on_error_response(session)
         raise SignInRefused()
 
     if _hasher.check_needs_rehash(user.password_hash):

@@ -40,7 +40,6 @@ def _signed_in_response(
     request: Request, settings: SettingsDep, session: SessionDep, user: User, target: str
 ) -> Response:
     _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
-    session.commit()
     response = RedirectResponse(safe_next(target), status_code=303)
     set_session_cookie(response, request, settings, token)
     return response
@@ -112,7 +111,6 @@ def sign_in_form(
             headers={"Retry-After": str(exc.retry_after_seconds)},
         )
     except SignInRefused:
-        session.commit()  # the failure counts toward the limit
         return render(
             request,
             viewer,
@@ -163,7 +161,6 @@ def sign_up_form(
         if join_code.strip():
             target = f"/courses/{join_course(session, user=user, join_code=join_code).id}"
     except (AccountError, CourseError) as exc:
-        session.rollback()
         return render(
             request, viewer, "sign_up.html", {**context, "error": str(exc)}, status_code=422
         )
@@ -176,8 +173,7 @@ def sign_out(
 ) -> Response:
     if viewer.web_session is not None:
         end_session(session, viewer.web_session)
-        session.commit()
-    response = RedirectResponse("/", status_code=303)
+        response = RedirectResponse("/", status_code=303)
     clear_session_cookie(response, request, settings)
     return response
 
@@ -194,7 +190,6 @@ def join(
         course = join_course(session, user=user, join_code=join_code)
     except CourseError as exc:
         return _home_with_error(request, session, viewer, "join_error", str(exc))
-    session.commit()
     return RedirectResponse(f"/courses/{course.id}", status_code=303)
 
 
@@ -219,7 +214,6 @@ def create_course_form(
         course = create_course(session, name=name, instructor=user)
     except CourseError as exc:
         return _home_with_error(request, session, viewer, "create_error", str(exc))
-    session.commit()
     return RedirectResponse(f"/courses/{course.id}/settings?done=created", status_code=303)
 
 
@@ -232,6 +226,5 @@ def _home_with_error(
     *,
     status_code: int = 422,
 ) -> HTMLResponse:
-    session.rollback()
     context = {**home_context(request, session, viewer), field: message}
     return render(request, viewer, "home.html", context, status_code=status_code)

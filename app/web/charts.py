@@ -11,20 +11,69 @@ WIDTH, HEIGHT = 320, 196
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 40, 28
 
 
-def _finite(values: list[float | None]) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
+# A chart is 260 px wide: more points than this per line are not seen, only sent.
+MAX_DRAWN_POINTS = 260
+MAX_TICKS = 10
+MAX_DESCRIBED_VALUES = 20
+MAX_DOTS = 60
+
+
+def _is_drawn(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def _label(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _drawn(values: list[float | None]) -> list[tuple[int, float | None]]:
+    """(step, value) pairs to draw, None where the line breaks.
+
+    A short series is drawn whole. A long one is cut into buckets of steps, and each bucket
+    gives its lowest and highest value (a spike stays visible) and a break if a value in it is
+    missing: at most MAX_DRAWN_POINTS points, whatever the series' length.
+    """
+    if len(values) <= MAX_DRAWN_POINTS:
+        return list(enumerate(values))
+    buckets = MAX_DRAWN_POINTS // 3
+    points: list[tuple[int, float | None]] = []
+    for bucket in range(buckets):
+        first, end = len(values) * bucket // buckets, len(values) * (bucket + 1) // buckets
+        steps = range(first, end)
+        finite = [(step, v) for step in steps if (v := values[step]) is not None and _is_drawn(v)]
+        missing = next((step for step in steps if not _is_drawn(values[step])), None)
+        chosen: set[tuple[int, float | None]] = set()
+        if finite:
+            chosen = {min(finite, key=lambda p: p[1]), max(finite, key=lambda p: p[1])}
+        if missing is not None:
+            chosen.add((missing, None))
+        points += sorted(chosen, key=lambda p: p[0])
+    return points
+
+
+def _described(values: list[float | None]) -> str:
+    def shown(part: list[float | None]) -> str:
+        return ", ".join("none" if v is None else _label(v) for v in part)
+
+    if len(values) <= MAX_DESCRIBED_VALUES:
+        return shown(values)
+    finite = [v for v in values if v is not None and _is_drawn(v)]
+    span = f", from {_label(min(finite))} to {_label(max(finite))}" if finite else ""
+    half = MAX_DESCRIBED_VALUES // 2
+    return (
+        f"{len(values)} values{span}; the first {shown(values[:half])}; "
+        f"the last {shown(values[-half:])}"
+    )
+
+
 def line_chart(series: PlotSeries) -> str:
     """One chart as an SVG element: steps along x, the learner's line solid, the reference dashed.
 
-    A step with no value (None, NaN or infinite) leaves a gap in the learner's line.
+    A step with no value (None, NaN or infinite) leaves a gap in the learner's line. Its size
+    is bounded whatever the series' length: a long series is drawn thinned (`_drawn`).
     """
-    values = _finite(series.learner) + _finite(series.reference)
+    learner, reference = _drawn(series.learner), _drawn(series.reference)
+    values = [v for _, v in learner + reference if v is not None and _is_drawn(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     if high - low < 1e-12:
         low, high = low - 1.0, high + 1.0
@@ -37,10 +86,10 @@ def line_chart(series: PlotSeries) -> str:
     def y(value: float) -> float:
         return TOP + plot_height * (high - value) / (high - low)
 
-    def path(points: list[float | None]) -> str:
+    def path(points: list[tuple[int, float | None]]) -> str:
         commands, pen_down = [], False
-        for step, value in enumerate(points):
-            if value is None or not math.isfinite(value):
+        for step, value in points:
+            if value is None or not _is_drawn(value):
                 pen_down = False
                 continue
             commands.append(f"{'L' if pen_down else 'M'}{x(step):.1f},{y(value):.1f}")
@@ -49,14 +98,16 @@ def line_chart(series: PlotSeries) -> str:
 
     title = f"{series.label} per step, case {series.case}"
     description = (
-        f"Your {series.label}: "
-        + ", ".join("none" if v is None else _label(v) for v in series.learner)
-        + f". Reference: {', '.join('none' if v is None else _label(v) for v in series.reference)}."
+        f"Your {series.label}: {_described(series.learner)}. "
+        f"Reference: {_described(series.reference)}."
     )
+    tick_every = math.ceil(steps / MAX_TICKS)
     ticks = "".join(
         f'<text x="{x(step):.1f}" y="{HEIGHT - 10}" text-anchor="middle">{step + 1}</text>'
-        for step in range(steps)
+        for step in range(0, steps, tick_every)
     )
+    # A dot per value of a short series: a value between two missing ones is a point, not a line.
+    dots = [(step, v) for step, v in learner if v is not None and _is_drawn(v)]
     return (
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-labelledby="t-{escape(series.case)}-{escape(series.label)}" '
@@ -75,15 +126,13 @@ def line_chart(series: PlotSeries) -> str:
         f'stroke-width="2.5"/><text x="{WIDTH - 126}" y="30">yours</text>'
         f'<line x1="{WIDTH - 84}" y1="26" x2="{WIDTH - 64}" y2="26" stroke="#555" '
         f'stroke-width="2" stroke-dasharray="5 4"/><text x="{WIDTH - 60}" y="30">reference</text>'
-        f'<path d="{path(list(series.reference))}" class="reference" fill="none" '
+        f'<path d="{path(reference)}" class="reference" fill="none" '
         f'stroke="#555" stroke-width="2" stroke-dasharray="5 4"/>'
-        f'<path d="{path(list(series.learner))}" class="learner" fill="none" '
+        f'<path d="{path(learner)}" class="learner" fill="none" '
         f'stroke="#b3261e" stroke-width="2.5"/>'
-        # A dot per value: a value between two missing ones is a point, not a line.
         + "".join(
             f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3" fill="#b3261e"/>'
-            for step, value in enumerate(series.learner)
-            if value is not None and math.isfinite(value)
+            for step, value in (dots if len(dots) <= MAX_DOTS else [])
         )
         + "</svg>"
     )

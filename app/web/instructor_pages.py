@@ -33,7 +33,6 @@ from app.courses.courses import (
 from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
-from app.grading.queue import DispatcherDep
 from app.grading.regrades import (
     RegradeRejected,
     outdated_count,
@@ -53,8 +52,8 @@ from app.models import (
 from app.people.accounts import find_user_by_email
 from app.web.charts import bar_chart
 from app.web.rendering import PageError, render
-from app.web.review import submission_context
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
+from app.web.submission_view import submission_context
 from graders.exercises import list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -241,7 +240,6 @@ def _done(submission_id: str, done: str) -> Response:
 def _refused(
     request: Request, session: Session, viewer: Viewer, submission_id: str, message: str
 ) -> Response:
-    session.rollback()
     context = submission_context(request, session, viewer, submission_id)
     return render(
         request, viewer, "submission.html", {**context, "error": message}, status_code=422
@@ -266,7 +264,6 @@ def override_form(
         return _refused(
             request, session, viewer, submission_id, f"The override was not set: {message}."
         )
-    session.commit()
     return _done(submission_id, "override-set")
 
 
@@ -279,7 +276,6 @@ def remove_override_form(
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Nothing removed: {exc}.")
-    session.commit()
     return _done(submission_id, "override-removed")
 
 
@@ -289,15 +285,12 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    dispatcher: DispatcherDep,
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         request_regrade(session, submission, by=user)
     except RegradeRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
-    session.commit()
-    dispatcher.enqueue(submission.id)
     return _done(submission_id, "regrade")
 
 
@@ -308,13 +301,12 @@ def regrade_exercise_form(
     exercise_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    dispatcher: DispatcherDep,
     which: Annotated[str, Form()] = "outdated",
 ) -> Response:
     user, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     try:
-        batch_id, submission_ids = request_exercise_regrade(
+        batch_id, _ = request_exercise_regrade(
             session,
             course_id=course.id,
             exercise_id=assigned.id,
@@ -323,9 +315,6 @@ def regrade_exercise_form(
         )
     except RegradeRejected as exc:
         raise PageError(409, "Nothing to regrade", f"Nothing to regrade: {exc}.") from None
-    session.commit()
-    for submission_id in submission_ids:
-        dispatcher.enqueue(submission_id)
     return RedirectResponse(f"/courses/{course.id}/regrades/{batch_id}", status_code=303)
 
 
@@ -404,7 +393,6 @@ def _settings_done(course_id: str, done: str, anchor: str = "") -> Response:
 def _settings_refused(
     request: Request, session: Session, viewer: Viewer, course: Course, message: str
 ) -> Response:
-    session.rollback()
     context = {**settings_context(session, course), "error": message}
     return render(request, viewer, "settings.html", context, status_code=422)
 
@@ -456,7 +444,6 @@ def assignment_form(
         late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
         scoring_policy=row.scoring_policy if row else None,
     )
-    session.commit()
     return _settings_done(course.id, "saved", f"#ex-{exercise_id}")
 
 
@@ -465,7 +452,6 @@ def join_code_form(course_id: str, session: SessionDep, viewer: CsrfViewerDep) -
     user, course = instructor_course(session, viewer, course_id)
     new_course_join_code(session, course)
     record_event(session, actor=user, action="course.join-code", course_id=course.id)
-    session.commit()
     return _settings_done(course.id, "join-code")
 
 
@@ -495,7 +481,6 @@ def add_instructor_form(
         course_id=course.id,
         email=other.email,
     )
-    session.commit()
     return _settings_done(course.id, "instructor")
 
 

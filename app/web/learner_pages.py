@@ -24,22 +24,18 @@ from app.courses.courses import (
 )
 from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep
-from app.grading.queue import DispatcherDep
+from app.grading.intake import Upload, accept_submission
 from app.grading.submissions import (
     AssignmentClosed,
-    CodeTooLarge,
     RateLimit,
     SubmissionRejected,
-    TooManySubmissions,
     check_open,
-    create_submission,
     get_submission,
     submissions_of,
 )
 from app.models import Course, CourseRole, User, utc_now
 from app.settings import Settings, SettingsDep
 from app.web.rendering import PageError, render
-from app.web.review import result_context, submission_context, viewable_submission
 from app.web.sessions import (
     LEARNER_COOKIE,
     CsrfViewerDep,
@@ -49,8 +45,8 @@ from app.web.sessions import (
     anonymous_learner,
     signed_in_user,
 )
+from app.web.submission_view import result_context, submission_context, viewable_submission
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
-from graders.notebook import NotebookError, code_from_file
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -195,7 +191,6 @@ def _submit(
     request: Request,
     session: Session,
     settings: Settings,
-    dispatcher: DispatcherDep,
     viewer: Viewer,
     exercise: Exercise,
     course: Course | None,
@@ -213,42 +208,20 @@ def _submit(
         learner = anonymous_learner(request, viewer) or ""
         if not learner:
             learner = new_learner = new_learner_id()
-    filename, notices = None, None
     try:
-        if file is not None and file.filename:
-            data = file.file.read(settings.max_upload_bytes + 1)
-            if len(data) > settings.max_upload_bytes:
-                raise CodeTooLarge(
-                    f"{file.filename} is over the upload limit of "
-                    f"{settings.max_upload_bytes // 1024} KiB"
-                )
-            try:
-                extracted = code_from_file(file.filename, data)
-            except NotebookError as exc:
-                raise SubmissionRejected(str(exc)) from None
-            code, filename, notices = extracted.source, file.filename[:255], extracted.notices
-        submission = create_submission(
+        accepted = accept_submission(
             session,
+            settings,
             exercise_id=exercise.id,
             learner=learner,
             code=code,
-            max_code_bytes=settings.max_code_bytes,
+            upload=Upload(file.filename, file.file) if file is not None and file.filename else None,
             user_id=user.id if user else None,
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
-            rate_limit=rate_limit(settings),
-            upload_filename=filename,
-            upload_notices=notices,
         )
     except SubmissionRejected as exc:
-        session.rollback()
-        status_code, headers = 422, {}
-        if isinstance(exc, CodeTooLarge):
-            status_code = 413
-        elif isinstance(exc, TooManySubmissions):
-            status_code, headers = 429, {"Retry-After": str(exc.retry_after_seconds)}
-        elif isinstance(exc, AssignmentClosed):
-            status_code = 403
+        # The form again, with the learner's code and what to fix; the status says why.
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
         )
@@ -257,11 +230,10 @@ def _submit(
             viewer,
             "exercise.html",
             {**context, "error": str(exc)},
-            status_code=status_code,
-            headers=headers,
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
-    session.commit()
-    dispatcher.enqueue(submission.id)
+    submission = accepted.submission
     response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
@@ -277,13 +249,12 @@ def submit_practice(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    dispatcher: DispatcherDep,
     viewer: CsrfViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
 ) -> Response:
     exercise = find_exercise(exercise_id)
-    return _submit(request, session, settings, dispatcher, viewer, exercise, None, None, code, file)
+    return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
 @router.post("/courses/{course_id}/exercises/{exercise_id}", response_model=None)
@@ -293,7 +264,6 @@ def submit_in_course(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    dispatcher: DispatcherDep,
     viewer: CsrfViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
@@ -305,7 +275,6 @@ def submit_in_course(
         request,
         session,
         settings,
-        dispatcher,
         viewer,
         assigned.exercise,
         course,

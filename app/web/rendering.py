@@ -17,13 +17,20 @@ from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from app.courses.courses import Forbidden, NotFound
+from app.errors import AppError
 from app.settings import Settings
-from app.web.sessions import CsrfRejected, SignInRequired, Viewer, set_cookies
+from app.web.sessions import SignInRequired, Viewer, set_cookies
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
-# Raw HTML in markdown is shown as text: feedback can quote the learner's own code and errors.
+# Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+# A grade's feedback quotes the learner's code and errors, which the grader escapes. In case a
+# quote ever slips through, feedback is rendered with only what the grader's own text uses:
+# paragraphs, lists, code and emphasis. No link, image, heading, quote block or table, so no
+# learner text can become a link to another site or a panel that looks like the server's.
+_feedback_markdown = MarkdownIt("zero", {"html": False}).enable(
+    ["paragraph", "list", "code", "fence", "newline", "escape", "backticks", "emphasis", "entity"]
+)
 
 PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -41,6 +48,10 @@ def _markdown_filter(text: str | None) -> Markup:
     return Markup(_markdown.render(text or ""))
 
 
+def _feedback_filter(text: str | None) -> Markup:
+    return Markup(_feedback_markdown.render(text or ""))
+
+
 def _when(value: datetime | None) -> Markup:
     """A time as <time>, in UTC; static/time.js shows it in the reader's own time zone."""
     if value is None:
@@ -55,18 +66,18 @@ def _points(value: float | None) -> str:
 
 
 templates.env.filters["markdown"] = _markdown_filter
+templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
 
 
-class PageError(Exception):
+class PageError(AppError):
     """Stop a page with an error page: a status, a title and a message for the person."""
 
     def __init__(self, status_code: int, title: str, message: str) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.title = title
-        self.message = message
 
 
 def render(
@@ -90,41 +101,25 @@ def render(
     return response
 
 
-def error_page(request: Request, status_code: int, title: str, message: str) -> HTMLResponse:
+def error_page(
+    request: Request,
+    status_code: int,
+    title: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
     # Rendered without a viewer: an error page has no forms but sign-out, which needs none.
     return templates.TemplateResponse(
         request,
         "error.html",
         {"title": title, "message": message, "viewer": None, "user": None, "csrf_token": ""},
         status_code=status_code,
-        headers=PAGE_HEADERS,
+        headers={**PAGE_HEADERS, **(headers or {})},
     )
 
 
-def install_error_pages(app: FastAPI) -> None:
-    """Page errors as pages (the API answers its own errors in JSON)."""
-
-    @app.exception_handler(PageError)
-    async def on_page_error(request: Request, exc: PageError) -> Response:
-        return error_page(request, exc.status_code, exc.title, exc.message)
-
-    @app.exception_handler(NotFound)
-    async def on_not_found(request: Request, exc: NotFound) -> Response:
-        return error_page(request, 404, "Not found", str(exc))
-
-    @app.exception_handler(Forbidden)
-    async def on_forbidden(request: Request, exc: Forbidden) -> Response:
-        return error_page(request, 403, "Not allowed", str(exc))
-
-    @app.exception_handler(CsrfRejected)
-    async def on_csrf(request: Request, exc: CsrfRejected) -> Response:
-        return error_page(
-            request,
-            403,
-            "Form expired",
-            "This form was not sent from this site's page, or the page was open from before "
-            "you signed in or out. Go back, reload the page and send it again.",
-        )
+def install_sign_in_redirect(app: FastAPI) -> None:
+    """A page that needs a signed-in user sends the browser to sign in, then back."""
 
     @app.exception_handler(SignInRequired)
     async def on_sign_in_required(request: Request, exc: SignInRequired) -> Response:

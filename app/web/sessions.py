@@ -23,6 +23,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
+from app.errors import AppError
 from app.models import User, WebSession, utc_now
 from app.settings import Settings
 
@@ -176,8 +177,17 @@ def clear_session_cookie(response: Response, request: Request, settings: Setting
     )
 
 
-class CsrfRejected(Exception):
+class CsrfRejected(AppError):
     """A form without this browser's CSRF token, or posted from another site."""
+
+    status_code = 403
+    title = "Form expired"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This form was not sent from this site's page, or the page was open from before "
+            "you signed in or out. Go back, reload the page and send it again."
+        )
 
 
 def _same_origin(request: Request) -> bool:

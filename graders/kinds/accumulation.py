@@ -6,19 +6,24 @@ the sum of both. The function returns both gradients as copies and takes no opti
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from graders.exercises import CaseSpec
+from graders.feedback import learner_text
 from graders.judging import (
     CaseFindings,
     KindJudge,
     as_tensor,
     batch_of,
     case_data,
+    cleared,
     close,
     close_values,
     difference,
     loss_and_gradients,
+    times,
 )
 from graders.report import PlotSeries
 from graders.trace import CaseTrace
@@ -27,7 +32,10 @@ CHECKS = {
     "runs": "Every case ran to the end.",
     "returns-pair": "Returns a tuple of two tensors.",
     "first-is-fresh": "The first gradient is exactly one backward pass's.",
-    "second-is-double": "The second gradient is twice the first: the two passes accumulated.",
+    "second-is-double": (
+        "The second gradient is twice the first, and it was shown: two backward() passes ran "
+        "with nothing cleared between them, and `.grad` holds their sum."
+    ),
     "copies": "Both are copies: clearing `.grad` afterwards does not change them.",
     "weights-unchanged": "The weights are unchanged: no optimizer step.",
 }
@@ -44,13 +52,17 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     if record["result_type"] != "tuple" or first is None or second is None:
         findings.fail(
             "returns-pair",
-            f"{at}: your function returned a `{record['result_type']}`; return "
+            f"{at}: your function returned a {learner_text(record['result_type'])}; return "
             "`(first, second)`, two tensors.",
         )
     if not close_values(first, fresh):
-        findings.fail("first-is-fresh", f"{at}: {_describe_first(first, fresh, spec)}")
+        findings.fail("first-is-fresh", f"{at}: {_describe_first(first, fresh)}")
     if not close_values(second, 2 * fresh):
-        findings.fail("second-is-double", f"{at}: {_describe_second(second, fresh, spec)}")
+        findings.fail("second-is-double", f"{at}: {_describe_second(second, fresh)}")
+    else:
+        shown = _undemonstrated(record, fresh)
+        if shown:
+            findings.fail("second-is-double", f"{at}: {shown}")
     changed = [
         name
         for name in ("first", "second")
@@ -65,16 +77,41 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         )
     weight = as_tensor(record["weight"])
     if not (close(weight, data.weight) and close(as_tensor(record["bias"]), data.bias)):
-        detail = "" if spec.hidden else ": " + difference("weight", weight, data.weight)
         findings.fail(
             "weights-unchanged",
-            f"{at}: your function changed the weights{detail}. This exercise takes no "
-            "optimizer step.",
+            f"{at}: your function changed the weights: "
+            f"{difference('weight', weight, data.weight)}. This exercise takes no optimizer step.",
         )
     return findings
 
 
-def _describe_first(first: object, fresh: torch.Tensor, spec: CaseSpec) -> str:
+def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor) -> str:
+    """Why the recorded calls and `.grad` do not show the accumulation, or "" when they do.
+
+    A second gradient worth twice the first can be computed from one pass (`2 * g`): the
+    exercise asks to show PyTorch doing it, so the calls must be two backward() passes with no
+    zero_grad() between them, and `.grad` must hold their sum (or have been cleared after them).
+    """
+    calls: list[str] = record["calls"]
+    backwards = [i for i, call in enumerate(calls) if call == "backward"]
+    if len(backwards) != 2:
+        return (
+            f"your code ran backward() {times(len(backwards))}. The second gradient must come "
+            "from a second backward() pass that PyTorch adds to `.grad`, not be computed from "
+            "the first."
+        )
+    if "zero_grad" in calls[backwards[0] : backwards[1]]:
+        return "your code called zero_grad() between the two backward() passes."
+    cleared_after = "zero_grad" in calls[backwards[1] :] and cleared(record["weight_grad"])
+    if not (close_values(record["weight_grad"], 2 * fresh) or cleared_after):
+        return (
+            "after your function, `model.weight.grad` is not the sum of the two passes: the "
+            "second gradient must be what `.grad` accumulated, not a value computed beside it."
+        )
+    return ""
+
+
+def _describe_first(first: object, fresh: torch.Tensor) -> str:
     if first is None:
         return "the first gradient you returned is `None`."
     if close(as_tensor(first), 2 * fresh):
@@ -83,11 +120,14 @@ def _describe_first(first: object, fresh: torch.Tensor, spec: CaseSpec) -> str:
             "backward(), or it is the live `.grad`, which the second pass added to. Clone it "
             "right after the first backward()."
         )
-    detail = "" if spec.hidden else ": " + difference("first", as_tensor(first), fresh)
-    return f"the first gradient is not one backward pass's gradient{detail}."
+    return (
+        "the first gradient is not one backward pass's gradient: "
+        + difference("first", as_tensor(first), fresh)
+        + "."
+    )
 
 
-def _describe_second(second: object, fresh: torch.Tensor, spec: CaseSpec) -> str:
+def _describe_second(second: object, fresh: torch.Tensor) -> str:
     if second is None:
         return "the second gradient you returned is `None`."
     if close(as_tensor(second), fresh):
@@ -95,8 +135,11 @@ def _describe_second(second: object, fresh: torch.Tensor, spec: CaseSpec) -> str
             "the second gradient equals one pass's: the gradients were cleared between the "
             "two passes, so nothing accumulated. Do not call zero_grad() in between."
         )
-    detail = "" if spec.hidden else ": " + difference("second", as_tensor(second), 2 * fresh)
-    return f"the second gradient is not twice the first{detail}."
+    return (
+        "the second gradient is not twice the first: "
+        + difference("second", as_tensor(second), 2 * fresh)
+        + "."
+    )
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:

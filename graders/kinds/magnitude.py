@@ -9,17 +9,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from graders import harness
 from graders.exercises import CaseSpec
-from graders.judging import (
-    ABSOLUTE_TOLERANCE,
-    RELATIVE_TOLERANCE,
-    CaseFindings,
-    KindJudge,
-    same_value,
-)
+from graders.feedback import learner_text
+from graders.judging import CaseFindings, KindJudge, same_value, within_tolerance
 from graders.report import PlotSeries
 from graders.trace import CaseTrace
-from sandbox import harness
 
 CHECKS = {
     "runs": "Every case ran to the end.",
@@ -37,7 +32,7 @@ STATES = {
 
 
 @functools.cache
-def _expected(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
+def expected_magnitudes(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
     """The right answer, the answer without abs(), and the gradients as the case leaves them."""
     case = harness.build_case(spec.harness_spec())
     model = harness.prepare_gradients(case, spec.grad_state)
@@ -53,20 +48,14 @@ def _expected(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
     )
 
 
-def _near(a: float, b: float) -> bool:
-    return abs(a - b) <= ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * abs(b)
-
-
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     record = learner.records[0]
-    expected, without_abs, grads_before = _expected(spec)
+    expected, without_abs, grads_before = expected_magnitudes(spec)
     at = f"In {findings.where()} ({STATES[spec.grad_state]})"
     value = record["value"]
-    if value is None or not _near(value, expected):
-        if spec.hidden:
-            detail = ""
-        elif value is not None and _near(value, without_abs) and not _near(value, expected):
+    if value is None or not within_tolerance(value, expected):
+        if value is not None and within_tolerance(value, without_abs):
             detail = f" You returned {value:.6g}, the sum without abs(): gradients can be negative."
         else:
             shown = "nothing numeric" if value is None else f"{value:.6g}"
@@ -90,7 +79,8 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     if record["value_type"] != "float":
         findings.fail(
             "returns-float",
-            f"{at}: your function returned a `{record['value_type']}`, not a `float`. "
+            f"{at}: your function returned a {learner_text(record['value_type'])}, not a "
+            "`float`. "
             "Use `.item()` or `float(...)`.",
         )
     return findings

@@ -14,9 +14,8 @@ from typing import Any
 import torch
 
 from graders.exercises import CaseSpec
+from graders.feedback import learner_text
 from graders.judging import (
-    ABSOLUTE_TOLERANCE,
-    RELATIVE_TOLERANCE,
     CaseFindings,
     KindJudge,
     as_tensor,
@@ -27,6 +26,8 @@ from graders.judging import (
     close_values,
     difference,
     loss_and_gradients,
+    times,
+    within_tolerance,
 )
 from graders.report import PlotSeries
 from graders.trace import CaseTrace
@@ -38,6 +39,10 @@ CHECKS = {
     "fresh-gradients": "After every call `.grad` holds this call's gradient alone, not a sum.",
     "update-uses-current-batch": "Every update is one step on this call's gradient.",
     "loss-returned": "Every call returned its loss before the update, as a float.",
+    "accumulates": (
+        "Every call ran backward() once per micro-batch, cleared nothing between them, and "
+        "stepped once."
+    ),
 }
 
 
@@ -63,11 +68,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             close(new_weight, as_tensor(expected["weight"]))
             and close(new_bias, as_tensor(expected["bias"]))
         ):
-            detail = (
-                ""
-                if spec.hidden
-                else ": " + difference("weight", new_weight, as_tensor(expected["weight"]))
-            )
+            detail = ": " + difference("weight", new_weight, as_tensor(expected["weight"]))
             findings.fail(
                 "weights-match", f"{at}: your weights differ from the reference loop's{detail}."
             )
@@ -94,13 +95,15 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             cleared(record["weight_grad"]) and cleared(record["bias_grad"]) and update_ok
         )
         if not (holds_this_batch or cleared_after_good_step):
-            detail = "" if spec.hidden else " " + _describe_gradient(record, weight_grad, held_grad)
             findings.fail(
                 "fresh-gradients",
-                f"{at}: after the call, `.grad` does not hold this call's gradient.{detail}",
+                f"{at}: after the call, `.grad` does not hold this call's gradient. "
+                + _describe_gradient(record, weight_grad, held_grad),
             )
 
-        _judge_loss(findings, at, spec, record, loss)
+        _judge_loss(findings, at, record, loss)
+        if spec.micro_batches:
+            _judge_accumulation(findings, at, spec, record)
         weight, bias = new_weight, new_bias
         held_grad = record["weight_grad"]
     return findings
@@ -141,13 +144,10 @@ def _judge_update(
         expected_weight = weight - spec.lr * weight_grad
         if close(new_weight, expected_weight) and close(new_bias, bias - spec.lr * bias_grad):
             return True
-    if spec.hidden:
-        detail = ""
-    else:
-        detail = " " + _describe_update(weight, new_weight, expected_weight, spec, held_grad)
     findings.fail(
         "update-uses-current-batch",
-        f"{at}: the update is not one step on this call's gradient.{detail}",
+        f"{at}: the update is not one step on this call's gradient. "
+        + _describe_update(weight, new_weight, expected_weight, spec, held_grad),
     )
     return False
 
@@ -191,24 +191,47 @@ def _describe_gradient(record: dict[str, Any], fresh: torch.Tensor, held_grad: A
     return difference("weight.grad", as_tensor(recorded), fresh) + "."
 
 
-def _judge_loss(
-    findings: CaseFindings, at: str, spec: CaseSpec, record: dict[str, Any], loss: float
-) -> None:
+def _judge_loss(findings: CaseFindings, at: str, record: dict[str, Any], loss: float) -> None:
     returned = record["loss"]
     if record["loss_type"] != "float":
         findings.fail(
             "loss-returned",
-            f"{at}: your function returned a `{record['loss_type']}`, not a `float`. "
-            "Return `loss.item()`.",
+            f"{at}: your function returned a {learner_text(record['loss_type'])}, not a "
+            "`float`. Return `loss.item()`.",
         )
-    elif returned is None or abs(returned - loss) > ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * abs(
-        loss
-    ):
-        detail = "" if spec.hidden else f" You returned {returned:.6g}; the loss was {loss:.6g}."
+    elif returned is None or not within_tolerance(returned, loss):
         findings.fail(
             "loss-returned",
-            f"{at}: the returned value is not this call's loss before the update.{detail}",
+            f"{at}: the returned value is not this call's loss before the update. "
+            f"You returned {returned:.6g}; the loss was {loss:.6g}.",
         )
+
+
+def _judge_accumulation(
+    findings: CaseFindings, at: str, spec: CaseSpec, record: dict[str, Any]
+) -> None:
+    """From the recorded calls: a backward() per micro-batch, nothing cleared between, one step.
+
+    The numbers alone cannot tell accumulation from one backward() on the concatenated batch.
+    """
+    calls: list[str] = record["calls"]
+    backwards = [i for i, call in enumerate(calls) if call == "backward"]
+    steps = [i for i, call in enumerate(calls) if call == "step"]
+    cleared_between = bool(backwards) and "zero_grad" in calls[backwards[0] : backwards[-1]]
+    if (
+        len(backwards) == spec.micro_batches
+        and len(steps) == 1
+        and steps[0] > backwards[-1]
+        and not cleared_between
+    ):
+        return
+    between = ", clearing the gradients between them," if cleared_between else ""
+    findings.fail(
+        "accumulates",
+        f"{at}: your function ran backward() {times(len(backwards))}{between} and stepped "
+        f"{times(len(steps))}. Accumulating is one backward() per micro-batch "
+        f"({spec.micro_batches} here), nothing cleared between them, then one step().",
+    )
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:

@@ -39,7 +39,9 @@ GRADING_TIMEOUT_SECONDS = 120.0
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh data dir whose database has every migration applied."""
-    settings = Settings(data_dir=tmp_path / "data")
+    # Cold sandboxes: a server per test would start a warm pool per test (seconds each);
+    # the pool has its own tests (tests/sandbox/test_pool.py, tests/hostile).
+    settings = Settings(data_dir=tmp_path / "data", sandbox_pool_size=0)
     migrated_database(settings.database_url)
     return settings
 

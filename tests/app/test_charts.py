@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 
-from app.web.charts import line_chart
+from app.web.charts import HEIGHT, MAX_DRAWN_POINTS, line_chart
 from graders.report import PlotSeries
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -42,3 +42,28 @@ def test_labels_are_escaped() -> None:
     svg = line_chart(PlotSeries(case="<script>", label="a&b", learner=[1.0], reference=[1.0]))
     assert "<script>" not in svg
     ElementTree.fromstring(svg)
+
+
+def test_a_long_series_is_drawn_small_and_keeps_its_spike() -> None:
+    learner: list[float | None] = [1.0] * 1_800_000
+    learner[1_234_567] = 50.0
+    learner[900_000] = None
+    svg = line_chart(PlotSeries(case="c", label="loss", learner=learner, reference=[1.0] * 10))
+    assert len(svg) < 20_000
+    root = ElementTree.fromstring(svg)
+    drawn = paths(svg)["learner"]
+    assert drawn.count("M") + drawn.count("L") <= MAX_DRAWN_POINTS
+    assert drawn.count("M") == 2  # the missing value breaks the line once
+    # The spike is the highest point: at the top of the chart, and labelled.
+    assert any(text.text == "50" for text in root.iter(f"{SVG}text"))
+    assert "1800000 values, from 1 to 50" in root.find(f"{SVG}desc").text
+    ticks = [t for t in root.iter(f"{SVG}text") if t.get("y") == str(HEIGHT - 10)]
+    assert 2 <= len(ticks) <= 10
+
+
+def test_a_short_series_is_drawn_whole_with_a_dot_per_value() -> None:
+    svg = line_chart(
+        PlotSeries(case="c", label="loss", learner=[float(v) for v in range(30)], reference=[])
+    )
+    assert paths(svg)["learner"].count("L") == 29
+    assert svg.count("<circle") == 30

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import inspect, select
 
 from app.db import create_db_engine, create_session_factory, head_revision
@@ -205,3 +207,15 @@ def test_courses_create_prints_the_join_code_last_and_keys_can_name_the_course(
         scopes = {key.name: key.course_id for key in session.scalars(select(ApiKey))}
     engine.dispose()
     assert scopes["canvas"] == course_id and scopes["legacy"] is None
+
+
+def test_worker_and_pool_defaults_follow_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    cores = os.cpu_count() or 2
+    for name in ("LOOPGRADE_WORKER_COUNT", "LOOPGRADE_SANDBOX_POOL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    warm = Settings()
+    assert (warm.sandbox_pool_size, warm.worker_count) == (cores, cores)
+    monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "0")
+    assert Settings().worker_count == max(1, cores // 2)  # cold grades are CPU-bound
+    monkeypatch.setenv("LOOPGRADE_WORKER_COUNT", "3")
+    assert Settings().worker_count == 3  # what the operator set stands

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.app.conftest import CORRECT_CODE, EXERCISE, wait_until_finished
+from tests.app.conftest import CORRECT_CODE, EXERCISE, csrf_token, wait_until_finished
+from tests.uploads import filenames, files
 
 
 def notebook(*sources: str) -> bytes:
@@ -75,3 +78,70 @@ def test_uploads_need_a_key_and_a_known_exercise(
     unknown = upload(client, auth, "step.py", CORRECT_CODE.encode(), exercise="nope")
     assert unknown.status_code == 422
     assert "train-step" in unknown.json()["detail"]
+
+
+# --- hostile uploads: any file, any name, any fields get 202 or a 4xx that says why ----------
+
+_fuzz = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+_texts = st.sampled_from([EXERCISE, "learner-1"]) | st.text(max_size=40)
+
+
+def _says_why(response: httpx.Response) -> None:
+    """Accepted, or refused with a 4xx (or a full queue's 503) whose message is there."""
+    assert (
+        response.status_code == 202
+        or 400 <= response.status_code < 500
+        or (response.status_code == 503 and "Retry-After" in response.headers)
+    ), response.text
+    if response.status_code != 202 and "json" in response.headers["content-type"]:
+        assert response.json()["detail"]
+    assert len(response.content) < 300_000
+
+
+@_fuzz
+@given(data=files, name=filenames, exercise=_texts, learner=_texts)
+def test_the_api_upload_answers_any_file_with_202_or_a_reason(
+    client: httpx.Client, auth: dict[str, str], data: bytes, name: str, exercise: str, learner: str
+) -> None:
+    response = client.post(
+        "/api/v1/submissions/upload",
+        headers=auth,
+        data={"exercise": exercise, "learner": learner},
+        files={"file": (name, data, "application/octet-stream")},
+    )
+    _says_why(response)
+
+
+@_fuzz
+@given(data=files, name=filenames, code=st.text(max_size=200))
+def test_the_page_form_answers_any_file_with_a_page_or_a_reason(
+    client: httpx.Client, data: bytes, name: str, code: str
+) -> None:
+    page = f"/exercises/{EXERCISE}"
+    response = client.post(
+        page,
+        data={"code": code, "csrf_token": csrf_token(client, page)},
+        files={"file": (name, data, "application/octet-stream")},
+    )
+    if response.status_code == 303:
+        assert response.headers["location"].startswith("/submissions/")
+        return
+    _says_why(response)
+    if "html" in response.headers["content-type"]:
+        # The form again with its error, or (for a form no browser sends) an error page.
+        assert 'class="form-error"' in response.text or "<h1>Not accepted</h1>" in response.text
+
+
+def test_the_reported_notebooks_are_422_with_a_reason(
+    client: httpx.Client, auth: dict[str, str]
+) -> None:
+    source_of_numbers = json.dumps({"cells": [{"cell_type": "code", "source": [1, 2]}]})
+    for data, reason in (
+        (b"[" * 200_000, "nested too deeply"),
+        (source_of_numbers.encode(), "cell 1 of this notebook is a code cell whose source"),
+    ):
+        response = upload(client, auth, "step.ipynb", data)
+        assert response.status_code == 422, response.text
+        assert reason in response.json()["detail"]

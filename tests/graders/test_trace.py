@@ -7,8 +7,16 @@ from typing import Any
 
 import pytest
 
+from graders import harness
 from graders.exercises import CaseSpec, get_exercise
-from graders.trace import InvalidTrace, Ran, parse_trace
+from graders.trace import (
+    MAX_MAGNITUDE,
+    RECORD_FIELDS,
+    InvalidTrace,
+    NonFiniteValue,
+    Ran,
+    parse_trace,
+)
 
 SPECS = [c for c in get_exercise("train-step").cases if not c.hidden]
 
@@ -88,3 +96,82 @@ def test_an_extra_field_in_a_record_is_refused() -> None:
 def test_wrong_types_are_refused() -> None:
     with pytest.raises(InvalidTrace, match="loss"):
         parse_trace(payload(loss="ten"), "train-step", SPECS)
+
+
+def test_numbers_become_floats_and_huge_ints_do_not_overflow() -> None:
+    raw = payload().replace(b'"loss": 1.0', b'"loss": 1' + b"0" * 400)
+    with pytest.raises(NonFiniteValue) as caught:
+        parse_trace(raw, "train-step", SPECS)
+    assert caught.value.where == "after call 1, `loss`"
+    assert caught.value.value == float("inf")
+    trace = parse_trace(payload(loss=2), "train-step", SPECS)
+    assert isinstance(trace, Ran)
+    assert type(trace.cases[0].records[0]["loss"]) is float
+
+
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), float("-inf"), 1e300, -2 * MAX_MAGNITUDE]
+)
+def test_a_non_finite_or_blown_up_number_is_named(value: float) -> None:
+    document = json.loads(payload())
+    case = document["cases"][1]
+    case["records"][2] = {**case["records"][2], "weight": [[0.0, 0.0, 0.0], [0.0, 0.0, value]]}
+    with pytest.raises(NonFiniteValue) as caught:
+        parse_trace(json.dumps(document).encode(), "train-step", SPECS)
+    assert caught.value.case == SPECS[1].id
+    assert caught.value.where == "after call 3, `weight`"
+
+
+def test_negative_zero_and_large_but_sane_numbers_are_values() -> None:
+    for value in (-0.0, MAX_MAGNITUDE, -MAX_MAGNITUDE, 5e-324):
+        trace = parse_trace(payload(loss=value), "train-step", SPECS)
+        assert isinstance(trace, Ran)
+        assert trace.cases[0].records[0]["loss"] == value
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"loss": True}, {"bias": [[0.0]]}, {"weight_grad": "nan"}, {"loss_type": "x" * 101}],
+    ids=["bool", "nested-too-deep", "string-for-tensor", "long-type-name"],
+)
+def test_wrong_types_anywhere_are_refused(changes: dict[str, Any]) -> None:
+    with pytest.raises(InvalidTrace):
+        parse_trace(payload(**changes), "train-step", SPECS)
+
+
+def test_a_case_that_raised_may_not_bring_more_records_than_its_steps() -> None:
+    document = json.loads(payload())
+    case = document["cases"][0]
+    case["records"] = case["records"] * 3
+    case["error"] = {
+        "type": "E",
+        "message": "",
+        "line": None,
+        "traceback": "",
+        "grad_none": False,
+    }
+    with pytest.raises(InvalidTrace, match="records"):
+        parse_trace(json.dumps(document).encode(), "train-step", SPECS)
+
+
+def test_a_whole_loop_may_record_a_bounded_number_of_steps() -> None:
+    specs = [c for c in get_exercise("fix-the-loop").cases if not c.hidden][:1]
+    spec = specs[0]
+    limit = harness.loop_record_limit(spec.harness_spec())
+    step = {key: value for key, value in record(spec).items() if key in RECORD_FIELDS["whole-loop"]}
+    final = {**step, "losses": [0.5] * spec.epochs * spec.steps, "losses_type": "list"}
+
+    def loop(records: int, losses: int) -> bytes:
+        case = {
+            "case": spec.id,
+            "records": [step] * records,
+            "final": {**final, "losses": [0.5] * losses},
+            "error": None,
+        }
+        return json.dumps({"status": "ran", "cases": [case]}).encode()
+
+    assert isinstance(parse_trace(loop(limit, limit), "whole-loop", specs), Ran)
+    with pytest.raises(InvalidTrace, match="records"):
+        parse_trace(loop(limit + 1, 1), "whole-loop", specs)
+    with pytest.raises(InvalidTrace, match="losses"):
+        parse_trace(loop(1, limit + 1), "whole-loop", specs)

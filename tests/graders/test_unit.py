@@ -15,6 +15,7 @@ import pytest
 
 from graders import grade
 from graders.exercises import list_exercises, load_exercise
+from graders.mutation import Edit, reference_mutants
 from graders.proving import judge_source, prove
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -176,25 +177,32 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
     "accumulate-microbatches": {
-        "stack the losses": """
+        "backward through torch.autograd, scaled by multiplication": """
             import torch
 
             def accumulated_step(model, optimizer, loss_fn, micro_batches):
-                model.zero_grad()
-                losses = torch.stack([loss_fn(model(x), y) for x, y in micro_batches])
-                mean = losses.mean()
-                mean.backward()
-                optimizer.step()
-                return mean.item()
-        """,
-        "one backward on the mean": """
-            def accumulated_step(model, optimizer, loss_fn, micro_batches):
                 optimizer.zero_grad()
-                losses = [loss_fn(model(x), y) for x, y in micro_batches]
-                loss = sum(losses) / len(losses)
-                loss.backward()
+                weight = 1.0 / len(micro_batches)
+                losses = []
+                for x, y in micro_batches:
+                    loss = loss_fn(model(x), y)
+                    torch.autograd.backward(loss * weight)
+                    losses.append(loss.item())
                 optimizer.step()
-                return loss.item()
+                return sum(losses) * weight
+        """,
+        "zeros kept, a while loop": """
+            def accumulated_step(model, optimizer, loss_fn, micro_batches):
+                optimizer.zero_grad(set_to_none=False)
+                total, i = 0.0, 0
+                while i < len(micro_batches):
+                    x, y = micro_batches[i]
+                    loss = loss_fn(model(x), y) / len(micro_batches)
+                    loss.backward()
+                    total += loss.item()
+                    i += 1
+                optimizer.step()
+                return total
         """,
         "divide the gradients afterwards": """
             import torch
@@ -225,17 +233,18 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
                 optimizer.step()
                 return mean
         """,
-        "concatenate the micro-batches": """
-            import torch
-
+        "one micro-batch at a time, graph freed each time": """
             def accumulated_step(model, optimizer, loss_fn, micro_batches):
-                x = torch.cat([x for x, _ in micro_batches])
-                y = torch.cat([y for _, y in micro_batches])
-                optimizer.zero_grad()
-                loss = loss_fn(model(x), y)
-                loss.backward()
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.zero_()
+                mean = 0.0
+                for x, y in micro_batches:
+                    loss = loss_fn(model(x), y)
+                    loss.div(len(micro_batches)).backward()
+                    mean += loss.detach().item() / len(micro_batches)
                 optimizer.step()
-                return loss.item()
+                return float(mean)
         """,
     },
     "fix-the-loop": {
@@ -309,6 +318,54 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
         """,
     },
 }
+
+
+# The same update from one backward() over every micro-batch at once: the numbers are right, but
+# nothing accumulated, which is what the exercise asks for (and what saves the memory).
+NOT_ACCUMULATING = {
+    "stack the losses": """
+        import torch
+
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            model.zero_grad()
+            losses = torch.stack([loss_fn(model(x), y) for x, y in micro_batches])
+            mean = losses.mean()
+            mean.backward()
+            optimizer.step()
+            return mean.item()
+    """,
+    "one backward on the mean": """
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            optimizer.zero_grad()
+            losses = [loss_fn(model(x), y) for x, y in micro_batches]
+            loss = sum(losses) / len(losses)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+    "concatenate the micro-batches": """
+        import torch
+
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            x = torch.cat([x for x, _ in micro_batches])
+            y = torch.cat([y for _, y in micro_batches])
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+    """,
+}
+
+
+@pytest.mark.parametrize("style", sorted(NOT_ACCUMULATING))
+def test_one_backward_over_all_micro_batches_loses_the_accumulation_points(style: str) -> None:
+    exercise = next(e for e in list_exercises() if e.id == "accumulate-microbatches")
+    report = judge_source(exercise, code(NOT_ACCUMULATING[style]))
+    failed = [c for c in report.checks if not c.passed]
+    assert [c.id for c in failed] == ["accumulates"], report.feedback
+    assert "ran backward() once" in failed[0].message
+    assert report.score == exercise.max_score - exercise.checks["accumulates"]
 
 
 def test_the_unit_is_five_exercises_in_the_lesson_order() -> None:
@@ -424,3 +481,28 @@ def test_check_exercises_rejects_a_failing_reference_and_unknown_checks(tmp_path
     toml = folder / "exercise.toml"
     toml.write_text(toml.read_text().replace("returns-float = 1", "returns-flaot = 1"))
     assert "not checks of kind grad-magnitude" in prove(load_exercise(folder))[0]
+
+
+def test_check_exercises_fails_an_exercise_with_a_surviving_mutant(tmp_path: Path) -> None:
+    """Without the loss checks, a reference that forgets to record a loss still scores full."""
+    folder = copy_exercise(tmp_path, "fix-the-loop")
+    toml = folder / "exercise.toml"
+    text = toml.read_text().replace("losses-match = 3\n", "").replace("returns-list = 1\n", "")
+    toml.write_text(text)
+    problems = prove(load_exercise(folder))
+    assert (
+        "fix-the-loop: a mutant of the reference changes what the harness records but scores "
+        "full marks (delete a statement: line 10 `losses.append(loss.item())`)"
+    ) in problems
+
+
+def test_every_kind_of_edit_makes_mutants_of_the_references() -> None:
+    edits = {m.edit for e in list_exercises() for m in reference_mutants(e)}
+    assert edits == set(Edit)
+    train_step = next(e for e in list_exercises() if e.id == "train-step")
+    described = [m.describe() for m in reference_mutants(train_step)]
+    assert "change set_to_none: line 3 `optimizer.zero_grad()`" in described
+    assert "delete a statement: line 6 `optimizer.step()`" in described
+    assert "move the return: line 7 `return loss.item()` up before line 5 `loss.backward()`" in (
+        described
+    )

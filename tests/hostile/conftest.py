@@ -29,7 +29,9 @@ EXERCISE = "train-step"
 CORRECT_CODE = (REPO / "exercises" / EXERCISE / "solution.py").read_text()
 # A known bug (gradients pile up: no zero_grad), which honestly earns part of the points.
 HONEST_BUG_CODE = (REPO / "exercises" / EXERCISE / "bugs" / "no_zero_grad.py").read_text()
-BACKENDS = ("bwrap", "docker")
+# bwrap-pool: the bwrap backend with a warm pool in front, which grades the harness.
+BACKENDS = ("bwrap", "bwrap-pool", "docker")
+POOL_SIZE = 2
 
 # Short limits, so that the whole suite takes minutes. A correct submission needs about 3 s of
 # CPU per sandbox run (import torch, the first optimizer), and two runs share the 2 cores.
@@ -124,21 +126,30 @@ def leftover_sandboxes(backend: str, server_pid: int) -> list[str]:
         finally:
             client.close()
         return [str(container["Names"][0]) for container in containers]
-    leftovers = []  # processes of the suite's sandbox uids (only a root server has them)
+    found = {}  # processes of the suite's sandbox uids (only a root server has them)
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/status") as status:
-                uid = next(int(line.split()[1]) for line in status if line.startswith("Uid:"))
-        except (OSError, StopIteration, ValueError):
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            uid = int(fields["Uid"].split()[0])
+        except (OSError, KeyError, ValueError):
             continue
         if uid in SANDBOX_UIDS:
-            leftovers.append(f"pid {entry} (uid {uid})")
-    return leftovers
+            found[int(entry)] = fields
+    # A warm pool's zygotes (PID 1 of their bwrap) and their bwraps stay between grades.
+    zygotes = {
+        pid
+        for pid, fields in found.items()
+        if backend == "bwrap-pool" and fields["NSpid"].split()[1:] == ["1"]
+    }
+    bwraps = {int(found[pid]["PPid"]) for pid in zygotes}
+    return [f"pid {pid} (uid {fields['Uid'].split()[0]})" for pid, fields in found.items()
+            if pid not in zygotes | bwraps]  # fmt: skip
 
 
 def backend_unavailable_reason(backend: str) -> str | None:
     saved = os.environ.get("LOOPGRADE_SANDBOX")
-    os.environ["LOOPGRADE_SANDBOX"] = backend
+    os.environ["LOOPGRADE_SANDBOX"] = backend.removesuffix("-pool")
     try:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as error:
@@ -164,7 +175,8 @@ def service(
     env_secret, file_secret = f"env-secret-{uuid.uuid4().hex}", f"file-secret-{uuid.uuid4().hex}"
     env = {
         **os.environ,
-        "LOOPGRADE_SANDBOX": backend,
+        "LOOPGRADE_SANDBOX": backend.removesuffix("-pool"),
+        "LOOPGRADE_SANDBOX_POOL_SIZE": str(POOL_SIZE if backend.endswith("-pool") else 0),
         "LOOPGRADE_GRADING_WALL_TIMEOUT_SECONDS": str(WALL_TIMEOUT_SECONDS),
         "LOOPGRADE_GRADING_CPU_SECONDS": str(CPU_SECONDS),
         "LOOPGRADE_WORKER_COUNT": "2",
@@ -180,6 +192,8 @@ def service(
     assert created.returncode == 0, created.stderr
     (data_dir / "secret.txt").write_text(file_secret)
     with running_server(data_dir, root / "server.log", env) as (process, url):
+        if backend.endswith("-pool"):  # the pool grades, not a cold fallback
+            assert f"{POOL_SIZE} of {POOL_SIZE} slots ready" in (root / "server.log").read_text()
         service = Service(
             backend=backend,
             url=url,

@@ -5,20 +5,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
+import sandbox
 from sandbox import Limits, RunResult, run
 
 # Small, so that hitting a limit is quick. The wall timeout is generous because other runs may
 # share the cores: a test that means to hit another limit must not time out instead.
 FAST = Limits(
-    wall_timeout_seconds=10.0,
+    wall_timeout_seconds=60.0,
     cpu_seconds=3.0,
+    startup_cpu_seconds=3.0,
     memory_bytes=256 << 20,
     max_processes=16,
     file_size_bytes=1 << 20,
@@ -27,10 +28,16 @@ FAST = Limits(
     payload_bytes=64 << 10,
     scratch_bytes=8 << 20,
 )
-SANDBOX_CMDLINE = [sys.executable, "-I", "/sandbox/main.py"]
+# How a sandboxed program's command line ends, whichever interpreter the backend has.
+SANDBOX_ARGV = [b"-I", b"/sandbox/main.py"]
+BACKENDS = ("bwrap", "docker")
 
 
 def fast(**changes: float) -> Limits:
+    """FAST with `changes`. The test programs mark no end of set-up (sandbox/supervise.py), so
+    a CPU cap given alone holds for their whole run."""
+    if "cpu_seconds" in changes:
+        changes.setdefault("startup_cpu_seconds", changes["cpu_seconds"])
     return dataclasses.replace(FAST, **changes)
 
 
@@ -42,7 +49,7 @@ def sandbox_pids_with_marker(marker: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if cmdline.read().split(b"\0")[:-1] != [arg.encode() for arg in SANDBOX_CMDLINE]:
+                if cmdline.read().split(b"\0")[1:-1] != SANDBOX_ARGV:
                     continue
             if os.path.exists(f"/proc/{entry}/root/tmp/{marker}"):
                 found.append(int(entry))
@@ -72,14 +79,19 @@ def wait_for_release(marker: str) -> str:
 
 
 def release(pids: list[int]) -> None:
-    """Let the run's program (PID 1 of its namespace) go on past wait_for_release()."""
-    for pid in pids:
+    """Let the run's program go on past wait_for_release().
+
+    The program is the first of the run's processes in its PID namespace: PID 1 under bwrap,
+    the init's child under docker; the others are what it forked.
+    """
+
+    def namespace_pid(pid: int) -> int:
         with open(f"/proc/{pid}/status") as status:
-            namespace_pid = next(line.split()[-1] for line in status if line.startswith("NSpid:"))
-        if namespace_pid == "1":
-            os.kill(pid, signal.SIGUSR1)
-            return
-    raise AssertionError(f"no PID 1 of a sandbox among {pids}")
+            return int(next(line.split()[-1] for line in status if line.startswith("NSpid:")))
+
+    if not pids:
+        raise AssertionError("no sandboxed process to release")
+    os.kill(min(pids, key=namespace_pid), signal.SIGUSR1)
 
 
 def uid_of(pid: int) -> int:
@@ -100,6 +112,19 @@ def host_pids_of_uid(uid: int) -> list[int]:
             except (OSError, AssertionError):
                 continue
     return pids
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each backend in turn, as LOOPGRADE_SANDBOX; one this host lacks is skipped."""
+    name: str = request.param
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", name)
+    monkeypatch.delenv("LOOPGRADE_DOCKER_RUNTIME", raising=False)
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as error:
+        pytest.skip(f"no {name} sandbox on this host: {error}")
+    return name
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyseccomp
 import pytest
 
 import sandbox
@@ -108,7 +109,12 @@ SYSTEM_PYTHON = "/usr/bin/python3"
     reason="needs root, setpriv and a system python to act as an operator's unprivileged server",
 )
 def test_a_server_that_is_not_root_runs_sandboxes_as_itself(shared_dir: Path) -> None:
-    # The venv's interpreter lives under /root here, so the server is the system python.
+    # The venv's interpreter lives under /root here, so the server is the system python, with a
+    # copy of the one dependency the sandbox package has (pyseccomp is a single module).
+    library = shared_dir / "lib"
+    library.mkdir(mode=0o755)
+    shutil.copy(pyseccomp.__file__, library / "pyseccomp.py")
+    (library / "pyseccomp.py").chmod(0o644)
     programs = {
         "ok": "import os\nos.write(3, str(os.getuid()).encode())\n",
         "fork-bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
@@ -124,7 +130,7 @@ def test_a_server_that_is_not_root_runs_sandboxes_as_itself(shared_dir: Path) ->
              SYSTEM_PYTHON, "-m", "sandbox", "run", str(path), "--max-processes", "16",
              "--wall-timeout", "10"],
             cwd=REPO, capture_output=True, text=True, timeout=60,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{library}"},
         )  # fmt: skip
     assert "exit_code: 0" in outputs["ok"].stdout, outputs["ok"].stderr
     assert "  | 65534" in outputs["ok"].stdout

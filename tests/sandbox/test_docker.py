@@ -136,29 +136,6 @@ def test_exit_code_and_death_by_signal_are_reported() -> None:
     assert crashed.limit_hit is None
 
 
-def test_torch_runs_a_linear_sgd_step_with_one_thread() -> None:
-    program = (
-        "import json, os, torch\n"
-        "model = torch.nn.Linear(4, 1)\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "x, y = torch.randn(16, 4), torch.randn(16, 1)\n"
-        "losses = []\n"
-        "for _ in range(5):\n"
-        "    opt.zero_grad()\n"
-        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
-        "    loss.backward()\n"
-        "    opt.step()\n"
-        "    losses.append(loss.item())\n"
-        "os.write(3, json.dumps([losses, torch.get_num_threads(), torch.__version__]).encode())\n"
-    )
-    result = run(program, {}, fast(wall_timeout_seconds=30, cpu_seconds=30, memory_bytes=1 << 30))
-    assert result.exit_code == 0, result.stderr
-    losses, threads, version = json.loads(result.payload)
-    assert losses[-1] < losses[0]
-    assert threads == 1
-    assert version == "2.13.0+cpu"
-
-
 # -- limits ------------------------------------------------------------------------------------
 
 
@@ -205,7 +182,7 @@ def test_memory_bomb_of_bytes() -> None:
 
 def test_memory_bomb_of_a_huge_torch_tensor() -> None:
     program = "import torch\nx = torch.ones(2**29)  # 2 GiB of float32\nprint(x.sum())\n"
-    limits = fast(memory_bytes=768 << 20, wall_timeout_seconds=20.0, cpu_seconds=20.0)
+    limits = fast(memory_bytes=768 << 20, cpu_seconds=20.0)
     result = run(program, {}, limits)
     assert result.memory_exceeded, result.stderr
     assert not result.timed_out

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from sandbox import run
+from sandbox import Limits, run
 from tests.sandbox.conftest import FAST, fast
 
 
@@ -73,9 +73,25 @@ def test_an_input_name_that_is_not_a_plain_file_name_is_refused(name: str) -> No
         run("print(1)", {name: b"x"}, FAST)
 
 
-def test_limits_must_be_positive_and_inputs_fit_the_file_size_limit() -> None:
-    with pytest.raises(ValueError, match="wall_timeout_seconds"):
-        run("print(1)", {}, fast(wall_timeout_seconds=0))
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"wall_timeout_seconds": 0}, ValueError),
+        ({"cpu_seconds": -1.0}, ValueError),
+        ({"startup_cpu_seconds": float("nan")}, ValueError),
+        ({"wall_timeout_seconds": float("inf")}, ValueError),
+        ({"memory_bytes": 1.5}, TypeError),
+        ({"max_processes": True}, TypeError),
+        ({"output_bytes": "64"}, TypeError),
+    ],
+)
+def test_limits_check_themselves(change: dict[str, object], error: type[Exception]) -> None:
+    (name,) = change
+    with pytest.raises(error, match=f"Limits.{name}"):
+        Limits(**change)  # type: ignore[arg-type]
+
+
+def test_inputs_must_fit_the_file_size_limit() -> None:
     with pytest.raises(ValueError, match="larger than"):
         run("print(1)", {"big.bin": b"x" * (FAST.file_size_bytes + 1)}, FAST)
 
@@ -95,7 +111,7 @@ def test_a_learner_exception_is_a_result_with_its_traceback() -> None:
     assert result.limit_hit is None
 
 
-def test_torch_imports_and_a_linear_sgd_step_runs() -> None:
+def test_torch_imports_and_a_linear_sgd_step_runs_under_the_filter(backend: str) -> None:
     program = (
         "import json, os, torch\n"
         "torch.manual_seed(0)\n"
@@ -109,11 +125,14 @@ def test_torch_imports_and_a_linear_sgd_step_runs() -> None:
         "    loss.backward()\n"
         "    opt.step()\n"
         "    losses.append(loss.item())\n"
-        "os.write(3, json.dumps({'losses': losses, 'threads': torch.get_num_threads()}).encode())\n"
+        "threads, version = torch.get_num_threads(), torch.__version__\n"
+        "trace = {'losses': losses, 'threads': threads, 'version': version}\n"
+        "os.write(3, json.dumps(trace).encode())\n"
     )
     result = run(program, {}, fast(wall_timeout_seconds=30, cpu_seconds=30, memory_bytes=1 << 30))
     assert result.exit_code == 0, result.stderr
     trace = json.loads(result.payload)
     assert trace["losses"][-1] < trace["losses"][0]
     assert trace["threads"] == 1  # OMP_NUM_THREADS=1
+    assert trace["version"] == "2.13.0+cpu"
     assert result.peak_memory_bytes is None or result.peak_memory_bytes > 50 << 20

@@ -3,8 +3,9 @@
 The same functions serve twice. Inside the sandbox, `main()` runs the learner's code and writes
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
-So this file imports nothing of ours (it is shipped into the sandbox as one file) and touches no
-process-wide torch state: no global seed, no monkeypatching, so the grader may run it in threads.
+It lives with the graders because it encodes the exercise kinds, and it is shipped into the
+sandbox as the text of this one file: so it imports nothing of ours and touches no process-wide
+torch state (no global seed, no monkeypatching), so the grader may run it in threads.
 
 Each exercise kind has a driver: how to call the learner's function on a case and what to
 record. A record is a flat dict of named values: tensors as nested lists, `.grad` as None or
@@ -13,8 +14,12 @@ values, the returned value and its type, and the calls the step made.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import sys
+import time
 import traceback
 import types
 from collections.abc import Callable
@@ -28,8 +33,17 @@ SUBMISSION_FILENAME = "submission.py"
 CASES_FILENAME = "cases.json"
 SANDBOX_DIR = "/sandbox"
 RESULT_FD = 3
+# Closed once the trusted set-up is done: the sandbox counts the learner's CPU from there on
+# (sandbox/supervise.py).
+START_FD = 4
 # How far the learner's traceback and messages may go into the trace.
 MAX_MESSAGE_CHARS = 2000
+# What one record may hold of things the learner decides: the calls a step made, a type name.
+MAX_CALLS_PER_RECORD = 100
+MAX_TYPE_NAME_CHARS = 100
+# A whole loop is recorded for at most this many times the steps it should make: enough to see
+# a loop that steps twice per batch, bounded whatever the learner's loop does.
+LOOP_RECORDS_PER_STEP = 4
 
 Record = dict[str, Any]
 
@@ -86,17 +100,34 @@ def build_case(spec: dict[str, Any]) -> Case:
     return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), inputs=inputs)
 
 
+def loop_record_limit(spec: dict[str, Any]) -> int:
+    """The most optimizer steps (and returned losses) a whole-loop case records."""
+    return LOOP_RECORDS_PER_STEP * int(spec["epochs"]) * int(spec["steps"])
+
+
 def _values(tensor: Any) -> Any:
     return tensor.detach().tolist() if isinstance(tensor, torch.Tensor) else None
 
 
 def _number(value: Any) -> float | None:
-    """A returned loss or magnitude as a number, whatever its type; None if it is not one."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.detach())
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    """A returned loss or magnitude as a number, whatever its type; None if it is not one.
+
+    An int too large for a float (`10**400`) is an infinity, as the grader will say.
+    """
+    try:
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            return float(value.detach())
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError, RuntimeError):  # a complex tensor, say
+        return None
     return None
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__[:MAX_TYPE_NAME_CHARS]
 
 
 def _parameters(model: nn.Linear) -> Record:
@@ -111,12 +142,16 @@ def _parameters(model: nn.Linear) -> Record:
 def _error_record(error: BaseException, filename: str) -> Record:
     """Describe an exception raised by learner code: type, message, the line in their file."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
-    message = str(error)
+    try:  # the learner's exception may define a __str__ that raises
+        message = str(error)
+        formatted = "".join(traceback.format_exception(error))
+    except Exception:
+        message = formatted = "(the exception's message could not be read)"
     return {
-        "type": type(error).__name__,
+        "type": _type_name(error),
         "message": message[:MAX_MESSAGE_CHARS],
         "line": frames[-1].lineno if frames else None,
-        "traceback": "".join(traceback.format_exception(error))[-MAX_MESSAGE_CHARS:],
+        "traceback": formatted[-MAX_MESSAGE_CHARS:],
         # An AttributeError on None is what reaching for a released .grad looks like.
         "grad_none": isinstance(error, AttributeError) and "'NoneType'" in message,
     }
@@ -130,18 +165,22 @@ class CallRecorder:
         model, optimizer = case.model, case.optimizer
         optimizer.zero_grad = self._recording("zero_grad", optimizer.zero_grad)  # type: ignore[method-assign]
         model.zero_grad = self._recording("zero_grad", model.zero_grad)  # type: ignore[method-assign]
-        optimizer.register_step_pre_hook(lambda *_: self.calls.append("step"))
+        optimizer.register_step_pre_hook(lambda *_: self._append("step"))
         if on_step is not None:
             optimizer.register_step_post_hook(lambda *_: on_step())
         # Fires once per backward pass that reaches the weight, however backward was called.
-        model.weight.register_hook(lambda grad: self.calls.append("backward"))  # type: ignore[no-untyped-call]
+        model.weight.register_hook(lambda grad: self._append("backward"))  # type: ignore[no-untyped-call]
 
     def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
+            self._append(name)
             return method(*args, **kwargs)
 
         return wrapper
+
+    def _append(self, name: str) -> None:
+        if len(self.calls) < MAX_CALLS_PER_RECORD:
+            self.calls.append(name)
 
     def take(self) -> list[str]:
         """The calls since the last take."""
@@ -170,7 +209,7 @@ def _run_steps(function: Callable[..., Any], spec: dict[str, Any], records: list
                 **_parameters(model),
                 "momentum": _values(buffer),
                 "loss": _number(returned),
-                "loss_type": type(returned).__name__,
+                "loss_type": _type_name(returned),
                 "calls": recorder.take(),
             }
         )
@@ -189,7 +228,7 @@ def _run_accumulation_demo(
     pair = returned if isinstance(returned, tuple) and len(returned) == 2 else (None, None)
     record = {
         **_parameters(case.model),
-        "result_type": type(returned).__name__,
+        "result_type": _type_name(returned),
         "first": _values(pair[0]),
         "second": _values(pair[1]),
         "calls": recorder.take(),
@@ -225,7 +264,7 @@ def _run_grad_magnitude(
     model = prepare_gradients(case, spec.get("grad_state", "present"))
     returned = function(model)
     records.append(
-        {**_parameters(model), "value": _number(returned), "value_type": type(returned).__name__}
+        {**_parameters(model), "value": _number(returned), "value_type": _type_name(returned)}
     )
 
 
@@ -235,18 +274,21 @@ def _run_whole_loop(
     """fix-the-loop: one call that trains for several epochs; the state after every step."""
     case = build_case(spec)
 
+    most = loop_record_limit(spec)
+
     def snapshot() -> None:
-        records.append({**_parameters(case.model), "calls": recorder.take()})
+        if len(records) < most:
+            records.append({**_parameters(case.model), "calls": recorder.take()})
 
     recorder = CallRecorder(case, on_step=snapshot)
     batches = [(x.clone(), y.clone()) for x, y in case.inputs]
     returned = function(case.model, case.optimizer, case.loss_fn, batches, int(spec["epochs"]))
-    losses = [_number(v) for v in returned][:10_000] if isinstance(returned, list | tuple) else None
+    losses = [_number(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
     return {
         **_parameters(case.model),
         "calls": recorder.take(),
         "losses": losses,
-        "losses_type": type(returned).__name__,
+        "losses_type": _type_name(returned),
     }
 
 
@@ -319,6 +361,31 @@ def run_submission(
     }
 
 
+def warm_up() -> None:
+    """A trusted training step, so that torch's lazy imports happen before the learner's code.
+
+    The first optimizer step imports torch._dynamo (about a second of CPU): paid here, it never
+    counts against the learner. It draws no random numbers, so the learner's get the same ones.
+    """
+    weight = nn.Parameter(torch.zeros(1, 2))
+    optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = nn.MSELoss()(torch.ones(4, 2) @ weight.T, torch.ones(4, 1))
+        loss.backward()
+        optimizer.step()
+    loss.item()
+
+
+def end_setup() -> None:
+    """Tell the sandbox that the trusted set-up is over: write the CPU seconds used, close fd 4."""
+    try:
+        os.write(START_FD, f"{time.process_time():.6f}".encode())
+        os.close(START_FD)
+    except OSError:
+        pass  # run by hand, outside a sandbox: nobody is counting
+
+
 def main() -> None:
     """Sandbox entry point: read the submission and cases, write the trace to fd 3."""
     channel = os.fdopen(RESULT_FD, "w")
@@ -327,9 +394,17 @@ def main() -> None:
         request = json.load(cases_file)
     with open(os.path.join(SANDBOX_DIR, SUBMISSION_FILENAME)) as source_file:
         source = source_file.read()
+    warm_up()
+    end_setup()  # nothing of the learner's has run yet
     trace = run_submission(source, request["kind"], request["entry_point"], request["cases"])
     channel.write(json.dumps(trace))
     channel.close()
+    # The run ends here: no atexit handler of the learner's, and no interpreter teardown of
+    # torch (up to a second of CPU), runs after the trace.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # the learner may have replaced them
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""A graded result as stored and as shown: every text, list and series of it bounded.
+
+A result is built from the sandbox's trace, which is hostile: a forged trace once made a 215 MiB
+page. `bounded_report` caps what is stored; `shown_result` caps again what a page or an API
+answer takes from a stored row (rows from before these caps, or written by other means), so
+that no page or answer grows with what a submission made its trace say.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.models import Submission
+from graders.grading import MAX_OUTPUT_CHARS
+from graders.notebook import MAX_NOTICES
+from graders.report import Check, GradeReport, PlotSeries
+
+log = logging.getLogger(__name__)
+
+# Each cap is in characters; escaped for HTML a character may take up to 5 bytes, and the caps
+# together keep a page under 300 KB (tests/app/test_bounded.py) with any trace behind it.
+MAX_FEEDBACK_CHARS = 6000
+# The first failure is also the feedback's start, which shows it longer.
+MAX_CHECK_MESSAGE_CHARS = 1000
+MAX_CHECKS = 12
+MAX_PLOTS = 8
+# The harness sends at most 10,000 losses and an exercise takes a few dozen steps: a longer
+# series is forged. Charts draw at most a few hundred points of whatever is kept (app/charts).
+MAX_SERIES_POINTS = 2000
+MAX_LABEL_CHARS = 60
+MAX_NOTICE_CHARS = 300
+MAX_ERROR_MESSAGE_CHARS = 2000
+
+
+def cut(text: str, max_chars: int) -> str:
+    """`text`, or its start and a note saying how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    note = f"\n… ({len(text) - max_chars} more characters cut)"
+    return text[: max_chars - len(note)] + note
+
+
+def _bounded_check(check: Check) -> Check:
+    return check.model_copy(
+        update={
+            "id": cut(check.id, MAX_LABEL_CHARS),
+            "message": cut(check.message, MAX_CHECK_MESSAGE_CHARS),
+        }
+    )
+
+
+def _bounded_plot(plot: PlotSeries) -> PlotSeries:
+    return PlotSeries(
+        case=cut(plot.case, MAX_LABEL_CHARS),
+        label=cut(plot.label, MAX_LABEL_CHARS),
+        learner=plot.learner[:MAX_SERIES_POINTS],
+        reference=plot.reference[:MAX_SERIES_POINTS],
+    )
+
+
+def bounded_report(report: GradeReport) -> GradeReport:
+    """The report as it may be stored: texts, checks, plots and series cut to their caps."""
+    return report.model_copy(
+        update={
+            "feedback": cut(report.feedback, MAX_FEEDBACK_CHARS),
+            "checks": [_bounded_check(check) for check in report.checks[:MAX_CHECKS]],
+            "plots": [_bounded_plot(plot) for plot in report.plots[:MAX_PLOTS]],
+            "output": cut(report.output, MAX_OUTPUT_CHARS),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class ShownResult:
+    """What of a stored submission a page or an API answer shows, each part bounded."""
+
+    feedback: str | None
+    checks: list[Check]
+    plots: list[PlotSeries]
+    output: str
+    notices: list[str]
+
+
+def _stored(model: type[Check] | type[PlotSeries], value: Any, submission_id: str) -> Any:
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        log.warning("submission %s: a stored %s is malformed, not shown", submission_id, model)
+        return None
+
+
+def _stored_plot(value: Any, submission_id: str) -> PlotSeries | None:
+    if isinstance(value, dict):
+        # Cut before validating: validating two million stored floats alone takes seconds.
+        value = {
+            **value,
+            **{
+                key: value[key][:MAX_SERIES_POINTS]
+                for key in ("learner", "reference")
+                if isinstance(value.get(key), list)
+            },
+        }
+    plot = _stored(PlotSeries, value, submission_id)
+    return None if plot is None else _bounded_plot(plot)
+
+
+def shown_result(submission: Submission) -> ShownResult:
+    """The stored result, with every part cut to the caps a new result is stored under.
+
+    Notices are capped as the notebook reader makes them (`graders.notebook`).
+    """
+    checks = [
+        _bounded_check(check)
+        for value in (submission.checks or [])[:MAX_CHECKS]
+        if (check := _stored(Check, value, submission.id)) is not None
+    ]
+    plots = [
+        plot
+        for value in (submission.plots or [])[:MAX_PLOTS]
+        if (plot := _stored_plot(value, submission.id)) is not None
+    ]
+    notices = [cut(str(notice), MAX_NOTICE_CHARS) for notice in (submission.upload_notices or [])][
+        :MAX_NOTICES
+    ]
+    return ShownResult(
+        feedback=None
+        if submission.feedback is None
+        else cut(submission.feedback, MAX_FEEDBACK_CHARS),
+        checks=checks,
+        plots=plots,
+        output=cut(submission.output or "", MAX_OUTPUT_CHARS),
+        notices=notices,
+    )

@@ -1,0 +1,296 @@
+"""Grade passback (LTI Assignment and Grade Services) and roster sync (NRPS).
+
+A graded submission in a course reached through LTI writes one outbox message: the learner's
+counted score under the course's policy, with the time it was decided. The outbox delivers
+it with `deliver_score`: an access token from the platform (client credentials with a signed
+client assertion, cached until shortly before it expires), then the score POSTed to the line
+item. The timestamp is the original one on every retry: Moodle answers 409 to a timestamp
+not newer than the score it holds, which after a lost answer means "already applied".
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.courses.courses import assignment_of
+from app.courses.gradebook import learner_cells
+from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
+from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
+from app.models import Enrolment, Submission, utc_now
+
+log = logging.getLogger(__name__)
+
+AGS_SCOPE = "https://purl.imsglobal.org/spec/lti-ags/scope/"
+SCORE_SCOPE = AGS_SCOPE + "score"
+NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
+SCORE_MEDIA_TYPE = "application/vnd.ims.lis.v1.score+json"
+MEMBERSHIP_MEDIA_TYPE = "application/vnd.ims.lti-nrps.v2.membershipcontainer+json"
+HTTP_TIMEOUT_SECONDS = 15.0
+# A token is used until this long before the platform said it expires.
+TOKEN_EXPIRY_MARGIN_SECONDS = 60
+MAX_ERROR_CHARS = 500
+MAX_ROSTER_PAGES = 50
+
+
+class PlatformRefused(Exception):
+    """The platform answered in a way that will not change by retrying (a 4xx)."""
+
+
+class PlatformUnavailable(Exception):
+    """The platform could not be reached or answered a transient error; retry later."""
+
+
+@dataclass
+class _CachedToken:
+    access_token: str
+    expires_at_monotonic: float
+
+
+class AccessTokens:
+    """Access tokens per (platform, scopes), shared by this process's deliveries."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[tuple[str, str], _CachedToken] = {}
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, platform: LtiPlatform, scopes: list[str]) -> str:
+        key = (platform.id, " ".join(sorted(scopes)))
+        with self._lock:
+            cached = self._tokens.get(key)
+        if cached is not None and time.monotonic() < cached.expires_at_monotonic:
+            return cached.access_token
+        fresh = request_access_token(session, platform, scopes)
+        with self._lock:
+            self._tokens[key] = fresh
+        return fresh.access_token
+
+    def forget(self, platform: LtiPlatform) -> None:
+        with self._lock:
+            for key in [k for k in self._tokens if k[0] == platform.id]:
+                del self._tokens[key]
+
+
+def _problem(reply: httpx.Response) -> str:
+    return f"HTTP {reply.status_code}: {reply.text[:MAX_ERROR_CHARS]}"
+
+
+def _raise_for(reply: httpx.Response, what: str) -> None:
+    if reply.status_code < 300:
+        return
+    if reply.status_code in (408, 425, 429) or reply.status_code >= 500:
+        raise PlatformUnavailable(f"{what}: {_problem(reply)}")
+    raise PlatformRefused(f"{what}: {_problem(reply)}")
+
+
+def client_assertion(session: Session, platform: LtiPlatform) -> str:
+    """The RS256 JWT that authenticates this tool at the platform's token URL."""
+    now = int(time.time())
+    return sign_jwt(
+        session,
+        {
+            "iss": platform.client_id,
+            "sub": platform.client_id,
+            "aud": platform.token_url,
+            "iat": now,
+            "exp": now + int(SIGNED_TOKEN_LIFETIME.total_seconds()),
+            "jti": secrets.token_urlsafe(16),
+        },
+    )
+
+
+def request_access_token(
+    session: Session, platform: LtiPlatform, scopes: list[str]
+) -> _CachedToken:
+    form = {
+        "grant_type": "client_credentials",
+        "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+        "client_assertion": client_assertion(session, platform),
+        "scope": " ".join(scopes),
+    }
+    try:
+        reply = httpx.post(platform.token_url, data=form, timeout=HTTP_TIMEOUT_SECONDS)
+    except httpx.HTTPError as exc:
+        raise PlatformUnavailable(f"token request to {platform.token_url}: {exc}") from None
+    _raise_for(reply, f"token request to {platform.token_url}")
+    try:
+        body = reply.json()
+        access_token = body["access_token"]
+        expires_in = float(body.get("expires_in", 3600))
+    except (ValueError, KeyError, TypeError):
+        raise PlatformRefused(
+            f"the token URL {platform.token_url} answered no access_token"
+        ) from None
+    if not isinstance(access_token, str) or not access_token:
+        raise PlatformRefused(f"the token URL {platform.token_url} answered no access_token")
+    lifetime = max(0.0, min(expires_in, 24 * 3600) - TOKEN_EXPIRY_MARGIN_SECONDS)
+    return _CachedToken(access_token, time.monotonic() + lifetime)
+
+
+def scores_url(lineitem_url: str) -> str:
+    """`<line item>/scores`, inserted before any query string."""
+    parts = urlsplit(lineitem_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/scores"))
+
+
+class DeliveryOutcome(enum.StrEnum):
+    DELIVERED = "delivered"
+    # Moodle's 409: the platform holds a score at least as new: this one was applied before.
+    ALREADY_APPLIED = "already-applied"
+
+
+def score_message(session: Session, submission: Submission) -> dict[str, Any] | None:
+    """The outbox payload for a graded submission's counted score, or None when the learner
+    and exercise are not reached through an LTI link with a line item."""
+    if submission.course_id is None or submission.user_id is None:
+        return None
+    row = session.execute(
+        select(LtiResourceLink, LtiUser)
+        .join(LtiContext, LtiContext.id == LtiResourceLink.lti_context_id)
+        .join(LtiUser, LtiUser.platform_id == LtiResourceLink.platform_id)
+        .where(
+            LtiContext.course_id == submission.course_id,
+            LtiResourceLink.exercise_id == submission.exercise_id,
+            LtiResourceLink.lineitem_url.is_not(None),
+            LtiUser.user_id == submission.user_id,
+        )
+        .order_by(LtiResourceLink.created_at)
+    ).first()
+    if row is None:
+        return None
+    link, lti_user = row
+    if link.ags_scopes is not None and SCORE_SCOPE not in link.ags_scopes:
+        return None
+    assigned = assignment_of(session, submission.course_id, submission.exercise_id)
+    (cell,) = learner_cells(
+        session, [assigned], course_id=submission.course_id, user_id=submission.user_id
+    )
+    if cell.score is None:
+        return None
+    return {
+        "platform_id": link.platform_id,
+        "lineitem_url": link.lineitem_url,
+        "user_sub": lti_user.subject,
+        "score_given": cell.score,
+        "score_maximum": cell.max_score,
+        # Decided now; kept through every retry (Moodle orders scores by it).
+        "timestamp": utc_now().isoformat(),
+        "submission_id": submission.id,
+        "course_id": submission.course_id,
+        "exercise_id": submission.exercise_id,
+    }
+
+
+def deliver_score(
+    session: Session, tokens: AccessTokens, payload: dict[str, Any]
+) -> DeliveryOutcome:
+    """POST one score. Raises PlatformUnavailable (retry) or PlatformRefused (give up)."""
+    platform = session.get(LtiPlatform, payload["platform_id"])
+    if platform is None:
+        raise PlatformRefused("the platform is no longer registered")
+    # The timestamp must parse, with its zone: a payload is checked before it is sent.
+    datetime.fromisoformat(payload["timestamp"])
+    body = {
+        "userId": payload["user_sub"],
+        "scoreGiven": payload["score_given"],
+        "scoreMaximum": payload["score_maximum"],
+        "timestamp": payload["timestamp"],
+        "activityProgress": "Completed",
+        # Canvas and Moodle record a score only when it is FullyGraded.
+        "gradingProgress": "FullyGraded",
+    }
+    url = scores_url(payload["lineitem_url"])
+    for attempt in range(2):
+        token = tokens.get(session, platform, [SCORE_SCOPE])
+        try:
+            reply = httpx.post(
+                url,
+                json=body,
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": SCORE_MEDIA_TYPE,
+                },
+                timeout=HTTP_TIMEOUT_SECONDS,
+            )
+        except httpx.HTTPError as exc:
+            raise PlatformUnavailable(f"score POST to {url}: {exc}") from None
+        if reply.status_code == 401 and attempt == 0:
+            # The platform dropped the token before its time: one more with a fresh one.
+            tokens.forget(platform)
+            continue
+        if reply.status_code == 409:
+            return DeliveryOutcome.ALREADY_APPLIED
+        _raise_for(reply, f"score POST to {url}")
+        return DeliveryOutcome.DELIVERED
+    raise PlatformUnavailable(f"score POST to {url}: refused a fresh token (HTTP 401)")
+
+
+@dataclass(frozen=True)
+class RosterSync:
+    added: int
+    updated: int
+
+
+def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> RosterSync:
+    """Enrol every member the platform lists (NRPS), with their role; follows rel="next"."""
+    from app.lti.provisioning import course_role_of, enrol, lti_account
+
+    if context.memberships_url is None:
+        raise PlatformRefused("the platform offers no roster (Names and Role service) here")
+    platform = session.get(LtiPlatform, context.platform_id)
+    assert platform is not None
+    added = updated = 0
+    url: str | None = context.memberships_url
+    for _ in range(MAX_ROSTER_PAGES):
+        if url is None:
+            break
+        token = tokens.get(session, platform, [NRPS_SCOPE])
+        try:
+            reply = httpx.get(
+                url,
+                headers={"Authorization": f"Bearer {token}", "Accept": MEMBERSHIP_MEDIA_TYPE},
+                timeout=HTTP_TIMEOUT_SECONDS,
+            )
+        except httpx.HTTPError as exc:
+            raise PlatformUnavailable(f"roster request to {url}: {exc}") from None
+        _raise_for(reply, f"roster request to {url}")
+        try:
+            members = reply.json()["members"]
+        except (ValueError, KeyError, TypeError):
+            raise PlatformRefused(f"{url} answered no members") from None
+        for member in members if isinstance(members, list) else []:
+            if not isinstance(member, dict) or not isinstance(member.get("user_id"), str):
+                continue
+            if member.get("status", "Active") != "Active":
+                continue
+            roles = member.get("roles")
+            role = course_role_of(
+                [r for r in roles if isinstance(r, str)] if isinstance(roles, list) else []
+            )
+            user = lti_account(session, platform, member["user_id"][:255], member)
+            already = session.scalars(
+                select(Enrolment.id).where(
+                    Enrolment.course_id == context.course_id, Enrolment.user_id == user.id
+                )
+            ).first()
+            enrol(session, user, context.course_id, role)
+            if already is None:
+                added += 1
+            else:
+                updated += 1
+        next_link = reply.links.get("next", {}).get("url")
+        url = next_link if isinstance(next_link, str) else None
+    context.roster_synced_at = utc_now()
+    session.flush()
+    return RosterSync(added, updated)

@@ -1,0 +1,397 @@
+"""The tool's LTI addresses: login, launch, JWKS, configuration, and the pages after a launch.
+
+Operators paste these, so they do not move: `GET|POST /lti/login`, `POST /lti/launch`,
+`GET /lti/jwks` (also `/.well-known/jwks.json`), `GET /lti/config`, and `/lti/admin`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
+
+from fastapi import APIRouter, FastAPI, Form, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from jinja2 import ChoiceLoader, FileSystemLoader
+from sqlalchemy.orm import Session
+
+from app.courses.courses import require_instructor, require_member
+from app.db import SessionDep, keep_on_error_response
+from app.lti import integration_pages
+from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
+from app.lti.keys import published_keys, tool_jwks
+from app.lti.launch import LaunchRejected, MessageType, begin_login, validate_launch
+from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
+from app.lti.platforms import PlatformKeyCache, deployments_of, list_platforms
+from app.lti.provisioning import exercise_named, provision
+from app.lti.tickets import create_ticket, redeem_ticket, set_framed_session_cookie
+from app.models import CourseRole, User
+from app.settings import Settings, SettingsDep
+from app.web.rendering import PAGE_HEADERS, PageError, render, safe_next, templates
+from app.web.sessions import (
+    CsrfViewerDep,
+    ViewerDep,
+    get_secret_key,
+    signed_in_user,
+    start_session,
+)
+from graders.exercises import get_exercise, list_exercises
+
+router = APIRouter(include_in_schema=False)
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+AGS_SCOPES = [
+    "https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",
+    "https://purl.imsglobal.org/spec/lti-ags/scope/result.readonly",
+    "https://purl.imsglobal.org/spec/lti-ags/scope/score",
+]
+NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
+
+
+def install_lti(app: FastAPI, settings: Settings) -> None:
+    """The LTI routes, their error page and the platforms' key cache."""
+    loader = templates.env.loader
+    if not isinstance(loader, ChoiceLoader):
+        templates.env.loader = ChoiceLoader([loader, FileSystemLoader(TEMPLATES_DIR)])  # type: ignore[list-item]
+    app.state.platform_keys = PlatformKeyCache(
+        refetch_interval_seconds=settings.lti_jwks_refetch_interval_seconds
+    )
+
+    @app.exception_handler(LaunchRejected)
+    async def on_launch_rejected(request: Request, exc: LaunchRejected) -> Response:
+        return templates.TemplateResponse(
+            request,
+            "lti/rejected.html",
+            {"error": exc, "viewer": None, "user": None, "csrf_token": ""},
+            status_code=400,
+            headers=PAGE_HEADERS,
+        )
+
+    app.include_router(router)
+    app.include_router(integration_pages.router)
+
+
+def tool_url(request: Request, settings: Settings, path: str) -> str:
+    """An absolute URL of this tool, as LMSs must be told it."""
+    base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
+    return base + path
+
+
+def tool_urls(request: Request, settings: Settings) -> dict[str, str]:
+    return {
+        "login": tool_url(request, settings, "/lti/login"),
+        "launch": tool_url(request, settings, "/lti/launch"),
+        "jwks": tool_url(request, settings, "/lti/jwks"),
+        "config": tool_url(request, settings, "/lti/config"),
+    }
+
+
+def _login(
+    request: Request, session: Session, settings: Settings, params: dict[str, str]
+) -> Response:
+    auth_redirect = begin_login(
+        session,
+        params,
+        redirect_uri=tool_url(request, settings, "/lti/launch"),
+        state_max_age_seconds=settings.lti_state_max_age_seconds,
+    )
+    return RedirectResponse(auth_redirect, status_code=302)
+
+
+@router.get("/lti/login")
+def login_get(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """OIDC login initiation (third-party initiated), by GET."""
+    return _login(request, session, settings, dict(request.query_params))
+
+
+@router.post("/lti/login")
+def login_post(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    iss: Annotated[str, Form()] = "",
+    login_hint: Annotated[str, Form()] = "",
+    target_link_uri: Annotated[str, Form()] = "",
+    lti_message_hint: Annotated[str, Form()] = "",
+    lti_deployment_id: Annotated[str, Form()] = "",
+    client_id: Annotated[str, Form()] = "",
+) -> Response:
+    """OIDC login initiation (third-party initiated), by form POST."""
+    params = {
+        "iss": iss,
+        "login_hint": login_hint,
+        "target_link_uri": target_link_uri,
+        "lti_message_hint": lti_message_hint,
+        "lti_deployment_id": lti_deployment_id,
+        "client_id": client_id,
+    }
+    return _login(request, session, settings, params)
+
+
+@router.post("/lti/launch")
+def launch(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    id_token: Annotated[str, Form()] = "",
+    state: Annotated[str, Form()] = "",
+) -> Response:
+    """The platform's form post of the id_token: check it, provision, hand the browser on."""
+    key_cache: PlatformKeyCache = request.app.state.platform_keys
+    try:
+        validated = validate_launch(
+            session,
+            key_cache,
+            id_token=id_token,
+            state=state,
+            leeway_seconds=settings.lti_leeway_seconds,
+        )
+    except LaunchRejected:
+        # The state stays used: a refused launch cannot be replayed either.
+        keep_on_error_response(session)
+        raise
+    provisioned = provision(session, validated)
+    if validated.message_type is MessageType.DEEP_LINKING:
+        if provisioned.role is not CourseRole.INSTRUCTOR:
+            keep_on_error_response(session)
+            raise PageError(
+                403,
+                "Only instructors choose exercises",
+                "Adding loopgrade content to the course is for its instructors.",
+            )
+        signed = deep_link_request(validated).to_signed(get_secret_key(request))
+        target = f"/lti/deep-link?request={quote(signed, safe='')}"
+    else:
+        assert provisioned.link is not None
+        link = provisioned.link
+        target = (
+            f"/courses/{provisioned.context.course_id}/exercises/{link.exercise_id}"
+            if link.exercise_id
+            else f"/lti/links/{link.id}"
+        )
+    ticket = create_ticket(session, provisioned.user, target)
+    return RedirectResponse(f"/lti/enter?ticket={quote(ticket)}", status_code=303)
+
+
+@router.get("/lti/enter")
+def enter(
+    request: Request, session: SessionDep, settings: SettingsDep, ticket: str = ""
+) -> Response:
+    """Redeem a launch's one-time ticket: a web session, and on to the launch's page."""
+    redeemed = redeem_ticket(session, ticket)
+    if redeemed is None:
+        raise PageError(
+            400,
+            "This launch link has been used",
+            "Each link from the LMS signs in once and for a few minutes only. Open the "
+            "activity from the LMS again.",
+        )
+    user = session.get(User, redeemed.user_id)
+    assert user is not None
+    _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
+    # Ready in case this browser keeps no cookie here: the same page in a new window.
+    retry = create_ticket(session, user, redeemed.target_path)
+    target = safe_next(redeemed.target_path)
+    response = RedirectResponse(
+        f"/lti/session-check?next={quote(target, safe='')}&retry={quote(retry)}",
+        status_code=303,
+    )
+    set_framed_session_cookie(response, request, settings, token)
+    return response
+
+
+@router.get("/lti/session-check", response_class=HTMLResponse)
+def session_check(
+    request: Request, viewer: ViewerDep, next: str = "/", retry: str = ""
+) -> Response:
+    """Did the browser keep the cookie? Then on to the page; else offer a new window."""
+    if viewer.user is not None:
+        return RedirectResponse(safe_next(next), status_code=303)
+    return render(
+        request,
+        viewer,
+        "lti/no_cookie.html",
+        {"new_window_url": f"/lti/enter?ticket={quote(retry)}"},
+        status_code=200,
+    )
+
+
+@router.get("/lti/jwks")
+@router.get("/.well-known/jwks.json")
+def jwks(session: SessionDep) -> JSONResponse:
+    """The tool's public keys: the signing key and recently retired ones."""
+    document = tool_jwks(session)
+    return JSONResponse(document, headers={"Cache-Control": "max-age=300"})
+
+
+def tool_configuration(request: Request, settings: Settings) -> dict[str, Any]:
+    urls = tool_urls(request, settings)
+    placements = [
+        {
+            "placement": placement,
+            "message_type": "LtiDeepLinkingRequest",
+            "target_link_uri": urls["launch"],
+        }
+        for placement in ("link_selection", "assignment_selection")
+    ]
+    return {
+        "title": "loopgrade",
+        "description": "Auto-graded exercises for PyTorch training loops.",
+        "oidc_initiation_url": urls["login"],
+        "target_link_uri": urls["launch"],
+        "redirect_uris": [urls["launch"]],
+        "public_jwk_url": urls["jwks"],
+        "scopes": [*AGS_SCOPES, NRPS_SCOPE],
+        "extensions": [
+            {
+                "platform": "canvas.instructure.com",
+                "privacy_level": "public",
+                "settings": {"placements": placements},
+            }
+        ],
+        "custom_fields": {},
+    }
+
+
+@router.get("/lti/config")
+def config(request: Request, settings: SettingsDep) -> JSONResponse:
+    """The tool's configuration as JSON (Canvas: Developer Keys > LTI Key > Paste JSON)."""
+    return JSONResponse(tool_configuration(request, settings))
+
+
+@router.get("/lti/admin", response_class=HTMLResponse)
+def admin(
+    request: Request, session: SessionDep, settings: SettingsDep, viewer: ViewerDep
+) -> Response:
+    """Everything an operator pastes into an LMS, and what is registered here."""
+    user = signed_in_user(viewer)
+    if not user.is_admin:
+        raise PageError(403, "Not allowed", "Only site admins see the LTI set-up.")
+    platforms = [(p, deployments_of(session, p)) for p in list_platforms(session)]
+    keys = published_keys(session)
+    return render(
+        request,
+        viewer,
+        "lti/admin.html",
+        {
+            "urls": tool_urls(request, settings),
+            "config_json": json.dumps(tool_configuration(request, settings), indent=2),
+            "platforms": platforms,
+            "keys": keys,
+        },
+    )
+
+
+def _link_in_course(
+    session: Session, user: User, link_id: str
+) -> tuple[LtiResourceLink, str, CourseRole]:
+    link = session.get(LtiResourceLink, link_id)
+    context = session.get(LtiContext, link.lti_context_id) if link else None
+    if link is None or context is None:
+        raise PageError(404, "Not found", "There is no such LMS link.")
+    _, role = require_member(session, user, context.course_id)
+    return link, context.course_id, role
+
+
+@router.get("/lti/links/{link_id}", response_class=HTMLResponse)
+def link_page(request: Request, link_id: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    """A link that opens no exercise yet: the instructor chooses one, a learner waits."""
+    user = signed_in_user(viewer)
+    link, course_id, role = _link_in_course(session, user, link_id)
+    if link.exercise_id:
+        return RedirectResponse(
+            f"/courses/{course_id}/exercises/{link.exercise_id}", status_code=303
+        )
+    return render(
+        request,
+        viewer,
+        "lti/link.html",
+        {
+            "link": link,
+            "is_instructor": role is CourseRole.INSTRUCTOR,
+            "exercises": list_exercises(),
+        },
+    )
+
+
+@router.post("/lti/links/{link_id}")
+def choose_link_exercise(
+    link_id: str,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    exercise: Annotated[str, Form()] = "",
+) -> Response:
+    user = signed_in_user(viewer)
+    link, course_id, _ = _link_in_course(session, user, link_id)
+    require_instructor(session, user, course_id)
+    exercise_id = exercise_named(exercise)
+    if exercise_id is None:
+        raise PageError(422, "Unknown exercise", f"There is no exercise {exercise!r}.")
+    link.exercise_id = exercise_id
+    return RedirectResponse(f"/courses/{course_id}/exercises/{exercise_id}", status_code=303)
+
+
+def _deep_link(request: Request, signed: str) -> DeepLinkRequest:
+    found = DeepLinkRequest.from_signed(get_secret_key(request), signed)
+    if found is None:
+        raise PageError(
+            400, "Start again from the LMS", "This content selection is not valid any more."
+        )
+    return found
+
+
+@router.get("/lti/deep-link", response_class=HTMLResponse)
+def deep_link_page(
+    request: Request,
+    viewer: ViewerDep,
+    signed: Annotated[str, Query(alias="request")] = "",
+) -> Response:
+    """Content selection: the instructor picks the exercise the new link opens."""
+    signed_in_user(viewer)
+    _deep_link(request, signed)
+    return render(
+        request,
+        viewer,
+        "lti/deep_link.html",
+        {"deep_link": signed, "exercises": list_exercises()},
+    )
+
+
+@router.post("/lti/deep-link", response_class=HTMLResponse)
+def deep_link_answer(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: CsrfViewerDep,
+    deep_link: Annotated[str, Form()] = "",
+    exercise: Annotated[str, Form()] = "",
+) -> Response:
+    """The instructor's choice, answered to the platform with a signed LtiDeepLinkingResponse."""
+    signed_in_user(viewer)
+    found = _deep_link(request, deep_link)
+    exercise_id = exercise_named(exercise)
+    if exercise_id is None:
+        raise PageError(422, "Unknown exercise", f"There is no exercise {exercise!r}.")
+    platform = session.get(LtiPlatform, found.platform_id)
+    if platform is None:
+        raise PageError(400, "Start again from the LMS", "The platform is no longer registered.")
+    token = deep_link_response_jwt(
+        session,
+        found,
+        client_id=platform.client_id,
+        issuer=platform.issuer,
+        exercise=get_exercise(exercise_id),
+        launch_url=tool_url(request, settings, "/lti/launch"),
+    )
+    return_origin = "{0.scheme}://{0.netloc}".format(urlsplit(found.return_url))
+    csp = PAGE_HEADERS["Content-Security-Policy"].replace(
+        "form-action 'self'", f"form-action 'self' {return_origin}"
+    )
+    return render(
+        request,
+        viewer,
+        "lti/deep_link_return.html",
+        {"return_url": found.return_url, "jwt": token, "exercise": get_exercise(exercise_id)},
+        headers={"Content-Security-Policy": csp},
+    )

@@ -1,0 +1,292 @@
+"""Grading under load through a real server: cold bwrap, the warm pool and docker, side by side.
+
+    python bench/grade_load.py                        # all three, default counts
+    python bench/grade_load.py --backends pool --burst 500 --paced 200
+
+For each backend it starts `loopgrade serve` (embedded default: SQLite, in-process workers) on
+a fresh data directory, grades one submission of every exercise first (the trusted reference
+trajectories are then cached, as on a server that has run a while), and measures:
+
+- paced: `--paced` submissions at `--rate` per second, each from its own client thread, one
+  at a time in the sense that none waits for another: latency is from just before the POST to
+  the submission's `graded_at` (the server's clock, the same machine's), percentiles p50/p95/p99;
+- burst: `--burst` submissions posted at once (32 client threads): throughput is the count over
+  the time from the first POST to the last `graded_at`;
+- CPU seconds per grading over the burst: user + system time of the server and every process
+  under it (sandboxes, zygotes, their reaped children); docker's containers run under the
+  engine, not the server, so for docker only the server's own share is counted;
+- peak memory: the server process's resident peak (VmHWM), and the peak over the burst of the
+  proportional set size (PSS) of the server and everything under it, sampled every 0.2 s.
+
+The load is mixed: every exercise's solution and known bugs, and failing submissions (a syntax
+error, an exception while loading, a missing function). Cold backends take seconds per grade,
+so they get smaller counts (`--cold-paced`, `--cold-burst`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.servers import running_server  # noqa: E402  (the repo's one way to serve in a process)
+
+EXERCISES = REPO / "exercises"
+FAILING = [
+    "def broken(:\n",
+    "raise RuntimeError('at import')\n",
+    "def not_the_entry_point():\n    return 0\n",
+]
+BACKENDS = {  # name: (LOOPGRADE_SANDBOX, pool size or None for the settings' default)
+    "cold-bwrap": ("bwrap", 0),
+    "pool": ("bwrap", None),
+    "docker": ("docker", 0),
+}
+
+
+def mixed_load() -> list[tuple[str, str]]:
+    """(exercise, code): per exercise its solution, its bugs and the failing submissions."""
+    load = []
+    for folder in sorted(path for path in EXERCISES.iterdir() if (path / "exercise.toml").exists()):
+        codes = [(folder / "solution.py").read_text()]
+        codes += [path.read_text() for path in sorted(folder.glob("bugs/*.py"))]
+        load += [(folder.name, code) for code in codes + FAILING]
+    return load
+
+
+@dataclass
+class Measured:
+    latencies_seconds: list[float]
+    burst_count: int
+    burst_seconds: float
+    cpu_seconds_per_grading: float
+    server_peak_rss_bytes: int
+    tree_peak_pss_bytes: int
+    errors: int
+
+
+def tree_pids(root: int) -> list[int]:
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                pending += [
+                    int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                ]
+        except OSError:
+            pass
+    return found
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU of the tree, including what its members have reaped."""
+    total = 0
+    for pid in tree_pids(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pss_bytes(root: int) -> int:
+    total = 0
+    for pid in tree_pids(root):
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Client:
+    def __init__(self, url: str, key: str) -> None:
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=120, limits=httpx.Limits(max_connections=64))  # fmt: skip
+
+    def submit(self, exercise: str, code: str) -> tuple[str, float]:
+        """POST one submission; its location and the wall-clock time just before the POST."""
+        posted_at = time.time()
+        response = self.http.post(
+            "/api/v1/submissions",
+            json={"exercise": exercise, "learner": f"load-{uuid.uuid4().hex[:12]}", "code": code},
+        )
+        if response.status_code != 202:
+            sys.exit(f"submit failed: {response.status_code} {response.text}")
+        return response.headers["location"], posted_at
+
+    def graded_at(self, location: str, timeout_seconds: float) -> tuple[float, bool]:
+        """Wait until graded; the server's graded_at (epoch seconds) and whether it was graded."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            body = self.http.get(location).json()
+            if body["status"] in ("graded", "error"):
+                stamp = body["graded_at"] or body["created_at"]
+                return datetime.fromisoformat(stamp).timestamp(), body["status"] == "graded"
+            if time.monotonic() > deadline:
+                sys.exit(f"{location} still {body['status']} after {timeout_seconds} s")
+            time.sleep(0.05)
+
+
+@contextmanager
+def server(
+    backend: str, pool_size: int | None, worker_count: int | None
+) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
+    root = Path(tempfile.mkdtemp(prefix="grade-load-"))
+    data_dir = root / "data"
+    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0"}
+    if pool_size is not None:
+        env["LOOPGRADE_SANDBOX_POOL_SIZE"] = str(pool_size)
+    if worker_count is not None:
+        env["LOOPGRADE_WORKER_COUNT"] = str(worker_count)
+    created = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "create", "load", "--data-dir", str(data_dir)],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    key = created.stdout.splitlines()[-1]
+    with running_server(data_dir, root / "server.log", env, startup_seconds=300) as (process, url):
+        yield process, url, key
+    print(f"  (server log: {root / 'server.log'})", file=sys.stderr)
+
+
+def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | None) -> Measured:
+    backend, pool_size = BACKENDS[name]
+    load = mixed_load()
+    with server(backend, pool_size, worker_count) as (process, url, key):
+        client = Client(url, key)
+        # Warm: every exercise's trusted trajectories computed once, as on a running server.
+        warm = [client.submit(exercise, code) for exercise, code in load[:: len(load) // 5 or 1]]
+        for location, _ in warm:
+            client.graded_at(location, 600)
+
+        # Paced: one submission every 1/rate seconds, each waited for on its own thread.
+        jobs = list(itertools.islice(itertools.cycle(load), paced))
+        latencies: list[float] = []
+        errors = 0
+
+        def paced_one(index: int) -> None:
+            nonlocal errors
+            time.sleep(max(0.0, start + index / rate - time.monotonic()))
+            location, posted_at = client.submit(*jobs[index])
+            graded_at, graded = client.graded_at(location, 900)
+            latencies.append(graded_at - posted_at)
+            errors += not graded
+
+        start = time.monotonic()
+        with ThreadPoolExecutor(max(1, min(paced, int(rate * 30)))) as threads:
+            list(threads.map(paced_one, range(paced)))
+
+        # Burst: everything posted at once; CPU and memory measured over it.
+        jobs = list(itertools.islice(itertools.cycle(load), burst))
+        peak_pss, sampling = 0, True
+
+        def sample() -> None:
+            nonlocal peak_pss
+            while sampling:
+                peak_pss = max(peak_pss, tree_pss_bytes(process.pid))
+                time.sleep(0.2)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        cpu_before = tree_cpu_seconds(process.pid)
+        burst_started = time.time()
+        with ThreadPoolExecutor(32) as threads:
+            posted = list(threads.map(lambda job: client.submit(*job), jobs))
+            finished = list(threads.map(lambda p: client.graded_at(p[0], 1800), posted))
+        burst_seconds = max(stamp for stamp, _ in finished) - burst_started
+        cpu_seconds = tree_cpu_seconds(process.pid) - cpu_before
+        sampling = False
+        sampler.join()
+        errors += sum(not graded for _, graded in finished)
+        return Measured(
+            latencies_seconds=sorted(latencies),
+            burst_count=burst,
+            burst_seconds=burst_seconds,
+            cpu_seconds_per_grading=cpu_seconds / burst,
+            server_peak_rss_bytes=peak_rss_bytes(process.pid),
+            tree_peak_pss_bytes=peak_pss,
+            errors=errors,
+        )
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    return values[max(1, math.ceil(fraction * len(values))) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
+    parser.add_argument("--rate", type=float, default=10.0, help="paced submissions per second")
+    parser.add_argument("--paced", type=int, default=200, help="paced submissions (pool)")
+    parser.add_argument("--burst", type=int, default=500, help="burst submissions (pool)")
+    parser.add_argument("--cold-paced", type=int, default=10, help="paced submissions (cold)")
+    parser.add_argument("--cold-burst", type=int, default=20, help="burst submissions (cold)")
+    parser.add_argument(
+        "--worker-count", type=int, help="LOOPGRADE_WORKER_COUNT (default: the settings')"
+    )
+    args = parser.parse_args()
+
+    results: dict[str, Measured] = {}
+    for name in args.backends:
+        cold = name != "pool"
+        paced, burst = (args.cold_paced, args.cold_burst) if cold else (args.paced, args.burst)
+        print(
+            f"{name}: {paced} paced at {args.rate:g}/s, then a burst of {burst} ...",
+            file=sys.stderr,
+        )
+        results[name] = measure(name, paced, burst, args.rate, args.worker_count)
+
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    rows = [
+        ("paced submissions", lambda m: f"{len(m.latencies_seconds)} at {args.rate:g}/s"),
+        ("latency p50 ms", lambda m: f"{percentile(m.latencies_seconds, 0.50) * 1000:.0f}"),
+        ("latency p95 ms", lambda m: f"{percentile(m.latencies_seconds, 0.95) * 1000:.0f}"),
+        ("latency p99 ms", lambda m: f"{percentile(m.latencies_seconds, 0.99) * 1000:.0f}"),
+        ("burst submissions", lambda m: str(m.burst_count)),
+        ("burst graded in s", lambda m: f"{m.burst_seconds:.1f}"),
+        ("throughput gradings/s", lambda m: f"{m.burst_count / m.burst_seconds:.2f}"),
+        ("CPU s per grading", lambda m: f"{m.cpu_seconds_per_grading:.3f}"),
+        ("server peak RSS MiB", lambda m: f"{m.server_peak_rss_bytes / 2**20:.0f}"),
+        ("all processes peak PSS MiB", lambda m: f"{m.tree_peak_pss_bytes / 2**20:.0f}"),
+        ("not graded (error)", lambda m: str(m.errors)),
+    ]
+    names = list(results)
+    print(f"{'':28}" + "".join(f"{name:>14}" for name in names))
+    for label, cell in rows:
+        print(f"{label:28}" + "".join(f"{cell(results[name]):>14}" for name in names))
+    if "docker" in results:
+        print("docker: CPU and PSS count the server only; its containers run under the engine")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Soundness by mutation: small edits of a reference solution, each of which the grader must catch.
+
+Each mutant is the reference with one edit made on its syntax tree (`ast`): a statement deleted,
+two neighbouring statements swapped, `set_to_none` changed, the `return` moved up, a call made
+twice, a `.clone()` dropped. A mutant that changes what the harness observes (any recorded
+value in any case) must lose points; one that changes nothing observable is equivalent and
+proves nothing. The mutants are our own trusted code, so they run in this process, through the
+same tracing and judging as every learner.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import enum
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from graders.exercises import Exercise
+
+
+class Edit(enum.Enum):
+    """The kinds of edit made to a reference solution."""
+
+    DELETE = "delete a statement"
+    SWAP = "swap two statements"
+    SET_TO_NONE = "change set_to_none"
+    MOVE_RETURN = "move the return"
+    DUPLICATE_CALL = "duplicate a call"
+    DROP_CLONE = "drop a .clone()"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One edit of the reference: what was done, where, and the edited source."""
+
+    edit: Edit
+    where: str
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.edit.value}: {self.where}"
+
+
+def _blocks(tree: ast.AST) -> Iterator[tuple[list[ast.stmt], int]]:
+    """Every list of statements inside a function (its body, loop bodies, branches), in order,
+    with the index of its first statement that is code (a docstring is not)."""
+    seen: set[int] = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for node in ast.walk(function):
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if (
+                    isinstance(block, list)
+                    and block
+                    and isinstance(block[0], ast.stmt)
+                    and id(block) not in seen
+                ):
+                    seen.add(id(block))
+                    yield block, int(_is_docstring(block[0]))
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+
+
+def _text(node: ast.AST) -> str:
+    return f"line {getattr(node, 'lineno', '?')} `{ast.unparse(node).splitlines()[0]}`"
+
+
+def _zero_grad_calls(tree: ast.AST) -> Iterator[ast.Call]:
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "zero_grad"
+        ):
+            yield node
+
+
+def _clone_calls(tree: ast.AST) -> Iterator[ast.Call]:
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "clone"
+            and not node.args
+        ):
+            yield node
+
+
+# An editor edits the n-th site of its kind in a fresh copy of the tree and says where; it
+# returns None once there is no n-th site.
+Editor = Callable[[ast.Module, int], str | None]
+
+
+def _delete(tree: ast.Module, n: int) -> str | None:
+    sites = [(block, i) for block, first in _blocks(tree) for i in range(first, len(block))]
+    if n >= len(sites):
+        return None
+    block, i = sites[n]
+    where = _text(block[i])
+    del block[i]
+    if all(map(_is_docstring, block)):
+        block.append(ast.Pass())
+    return where
+
+
+def _swap(tree: ast.Module, n: int) -> str | None:
+    sites = [(block, i) for block, first in _blocks(tree) for i in range(first, len(block) - 1)]
+    if n >= len(sites):
+        return None
+    block, i = sites[n]
+    where = f"{_text(block[i])} and {_text(block[i + 1])}"
+    block[i], block[i + 1] = block[i + 1], block[i]
+    return where
+
+
+def _set_to_none(tree: ast.Module, n: int) -> str | None:
+    calls = list(_zero_grad_calls(tree))
+    if n >= len(calls):
+        return None
+    call = calls[n]
+    where = _text(call)
+    given = next((k for k in call.keywords if k.arg == "set_to_none"), None)
+    if given is None:
+        call.keywords.append(ast.keyword("set_to_none", ast.Constant(False)))
+    else:
+        was = isinstance(given.value, ast.Constant) and given.value.value is True
+        given.value = ast.Constant(not was)
+    return where
+
+
+def _move_return(tree: ast.Module, n: int) -> str | None:
+    sites = [
+        (block, i, to)
+        for block, first in _blocks(tree)
+        for i, statement in enumerate(block)
+        if isinstance(statement, ast.Return)
+        for to in range(first, i)
+    ]
+    if n >= len(sites):
+        return None
+    block, i, to = sites[n]
+    where = f"{_text(block[i])} up before {_text(block[to])}"
+    block.insert(to, block.pop(i))
+    return where
+
+
+def _duplicate_call(tree: ast.Module, n: int) -> str | None:
+    sites = [
+        (block, i)
+        for block, _ in _blocks(tree)
+        for i, statement in enumerate(block)
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+    ]
+    if n >= len(sites):
+        return None
+    block, i = sites[n]
+    block.insert(i + 1, copy.deepcopy(block[i]))
+    return _text(block[i])
+
+
+class _DropClone(ast.NodeTransformer):
+    def __init__(self, target: ast.Call) -> None:
+        self.target = target
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if node is self.target and isinstance(node.func, ast.Attribute):
+            return node.func.value
+        return node
+
+
+def _drop_clone(tree: ast.Module, n: int) -> str | None:
+    calls = list(_clone_calls(tree))
+    if n >= len(calls):
+        return None
+    where = _text(calls[n])
+    _DropClone(calls[n]).visit(tree)
+    return where
+
+
+EDITORS: dict[Edit, Editor] = {
+    Edit.DELETE: _delete,
+    Edit.SWAP: _swap,
+    Edit.SET_TO_NONE: _set_to_none,
+    Edit.MOVE_RETURN: _move_return,
+    Edit.DUPLICATE_CALL: _duplicate_call,
+    Edit.DROP_CLONE: _drop_clone,
+}
+
+
+def mutants(source: str) -> list[Mutant]:
+    """Every single-edit mutant of a source file, each different from it and from the others."""
+    original = ast.parse(source)
+    seen = {ast.unparse(original)}
+    found = []
+    for edit, editor in EDITORS.items():
+        n = 0
+        while True:
+            tree = copy.deepcopy(original)
+            where = editor(tree, n)
+            if where is None:
+                break
+            n += 1
+            mutated = ast.unparse(ast.fix_missing_locations(tree))
+            if mutated not in seen:
+                seen.add(mutated)
+                found.append(Mutant(edit, where, mutated + "\n"))
+    return found
+
+
+def reference_mutants(exercise: Exercise) -> list[Mutant]:
+    return mutants(exercise.solution_code)

@@ -1,0 +1,515 @@
+"""The warm pool: slots of forked, isolated children from zygotes that imported torch once.
+
+    pool = Pool(bwrap_binary, program, warm_up_inputs, seccomp_filter, size=2)
+    pool.start()                                 # SandboxUnavailable if no slot starts
+    result = pool.run_program(inputs, limits)    # the same RunResult as a cold run
+
+A slot is one zygote (sandbox/zygote.py) inside its own bubblewrap sandbox, started like a cold
+run's (its own leased host uid, no network, read-only root) and held in the slot's cgroups, so
+every job it forks is born there: memory, pids and a one-core CPU cap per slot, without joining
+a cgroup per job. A slot runs one job at a time; the server supervises it from outside exactly
+as a cold run (pipes read and capped, limits polled, wall clock, SIGKILL of the whole tree) and
+waits until nothing but the zygote is left in the slot's cgroups before the next job. A zygote
+that dies is started again; a job that finds no slot able to start fails with SandboxError.
+
+The zygote runs one program only (the one it warmed up); the caller runs any other cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import queue
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from sandbox import bwrap, host_view, uids
+from sandbox.cgroups import RunCgroups
+from sandbox.errors import SandboxError, SandboxUnavailable
+from sandbox.limits import Limits
+from sandbox.result import RunResult
+from sandbox.supervise import (
+    ENVIRONMENT,
+    SANDBOX_DIR,
+    SCRATCH_DIR,
+    START_REPORT_BYTES,
+    TEARDOWN_TIMEOUT_SECONDS,
+    Channel,
+    Supervisor,
+    Usage,
+    check_request,
+)
+
+log = logging.getLogger(__name__)
+
+ZYGOTE_SOURCE = Path(__file__).with_name("zygote.py").read_text()
+ZYGOTE_PATH = "/sandbox/zygote.py"
+SECCOMP_NAME = "seccomp.bpf"
+CONTROL_FD = 3
+START_TIMEOUT_SECONDS = 120.0  # import torch and the warm-up, on a loaded machine
+MESSAGE_BYTES = 4096
+# The zygote's own sandbox: one job's scratch at a time, and no CPU cap of its own (it lives
+# for many jobs; each job gets its own RLIMIT_CPU).
+ZYGOTE_LIMITS = Limits(
+    wall_timeout_seconds=1e9, cpu_seconds=1e9, max_processes=1024, open_files=1024,
+    file_size_bytes=1 << 40, scratch_bytes=1 << 20,
+)  # fmt: skip
+# Beyond the job's own processes: the zygote and the job's parent (which only waits for it).
+POOL_PROCESSES = 2
+
+
+class _Slot:
+    """One zygote in its sandbox and cgroups, and the one job it runs at a time."""
+
+    def __init__(self, pool: Pool, index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lease: uids.UidLease | None = None
+        self.cgroups: RunCgroups | None = None
+        self.control: socket.socket | None = None
+        self.zygote_pid = 0
+        self.zygote_pidfd = -1
+        self.baseline_memory_bytes = 0
+        self.limits: Limits | None = None  # the limits its cgroups are set to
+
+    @property
+    def alive(self) -> bool:
+        return self.control is not None and not bwrap._readable(self.zygote_pidfd, 0)
+
+    # -- start and stop --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the zygote and wait until it has warmed up; SandboxError if it cannot."""
+        self.stop()
+        if os.geteuid() != 0:
+            raise SandboxUnavailable("the warm pool needs the server to run as root (cgroups)")
+        self.lease = uids.lease_uid(uids.uid_range())
+        uid = self.lease.uid
+        self.cgroups = RunCgroups.create(f"loopgrade-pool-{uid}", ZYGOTE_LIMITS, pids_max=4096)
+        if self.cgroups is None:
+            raise SandboxUnavailable("the warm pool needs cgroup v1 memory, pids and cpuacct")
+        bwrap.STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        files = {
+            "main.py": self.pool.program.encode(),
+            "zygote.py": ZYGOTE_SOURCE.encode(),
+            SECCOMP_NAME: self.pool.seccomp_filter,
+            **self.pool.warm_up_inputs,
+        }
+        file_fds = [bwrap.memfd(data) for data in files.values()]
+        control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log_r, log_w = os.pipe()
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        python_dirs = bwrap._python_dirs()
+        binds = [(f"{bwrap.STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs)]
+        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], binds)
+        # The zygote makes namespaces for every job, and each job loads the filter itself: no
+        # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
+        args.remove("--disable-userns")
+        del args[args.index("--seccomp") : args.index("--seccomp") + 2]
+        config = {"control_fd": CONTROL_FD, "environment": ENVIRONMENT,
+                  "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}"}  # fmt: skip
+        args = [
+            *args[: args.index("--") + 1],
+            sys.executable,
+            "-I",
+            ZYGOTE_PATH,
+            json.dumps(config),
+        ]
+        moves = [[zygote_end.fileno(), CONTROL_FD], [info_w, bwrap.INFO_FD],
+                 [block_r, bwrap.BLOCK_FD]]  # fmt: skip
+        moves += [[fd, number] for number, fd in enumerate(file_fds, start=bwrap.FIRST_FILE_FD)]
+        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=True)
+        launch = {
+            "bwrap": self.pool.bwrap_binary, "args": args, "fds": moves, "uid": uid,
+            "rlimits": [[limit, *value] for limit, value in rlimits.items()],
+            "stage_dir": str(bwrap.STAGE_DIR), "stage_sources": python_dirs,
+        }  # fmt: skip
+        try:
+            # From the pool's own thread: bwrap dies with the thread that spawned it
+            # (--die-with-parent), and a grading thread may end before the zygote should.
+            self.proc = self.pool.spawner.submit(
+                subprocess.Popen,
+                [sys.executable, "-I", "-S", str(bwrap.LAUNCHER), json.dumps(launch)],
+                stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w,
+                pass_fds=[fd for fd, _ in moves], start_new_session=True,
+                env={"LANG": "C.UTF-8"},
+            ).result()  # fmt: skip
+        finally:
+            for fd in [log_w, info_w, block_r, *file_fds]:
+                os.close(fd)
+            zygote_end.close()
+        threading.Thread(target=_log_lines, args=(log_r, self.index), daemon=True).start()
+        self.control = control
+        try:
+            self.zygote_pid = _read_child_pid(info_r)
+            self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
+            self.cgroups.attach(self.zygote_pid)
+            os.write(block_w, b"go")
+            if self._receive(START_TIMEOUT_SECONDS) != {"ready": True}:
+                raise SandboxError("the zygote did not warm up (its log says why)")
+        except (OSError, SandboxError) as error:
+            log.debug("slot start", exc_info=True)
+            self.stop()
+            raise SandboxError(f"warm pool slot {self.index} did not start: {error}") from error
+        finally:
+            os.close(block_w)
+        self.baseline_memory_bytes = int(self._cgroup_read("memory", "memory.usage_in_bytes"))
+        self.limits = None
+        log.info(
+            "warm pool slot %d ready: zygote pid %d, uid %d, %d MiB",
+            self.index, self.zygote_pid, uid, self.baseline_memory_bytes >> 20,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Kill the zygote and everything of its slot; free the uid and the cgroups."""
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.cgroups is not None:
+            self.cgroups.remove(TEARDOWN_TIMEOUT_SECONDS)
+            self.cgroups = None
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(TEARDOWN_TIMEOUT_SECONDS)
+            self.proc = None
+        if self.zygote_pidfd >= 0:
+            os.close(self.zygote_pidfd)
+            self.zygote_pidfd = -1
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+    # -- one job ---------------------------------------------------------------------------------
+
+    def run_job(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+        assert self.control is not None and self.cgroups is not None
+        self._set_limits(limits)
+        self._cgroup_write("memory", "memory.max_usage_in_bytes", 0)
+        job = _Job(self, limits)
+        try:
+            job.start(inputs)
+            job.supervisor.watch(job)
+            job.supervisor.finish(job.final_usage())
+        except SandboxError:
+            self.stop()  # started again for the next job
+            raise
+        finally:
+            job.close()
+            clean = self.control is None or self._clear()
+        if not clean:
+            self.stop()
+            raise SandboxError("a warm pool job did not die within its teardown time")
+        return job.result()
+
+    def _set_limits(self, limits: Limits) -> None:
+        if limits == self.limits:
+            return
+        # The zygote's memory counts, as a cold run's own `import torch` does in its cgroup.
+        memory = str(limits.memory_bytes)
+        has_swap = (self.cgroups.dirs["memory"] / "memory.memsw.limit_in_bytes").exists()  # type: ignore[union-attr]
+        # memory+swap may never be below memory alone: raise it first, lower it last.
+        names = ["memory.limit_in_bytes"] + (["memory.memsw.limit_in_bytes"] if has_swap else [])
+        current = int(self._cgroup_read("memory", "memory.limit_in_bytes"))
+        for name in reversed(names) if int(memory) > current else names:
+            self._cgroup_write("memory", name, memory)
+        self._cgroup_write("pids", "pids.max", limits.max_processes + POOL_PROCESSES)
+        self.limits = limits
+
+    def job_pids(self) -> set[int]:
+        assert self.cgroups is not None
+        return self.cgroups.pids() - {self.zygote_pid}
+
+    def kill_job(self) -> None:
+        """SIGKILL every process of the slot but the zygote: the job's tree, whatever it forked."""
+        for pid in self.job_pids():
+            with contextlib.suppress(ProcessLookupError, OSError):
+                pidfd = os.pidfd_open(pid)
+                try:
+                    # A pid still in the group after its pidfd was opened is one of the job's.
+                    if pid in self.job_pids():
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                finally:
+                    os.close(pidfd)
+
+    def _clear(self) -> bool:
+        """Kill what is left of the job and wait until only the zygote remains; False if not."""
+        deadline = time.monotonic() + TEARDOWN_TIMEOUT_SECONDS
+        while self.job_pids():
+            self.kill_job()
+            if time.monotonic() > deadline:
+                log.error("warm pool slot %d: job processes survive SIGKILL", self.index)
+                return False
+            time.sleep(0.001)
+        return True
+
+    def _receive(self, timeout_seconds: float) -> dict[str, object] | None:
+        """The zygote's next message; None if it closed the socket or sent garbage."""
+        assert self.control is not None
+        if not bwrap._readable(self.control.fileno(), timeout_seconds):
+            return None
+        message = self.control.recv(MESSAGE_BYTES)
+        try:
+            value = json.loads(message) if message else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _cgroup_read(self, controller: str, name: str) -> str:
+        assert self.cgroups is not None
+        return (self.cgroups.dirs[controller] / name).read_text()
+
+    def _cgroup_write(self, controller: str, name: str, value: object) -> None:
+        assert self.cgroups is not None
+        (self.cgroups.dirs[controller] / name).write_text(str(value))
+
+    def counters(self) -> tuple[float, int, int]:
+        """CPU seconds, OOM kills and refused forks of the slot so far (the zygote's included)."""
+        assert self.cgroups is not None
+        return (
+            self.cgroups.cpu_seconds(),
+            self.cgroups.oom_kills(),
+            self.cgroups.process_limit_hits(),
+        )
+
+
+class _Job:
+    """One job on a slot, as the shared supervisor sees it (sandbox.supervise.Process)."""
+
+    def __init__(self, slot: _Slot, limits: Limits) -> None:
+        self.slot = slot
+        self.limits = limits
+        self.supervisor = Supervisor(limits)
+        self.reading: dict[int, Channel] = {}  # the job's pipes still open, by read end
+        self.start_report = bytearray()
+        self.status: int | None = None
+        self.scratch_fd = -1
+        self.base_cpu, self.base_oom, self.base_refused = slot.counters()
+
+    def start(self, inputs: Mapping[str, bytes]) -> None:
+        pipes = [os.pipe() for _ in range(4)]
+        memfds = [bwrap.memfd(data) for data in inputs.values()]
+        channels = [Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR]
+        self.reading = {
+            read_end: channel for (read_end, _), channel in zip(pipes, channels, strict=True)
+        }
+        header = {
+            "input_names": list(inputs),
+            "scratch_bytes": self.limits.scratch_bytes,
+            "rlimits": [[limit, *value] for limit, value in _job_rlimits(self.limits).items()],
+        }
+        write_ends = [write_end for _, write_end in pipes]
+        assert self.slot.control is not None
+        self.supervisor.start_clock()
+        try:
+            socket.send_fds(self.slot.control, [json.dumps(header).encode()], write_ends + memfds)
+        except OSError as error:
+            raise SandboxError(f"the zygote of slot {self.slot.index} is gone: {error}") from error
+        finally:
+            for fd in write_ends + memfds:
+                os.close(fd)
+
+    def close(self) -> None:
+        for fd in [*self.reading, *([self.scratch_fd] if self.scratch_fd >= 0 else [])]:
+            os.close(fd)
+        self.reading = {}
+        self.scratch_fd = -1
+
+    # -- what the supervisor sees ----------------------------------------------------------------
+
+    def wait_fds(self) -> list[int]:
+        control = [] if self.status is not None else [self.slot.control.fileno()]  # type: ignore[union-attr]
+        return [*self.reading, *control]
+
+    def read(self, fd: int) -> list[tuple[Channel, bytes]]:
+        if fd not in self.reading:
+            return self._from_zygote()
+        channel = self.reading[fd]
+        data = os.read(fd, bwrap.READ_BYTES)
+        if channel is Channel.STARTED:
+            if data:
+                self.start_report += data[: START_REPORT_BYTES - len(self.start_report)]
+                return []
+            self._close(fd)
+            return [(Channel.STARTED, bytes(self.start_report))]
+        if not data:
+            self._close(fd)
+            return []
+        return [(channel, data)]
+
+    def _close(self, fd: int) -> None:
+        del self.reading[fd]
+        os.close(fd)
+
+    def _from_zygote(self) -> list[tuple[Channel, bytes]]:
+        message = self.slot._receive(0)
+        if message is None:
+            raise SandboxError(f"the zygote of warm pool slot {self.slot.index} died")
+        if "started" in message:
+            if message["started"]:
+                self._open_scratch()
+            return []
+        status = message.get("status")
+        if not isinstance(status, int):
+            raise SandboxError(f"the zygote sent {message!r}")
+        self.status = status
+        self.kill()  # whatever the job left running dies with it
+        return [(Channel.EXITED, b"")]
+
+    def _open_scratch(self) -> None:
+        """Held to the end, to check file sizes: the job's /tmp, through its parent's root."""
+        for pid in self.slot.job_pids():
+            with contextlib.suppress(OSError):
+                self.scratch_fd = os.open(
+                    f"/proc/{pid}/root{SCRATCH_DIR}", os.O_RDONLY | os.O_DIRECTORY
+                )
+                return
+
+    def usage(self) -> Usage:
+        cpu, oom, refused = self.slot.counters()
+        pids = self.slot.job_pids()
+        return Usage(
+            cpu_seconds=max(0.0, cpu - self.base_cpu),
+            oom_kills=oom - self.base_oom,
+            process_limit_hits=refused - self.base_refused,
+            most_open_files=max((host_view.open_fd_count(pid) for pid in pids), default=0),
+            file_size_cap_reached=self.scratch_fd >= 0
+            and host_view.file_size_cap_reached(self.scratch_fd, self.limits.file_size_bytes),
+        )
+
+    def final_usage(self) -> Usage:
+        peak = int(self.slot._cgroup_read("memory", "memory.max_usage_in_bytes"))
+        return dataclasses.replace(self.usage(), most_open_files=0, peak_memory_bytes=peak)
+
+    def kill(self) -> None:
+        self.slot.kill_job()
+
+    def result(self) -> RunResult:
+        assert self.status is not None
+        if os.WIFSIGNALED(self.status):
+            return self.supervisor.result(None, os.WTERMSIG(self.status))
+        # As from bwrap: the job's death by signal N is its parent's exit status 128 + N.
+        status = os.WEXITSTATUS(self.status)
+        return self.supervisor.result(*((None, status - 128) if status > 128 else (status, None)))
+
+
+class Pool:
+    """`size` slots, each running one job at a time; run_program() waits for a free one."""
+
+    def __init__(
+        self,
+        bwrap_binary: str,
+        program: str,
+        warm_up_inputs: Mapping[str, bytes],
+        seccomp_filter: bytes,
+        size: int,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a warm pool needs at least one slot, not {size}")
+        self.bwrap_binary = bwrap_binary
+        self.program = program
+        self.warm_up_inputs = dict(warm_up_inputs)
+        self.seccomp_filter = seccomp_filter
+        self.slots = [_Slot(self, index) for index in range(size)]
+        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
+        self.idle: queue.Queue[_Slot] = queue.Queue()
+
+    def start(self) -> None:
+        """Start every slot at once; SandboxUnavailable if none starts (the reasons logged)."""
+        failures: list[str] = []
+
+        def start_slot(slot: _Slot) -> None:
+            try:
+                slot.start()
+            except SandboxError as error:
+                failures.append(str(error))
+                log.warning("%s", error)
+            else:
+                self.idle.put(slot)
+
+        threads = [threading.Thread(target=start_slot, args=(s,)) for s in self.slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if len(failures) == len(self.slots):
+            raise SandboxUnavailable("the warm pool could not start: " + " | ".join(failures))
+
+    def run_program(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+        """Run the pool's program on `inputs` in a fresh isolated child of a warm zygote."""
+        check_request(self.program, inputs, limits)
+        slot = self.idle.get()
+        try:
+            if not slot.alive:
+                log.warning("warm pool slot %d: the zygote died; starting it again", slot.index)
+                try:
+                    slot.start()
+                except SandboxError as error:
+                    raise SandboxUnavailable(str(error)) from error
+            return slot.run_job(inputs, limits)
+        finally:
+            self.idle.put(slot)
+
+    @property
+    def ready_slots(self) -> int:
+        return sum(slot.alive for slot in self.slots)
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.stop()
+        self.spawner.shutdown()
+
+
+def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
+    """A job's rlimits; memory is the slot cgroup's to cap (torch maps ~700 MB of address space)."""
+    # A backstop: the supervisor holds the job's CPU, set-up apart, to its caps.
+    cpu_seconds = math.ceil(limits.startup_cpu_seconds + limits.cpu_seconds)
+    # The pids cgroup refuses first, and records that it did; RLIMIT_NPROC counts the slot's uid.
+    processes = limits.max_processes + POOL_PROCESSES + 1
+    return {
+        # As PID 1 the job ignores SIGXCPU: the hard limit's SIGKILL is what ends it.
+        resource.RLIMIT_CPU: (cpu_seconds, cpu_seconds + 1),
+        resource.RLIMIT_FSIZE: (limits.file_size_bytes, limits.file_size_bytes),
+        resource.RLIMIT_NOFILE: (limits.open_files, limits.open_files),
+        resource.RLIMIT_NPROC: (processes, processes),
+        resource.RLIMIT_CORE: (0, 0),
+    }
+
+
+def _read_child_pid(info_r: int) -> int:
+    """The zygote's host pid, from bwrap's --info-fd JSON."""
+    info = b""
+    deadline = time.monotonic() + bwrap.SETUP_TIMEOUT_SECONDS
+    try:
+        while time.monotonic() < deadline and bwrap._readable(info_r, deadline - time.monotonic()):
+            chunk = os.read(info_r, 4096)
+            if not chunk:
+                break
+            info += chunk
+    finally:
+        os.close(info_r)
+    try:
+        return int(json.loads(info)["child-pid"])
+    except (ValueError, KeyError):
+        raise SandboxError("bubblewrap did not start the zygote") from None
+
+
+def _log_lines(fd: int, index: int) -> None:
+    """Log what a zygote (or bubblewrap around it) prints: only its own failures."""
+    with open(fd, "rb") as stream:
+        for line in stream:
+            log.warning("warm pool slot %d: %s", index, line.decode(errors="replace").rstrip())

@@ -1,0 +1,267 @@
+"""The warm pool's zygote: `python -I zygote.py CONFIG_JSON`, run inside a bwrap sandbox.
+
+It is started by sandbox.pool, one per slot, inside the same bubblewrap sandbox as a cold run
+(its own host uid, the slot's cgroups, no network, read-only root) but allowed to make nested
+user namespaces. Once, it compiles the program (/sandbox/main.py), runs it as `__main__` on the
+trusted warm-up inputs beside it (so that `import torch` and the optimizer's lazy imports are
+done), and loads the seccomp filter's bytes. It holds no secret and no expected value: a child
+is a copy of its memory.
+
+Then, for every job on the control socket (a JSON header and fds: payload, stdout, stderr and one
+memfd per input), it forks a child that isolates itself before it reads a byte of the inputs:
+new session, every other fd closed, new user, mount, pid, net, ipc and uts namespaces, a fork so
+that the job is PID 1 of its pid namespace (killed with its parent), fresh /proc, an empty
+size-capped /tmp, a fresh /sandbox with the inputs, all capabilities dropped, rlimits,
+NO_NEW_PRIVS, not dumpable, the seccomp filter. Only then does it run the program. The zygote
+reports the child's wait status and takes the next job. It uses only the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_REC, MS_PRIVATE = 0x20, 0x4000, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 22, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 4, 2
+LINUX_CAPABILITY_VERSION_3, LAST_CAPABILITY = 0x20080522, 63
+SANDBOX_DIR, PROGRAM_PATH, SCRATCH_DIR = "/sandbox", "/sandbox/main.py", "/tmp"
+PAYLOAD_FD, START_FD = 3, 4
+MAX_HEADER_BYTES, MAX_FDS = 65536, 64
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    def encode(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
+    _check(libc.mount(encode(source), target.encode(), encode(fstype), flags, data.encode()),
+           f"mount {fstype or source} on {target}")  # fmt: skip
+
+
+def _prctl(option: int, value: int, pointer: Any = 0) -> None:
+    _check(libc.prctl(option, value, pointer, 0, 0), f"prctl({option})")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+
+def _drop_capabilities() -> None:
+    for capability in range(LAST_CAPABILITY + 1):
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            _check(-1, f"drop capability {capability}")  # EINVAL: no such capability here
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()  # all zero: no capability of any kind
+    _check(libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _load_seccomp(program: bytes) -> None:
+    """Install a compiled BPF program (struct sock_filter[], 8 bytes each) as the filter."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog))
+
+
+def _write_file(path: str, text: str) -> None:
+    with open(path, "w") as file:
+        file.write(text)
+
+
+def _copy_in(memfd: int, path: str) -> None:
+    """Copy an input (a memfd the server wrote) to `path`, without interpreting a byte of it."""
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    size = os.fstat(memfd).st_size
+    offset = 0
+    while offset < size:
+        sent = os.sendfile(target, memfd, offset, size - offset)
+        if sent == 0:
+            break
+        offset += sent
+    os.close(target)
+
+
+class Zygote:
+    def __init__(self, config: dict[str, Any]) -> None:
+        # Moved far from fds 3 and 4, which the program writes to.
+        self.control = socket.socket(fileno=fcntl.fcntl(config["control_fd"], fcntl.F_DUPFD, 100))
+        os.close(config["control_fd"])
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self.environment: dict[str, str] = config["environment"]
+        with open(config["seccomp_path"], "rb") as filter_file:
+            self.seccomp = filter_file.read()
+        with open(PROGRAM_PATH) as program_file:
+            self.source = program_file.read()
+        self.code = compile(self.source, PROGRAM_PATH, "exec")
+
+    def warm_up(self) -> None:
+        """Run the program once here on the trusted inputs in /sandbox: its imports stay loaded."""
+        # One thread before anything runs: a child forked after a parallel region would hang
+        # in OpenMP's next one.
+        import torch
+
+        torch.set_num_threads(1)
+        devnull = fcntl.fcntl(os.open(os.devnull, os.O_WRONLY), fcntl.F_DUPFD, 100)
+        for fd in (PAYLOAD_FD, START_FD):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        os.chdir(SCRATCH_DIR)
+        exec(self.code, {"__name__": "__main__", "__file__": PROGRAM_PATH})
+        for fd in (PAYLOAD_FD, START_FD):
+            with contextlib.suppress(OSError):  # the program may have closed it itself
+                os.close(fd)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        gc.collect()
+        gc.freeze()  # the warm objects stay in place: children share their pages
+
+    def serve(self) -> None:
+        self.control.sendall(b'{"ready": true}')
+        while True:
+            message, fds, _, _ = socket.recv_fds(self.control, MAX_HEADER_BYTES, MAX_FDS)
+            if not message:
+                return  # the server closed the pool
+            job = json.loads(message)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            started_r, started_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                self._child(job, [started_w, *fds])  # never returns
+            for fd in [started_w, *fds]:
+                os.close(fd)
+            # The job says when its namespaces and mounts are made (EOF if it died first): the
+            # server may then look at its scratch.
+            started = os.read(started_r, 1) == b"1"
+            os.close(started_r)
+            self.control.sendall(json.dumps({"started": started}).encode())
+            status = self._wait(pid)
+            self.control.sendall(json.dumps({"status": status}).encode())
+
+    @staticmethod
+    def _wait(pid: int) -> int:
+        """The child's wait status; the zygote is PID 1 here, so it also reaps any orphan."""
+        while True:
+            reaped, status = os.waitpid(-1, 0)
+            if reaped == pid:
+                return status
+
+    def _child(self, job: dict[str, Any], fds: list[int]) -> None:
+        """Isolate, then run the job as PID 1 of a new pid namespace; exit with its status."""
+        try:
+            started_w, payload_w, start_w, out_w, err_w, *memfds = fds
+            self.control.close()
+            os.setsid()
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            # The OOM killer of the slot's cgroup takes the job, never the zygote.
+            _write_file("/proc/self/oom_score_adj", "1000")
+            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET
+                                | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")  # fmt: skip
+            _write_file("/proc/self/setgroups", "deny")
+            # The slot's uid stays the job's uid, inside too (as bwrap maps it): never uid 0, so
+            # no exec can give it root's capabilities, whatever the bounding set.
+            _write_file("/proc/self/uid_map", f"{self.uid} {self.uid} 1")
+            _write_file("/proc/self/gid_map", f"{self.gid} {self.gid} 1")
+            pid = os.fork()
+            if pid == 0:
+                self._job(job, started_w, [payload_w, start_w, out_w, err_w], memfds)
+            os.closerange(0, 1 << 20)  # the job's pipes end when the job does
+            _, status = os.waitpid(pid, 0)
+            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status)
+                     else 128 + os.WTERMSIG(status))  # fmt: skip
+        except BaseException:
+            traceback.print_exc()
+        os._exit(125)
+
+    def _job(
+        self, job: dict[str, Any], started_w: int, pipes: list[int], memfds: list[int]
+    ) -> None:
+        """Never returns. `pipes`: the write ends of fds 3 (payload), 4 (start), 1 and 2."""
+        try:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent's kill takes the namespace
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            _mount("tmpfs", SCRATCH_DIR, "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"mode=0755,size={int(job['scratch_bytes'])}")  # fmt: skip
+            _mount("tmpfs", SANDBOX_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+            names = job["input_names"]
+            with open(PROGRAM_PATH, "x") as program_copy:  # as in a cold run, for parity
+                program_copy.write(self.source)
+            for name, memfd in zip(names, memfds, strict=True):
+                _copy_in(memfd, f"{SANDBOX_DIR}/{name}")
+            _mount(None, SANDBOX_DIR, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            os.write(started_w, b"1")
+            stdin = os.open(os.devnull, os.O_RDONLY)
+            # Parked above every wanted number first, so that no move overwrites one to come.
+            parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in [stdin, *pipes]]
+            for fd, wanted in zip(parked, [0, PAYLOAD_FD, START_FD, 1, 2], strict=True):
+                os.dup2(fd, wanted)
+            os.closerange(START_FD + 1, 1 << 20)
+            os.chdir(SCRATCH_DIR)
+            os.environ.clear()
+            os.environ.update(self.environment)
+            for limit, soft, hard in job["rlimits"]:
+                resource.setrlimit(limit, (soft, hard))
+            _drop_capabilities()
+            _prctl(PR_SET_NO_NEW_PRIVS, 1)
+            _prctl(PR_SET_DUMPABLE, 0)
+            _load_seccomp(self.seccomp)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(125)
+        # From here on, the learner's code runs: nothing of the zygote's may be trusted after.
+        sys.argv = [PROGRAM_PATH]
+        code = 0
+        try:
+            exec(self.code, {"__name__": "__main__", "__file__": PROGRAM_PATH})
+        except SystemExit as exit_request:
+            code = exit_request.code if isinstance(exit_request.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    zygote = Zygote(json.loads(argv[1]))
+    zygote.warm_up()
+    zygote.serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

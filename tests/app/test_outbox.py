@@ -1,0 +1,221 @@
+"""The outbox: written with the change it reports, delivered with retries and backoff to a
+real HTTP receiver on 127.0.0.1, on a real SQLite."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app import outbox
+from app.db import SessionFactory
+from app.grading.submissions import claim_submission, create_submission, record_report
+from app.models import OutboxMessage, OutboxStatus
+from app.outbox import (
+    OutboxDelivery,
+    PermanentFailure,
+    add_to_outbox,
+    claim_due,
+    deliver_one,
+    delivery_kind,
+    on_graded,
+)
+from app.settings import Settings
+from graders.report import GradeReport
+from tests.app.conftest import CORRECT_CODE, EXERCISE
+
+KIND = "tests.http-post"
+
+
+@delivery_kind(KIND)
+def post_to_receiver(payload: dict[str, Any]) -> None:
+    """As a webhook delivers: POST the payload; a 4xx will never succeed, a 5xx may."""
+    response = httpx.post(payload["url"], json=payload, timeout=10)
+    if 400 <= response.status_code < 500:
+        raise PermanentFailure(f"the receiver answered {response.status_code}")
+    response.raise_for_status()
+
+
+class Receiver:
+    """An HTTP server that answers each POST with the next status of `statuses`."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses = statuses
+        self.received: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append(json.loads(body))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+
+    def __enter__(self) -> Receiver:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fast_retries(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={"outbox_retry_base_seconds": 0.05, "outbox_retry_max_seconds": 0.2}
+    )
+
+
+def message(sessions: SessionFactory, message_id: int) -> OutboxMessage:
+    with sessions() as session:
+        row = session.get(OutboxMessage, message_id)
+        assert row is not None
+        return row
+
+
+def wait_for_status(sessions: SessionFactory, message_id: int, status: str) -> OutboxMessage:
+    deadline = time.monotonic() + 60
+    while (row := message(sessions, message_id)).status != status:
+        assert time.monotonic() < deadline, f"still {row.status} after {row.attempts} attempts"
+        time.sleep(0.05)
+    return row
+
+
+def test_a_message_exists_only_if_its_transaction_commits(sessions: SessionFactory) -> None:
+    with pytest.raises(RuntimeError), sessions.begin() as session:
+        add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/"})
+        raise RuntimeError("the change it reports failed")
+    with sessions() as session:
+        assert session.scalars(select(OutboxMessage)).all() == []
+    with (
+        pytest.raises(ValueError, match=r"unknown outbox kind 'tests\.typo'"),
+        sessions() as session,
+    ):
+        add_to_outbox(session, "tests.typo", {})
+
+
+def test_the_loop_retries_with_backoff_until_the_receiver_accepts(
+    sessions: SessionFactory, fast_retries: Settings
+) -> None:
+    delivery = OutboxDelivery(sessions, fast_retries)
+    delivery.start()
+    try:
+        with Receiver([503, 500, 200]) as receiver:
+            with sessions.begin() as session:
+                message_id = add_to_outbox(session, KIND, {"url": receiver.url, "score": 7}).id
+            row = wait_for_status(sessions, message_id, OutboxStatus.DELIVERED)
+    finally:
+        delivery.stop()
+    assert row.attempts == 3
+    assert row.delivered_at is not None and row.last_error is None
+    assert [r["score"] for r in receiver.received] == [7, 7, 7]
+
+
+def test_a_refusal_for_good_is_recorded_and_not_retried(
+    sessions: SessionFactory, fast_retries: Settings
+) -> None:
+    with Receiver([400, 200]) as receiver:
+        with sessions.begin() as session:
+            message_id = add_to_outbox(session, KIND, {"url": receiver.url}).id
+        assert deliver_one(sessions, fast_retries)
+        assert not deliver_one(sessions, fast_retries)  # nothing due any more
+    row = message(sessions, message_id)
+    assert (row.status, row.attempts) == (OutboxStatus.FAILED, 1)
+    assert row.last_error == "the receiver answered 400"
+    assert len(receiver.received) == 1
+
+
+def test_after_its_last_attempt_a_failing_delivery_is_given_up(
+    sessions: SessionFactory, fast_retries: Settings
+) -> None:
+    settings = fast_retries.model_copy(update={"outbox_max_attempts": 2})
+    with Receiver([503, 503, 503]) as receiver:
+        with sessions.begin() as session:
+            message_id = add_to_outbox(session, KIND, {"url": receiver.url}).id
+        assert deliver_one(sessions, settings)
+        wait_until_due(sessions, message_id)
+        assert deliver_one(sessions, settings)
+    row = message(sessions, message_id)
+    assert (row.status, row.attempts) == (OutboxStatus.FAILED, 2)
+    assert "503" in (row.last_error or "")
+    assert len(receiver.received) == 2
+
+
+def wait_until_due(sessions: SessionFactory, message_id: int) -> None:
+    with sessions() as session:
+        wait = outbox.next_due_in_seconds(session)
+    assert wait is not None
+    time.sleep(wait + 0.01)
+
+
+def test_a_claim_whose_host_died_is_delivered_again(
+    sessions: SessionFactory, settings: Settings
+) -> None:
+    with Receiver([]) as receiver:
+        with sessions.begin() as session:
+            message_id = add_to_outbox(session, KIND, {"url": receiver.url}).id
+        with sessions.begin() as session:
+            # This host claims it and dies before delivering.
+            assert claim_due(session, claim_timeout_seconds=0.01) is not None
+        time.sleep(0.05)
+        assert deliver_one(sessions, settings)
+    row = message(sessions, message_id)
+    assert (row.status, row.attempts) == (OutboxStatus.DELIVERED, 2)
+
+
+def test_a_result_and_its_message_are_stored_in_one_transaction(
+    sessions: SessionFactory,
+) -> None:
+    reported: list[str] = []
+
+    @on_graded
+    def report_score(session: Session, submission_id: str) -> None:
+        reported.append(submission_id)
+        add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/", "id": submission_id})
+
+    try:
+        with sessions.begin() as session:
+            submission_id = create_submission(
+                session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
+            ).id
+        with sessions.begin() as session:
+            job = claim_submission(session, submission_id)
+        assert job is not None
+        report = GradeReport(
+            exercise=EXERCISE,
+            exercise_version="v",
+            score=10,
+            max_score=10,
+            diagnosis="correct",
+            checks=[],
+            feedback="",
+        )
+        with pytest.raises(RuntimeError), sessions.begin() as session:
+            assert record_report(session, job, report)
+            raise RuntimeError("the grading transaction failed")
+        with sessions() as session:
+            assert session.scalars(select(OutboxMessage)).all() == []
+        with sessions.begin() as session:
+            assert record_report(session, job, report)
+        with sessions() as session:
+            payloads = [m.payload for m in session.scalars(select(OutboxMessage))]
+        assert payloads == [{"url": "http://127.0.0.1:9/", "id": submission_id}]
+        assert reported == [submission_id, submission_id]
+    finally:
+        outbox.GRADED_LISTENERS.remove(report_score)

@@ -1,0 +1,11 @@
+# expect: wrong-return-type, score 5-7
+def train(model, optimizer, loss_fn, batches, epochs):
+    losses = []
+    for epoch in range(epochs):
+        for x, y in batches:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    print(losses)

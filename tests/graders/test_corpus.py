@@ -1,0 +1,92 @@
+"""The corpus of learner submissions (tests/graders/corpus/), graded through the real sandbox.
+
+Every file says on its first line the diagnosis and the score band it must get; the corpus is
+graded once per session (a module fixture) to keep the shared machine's load down.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from graders import grade
+from graders.exercises import get_exercise, list_exercises
+from graders.feedback import EXPLANATIONS
+from graders.grading import GRADING_LIMITS
+from graders.report import GradeReport
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+HEADER = re.compile(r"# expect: (?P<diagnosis>[a-z-]+), score (?P<low>[\d.]+)-(?P<high>[\d.]+)\n")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    exercise: str
+    name: str
+    diagnosis: str
+    low: float
+    high: float
+    source: str
+
+
+def read_corpus() -> list[Expectation]:
+    expectations = []
+    for path in sorted(CORPUS.glob("*/*.py")):
+        source = path.read_text()
+        header = HEADER.match(source)
+        assert header, f"{path}: the first line must be '# expect: <diagnosis>, score <a>-<b>'"
+        expectations.append(
+            Expectation(
+                exercise=path.parent.name,
+                name=path.stem,
+                diagnosis=header["diagnosis"],
+                low=float(header["low"]),
+                high=float(header["high"]),
+                source=source,
+            )
+        )
+    return expectations
+
+
+ENTRIES = read_corpus()
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[tuple[str, str], GradeReport]:
+    """Every corpus file graded once, in the real sandbox.
+
+    The wall-clock cap is raised: on a loaded machine a cold sandbox can take longer than the
+    grading default, and these files are about diagnosis, not caps (test_failures.py is).
+    """
+    limits = replace(GRADING_LIMITS, wall_timeout_seconds=120.0)
+    return {(e.exercise, e.name): grade(e.exercise, e.source, limits) for e in ENTRIES}
+
+
+def test_the_corpus_covers_every_exercise_apart_from_the_declared_bugs() -> None:
+    assert len(ENTRIES) >= 40
+    per_exercise = {e.id: [x for x in ENTRIES if x.exercise == e.id] for e in list_exercises()}
+    assert all(len(entries) >= 8 for entries in per_exercise.values()), per_exercise.keys()
+    declared = {path.read_text().strip() for path in EXERCISES.glob("*/bugs/*.py")}
+    assert not [e.name for e in ENTRIES if e.source.split("\n", 1)[1].strip() in declared]
+    assert {e.diagnosis for e in ENTRIES} <= set(EXPLANATIONS)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.exercise}/{e.name}")
+def test_every_submission_is_graded_right(
+    entry: Expectation, reports: dict[tuple[str, str], GradeReport]
+) -> None:
+    report = reports[(entry.exercise, entry.name)]
+    assert report.diagnosis == entry.diagnosis, report.feedback
+    assert entry.low <= report.score <= entry.high, report.feedback
+    if entry.diagnosis == "correct":
+        assert report.score == get_exercise(entry.exercise).max_score
+        return
+    assert report.score < report.max_score
+    assert EXPLANATIONS[report.diagnosis] in report.feedback
+    first_failure = next(c for c in report.checks if not c.passed)
+    # What first went wrong is said whatever the diagnosis: the model's name never replaces it.
+    assert first_failure.message in report.feedback

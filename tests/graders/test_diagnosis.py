@@ -1,0 +1,164 @@
+"""Diagnosis by model: a name only when a model explains the numbers and the calls agree.
+
+Judged in this process (`judge_source`: the harness, parsing and judging of grade(), without the
+sandbox); the corpus (test_corpus.py) does the same through the real sandbox.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from graders.diagnosis import agrees
+from graders.exercises import get_exercise, load_exercise
+from graders.proving import judge_source
+from graders.report import GradeReport
+
+EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
+
+
+def judged(exercise_id: str, body: str) -> GradeReport:
+    return judge_source(get_exercise(exercise_id), textwrap.dedent(body).strip() + "\n")
+
+
+@pytest.mark.parametrize(
+    ("recorded", "model", "agree"),
+    [
+        (["zero_grad", "backward", "step"], ["zero_grad", "backward", "step"], True),
+        # A model may clear where nothing was recorded: `p.grad = None` by hand.
+        (["backward", "step"], ["zero_grad", "backward", "step"], True),
+        # A recorded zero_grad where the model never clears contradicts it.
+        (["zero_grad", "backward", "step"], ["backward", "step"], False),
+        (["backward", "zero_grad", "step"], ["zero_grad", "backward", "step"], False),
+        (["zero_grad", "step", "backward"], ["zero_grad", "backward", "step"], False),
+    ],
+)
+def test_a_call_order_agrees_only_where_it_does_not_contradict(
+    recorded: list[str], model: list[str], agree: bool
+) -> None:
+    assert agrees(recorded, model) is agree
+
+
+def test_a_loop_that_clears_every_call_is_not_told_it_never_clears() -> None:
+    """It steps twice: the order alone used to read an empty step as 'never clears'."""
+    report = judged(
+        "train-step",
+        """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.step()
+            return loss.item()
+        """,
+    )
+    assert report.diagnosis == "step-twice", report.feedback
+    assert "missing-zero-grad" not in report.other_diagnoses
+
+
+def test_backward_twice_is_said_in_the_lesson_s_words() -> None:
+    report = judged(
+        "train-step",
+        """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward(retain_graph=True)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+        """,
+    )
+    assert report.diagnosis == "backward-twice"
+    assert (
+        "Your gradients are exactly twice the correct ones: `backward()` ran twice before "
+        "the step." in report.feedback
+    )
+
+
+def test_two_explanations_that_fit_equally_are_both_said(tmp_path: Path) -> None:
+    """With no momentum case (no buffer recorded) and `.grad` cleared after the step, twice the
+    gradient and twice the learning rate make the same trajectory: the grader says both."""
+    folder = tmp_path / "train-step"
+    shutil.copytree(EXERCISES_DIR / "train-step", folder)
+    toml = folder / "exercise.toml"
+    toml.write_text(toml.read_text().replace("momentum = 0.9", "momentum = 0.0"))
+    source = """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            (2 * loss).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss.item()
+    """
+    report = judge_source(load_exercise(folder), textwrap.dedent(source).strip() + "\n")
+    assert report.diagnosis == "gradients-scaled"
+    assert report.other_diagnoses == ["wrong-learning-rate"]
+    assert "Another explanation fits your numbers and your calls just as well" in report.feedback
+    # With the momentum case, the recorded momentum buffer tells them apart.
+    assert judged("train-step", source).other_diagnoses == []
+
+
+def test_what_no_model_explains_is_incorrect_and_says_what_first_went_wrong() -> None:
+    report = judged(
+        "train-step",
+        """
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y) + 0.01 * model.weight.pow(2).sum()
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+        """,
+    )
+    assert report.diagnosis == "incorrect"
+    assert report.other_diagnoses == []
+    assert "In case `basic`, call 1: your weights differ from the reference loop's" in (
+        report.feedback
+    )
+
+
+def test_two_mistakes_in_one_loop_are_both_named() -> None:
+    """The lesson's loop as given, written anew: steps first and never clears."""
+    report = judged(
+        "fix-the-loop",
+        """
+        def train(model, optimizer, loss_fn, batches, epochs):
+            history = []
+            for _ in range(epochs):
+                for inputs, targets in batches:
+                    loss = loss_fn(model(inputs), targets)
+                    optimizer.step()
+                    loss.backward()
+                    history.append(loss.item())
+            return history
+        """,
+    )
+    assert report.diagnosis == "step-before-backward"
+    assert "Both need fixing" in report.feedback or "`missing-zero-grad`" in report.feedback
+
+
+def test_a_mistake_only_hidden_cases_show_is_named_without_their_numbers() -> None:
+    """A hand-written SGD update is right for plain SGD, wrong with momentum (hidden)."""
+    report = judged(
+        "train-step",
+        """
+        import torch
+
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= optimizer.param_groups[0]["lr"] * p.grad
+            return loss.item()
+        """,
+    )
+    assert report.diagnosis == "wrong-momentum"
+    assert "0.9" not in report.feedback and "0.03" not in report.feedback

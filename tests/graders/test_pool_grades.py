@@ -1,0 +1,106 @@
+"""The warm pool grades exactly as cold sandboxes do: every test submission, report for report.
+
+The submissions: every exercise's solution, starter and known bugs, and learner failures whose
+cause does not depend on how busy the machine is (a time limit does: the CPU or the wall clock
+may come first, and each has its own message).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from graders import grade
+from graders.exercises import get_exercise
+from graders.grading import POOL_PROGRAM, trusted_trajectories
+from sandbox import Limits
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
+
+EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+LIMITS = Limits(wall_timeout_seconds=60.0, cpu_seconds=20.0, memory_bytes=768 * 2**20)
+FAILURES = {
+    "syntax-error": "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n",
+    "missing-function": "def train(model):\n    pass\n",
+    "load-error": "import no_such_module\n",
+    "raises": "def train_step(model, optimizer, loss_fn, x, y):\n    raise ValueError('nope')\n",
+    "prints": "def train_step(model, optimizer, loss_fn, x, y):\n    print('step', x.sum())\n",
+    "exits-early": "import os\ndef train_step(model, optimizer, loss_fn, x, y):\n    os._exit(0)\n",
+    "sys-exit": "import sys\nsys.exit(3)\n",
+    "memory-bomb": textwrap.dedent("""
+        def train_step(model, optimizer, loss_fn, x, y):
+            hoard = []
+            while True:
+                hoard.append(bytearray(64 * 2**20))
+    """),
+    "output-flood": textwrap.dedent("""
+        def train_step(model, optimizer, loss_fn, x, y):
+            while True:
+                print("loss is going down, trust me " * 100)
+    """),
+}
+
+
+def submissions() -> list[tuple[str, str, str]]:
+    """(exercise, name, source) of every test submission."""
+    found = []
+    for folder in sorted(EXERCISES.iterdir()):
+        if not (folder / "exercise.toml").exists():
+            continue
+        for path in [
+            folder / "solution.py",
+            folder / "starter.py",
+            *sorted(folder.glob("bugs/*.py")),
+        ]:
+            found.append((folder.name, path.stem, path.read_text()))
+    found += [("train-step", name, source) for name, source in FAILURES.items()]
+    return found
+
+
+@pytest.fixture(scope="module")
+def runners() -> Iterator[tuple[sandbox.Runner, sandbox.Runner]]:
+    cold = sandbox.open_runner("bwrap")
+    warm = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=2)
+    assert isinstance(warm, sandbox.PoolRunner), warm.status
+    yield cold, warm
+    warm.close()
+
+
+def test_every_test_submission_gets_the_same_report_cold_and_warm(
+    runners: tuple[sandbox.Runner, sandbox.Runner],
+) -> None:
+    cold, warm = runners
+    corpus = submissions()
+    assert len(corpus) > 40
+
+    def both(item: tuple[str, str, str]) -> tuple[str, dict[str, object], dict[str, object]]:
+        exercise, name, source = item
+        cold_report = grade(exercise, source, LIMITS, cold).model_dump()
+        warm_report = grade(exercise, source, LIMITS, warm).model_dump()
+        return f"{exercise}/{name}", cold_report, warm_report
+
+    with ThreadPoolExecutor(2) as workers:
+        results = list(workers.map(both, corpus))
+    different = [name for name, cold_report, warm_report in results if cold_report != warm_report]
+    assert different == []
+    diagnoses = {report["diagnosis"] for _, report, _ in results}
+    # The corpus reaches the cases that matter: right, wrong in known ways, and at the caps.
+    assert {"correct", "missing-zero-grad", "syntax-error", "memory-limit", "output-limit"} <= (
+        diagnoses
+    )
+
+
+def test_trusted_trajectories_are_computed_once_per_exercise_version() -> None:
+    exercise = get_exercise("train-step")
+    first = trusted_trajectories(exercise)
+    assert trusted_trajectories(exercise) is first
+    changed = exercise.model_copy(update={"version": exercise.version + "-changed"})
+    again = trusted_trajectories(changed)
+    assert again is not first
+    assert again == first  # the same files: the same numbers, computed anew

@@ -1,0 +1,318 @@
+"""A fake LMS that speaks LTI 1.3 for real: its own RSA keys and JWKS over HTTP, an OIDC auth
+endpoint that signs id_tokens, a token endpoint that verifies the tool's client assertion
+against the tool's own JWKS, AGS score endpoints with Moodle's rules, and NRPS.
+
+Tests change `claims_override` (or sign with another key) to make bad launches.
+"""
+
+from __future__ import annotations
+
+import html
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+from fastapi import FastAPI, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet, RSAKey
+
+LTI = "https://purl.imsglobal.org/spec/lti/claim/"
+DL = "https://purl.imsglobal.org/spec/lti-dl/claim/"
+AGS = "https://purl.imsglobal.org/spec/lti-ags/"
+NRPS = "https://purl.imsglobal.org/spec/lti-nrps/"
+INSTRUCTOR = "http://purl.imsglobal.org/vocab/lis/v2/membership#Instructor"
+LEARNER = "http://purl.imsglobal.org/vocab/lis/v2/membership#Learner"
+SCORE_TYPE = "application/vnd.ims.lis.v1.score+json"
+
+
+def new_key() -> RSAKey:
+    return RSAKey.generate_key(2048, parameters={"kid": secrets.token_hex(6)}, private=True)
+
+
+@dataclass
+class RecordedScore:
+    user_id: str
+    score_given: float
+    score_maximum: float
+    timestamp: datetime
+    grading_progress: str
+    activity_progress: str
+
+
+@dataclass
+class FakePlatform:
+    """One platform: set `url` (from the server) and `tool_url` before use."""
+
+    client_id: str = "fake-client"
+    deployment_id: str = "deployment-1"
+    url: str = ""
+    tool_url: str = ""
+    keys: list[RSAKey] = field(default_factory=lambda: [new_key()])
+    # Merged into every id_token after the defaults (None deletes a claim).
+    claims_override: dict[str, Any] = field(default_factory=dict)
+    message_type: str = "LtiResourceLinkRequest"
+    roles: list[str] = field(default_factory=lambda: [LEARNER])
+    subject: str = "learner-1"
+    custom: dict[str, str] = field(default_factory=lambda: {"exercise": "train-step"})
+    # scores[lineitem] = the stored score per user (Moodle keeps one, the newest).
+    scores: dict[str, dict[str, RecordedScore]] = field(default_factory=dict)
+    score_posts: int = 0
+    fail_score_posts: int = 0  # answer 503 to this many score posts first
+    ungradable_users: set[str] = field(default_factory=set)
+    tokens_issued: int = 0
+    members: list[dict[str, Any]] = field(default_factory=list)
+    used_assertion_ids: set[str] = field(default_factory=set)
+    _access_tokens: dict[str, set[str]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def issuer(self) -> str:
+        return self.url
+
+    @property
+    def signing_key(self) -> RSAKey:
+        return self.keys[-1]
+
+    def rotate(self) -> None:
+        """Sign with a new key from now on (the JWKS publishes both)."""
+        self.keys.append(new_key())
+
+    def cli_args(self) -> list[str]:
+        return [
+            "--issuer", self.issuer,
+            "--client-id", self.client_id,
+            "--deployment-id", self.deployment_id,
+            "--auth-url", f"{self.url}/auth",
+            "--token-url", f"{self.url}/token",
+            "--jwks-url", f"{self.url}/jwks",
+        ]  # fmt: skip
+
+    def registration(self) -> dict[str, Any]:
+        return {
+            "issuer": self.issuer,
+            "client_id": self.client_id,
+            "deployment_ids": [self.deployment_id],
+            "auth_url": f"{self.url}/auth",
+            "token_url": f"{self.url}/token",
+            "jwks_url": f"{self.url}/jwks",
+        }
+
+    def login_params(self) -> dict[str, str]:
+        return {
+            "iss": self.issuer,
+            "login_hint": self.subject,
+            "target_link_uri": f"{self.tool_url}/lti/launch",
+            "lti_message_hint": "hint-1",
+            "client_id": self.client_id,
+            "lti_deployment_id": self.deployment_id,
+        }
+
+    def id_token_claims(self, nonce: str) -> dict[str, Any]:
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "aud": self.client_id,
+            "sub": self.subject,
+            "iat": now,
+            "exp": now + 300,
+            "nonce": nonce,
+            "name": f"Person {self.subject}",
+            "email": f"{self.subject}@lms.example",
+            LTI + "message_type": self.message_type,
+            LTI + "version": "1.3.0",
+            LTI + "deployment_id": self.deployment_id,
+            LTI + "target_link_uri": f"{self.tool_url}/lti/launch",
+            LTI + "roles": self.roles,
+            LTI + "context": {"id": "course-7", "label": "DL101", "title": "Deep Learning 101"},
+            LTI + "custom": self.custom,
+            LTI + "tool_platform": {"guid": "fake", "url": self.url},
+            NRPS + "claim/namesroleservice": {
+                "context_memberships_url": f"{self.url}/memberships",
+                "service_versions": ["2.0"],
+            },
+        }
+        if self.message_type == "LtiResourceLinkRequest":
+            claims[LTI + "resource_link"] = {"id": "link-1", "title": "Train step"}
+            claims[AGS + "claim/endpoint"] = {
+                "scope": [AGS + "scope/score", AGS + "scope/lineitem"],
+                "lineitems": f"{self.url}/lineitems?course=7",
+                "lineitem": f"{self.url}/lineitems/1/lineitem?course=7",
+            }
+        else:
+            claims[DL + "deep_linking_settings"] = {
+                "deep_link_return_url": f"{self.url}/deep-link-return",
+                "accept_types": ["ltiResourceLink"],
+                "accept_presentation_document_targets": ["iframe", "window"],
+                "data": "opaque-data-7",
+            }
+        for name, value in self.claims_override.items():
+            if value is None:
+                claims.pop(name, None)
+            else:
+                claims[name] = value
+        return claims
+
+    def sign(self, claims: dict[str, Any], key: RSAKey | None = None) -> str:
+        key = key or self.signing_key
+        return jwt.encode({"alg": "RS256", "kid": key.kid, "typ": "JWT"}, claims, key)
+
+    def verify_tool_jwt(self, token: str) -> dict[str, Any]:
+        """A JWT the tool signed, checked against the tool's published JWKS."""
+        tool_keys = KeySet.import_key_set(httpx.get(f"{self.tool_url}/lti/jwks").json())
+        return dict(jwt.decode(token, tool_keys, algorithms=["RS256"]).claims)
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        platform = self
+
+        @app.get("/jwks")
+        def jwks() -> dict[str, Any]:
+            return {
+                "keys": [k.as_dict(private=False, use="sig", alg="RS256") for k in platform.keys]
+            }
+
+        @app.get("/auth")
+        def auth(request: Request) -> Response:
+            query = request.query_params
+            expected = {
+                "scope": "openid",
+                "response_type": "id_token",
+                "response_mode": "form_post",
+                "prompt": "none",
+                "client_id": platform.client_id,
+                "redirect_uri": f"{platform.tool_url}/lti/launch",
+                "login_hint": platform.subject,
+            }
+            wrong = {k: query.get(k) for k, v in expected.items() if query.get(k) != v}
+            if wrong or not query.get("state") or not query.get("nonce"):
+                return JSONResponse({"error": "invalid_request", "wrong": wrong}, status_code=400)
+            id_token = platform.sign(platform.id_token_claims(query["nonce"]))
+            fields = {"id_token": id_token, "state": query["state"]}
+            inputs = "".join(
+                f'<input type="hidden" name="{k}" value="{html.escape(v)}">'
+                for k, v in fields.items()
+            )
+            # A real platform's page: it posts the form to the tool at once.
+            return HTMLResponse(
+                f'<form id="launch" method="post" action="{query["redirect_uri"]}">{inputs}'
+                "</form><script>document.getElementById('launch').submit()</script>"
+            )
+
+        @app.post("/token")
+        def token(
+            grant_type: str = Form(),
+            client_assertion_type: str = Form(),
+            client_assertion: str = Form(),
+            scope: str = Form(),
+        ) -> dict[str, Any]:
+            if grant_type != "client_credentials" or client_assertion_type != (
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+            ):
+                raise HTTPException(400, "unsupported_grant_type")
+            try:
+                claims = platform.verify_tool_jwt(client_assertion)
+            except JoseError as exc:
+                raise HTTPException(401, f"invalid_client: {exc}") from None
+            now = time.time()
+            if (
+                claims.get("iss") != platform.client_id
+                or claims.get("sub") != platform.client_id
+                or claims.get("aud") not in (f"{platform.url}/token", [f"{platform.url}/token"])
+                or not now - 60 <= claims.get("iat", 0) <= now + 60
+                or claims.get("exp", 0) < now
+                or claims.get("jti") in platform.used_assertion_ids
+            ):
+                raise HTTPException(401, f"invalid_client: claims {claims}")
+            platform.used_assertion_ids.add(claims["jti"])
+            access_token = secrets.token_urlsafe(16)
+            with platform._lock:
+                platform.tokens_issued += 1
+                platform._access_tokens[access_token] = set(scope.split())
+            return {
+                "access_token": access_token,
+                "token_type": "Bearer",
+                "expires_in": 3600,
+                "scope": scope,
+            }
+
+        def require_scope(request: Request, scope: str) -> None:
+            bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+            if scope not in platform._access_tokens.get(bearer, set()):
+                raise HTTPException(401, "invalid or missing access token for " + scope)
+
+        @app.post("/lineitems/{item}/lineitem/scores")
+        async def score(item: str, request: Request) -> Response:
+            with platform._lock:
+                platform.score_posts += 1
+                if platform.fail_score_posts > 0:
+                    platform.fail_score_posts -= 1
+                    return JSONResponse({"error": "try later"}, status_code=503)
+            require_scope(request, AGS + "scope/score")
+            if request.headers.get("content-type") != SCORE_TYPE:
+                return JSONResponse({"error": "wrong content type"}, status_code=415)
+            if request.query_params.get("course") != "7":
+                return JSONResponse({"error": "query string lost"}, status_code=404)
+            body = await request.json()
+            user_id = body.get("userId")
+            if user_id in platform.ungradable_users:
+                # Moodle: a user who cannot be graded in this course.
+                return JSONResponse({"error": "user not gradable"}, status_code=400)
+            timestamp = datetime.fromisoformat(body["timestamp"])
+            if timestamp.tzinfo is None:
+                return JSONResponse({"error": "timestamp without zone"}, status_code=400)
+            stored = platform.scores.setdefault(item, {}).get(user_id)
+            if stored is not None and timestamp <= stored.timestamp:
+                # Moodle: not newer than the score it has.
+                return JSONResponse({"error": "timestamp not newer"}, status_code=409)
+            if body.get("gradingProgress") == "FullyGraded":
+                platform.scores[item][user_id] = RecordedScore(
+                    user_id,
+                    float(body["scoreGiven"]),
+                    float(body["scoreMaximum"]),
+                    timestamp,
+                    body["gradingProgress"],
+                    body.get("activityProgress", ""),
+                )
+            return Response(status_code=200)
+
+        @app.get("/memberships")
+        def memberships(request: Request) -> Response:
+            require_scope(request, NRPS + "scope/contextmembership.readonly")
+            return JSONResponse(
+                {
+                    "id": f"{platform.url}/memberships",
+                    "context": {"id": "course-7", "title": "Deep Learning 101"},
+                    "members": platform.members,
+                },
+                media_type="application/vnd.ims.lti-nrps.v2.membershipcontainer+json",
+            )
+
+        @app.post("/deep-link-return")
+        def deep_link_return(JWT: str = Form()) -> Response:
+            claims = platform.verify_tool_jwt(JWT)
+            platform.deep_link_responses.append(claims)
+            return HTMLResponse("<p>Content added.</p>")
+
+        return app
+
+    deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
+
+
+def follow_login(
+    client: httpx.Client, platform: FakePlatform, method: str = "GET"
+) -> httpx.Response:
+    """Log in through the tool and the fake platform; return the platform's form page."""
+    params = platform.login_params()
+    if method == "GET":
+        started = client.get(f"{platform.tool_url}/lti/login?{urlencode(params)}")
+    else:
+        started = client.post(f"{platform.tool_url}/lti/login", data=params)
+    assert started.status_code == 302, started.text
+    return client.get(started.headers["location"])

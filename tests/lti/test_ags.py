@@ -1,0 +1,149 @@
+"""Grade passback and roster sync against the fake platform's AGS and NRPS endpoints."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from app.db import SessionFactory
+from app.lti.ags import (
+    AccessTokens,
+    DeliveryOutcome,
+    PlatformRefused,
+    PlatformUnavailable,
+    deliver_score,
+    score_message,
+    scores_url,
+    sync_roster,
+)
+from app.lti.models import LtiContext, LtiUser
+from app.models import CourseRole, Enrolment, Submission, SubmissionStatus, User, utc_now
+from tests.lti.conftest import Launch
+from tests.lti.fake_platform import INSTRUCTOR, LEARNER, FakePlatform
+
+
+def graded_submission(sessions: SessionFactory, score: float) -> str:
+    """A graded submission of the launched learner's, in the launched course."""
+    with sessions.begin() as session:
+        user_id = session.scalars(select(LtiUser.user_id)).one()
+        course_id = session.scalars(select(LtiContext.course_id)).one()
+        submission = Submission(
+            exercise_id="train-step",
+            exercise_version="v",
+            learner="learner-1@lms.example",
+            code="pass",
+            status=SubmissionStatus.GRADED,
+            score=score,
+            max_score=10.0,
+            user_id=user_id,
+            course_id=course_id,
+            graded_at=utc_now(),
+        )
+        session.add(submission)
+        session.flush()
+        return submission.id
+
+
+def message_for(sessions: SessionFactory, submission_id: str) -> dict[str, object]:
+    with sessions() as session:
+        submission = session.get(Submission, submission_id)
+        assert submission is not None
+        message = score_message(session, submission)
+    assert message is not None
+    return message
+
+
+def test_scores_go_before_the_query_string() -> None:
+    assert scores_url("https://lms.example/items/1?course=7") == (
+        "https://lms.example/items/1/scores?course=7"
+    )
+    assert scores_url("https://lms.example/items/1/") == "https://lms.example/items/1/scores"
+
+
+def test_a_score_reaches_the_line_item_with_a_cached_token(
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+) -> None:
+    assert launch().status_code == 303
+    tokens = AccessTokens()
+    message = message_for(sessions, graded_submission(sessions, 7.0))
+    assert message["user_sub"] == "learner-1"
+    with sessions() as session:
+        assert deliver_score(session, tokens, message) is DeliveryOutcome.DELIVERED
+    (stored,) = platform.scores["1"].values()
+    assert (stored.user_id, stored.score_given, stored.score_maximum) == ("learner-1", 7.0, 10.0)
+    assert (stored.grading_progress, stored.activity_progress) == ("FullyGraded", "Completed")
+
+    # Best score counts (the course's default policy): a worse one sends the best again.
+    later = message_for(sessions, graded_submission(sessions, 3.0))
+    assert later["score_given"] == 7.0
+    with sessions() as session:
+        assert deliver_score(session, tokens, later) is DeliveryOutcome.DELIVERED
+    assert platform.tokens_issued == 1  # the token was cached
+
+
+def test_a_retry_keeps_the_timestamp_and_a_409_counts_as_applied(
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+) -> None:
+    assert launch().status_code == 303
+    tokens = AccessTokens()
+    message = message_for(sessions, graded_submission(sessions, 10.0))
+    with sessions() as session:
+        assert deliver_score(session, tokens, message) is DeliveryOutcome.DELIVERED
+        # The answer was lost and the outbox sends it again, with the same timestamp.
+        assert deliver_score(session, tokens, message) is DeliveryOutcome.ALREADY_APPLIED
+    assert platform.score_posts == 2 and len(platform.scores["1"]) == 1
+
+
+def test_a_user_the_platform_cannot_grade_is_refused_for_good(
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+) -> None:
+    assert launch().status_code == 303
+    platform.ungradable_users.add("learner-1")
+    message = message_for(sessions, graded_submission(sessions, 10.0))
+    with sessions() as session, pytest.raises(PlatformRefused, match="HTTP 400"):
+        deliver_score(session, AccessTokens(), message)
+
+
+def test_a_platform_that_fails_is_retried_later(
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+) -> None:
+    assert launch().status_code == 303
+    platform.fail_score_posts = 2
+    tokens = AccessTokens()
+    message = message_for(sessions, graded_submission(sessions, 10.0))
+    with sessions() as session:
+        for _ in range(2):
+            with pytest.raises(PlatformUnavailable, match="HTTP 503"):
+                deliver_score(session, tokens, message)
+        assert deliver_score(session, tokens, message) is DeliveryOutcome.DELIVERED
+    assert "learner-1" in platform.scores["1"]
+
+
+def test_a_submission_outside_lti_sends_nothing(sessions: SessionFactory) -> None:
+    with sessions() as session:
+        assert score_message(session, Submission(exercise_id="train-step")) is None
+
+
+def test_the_roster_enrols_every_active_member(
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+) -> None:
+    assert launch().status_code == 303
+    platform.members = [
+        {"user_id": "learner-1", "roles": [LEARNER], "status": "Active", "name": "Person 1"},
+        {"user_id": "teacher-9", "roles": [INSTRUCTOR], "name": "Tess Teacher"},
+        {"user_id": "learner-5", "roles": [LEARNER], "email": "l5@lms.example"},
+        {"user_id": "gone-3", "roles": [LEARNER], "status": "Inactive"},
+    ]
+    with sessions.begin() as session:
+        context = session.scalars(select(LtiContext)).one()
+        synced = sync_roster(session, AccessTokens(), context)
+    assert (synced.added, synced.updated) == (2, 1)
+    with sessions() as session:
+        roles = dict(
+            session.execute(
+                select(User.name, Enrolment.role).join(Enrolment, Enrolment.user_id == User.id)
+            ).all()
+        )
+        assert roles["Tess Teacher"] == CourseRole.INSTRUCTOR
+        assert len(roles) == 3
+        assert session.scalars(select(LtiContext.roster_synced_at)).one() is not None

@@ -1,0 +1,69 @@
+"""The instructor's integrations page: course API keys and webhooks; the keys CLI."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from app.db import SessionFactory
+from app.models import SiteRole
+from app.settings import Settings
+from tests.app.conftest import loopgrade
+from tests.app.people import make_course, make_user, post_form, sign_in
+
+
+def test_an_instructor_creates_uses_and_revokes_a_course_key(
+    tool_url: str, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@uni.example", SiteRole.INSTRUCTOR)
+    make_user(sessions, "lea@uni.example")
+    course_id = make_course(sessions, "tess@uni.example", "lea@uni.example")
+    page = f"/courses/{course_id}/integrations"
+    with httpx.Client(base_url=tool_url, timeout=60) as client:
+        assert sign_in(client, "tess@uni.example").status_code == 303
+        created = post_form(client, page, f"{page}/keys", {"name": "canvas-prod"})
+        assert created.status_code == 200
+        match = re.search(r"<code data-new-key>([^<]+)</code>", created.text)
+        assert match
+        secret = match[1]
+        book = client.get("/api/v1/gradebook", headers={"Authorization": f"Bearer {secret}"})
+        assert book.status_code == 200
+        listing = client.get(page)
+        key_id = re.search(rf"/courses/{course_id}/integrations/keys/([^/]+)/revoke", listing.text)
+        assert key_id
+        revoked = post_form(client, page, f"{page}/keys/{key_id[1]}/revoke", {})
+        assert revoked.status_code == 303
+        refused = client.get("/api/v1/gradebook", headers={"Authorization": f"Bearer {secret}"})
+        assert refused.status_code == 401
+
+        # A webhook to an internal address is refused (the default), with the reason.
+        hook = post_form(client, page, f"{page}/webhooks", {"url": "https://10.0.0.5/hook"})
+        assert hook.status_code == 422 and "private or loopback" in hook.text
+        hook = post_form(client, page, f"{page}/webhooks", {"url": "https://hooks.example.com/x"})
+        assert hook.status_code == 200 and "data-webhook-secret" in hook.text
+
+    with httpx.Client(base_url=tool_url, timeout=60) as learner:
+        assert sign_in(learner, "lea@uni.example").status_code == 303
+        assert learner.get(page).status_code == 403
+
+
+def test_the_cli_lists_and_revokes_course_keys(
+    settings: Settings, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@uni.example", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@uni.example")
+    created = loopgrade(
+        "keys", "create", "moodle", "--course", course_id, data_dir=settings.data_dir
+    )
+    assert created.returncode == 0, created.stderr
+    listed = loopgrade("keys", "list", "--course", course_id, data_dir=settings.data_dir)
+    (line,) = listed.stdout.splitlines()
+    assert "moodle" in line and line.endswith("live")
+    key_id = line.split()[0]
+    revoked = loopgrade("keys", "revoke", key_id, data_dir=settings.data_dir)
+    assert revoked.returncode == 0, revoked.stderr
+    listed = loopgrade("keys", "list", "--course", course_id, data_dir=settings.data_dir)
+    assert "revoked" in listed.stdout
+    unknown = loopgrade("keys", "revoke", "nope", data_dir=settings.data_dir)
+    assert unknown.returncode == 1 and "no API key has the id" in unknown.stderr

@@ -1,0 +1,208 @@
+"""The warm pool: isolation of every child, limits, siblings, the zygote's restart, fallback.
+
+One pool of two slots serves the module. Its program runs whatever /sandbox/job.py holds, so
+each test sends its own code; the zygotes warm up on a trusted torch loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import sandbox
+from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable
+from sandbox.pool import Pool
+from tests.sandbox.conftest import fast
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
+
+PROGRAM = "exec(compile(open('/sandbox/job.py').read(), '/sandbox/job.py', 'exec'))\n"
+WARM_UP = (
+    "import torch\n"
+    "model = torch.nn.Linear(2, 1)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+    "model(torch.ones(1, 2)).sum().backward()\n"
+    "optimizer.step()\n"
+)
+LIMITS = fast(wall_timeout_seconds=20.0)
+REPORT = "import os, json\ndef report(value):\n    os.write(3, json.dumps(value).encode())\n"
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[sandbox.PoolRunner]:
+    opened = sandbox.open_runner(
+        "bwrap", pool=PoolProgram(PROGRAM, {"job.py": WARM_UP.encode()}), pool_size=2
+    )
+    assert isinstance(opened, sandbox.PoolRunner), opened.status
+    yield opened
+    opened.close()
+
+
+def run_job(runner: sandbox.PoolRunner, code: str, limits: Limits = LIMITS) -> RunResult:
+    return runner.run(PROGRAM, {"job.py": (REPORT + code).encode()}, limits)
+
+
+def reported(result: RunResult) -> object:
+    assert result.exit_code == 0, result
+    return json.loads(result.payload)
+
+
+def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunner) -> None:
+    code = (
+        "import sys\nwarm = 'torch' in sys.modules\nimport torch\n"
+        "print('out')\nprint('err', file=sys.stderr)\n"
+        "report({'warm': warm, 'threads': torch.get_num_threads(),"
+        " 'sum': torch.ones(3).sum().item(), 'cwd': os.getcwd(),"
+        " 'files': sorted(os.listdir('/sandbox')), 'uid': os.getuid()})\n"
+    )
+    result = run_job(runner, code)
+    result_uid = json.loads(result.payload)["uid"]
+    assert reported(result) == {
+        "warm": True,
+        "threads": 1,
+        "sum": 3.0,
+        "cwd": "/tmp",
+        "files": ["job.py", "main.py"],
+        "uid": result_uid,
+    }
+    # Its own user namespace maps the slot's host uid, as itself, and nothing else.
+    assert result_uid in {slot.lease.uid for slot in runner.pool.slots if slot.lease}
+    assert (result.stdout, result.stderr) == (b"out\n", b"err\n")
+    assert result.limit_hit is None
+
+
+def test_a_program_other_than_the_pools_runs_cold(runner: sandbox.PoolRunner) -> None:
+    result = runner.run("import os\nos.write(3, str(os.getpid()).encode())\n", {}, LIMITS)
+    assert result.payload == b"1"
+
+
+def test_nothing_a_child_writes_is_seen_by_the_next(runner: sandbox.PoolRunner) -> None:
+    write = (
+        "open('/tmp/left-behind', 'w').write('x')\n"
+        "for path in ('/sandbox/left-behind', '/dev/shm/left-behind', '/left-behind'):\n"
+        "    try:\n        open(path, 'w').write('x')\n    except OSError:\n        pass\n"
+        "report(0)\n"
+    )
+    look = (
+        "import glob\n"
+        "report(sorted(glob.glob('/tmp/*') + glob.glob('/dev/shm/*') + glob.glob('/sandbox/*')"
+        " + glob.glob('/left-behind')))\n"
+    )
+    for _ in runner.pool.slots:  # sequential runs take the slots in turn
+        reported(run_job(runner, write))
+    for _ in runner.pool.slots:
+        assert reported(run_job(runner, look)) == ["/sandbox/job.py", "/sandbox/main.py"]
+
+
+def test_a_child_cannot_see_signal_or_trace_a_sibling_or_the_zygote(
+    runner: sandbox.PoolRunner,
+) -> None:
+    zygotes = [slot.zygote_pid for slot in runner.pool.slots]
+    sleeper = "import time\ntime.sleep(3)\nreport('survived')\n"
+    attack = (
+        "import ctypes, signal\n"
+        "visible = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "signalled = []\n"
+        f"for pid in list(range(2, 4096)) + {zygotes!r}:\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n        signalled.append(pid)\n"
+        "    except OSError:\n        pass\n"
+        "try:\n    os.kill(-1, signal.SIGKILL)\n    signalled.append(-1)\n"
+        "except OSError:\n    pass\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"traced = [pid for pid in (1, 2, 3) + tuple({zygotes!r})"
+        " if libc.ptrace(16, pid, 0, 0) == 0]\n"  # PTRACE_ATTACH
+        "report({'visible': visible, 'signalled': signalled, 'traced': traced})\n"
+    )
+    with ThreadPoolExecutor(1) as background:
+        sleeping = background.submit(run_job, runner, sleeper)
+        deadline = time.monotonic() + 30
+        while not any(slot.job_pids() for slot in runner.pool.slots if slot.cgroups):
+            assert time.monotonic() < deadline, "the sleeper never started"
+            time.sleep(0.01)
+        assert reported(run_job(runner, attack)) == {"visible": [1], "signalled": [], "traced": []}
+        assert reported(sleeping.result()) == "survived"
+    assert [slot.zygote_pid for slot in runner.pool.slots] == zygotes
+    assert runner.pool.ready_slots == 2
+
+
+HOSTILE = {
+    "fork bomb": (
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "process_limit_exceeded",
+    ),
+    "memory bomb": (
+        "import torch\nhog = [torch.ones(1 << 24) for _ in range(64)]\n",
+        "memory_exceeded",
+    ),
+    "CPU burn": ("while True:\n    pass\n", "cpu_time_exceeded"),
+    "sleep": ("import time\ntime.sleep(60)\n", "timed_out"),
+    "output flood": (
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 4096)\n",
+        "output_truncated",
+    ),
+    "disk fill": ("open('/tmp/fill', 'wb').write(b'x' * (4 << 20))\n", "file_size_exceeded"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HOSTILE))
+def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
+    runner: sandbox.PoolRunner, attack: str
+) -> None:
+    code, flag = HOSTILE[attack]
+    # A wall clock far above the CPU cap: the machine may be busy with other tests.
+    limits = fast(wall_timeout_seconds=3.0 if flag == "timed_out" else 120.0, cpu_seconds=2.0)
+    benign = "import torch\nreport(torch.arange(4.0).sum().item())\n"
+    with ThreadPoolExecutor(1) as background:
+        hostile = background.submit(run_job, runner, code, limits)
+        deadline = time.monotonic() + 30
+        while not hostile.done() and not any(s.job_pids() for s in runner.pool.slots if s.cgroups):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert reported(run_job(runner, benign)) == 6.0
+        result = hostile.result()
+    assert result.limit_hit == flag, result
+    for slot in runner.pool.slots:
+        assert slot.job_pids() == set()  # the whole tree is gone
+    assert reported(run_job(runner, benign)) == 6.0
+
+
+def test_a_zygote_that_dies_is_started_again(runner: sandbox.PoolRunner) -> None:
+    for slot in runner.pool.slots:
+        os.kill(slot.zygote_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while runner.pool.ready_slots:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert "0 of 2 slots ready" in runner.status
+    assert reported(run_job(runner, "report('again')\n")) == "again"
+    assert runner.pool.ready_slots >= 1
+
+
+def test_a_pool_that_cannot_start_leaves_the_runner_cold(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        opened = sandbox.open_runner(
+            "bwrap", pool=PoolProgram("raise SystemExit(3)\n"), pool_size=1
+        )
+    try:
+        assert isinstance(opened, sandbox.BwrapRunner)
+        assert "every run is cold" in caplog.text
+        assert opened.run("import os\nos.write(3, b'cold')\n", {}, LIMITS).payload == b"cold"
+    finally:
+        opened.close()
+
+
+def test_a_pool_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        Pool("/usr/bin/bwrap", PROGRAM, {}, b"", size=0)
+
+
+def test_an_unknown_backend_is_refused_before_any_pool() -> None:
+    with pytest.raises(SandboxUnavailable, match="not a sandbox backend"):
+        sandbox.open_runner("chroot", pool=PoolProgram(PROGRAM), pool_size=1)
