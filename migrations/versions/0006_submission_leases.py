@@ -6,7 +6,7 @@ that the broker must have lost their message. Rows running before this revision 
 the sweep counts them as expired.
 
 Revision ID: 0006
-Revises: 0002
+Revises: 0005
 Create Date: 2026-12-01
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | Sequence[str] | None = "0002"
+down_revision: str | Sequence[str] | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
