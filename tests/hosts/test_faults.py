@@ -1,4 +1,6 @@
-"""Faults on the real services: a worker killed, PostgreSQL away, a crowd (Redis: its own file).
+"""Faults on the real services: a worker killed, PostgreSQL away, a crowd, a client's retries.
+
+(Redis restarted: test_redis_restart.py.)
 
 Every submission a client was told is accepted ends graded, and graded exactly once: one
 claim stores its result (`attempts` counts the claims), whatever died on the way.
@@ -116,6 +118,31 @@ def test_a_crowd_of_concurrent_submissions_over_2_workers_is_each_graded_once(
     assert all("syntax-error" in log for log in logs)
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(Submission)) == CROWD_SIZE
+
+
+def test_a_client_retry_with_the_same_idempotency_key_makes_one_submission(
+    api: httpx.Client,
+    auth: dict[str, str],
+    sessions: SessionFactory,
+    start_worker: Callable[..., Worker],
+) -> None:
+    start_worker()
+    body = {"exercise": EXERCISE, "learner": "retrier", "code": SYNTAX_ERROR_CODE}
+    headers = {**auth, "Idempotency-Key": "lms-attempt-7f3a"}
+
+    def post(_: int) -> httpx.Response:
+        return api.post("/api/v1/submissions", headers=headers, json=body)
+
+    # The first answer lost on the way (as the client sees it), then retries, some at once.
+    first = post(0)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        retries = list(pool.map(post, range(4)))
+    assert {response.status_code for response in [first, *retries]} == {202}
+    assert {response.json()["id"] for response in retries} == {first.json()["id"]}
+    wait_for(lambda: all_finished(sessions, [first.json()["id"]]), "the one grade")
+    with sessions() as session:
+        stored = session.scalars(select(Submission).where(Submission.learner == "retrier")).all()
+    assert [(row.status, row.attempts) for row in stored] == [("graded", 1)]
 
 
 def test_postgresql_away_means_503_with_retry_after_then_recovery(
