@@ -62,7 +62,9 @@ def create_celery(
         worker_hijack_root_logger=False,
     )
 
-    @celery.task(name=GRADE_TASK, bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    # Not shared: a shared task would be registered on every Celery app of the process, and
+    # the last one made (a send-only app, say) would run it.
+    @celery.task(name=GRADE_TASK, bind=True, max_retries=None, shared=False)  # type: ignore[untyped-decorator]
     def grade_submission(task: Task[Any, Any], submission_id: str) -> None:
         if sessions is None:
             raise RuntimeError("this Celery app only sends tasks")
@@ -77,9 +79,9 @@ def create_celery(
 class CeleryDispatcher:
     """Sends submission ids to the Celery workers; grades nothing itself."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, celery: Celery | None = None) -> None:
         self._settings = settings
-        self._celery = create_celery(settings)
+        self._celery = celery or create_celery(settings)
 
     def start(self) -> None:
         pass
@@ -134,7 +136,7 @@ def run_worker(settings: Settings) -> int:
         engine.dispose(close=False)
 
     # What this process queues (the sweep's requeues) is sent to the broker once committed.
-    enqueue_after_commit(sessions, CeleryDispatcher(settings))
+    enqueue_after_commit(sessions, CeleryDispatcher(settings, celery))
     sweeper = LeaseSweeper(sessions, settings)
     sweeper.start()
     try:
