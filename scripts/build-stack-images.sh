@@ -29,8 +29,12 @@ import tomllib
 with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["project"]["dependencies"]))
 PY
-say "downloading the app's wheels with $PIP"
-"$PIP" download -q --only-binary=:all: -d "$CONTEXT/wheels" -r "$CONTEXT/requirements.txt"
+# For the base's Python (Debian's 3.11.2), not the host's: markers such as
+# python_full_version < "3.11.3" must come out as they will in the image.
+base_python=$($DOCKER run --rm --network none "$BASE" python3 -c 'import platform; print(platform.python_version())')
+say "downloading the app's wheels for Python $base_python with $PIP"
+"$PIP" download -q --only-binary=:all: --python-version "$base_python" -d "$CONTEXT/wheels" \
+    -r "$CONTEXT/requirements.txt"
 if ls "$CONTEXT/wheels" | grep -q -i -E '^nvidia|^triton'; then
     say "pip fetched CUDA wheels: point pip at the CPU build of torch"; exit 1
 fi
