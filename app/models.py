@@ -241,6 +241,10 @@ class Submission(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When it was last handed to the workers; queued long after that, its message was lost.
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=utc_now)
+    # A running submission's claim lasts until then unless its worker renews it.
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     api_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
     # Who submitted from the pages (None for the API and anonymous practice), and where.

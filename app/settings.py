@@ -60,6 +60,51 @@ class Settings(BaseSettings):
     )
     database_busy_timeout_seconds: float = Field(default=10.0, gt=0)
 
+    # Many hosts (docs/deploy.md).
+    broker_url: str = Field(
+        default="",
+        description="Celery broker (redis://host:6379/0 or amqp://...); empty means grading "
+        "threads inside the server process.",
+    )
+    worker_queue: str = Field(
+        default="grading", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Celery queue name."
+    )
+    worker_task_time_limit_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="Celery hard time limit on one grading task (the prefork pool enforces it; "
+        "the sandbox caps each run in any case).",
+    )
+    worker_pool: Literal["threads", "prefork"] = Field(
+        default="threads",
+        description="Celery pool of `loopgrade worker`: grading waits on sandbox processes, "
+        "so threads share one warm sandbox pool; prefork enforces the task time limit.",
+    )
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a worker's claim on a submission lasts unless renewed (every "
+        "third of it); a dead worker's submission is graded again once its lease expires.",
+    )
+    sweep_interval_seconds: float = Field(
+        default=10.0, gt=0, description="How often expired leases and lost messages are swept."
+    )
+    redeliver_after_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A submission queued this long is sent to the workers again, in case the "
+        "broker lost its message (sending twice is harmless: only one claim grades).",
+    )
+    grading_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="Claims of one submission before a sandbox fault is stored as an error.",
+    )
+    retry_backoff_seconds: float = Field(
+        default=2.0, gt=0, description="First delay after a sandbox fault; doubles each time."
+    )
+    retry_backoff_max_seconds: float = Field(default=120.0, gt=0)
+
     # People and pages.
     secret_key: str = Field(
         default="",
@@ -174,6 +219,7 @@ class Settings(BaseSettings):
         self.data_dir = self.data_dir.expanduser().resolve()
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'loopgrade.db'}"
+        self.database_url = with_psycopg_driver(self.database_url)
         return self
 
     @field_validator("trusted_proxies")
@@ -195,10 +241,23 @@ class Settings(BaseSettings):
             if part.strip()
         ]
 
+    def retry_delay_seconds(self, attempt: int) -> float:
+        """How long to wait before claim number `attempt` + 1 after a sandbox fault."""
+        delay: float = self.retry_backoff_seconds * 2 ** max(0, attempt - 1)
+        return min(delay, self.retry_backoff_max_seconds)
+
     @property
     def request_body_bytes(self) -> int:
         """Cap on a whole request body: the code JSON-escaped (up to 6x), or an uploaded file."""
         return max(6 * self.max_code_bytes, self.max_upload_bytes) + 64 * 1024
+
+
+def with_psycopg_driver(database_url: str) -> str:
+    """`postgresql://...` (as operators and libpq write it) with SQLAlchemy's psycopg 3 driver."""
+    for prefix in ("postgresql://", "postgres://"):
+        if database_url.startswith(prefix):
+            return "postgresql+psycopg://" + database_url.removeprefix(prefix)
+    return database_url
 
 
 def get_settings(request: Request) -> Settings:

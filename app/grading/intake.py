@@ -180,8 +180,11 @@ def _claim_key(
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert(IdempotencyKey)
-    inserted = session.execute(statement.values(values).on_conflict_do_nothing())
-    if inserted.rowcount == 1:  # type: ignore[attr-defined]
+    # RETURNING says whether the row went in: rowcount is -1 for this on psycopg 3.
+    inserted = session.execute(
+        statement.values(values).on_conflict_do_nothing().returning(IdempotencyKey.key)
+    ).first()
+    if inserted is not None:
         return None
     earlier = session.execute(
         select(IdempotencyKey).where(

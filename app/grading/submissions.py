@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.errors import AppError
@@ -279,14 +279,23 @@ class GradingJob:
     attempt: int
 
 
-def claim_submission(session: Session, submission_id: str) -> GradingJob | None:
-    """Mark a queued submission running, atomically; None if it is not queued (any more)."""
+def claim_submission(
+    session: Session, submission_id: str, *, lease_seconds: float
+) -> GradingJob | None:
+    """Mark the submission running under a lease, atomically; None if it is not claimable.
+
+    Claimable: queued, or running under a lease that expired (its worker died). One UPDATE
+    decides: on PostgreSQL a second claimant waits for the first's row lock, then finds the
+    row no longer claimable; SQLite runs one writer at a time.
+    """
+    now = utc_now()
     row = session.execute(
         update(Submission)
-        .where(Submission.id == submission_id, Submission.status == SubmissionStatus.QUEUED)
+        .where(Submission.id == submission_id, _claimable(now))
         .values(
             status=SubmissionStatus.RUNNING,
-            started_at=utc_now(),
+            started_at=now,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
             attempts=Submission.attempts + 1,
         )
         .returning(Submission.exercise_id, Submission.code, Submission.attempts)
@@ -297,16 +306,56 @@ def claim_submission(session: Session, submission_id: str) -> GradingJob | None:
     return GradingJob(submission_id, row.exercise_id, row.code, row.attempts)
 
 
-def _finish(session: Session, job: GradingJob, **values: object) -> bool:
+def _claimable(now: datetime) -> ColumnElement[bool]:
+    return or_(Submission.status == SubmissionStatus.QUEUED, _lease_expired(now))
+
+
+def _lease_expired(now: datetime) -> ColumnElement[bool]:
+    # Rows running from before leases existed (no lease at all) count as expired.
+    return and_(
+        Submission.status == SubmissionStatus.RUNNING,
+        or_(Submission.lease_expires_at.is_(None), Submission.lease_expires_at < now),
+    )
+
+
+def _current_claim(job: GradingJob) -> ColumnElement[bool]:
     # Only the claim that is still current may write: a stale worker's late result is dropped.
+    return and_(
+        Submission.id == job.submission_id,
+        Submission.status == SubmissionStatus.RUNNING,
+        Submission.attempts == job.attempt,
+    )
+
+
+def renew_lease(session: Session, job: GradingJob, *, lease_seconds: float) -> bool:
+    """Extend the worker's claim; False if the claim was taken over (the lease had expired)."""
     result = session.execute(
         update(Submission)
-        .where(
-            Submission.id == job.submission_id,
-            Submission.status == SubmissionStatus.RUNNING,
-            Submission.attempts == job.attempt,
-        )
-        .values(**values)
+        .where(_current_claim(job))
+        .values(lease_expires_at=utc_now() + timedelta(seconds=lease_seconds))
+        .returning(Submission.id)
+        .execution_options(synchronize_session=False)
+    )
+    return result.one_or_none() is not None
+
+
+def release_claim(session: Session, job: GradingJob) -> bool:
+    """Put a claimed submission back in the queue (the sandbox failed, not the learner)."""
+    result = session.execute(
+        update(Submission)
+        .where(_current_claim(job))
+        .values(status=SubmissionStatus.QUEUED, lease_expires_at=None, queued_at=utc_now())
+        .returning(Submission.id)
+        .execution_options(synchronize_session=False)
+    )
+    return result.one_or_none() is not None
+
+
+def _finish(session: Session, job: GradingJob, **values: object) -> bool:
+    result = session.execute(
+        update(Submission)
+        .where(_current_claim(job))
+        .values(lease_expires_at=None, **values)
         .returning(Submission.id)
         .execution_options(synchronize_session=False)
     )
@@ -370,25 +419,48 @@ def record_error(session: Session, job: GradingJob, message: str) -> bool:
     return stored
 
 
-def requeue_unfinished(session: Session) -> list[str]:
-    """Put back submissions a crash left running; return every queued id, oldest first.
+def requeue_expired_leases(session: Session) -> list[str]:
+    """Put back running submissions whose worker stopped renewing the lease; return their ids.
 
-    Only for a process's start, while none of its own workers run: with one server process
-    a `running` row at start was orphaned by a crash. Several grading hosts will need leases.
+    Each is queued for grading (sent once the transaction commits). Safe to run on every host
+    at once: each row is requeued by one UPDATE only.
     """
-    session.execute(
-        update(Submission)
-        .where(Submission.status == SubmissionStatus.RUNNING)
-        .values(status=SubmissionStatus.QUEUED)
-        .execution_options(synchronize_session=False)
-    )
     submission_ids = list(
         session.scalars(
-            select(Submission.id)
-            .where(Submission.status == SubmissionStatus.QUEUED)
-            .order_by(Submission.created_at)
+            update(Submission)
+            .where(_lease_expired(utc_now()))
+            .values(status=SubmissionStatus.QUEUED, lease_expires_at=None, queued_at=utc_now())
+            .returning(Submission.id)
+            .execution_options(synchronize_session=False)
         )
     )
+    for submission_id in submission_ids:
+        queue_for_grading(session, submission_id)
+    return submission_ids
+
+
+def requeue_waiting(session: Session, *, queued_before: datetime | None) -> list[str]:
+    """Ids of queued submissions to send to the workers again, oldest first, marked as sent.
+
+    `queued_before` None takes every queued row (a start whose in-process queue is empty);
+    otherwise those queued before it, whose broker message was likely lost. One UPDATE
+    marks and returns them, so two hosts sweeping at once do not both send a row; each is
+    queued for grading (sent once the transaction commits).
+    """
+    waiting = Submission.status == SubmissionStatus.QUEUED
+    if queued_before is not None:
+        waiting = and_(
+            waiting,
+            or_(Submission.queued_at.is_(None), Submission.queued_at < queued_before),
+        )
+    rows = session.execute(
+        update(Submission)
+        .where(waiting)
+        .values(queued_at=utc_now())
+        .returning(Submission.id, Submission.created_at)
+        .execution_options(synchronize_session=False)
+    ).all()
+    submission_ids = [row.id for row in sorted(rows, key=lambda row: row.created_at)]
     for submission_id in submission_ids:
         queue_for_grading(session, submission_id)
     return submission_ids

@@ -1,7 +1,7 @@
 """Anonymous practice submissions keep the client address they came from, for its rate limit.
 
 Revision ID: 0004
-Revises: 0005
+Revises: 0003
 Create Date: 2026-12-01
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | Sequence[str] | None = "0005"
+down_revision: str | Sequence[str] | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.db import SessionDep, SessionFactory
 from app.errors import AppError
 from app.grading.queue import enqueue_after_commit
-from app.grading.submissions import create_submission, requeue_unfinished
+from app.grading.submissions import create_submission, requeue_waiting
 from app.main import create_app
 from app.models import Submission, User
 from app.people.accounts import create_user
@@ -83,7 +83,7 @@ def test_requeued_submissions_are_handed_over_by_the_same_hook(
     with sessions.begin() as session:
         first = _submit(session).id
     with sessions.begin() as session:
-        assert requeue_unfinished(session) == [first]
+        assert requeue_waiting(session, queued_before=None) == [first]
     assert dispatcher.enqueued == [first, first]
 
 
