@@ -106,13 +106,19 @@ def readyz(request: Request) -> Response:
     queue_problem = request.app.state.dispatcher.readiness_problem()
     if queue_problem is not None:
         problems["queue"] = queue_problem
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        problems["sandbox"] = str(exc)
+    if request.app.state.runner is not None:  # with a broker, the workers run the sandboxes
+        try:
+            sandbox.check_available()
+        except sandbox.SandboxUnavailable as exc:
+            problems["sandbox"] = str(exc)
     checks = {name: problems.get(name, "ok") for name in ("database", "queue", "sandbox")}
     return JSONResponse(
-        {"status": "not ready" if problems else "ready", "checks": checks},
+        {
+            "status": "not ready" if problems else "ready",
+            "checks": checks,
+            # The runner opened at start-up: its backend, and the warm pool's slots or "cold".
+            "sandbox": request.app.state.runner.status,
+        },
         status_code=503 if problems else 200,
         headers={"Retry-After": "5"} if problems else None,
     )

@@ -133,6 +133,7 @@ class Client:
     def __init__(self, url: str, key: str) -> None:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                  timeout=120, limits=httpx.Limits(max_connections=64))  # fmt: skip
+        self.errors = 0  # submissions that ended as `error` (a server fault), not graded
 
     def submit(self, exercise: str, code: str) -> tuple[str, float]:
         """POST one submission; its location and the wall-clock time just before the POST."""
@@ -145,17 +146,39 @@ class Client:
             sys.exit(f"submit failed: {response.status_code} {response.text}")
         return response.headers["location"], posted_at
 
-    def graded_at(self, location: str, timeout_seconds: float) -> tuple[float, bool]:
-        """Wait until graded; the server's graded_at (epoch seconds) and whether it was graded."""
+    def wait_all(
+        self, posted: list[tuple[str, float]], timeout_seconds: float
+    ) -> list[tuple[float, float]]:
+        """Wait until every posted submission is graded; (posted, graded_at) of each, epoch s.
+
+        Submissions are graded about in the order posted, so each sweep asks in that order and
+        stops at the first one still waiting: a poll per waiting submission would load the
+        server more than the grading does. graded_at is the server's clock, so the pace of
+        the sweeps does not show in the latency.
+        """
+        pending = list(posted)
+        finished: list[tuple[float, float]] = []
         deadline = time.monotonic() + timeout_seconds
-        while True:
-            body = self.http.get(location).json()
-            if body["status"] in ("graded", "error"):
-                stamp = body["graded_at"] or body["created_at"]
-                return datetime.fromisoformat(stamp).timestamp(), body["status"] == "graded"
+        while pending:
             if time.monotonic() > deadline:
-                sys.exit(f"{location} still {body['status']} after {timeout_seconds} s")
-            time.sleep(0.05)
+                sys.exit(f"{len(pending)} submissions not graded after {timeout_seconds} s")
+            for location, posted_at in list(pending):
+                body = self._get(location)
+                if body["status"] not in ("graded", "error"):
+                    break
+                self.errors += body["status"] != "graded"
+                stamp = str(body["graded_at"] or body["created_at"])
+                finished.append((posted_at, datetime.fromisoformat(stamp).timestamp()))
+                pending.remove((location, posted_at))
+            time.sleep(0.2)
+        return finished
+
+    def _get(self, location: str) -> dict[str, object]:
+        response = self.http.get(location)
+        if response.status_code != 200:
+            sys.exit(f"GET {location}: {response.status_code} {response.text[:200]}")
+        body: dict[str, object] = response.json()
+        return body
 
 
 @contextmanager
@@ -186,25 +209,16 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         client = Client(url, key)
         # Warm: every exercise's trusted trajectories computed once, as on a running server.
         warm = [client.submit(exercise, code) for exercise, code in load[:: len(load) // 5 or 1]]
-        for location, _ in warm:
-            client.graded_at(location, 600)
+        client.wait_all(warm, 900)
+        client.errors = 0
 
-        # Paced: one submission every 1/rate seconds, each waited for on its own thread.
-        jobs = list(itertools.islice(itertools.cycle(load), paced))
-        latencies: list[float] = []
-        errors = 0
-
-        def paced_one(index: int) -> None:
-            nonlocal errors
-            time.sleep(max(0.0, start + index / rate - time.monotonic()))
-            location, posted_at = client.submit(*jobs[index])
-            graded_at, graded = client.graded_at(location, 900)
-            latencies.append(graded_at - posted_at)
-            errors += not graded
-
+        # Paced: one POST every 1/rate seconds, on schedule whether or not earlier ones are done.
+        posted = []
         start = time.monotonic()
-        with ThreadPoolExecutor(max(1, min(paced, int(rate * 30)))) as threads:
-            list(threads.map(paced_one, range(paced)))
+        for index, job in enumerate(itertools.islice(itertools.cycle(load), paced)):
+            time.sleep(max(0.0, start + index / rate - time.monotonic()))
+            posted.append(client.submit(*job))
+        latencies = [graded - posted_at for posted_at, graded in client.wait_all(posted, 1800)]
 
         # Burst: everything posted at once; CPU and memory measured over it.
         jobs = list(itertools.islice(itertools.cycle(load), burst))
@@ -222,12 +236,10 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         burst_started = time.time()
         with ThreadPoolExecutor(32) as threads:
             posted = list(threads.map(lambda job: client.submit(*job), jobs))
-            finished = list(threads.map(lambda p: client.graded_at(p[0], 1800), posted))
-        burst_seconds = max(stamp for stamp, _ in finished) - burst_started
+        burst_seconds = max(graded for _, graded in client.wait_all(posted, 1800)) - burst_started
         cpu_seconds = tree_cpu_seconds(process.pid) - cpu_before
         sampling = False
         sampler.join()
-        errors += sum(not graded for _, graded in finished)
         return Measured(
             latencies_seconds=sorted(latencies),
             burst_count=burst,
@@ -235,7 +247,7 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
             cpu_seconds_per_grading=cpu_seconds / burst,
             server_peak_rss_bytes=peak_rss_bytes(process.pid),
             tree_peak_pss_bytes=peak_pss,
-            errors=errors,
+            errors=client.errors,
         )
 
 

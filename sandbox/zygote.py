@@ -112,6 +112,14 @@ def _copy_in(memfd: int, path: str) -> None:
     os.close(target)
 
 
+class _WarmUpEnded(Exception):
+    """The program called os._exit during the warm-up."""
+
+
+def _end_warm_up(status: int) -> None:
+    raise _WarmUpEnded(status)
+
+
 class Zygote:
     def __init__(self, config: dict[str, Any]) -> None:
         # Moved far from fds 3 and 4, which the program writes to.
@@ -137,7 +145,16 @@ class Zygote:
             os.dup2(devnull, fd)
         os.close(devnull)
         os.chdir(SCRATCH_DIR)
-        exec(self.code, {"__name__": "__main__", "__file__": PROGRAM_PATH})
+        # A program may end itself with os._exit (the harness does, to skip torch's teardown):
+        # here that must end the warm-up, not the zygote.
+        real_exit = os._exit
+        os._exit = _end_warm_up  # type: ignore[assignment]
+        try:
+            exec(self.code, {"__name__": "__main__", "__file__": PROGRAM_PATH})
+        except _WarmUpEnded:
+            pass
+        finally:
+            os._exit = real_exit
         for fd in (PAYLOAD_FD, START_FD):
             with contextlib.suppress(OSError):  # the program may have closed it itself
                 os.close(fd)

@@ -41,7 +41,10 @@ def test_healthz_and_readyz(client: httpx.Client) -> None:
     assert ready.json() == {
         "status": "ready",
         "checks": {"database": "ok", "queue": "ok", "sandbox": "ok"},
+        # The app tests' servers run cold (tests/app/conftest.py): the status says so.
+        "sandbox": ready.json()["sandbox"],
     }
+    assert "a cold sandbox per run" in ready.json()["sandbox"]
 
 
 def test_readyz_says_what_is_missing(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:

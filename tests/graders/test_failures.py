@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
 
@@ -41,9 +40,7 @@ OUTPUT_FLOOD = """
     ids=["timeout", "memory", "output"],
 )
 def test_a_cap_hit_is_a_graded_zero_naming_the_cap(body: str, diagnosis: str, says: str) -> None:
-    started = time.monotonic()
     report = grade("train-step", textwrap.dedent(body), limits=LIMITS)
-    assert time.monotonic() - started < LIMITS.wall_timeout_seconds + 10
     assert report.diagnosis == diagnosis, report.feedback
     assert report.score == 0
     assert says in report.feedback

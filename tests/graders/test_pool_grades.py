@@ -1,6 +1,7 @@
 """The warm pool grades exactly as cold sandboxes do: every test submission, report for report.
 
-The submissions: every exercise's solution, starter and known bugs, and learner failures whose
+The submissions: every exercise's solution, starter and known bugs, the learner corpus
+(tests/graders/corpus), and learner failures whose
 cause does not depend on how busy the machine is (a time limit does: the CPU or the wall clock
 may come first, and each has its own message).
 """
@@ -24,6 +25,7 @@ from sandbox import Limits
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
 
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+CORPUS = Path(__file__).resolve().parent / "corpus"
 LIMITS = Limits(wall_timeout_seconds=60.0, cpu_seconds=20.0, memory_bytes=768 * 2**20)
 FAILURES = {
     "syntax-error": "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n",
@@ -59,6 +61,9 @@ def submissions() -> list[tuple[str, str, str]]:
             *sorted(folder.glob("bugs/*.py")),
         ]:
             found.append((folder.name, path.stem, path.read_text()))
+    # The learner corpus (tests/graders/corpus/<exercise>/*.py, see its README).
+    for path in sorted(CORPUS.glob("*/*.py")):
+        found.append((path.parent.name, f"corpus-{path.stem}", path.read_text()))
     found += [("train-step", name, source) for name, source in FAILURES.items()]
     return found
 
@@ -77,7 +82,7 @@ def test_every_test_submission_gets_the_same_report_cold_and_warm(
 ) -> None:
     cold, warm = runners
     corpus = submissions()
-    assert len(corpus) > 40
+    assert len(corpus) > 90
 
     def both(item: tuple[str, str, str]) -> tuple[str, dict[str, object], dict[str, object]]:
         exercise, name, source = item

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import pyseccomp
 import pytest
@@ -175,12 +172,3 @@ def start_run() -> Iterator[Callable[..., Future[RunResult]]]:
             return pool.submit(run, program, inputs or {}, limits)
 
         yield start
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory other uids can read (pytest's tmp_path is under a mode-700 directory)."""
-    path = Path(tempfile.mkdtemp(prefix="loopgrade-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
