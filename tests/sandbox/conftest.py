@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import pyseccomp
 import pytest
 
 import sandbox
@@ -32,6 +33,7 @@ FAST = Limits(
 # How a sandboxed program's command line ends, whichever interpreter the backend has.
 SANDBOX_ARGV = [b"-I", b"/sandbox/main.py"]
 BACKENDS = ("bwrap", "docker")
+RT_SIGTIMEDWAIT = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "rt_sigtimedwait")
 
 
 def fast(**changes: float) -> Limits:
@@ -82,7 +84,7 @@ def wait_for_release(marker: str) -> str:
 def waiting_at_barrier(marker: str) -> list[int]:
     """Host pids of the programs waiting in wait_for_release(marker), whatever started them
     (bwrap, a container's init, a warm pool's zygote): each has /tmp/<marker> in its root and
-    SIGUSR1 blocked, unlike what it started before and the processes around it."""
+    sits in sigwait, unlike what it started before and the processes around it."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -90,13 +92,11 @@ def waiting_at_barrier(marker: str) -> list[int]:
         try:
             if not os.path.exists(f"/proc/{entry}/root/tmp/{marker}"):
                 continue
-            with open(f"/proc/{entry}/status") as status:
-                blocked = next(
-                    int(line.split()[1], 16) for line in status if line.startswith("SigBlk:")
-                )
-        except (OSError, StopIteration, ValueError):
+            with open(f"/proc/{entry}/syscall") as syscall:
+                number = syscall.read().split()[0]
+        except (OSError, IndexError):
             continue
-        if blocked & (1 << (signal.SIGUSR1 - 1)):
+        if number == str(RT_SIGTIMEDWAIT):
             found.append(int(entry))
     return found
 
