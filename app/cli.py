@@ -1,4 +1,4 @@
-"""The `loopgrade` command: serve, migrate, users, courses, keys, grade, check-exercises.
+"""The `loopgrade` command: serve, worker, migrate, users, courses, keys, grade, check-exercises.
 
 Each command imports what it needs: `keys` and `migrate` should not pay for importing torch.
 """
@@ -41,10 +41,10 @@ def migrate_database(settings: Settings) -> None:
     log.info("database %s is at migration %s", shown_url, revision)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def check_sandbox() -> bool:
+    """Whether this host has a working sandbox; says why not on stderr."""
     import sandbox
 
-    settings = build_settings(args)
     try:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as exc:
@@ -53,8 +53,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "(loopgrade never runs learner code outside a sandbox.)",
             file=sys.stderr,
         )
-        return 1
+        return False
     log.info("sandbox backend: %s", sandbox.backend_name())
+    return True
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = build_settings(args)
+    # With a broker the workers grade; an API host without a sandbox is fine then.
+    if not settings.broker_url and not check_sandbox():
+        return 1
     migrate_database(settings)
 
     import uvicorn
@@ -62,8 +70,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    # Proxy headers are the app's to believe or not (LOOPGRADE_TRUSTED_PROXIES), not uvicorn's.
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        proxy_headers=False,
+    )
     return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    settings = build_settings(args)
+    if not settings.broker_url:
+        raise CommandFailed(
+            "LOOPGRADE_BROKER_URL is not set: without a broker 'loopgrade serve' grades in "
+            "its own threads (set it to redis://HOST:6379/0 for separate workers)"
+        )
+    if not check_sandbox():
+        return 1
+    from app.grading.celery_queue import run_worker
+
+    log.info(
+        "worker: %d grading threads on queue %r; database %s",
+        settings.worker_count,
+        settings.worker_queue,
+        make_url(settings.database_url).render_as_string(hide_password=True),
+    )
+    return run_worker(settings)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -269,6 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     add_data_dir(serve)
     serve.set_defaults(run=cmd_serve)
+
+    worker = commands.add_parser(
+        "worker",
+        help="grade submissions from the Celery broker (LOOPGRADE_BROKER_URL); "
+        "LOOPGRADE_WORKER_COUNT threads, LOOPGRADE_WORKER_QUEUE queue",
+    )
+    add_data_dir(worker)
+    worker.set_defaults(run=cmd_worker)
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     add_data_dir(migrate)

@@ -13,9 +13,11 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import OperationalError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import operations
 from app.api import routes as api_routes
@@ -27,13 +29,7 @@ from app.db import (
     head_revision,
 )
 from app.errors import AppError
-from app.grading.queue import (
-    ThreadPoolDispatcher,
-    enqueue_after_commit,
-    grading_limits,
-    open_grading_runner,
-    requeue_after_restart,
-)
+from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.settings import Settings
@@ -44,6 +40,7 @@ from app.web.sessions import load_secret_key
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "web" / "static"
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 
 class DatabaseNotMigrated(RuntimeError):
@@ -67,14 +64,15 @@ def create_app(settings: Settings) -> FastAPI:
             )
         sessions = create_session_factory(engine)
         # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
-        runner = await anyio.to_thread.run_sync(open_grading_runner, settings)
-        log.info("sandbox: %s", runner.status)
-        dispatcher = ThreadPoolDispatcher(
-            sessions,
-            worker_count=settings.worker_count,
-            limits=grading_limits(settings),
-            runner=runner,
+        # With a broker the workers grade: this process runs no sandbox.
+        runner = (
+            None
+            if settings.broker_url
+            else await anyio.to_thread.run_sync(open_grading_runner, settings)
         )
+        if runner is not None:
+            log.info("sandbox: %s", runner.status)
+        dispatcher = create_dispatcher(sessions, settings, runner=runner)
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
         outbox = OutboxDelivery(sessions, settings)
@@ -83,14 +81,14 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.runner = runner
         dispatcher.start()
         outbox.start()
-        requeue_after_restart(sessions)
         try:
             yield
         finally:
-            # Waits for the grades in progress; queued ones stay in the database for next start.
+            # Waits for the grades in progress; queued ones stay in the database (and broker).
             await anyio.to_thread.run_sync(dispatcher.stop)
             await anyio.to_thread.run_sync(outbox.stop)
-            runner.close()
+            if runner is not None:
+                runner.close()
             engine.dispose()
 
     app = FastAPI(
@@ -109,6 +107,11 @@ def create_app(settings: Settings) -> FastAPI:
         detail=f"request body over {settings.request_body_bytes} bytes; "
         f"code may be at most {settings.max_code_bytes} bytes",
     )
+    if settings.trusted_proxy_networks:
+        # Outermost: every route and limit sees the client the trusted proxy names. Only
+        # here: the CLI and the tests serve with uvicorn's own proxy_headers off, so that
+        # X-Forwarded-For is believed from no one unless an operator names the proxy.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxy_networks)
 
     install_error_handlers(app)
     install_sign_in_redirect(app)
@@ -169,6 +172,18 @@ def install_error_handlers(app: FastAPI) -> None:
             "Not accepted",
             f"The form was not filled in as this page expects ({fields}). "
             "Go back, reload the page and send it again.",
+        )
+
+    @app.exception_handler(OperationalError)
+    async def on_database_unreachable(request: Request, exc: OperationalError) -> Response:
+        # The database is down or restarting: the pool reconnects by itself once it is back.
+        log.error("%s %s: database unavailable: %s", request.method, request.url.path, exc.orig)
+        return error_response(
+            request,
+            503,
+            "Try again shortly",
+            "the database is unavailable; retry in a few seconds",
+            {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
         )
 
     @app.exception_handler(Exception)

@@ -241,12 +241,18 @@ class Submission(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When it was last handed to the workers; queued long after that, its message was lost.
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=utc_now)
+    # A running submission's claim lasts until then unless its worker renews it.
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     api_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
     # Who submitted from the pages (None for the API and anonymous practice), and where.
     user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), index=True)
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
     upload_filename: Mapped[str | None] = mapped_column(String(255))
+    # Anonymous practice only: the client address it came from, which its rate limit counts.
+    client_address: Mapped[str | None] = mapped_column(String(64), index=True)
     # What was left out of an uploaded notebook, said for the learner.
     upload_notices: Mapped[list[str] | None] = mapped_column(JSON)
     # An instructor's score, which counts instead of the graded one until it is removed.

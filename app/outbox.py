@@ -2,11 +2,13 @@
 report, and delivered afterwards with retries and backoff, by every host that runs it.
 
 A kind of delivery is one function registered with `@delivery_kind("name")`: it gets the
-message's payload and either returns (delivered), raises `PermanentFailure` (recorded as
-failed, never retried: the receiver refused for good) or raises anything else (tried again
-after a wait that doubles, up to `outbox_max_attempts`). LTI grade passback and webhooks
-are kinds. A change that must be reported calls `add_to_outbox(session, kind, payload)`;
-the message exists only if that transaction commits, and the delivery loop is woken then.
+session factory (to read what it needs in short transactions of its own: a platform's URLs,
+the tool's signing key) and the message's payload, and either returns (delivered), raises
+`PermanentFailure` (recorded as failed, never retried: the receiver refused for good) or
+raises anything else (tried again after a wait that doubles, up to `outbox_max_attempts`).
+LTI grade passback and webhooks are kinds. A change that must be reported calls
+`add_to_outbox(session, kind, payload)`; the message exists only if that transaction
+commits, and the delivery loop is woken then.
 
 Deliveries are at least once: a host that dies mid-delivery leaves the claim to expire and
 another tries again, so a kind must be idempotent at the receiver (a score with its
@@ -33,7 +35,7 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[dict[str, Any]], None]
+Deliver = Callable[[SessionFactory, dict[str, Any]], None]
 
 
 class PermanentFailure(Exception):
@@ -161,7 +163,7 @@ def deliver_one(sessions: SessionFactory, settings: Settings) -> bool:
     try:
         if kind is None:
             raise PermanentFailure(f"no delivery kind {claimed.kind!r} is registered")
-        kind.deliver(claimed.payload)
+        kind.deliver(sessions, claimed.payload)
     except PermanentFailure as exc:
         OUTBOX_DELIVERY_FAILURES.labels(claimed.kind).inc()
         log.warning("outbox %d (%s): refused for good: %s", claimed.id, claimed.kind, exc)
@@ -203,6 +205,15 @@ def deliver_one(sessions: SessionFactory, settings: Settings) -> bool:
             session, claimed, status=OutboxStatus.DELIVERED, delivered_at=utc_now(), last_error=None
         )
     return True
+
+
+def retry_outbox_message(session: Session, message: OutboxMessage) -> None:
+    """Deliver a failed message again, from its first attempt, once this transaction commits."""
+    message.status = OutboxStatus.PENDING
+    message.attempts = 0
+    message.next_attempt_at = utc_now()
+    session.flush()
+    session.info[_OUTBOX_WRITTEN] = True
 
 
 def next_due_in_seconds(session: Session) -> float | None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -59,6 +60,51 @@ class Settings(BaseSettings):
     )
     database_busy_timeout_seconds: float = Field(default=10.0, gt=0)
 
+    # Many hosts (docs/deploy.md).
+    broker_url: str = Field(
+        default="",
+        description="Celery broker (redis://host:6379/0 or amqp://...); empty means grading "
+        "threads inside the server process.",
+    )
+    worker_queue: str = Field(
+        default="grading", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Celery queue name."
+    )
+    worker_task_time_limit_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="Celery hard time limit on one grading task (the prefork pool enforces it; "
+        "the sandbox caps each run in any case).",
+    )
+    worker_pool: Literal["threads", "prefork"] = Field(
+        default="threads",
+        description="Celery pool of `loopgrade worker`: grading waits on sandbox processes, "
+        "so threads share one warm sandbox pool; prefork enforces the task time limit.",
+    )
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a worker's claim on a submission lasts unless renewed (every "
+        "third of it); a dead worker's submission is graded again once its lease expires.",
+    )
+    sweep_interval_seconds: float = Field(
+        default=10.0, gt=0, description="How often expired leases and lost messages are swept."
+    )
+    redeliver_after_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A submission queued this long is sent to the workers again, in case the "
+        "broker lost its message (sending twice is harmless: only one claim grades).",
+    )
+    grading_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="Claims of one submission before a sandbox fault is stored as an error.",
+    )
+    retry_backoff_seconds: float = Field(
+        default=2.0, gt=0, description="First delay after a sandbox fault; doubles each time."
+    )
+    retry_backoff_max_seconds: float = Field(default=120.0, gt=0)
+
     # People and pages.
     secret_key: str = Field(
         default="",
@@ -70,8 +116,14 @@ class Settings(BaseSettings):
     )
     cookie_secure: Literal["auto", "always", "never"] = Field(
         default="auto",
-        description="Secure cookies: auto means when the request came over HTTPS (uvicorn "
-        "believes X-Forwarded-Proto from --forwarded-allow-ips, 127.0.0.1 by default).",
+        description="Secure cookies: auto means when the request came over HTTPS (as a "
+        "trusted proxy's X-Forwarded-Proto says, behind one).",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description="Comma-separated addresses or networks (CIDR) of the reverse proxies in "
+        "front of loopgrade, whose X-Forwarded-For and X-Forwarded-Proto are believed. Empty: "
+        "none are, and the client address is the connection's.",
     )
     cookie_samesite: Literal["lax", "strict", "none"] = Field(
         default="lax",
@@ -80,13 +132,36 @@ class Settings(BaseSettings):
     )
     allow_sign_up: bool = Field(default=True, description="Anyone may create a learner account.")
     sign_in_max_failures: int = Field(
-        default=5, ge=1, description="Failed sign-ins per email within the window before a pause."
+        default=5,
+        ge=1,
+        description="Failed sign-ins to one account from one client address within the "
+        "window before that address pauses for that account (five times as many from one "
+        "address to any accounts).",
     )
     sign_in_window_seconds: int = Field(default=15 * 60, ge=1)
+    sign_in_account_max_failures: int = Field(
+        default=30,
+        ge=1,
+        description="Failed sign-ins to one account from all addresses within the account "
+        "window before the account pauses, except for browsers that signed in to it before.",
+    )
+    sign_in_account_window_seconds: int = Field(default=3600, ge=1)
     submission_rate_limit: int = Field(
         default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
+    anonymous_submission_rate_limit: int = Field(
+        default=10,
+        ge=0,
+        description="Practice submissions without an account from one client address within "
+        "the submission window; 0: no limit.",
+    )
+    max_waiting_submissions: int = Field(
+        default=200,
+        ge=0,
+        description="Submissions queued or being graded before new ones get 503 and "
+        "Retry-After (anonymous practice at half of it); 0: no cap.",
+    )
 
     # LTI 1.3 (docs/lti.md).
     public_url: str = Field(
@@ -144,12 +219,45 @@ class Settings(BaseSettings):
         self.data_dir = self.data_dir.expanduser().resolve()
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'loopgrade.db'}"
+        self.database_url = with_psycopg_driver(self.database_url)
         return self
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_networks(cls, value: str) -> str:
+        for entry in filter(None, (part.strip() for part in value.split(","))):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return value
+
+    @property
+    def trusted_proxy_networks(self) -> list[str]:
+        """The trusted proxies as networks ('10.0.0.7' is '10.0.0.7/32')."""
+        return [
+            str(ipaddress.ip_network(part.strip(), strict=False))
+            for part in self.trusted_proxies.split(",")
+            if part.strip()
+        ]
+
+    def retry_delay_seconds(self, attempt: int) -> float:
+        """How long to wait before claim number `attempt` + 1 after a sandbox fault."""
+        delay: float = self.retry_backoff_seconds * 2 ** max(0, attempt - 1)
+        return min(delay, self.retry_backoff_max_seconds)
 
     @property
     def request_body_bytes(self) -> int:
         """Cap on a whole request body: the code JSON-escaped (up to 6x), or an uploaded file."""
         return max(6 * self.max_code_bytes, self.max_upload_bytes) + 64 * 1024
+
+
+def with_psycopg_driver(database_url: str) -> str:
+    """`postgresql://...` (as operators and libpq write it) with SQLAlchemy's psycopg 3 driver."""
+    for prefix in ("postgresql://", "postgres://"):
+        if database_url.startswith(prefix):
+            return "postgresql+psycopg://" + database_url.removeprefix(prefix)
+    return database_url
 
 
 def get_settings(request: Request) -> Settings:

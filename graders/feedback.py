@@ -34,11 +34,13 @@ def learner_text(text: str, *, block: bool = False) -> str:
     longest = max((len(run) for run in re.findall(r"`+", cleaned)), default=0)
     if block:
         fence = "`" * max(3, longest + 1)
-        return f"{fence}text\n{cleaned.rstrip(chr(10))}\n{fence}"
+        # On lines of its own wherever it is placed: a fence may interrupt a paragraph.
+        return f"\n{fence}text\n{cleaned.rstrip(chr(10))}\n{fence}\n"
     fence = "`" * (longest + 1)
     flat = " ".join(cleaned.split("\n"))
-    # A span that starts or ends with a backtick (or is blank) needs a space inside the fence.
-    padded = f" {flat} " if not flat.strip(" ") or flat[0] == "`" or flat[-1] == "`" else flat
+    # A span that starts or ends with a backtick or a space (or is blank) is padded with a
+    # space at each end, which the renderer strips again.
+    padded = f" {flat} " if not flat.strip(" ") or flat[0] in " `" or flat[-1] in " `" else flat
     return f"{fence}{padded}{fence}"
 
 
@@ -152,6 +154,12 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "You cleared the gradients between the two passes, so the second equals the first: "
         "nothing accumulated. The point of this exercise is to run backward twice *without* "
         "clearing: PyTorch adds each new gradient to whatever is already in `.grad`."
+    ),
+    "wrong-number-of-passes": (
+        "Your copies were not taken after one and after two backward passes. Run `backward()` "
+        "once and copy `.grad`, then run it a second time, without clearing, and copy again: "
+        "PyTorch adds each new gradient to whatever is already in `.grad`, so the second copy "
+        "is the sum of both passes."
     ),
     "missing-abs": (
         "You summed the gradients themselves, not their absolute values: positive and negative "

@@ -130,7 +130,11 @@ def grade_runs(
     )[:MAX_OUTPUT_CHARS]
     traces: dict[str, CaseTrace] = {}
     for cases, result in runs:
-        failure = _run_failure(exercise, cases, result, limits, traces)
+        try:
+            failure = _run_failure(exercise, cases, result, limits, traces)
+        except Exception:  # reading the learner's run: theirs, like judging it (below)
+            log.exception("exercise=%s reading the learner's trace failed", exercise.id)
+            failure = UNJUDGEABLE
         if failure is not None:
             if cases[0].hidden:
                 failure = Failure(failure.diagnosis, hidden_failure_message(failure.diagnosis))
@@ -156,6 +160,8 @@ HIDDEN_FAILURES: dict[Diagnosis, str] = {
     "output-limit": "Your code printed too much in a hidden case and was stopped.",
     "grad-none-error": "Your code reached for a `.grad` that was `None` in a hidden case.",
     "non-finite-value": "Your code produced a value that is not a finite number in a hidden case.",
+    "syntax-error": "Your code could not be loaded in a hidden case.",
+    "missing-function": "Your code could not be loaded in a hidden case.",
     "runtime-error": (
         "Your code raised an exception, ended early or hit a limit in a hidden case. Hidden "
         "cases show no details: make your code correct on the visible ones, whatever the "
@@ -191,6 +197,7 @@ def _run_failure(
 
 
 def non_finite_failure(error: NonFiniteValue) -> Failure:
+    """A NaN, an infinity or a blown-up value, said where it is (a visible case's words)."""
     return Failure(
         "non-finite-value",
         f"In case `{error.case}`, {error.where} is {error.value:g}: not a finite number of "
@@ -320,7 +327,7 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
             message=(
                 failure.message
                 if check_id == "runs"
-                else "Not checked: the code did not run to the end."
+                else "Not checked: the run failed before its values could be judged."
             ),
         )
         for check_id, points in exercise.checks.items()

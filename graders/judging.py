@@ -15,7 +15,7 @@ import torch
 
 from graders import harness
 from graders.exercises import CaseSpec
-from graders.report import Check, PlotSeries
+from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.trace import CaseTrace
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
@@ -112,6 +112,33 @@ def loss_and_gradients(
     loss = torch.nn.functional.mse_loss(x @ weight.T + bias, y)
     weight_grad, bias_grad = torch.autograd.grad(loss, [weight, bias])
     return loss.item(), weight_grad, bias_grad
+
+
+def plot_series(
+    case: str, label: str, learner: Sequence[float | None], reference: Sequence[float | None]
+) -> PlotSeries:
+    """A chart's two lines, sampled at the same evenly spaced steps, at most MAX_PLOT_POINTS.
+
+    However long the learner's trace, a report (and the page drawn from it) stays small.
+    """
+    length = max(len(learner), len(reference))
+    if length <= MAX_PLOT_POINTS:
+        indexes = list(range(length))
+    else:
+        indexes = sorted(
+            {round(i * (length - 1) / (MAX_PLOT_POINTS - 1)) for i in range(MAX_PLOT_POINTS)}
+        )
+
+    def at(values: Sequence[float | None]) -> list[float | None]:
+        return [values[i] if i < len(values) else None for i in indexes]
+
+    return PlotSeries(
+        case=case,
+        label=label,
+        learner=at(learner),
+        reference=at(reference),
+        steps=[i + 1 for i in indexes],
+    )
 
 
 @dataclass

@@ -70,23 +70,13 @@ def _text(node: ast.AST) -> str:
     return f"line {getattr(node, 'lineno', '?')} `{ast.unparse(node).splitlines()[0]}`"
 
 
-def _zero_grad_calls(tree: ast.AST) -> Iterator[ast.Call]:
+def _method_calls(tree: ast.AST, name: str) -> Iterator[ast.Call]:
+    """Every call of a method with this name (`optimizer.zero_grad()`, `grad.clone()`)."""
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "zero_grad"
-        ):
-            yield node
-
-
-def _clone_calls(tree: ast.AST) -> Iterator[ast.Call]:
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "clone"
-            and not node.args
+            and node.func.attr == name
         ):
             yield node
 
@@ -119,7 +109,7 @@ def _swap(tree: ast.Module, n: int) -> str | None:
 
 
 def _set_to_none(tree: ast.Module, n: int) -> str | None:
-    calls = list(_zero_grad_calls(tree))
+    calls = list(_method_calls(tree, "zero_grad"))
     if n >= len(calls):
         return None
     call = calls[n]
@@ -175,7 +165,7 @@ class _DropClone(ast.NodeTransformer):
 
 
 def _drop_clone(tree: ast.Module, n: int) -> str | None:
-    calls = list(_clone_calls(tree))
+    calls = [c for c in _method_calls(tree, "clone") if not c.args]
     if n >= len(calls):
         return None
     where = _text(calls[n])

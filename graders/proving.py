@@ -16,6 +16,7 @@ from graders.grading import (
     Failure,
     failure_report,
     judge,
+    non_finite_failure,
     trace_failure,
     trusted_trajectories,
 )
@@ -23,15 +24,18 @@ from graders.judging import same_trace
 from graders.kinds import JUDGES
 from graders.mutation import Mutant, reference_mutants
 from graders.report import GradeReport
-from graders.trace import CaseTrace, parse_trace
+from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 
 
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
     """Trace trusted source in this process, as the sandbox would: its cases, or its failure."""
     specs = [spec.harness_spec() for spec in exercise.cases]
     document = harness.run_submission(source, exercise.kind, exercise.entry_point, specs)
-    trace = parse_trace(json.dumps(document).encode(), exercise.kind, list(exercise.cases))
     traces: dict[str, CaseTrace] = {}
+    try:
+        trace = parse_trace(json.dumps(document).encode(), exercise.kind, list(exercise.cases))
+    except NonFiniteValue as error:  # a mutant's training may blow up
+        return traces, non_finite_failure(error)
     return traces, trace_failure(exercise, trace, list(exercise.cases), traces)
 
 

@@ -28,6 +28,7 @@ Diagnosis = Literal[
     "loss-after-update",
     "returns-live-gradient",
     "cleared-between-passes",
+    "wrong-number-of-passes",
     "missing-abs",
     "modifies-gradients",
     "syntax-error",
@@ -54,12 +55,21 @@ class Check(BaseModel):
 
 
 class PlotSeries(BaseModel):
-    """Per-step values of one visible case, for the learner's chart."""
+    """Per-step values of one visible case, for the learner's chart.
+
+    At most MAX_PLOT_POINTS points whatever the trace's length (`judging.plot_series`):
+    `steps` says which step (from 1) each point is; empty in reports made before it existed,
+    meaning 1, 2, 3, ...
+    """
 
     case: str
     label: str
     learner: list[float | None]
     reference: list[float | None]
+    steps: list[int] = Field(default_factory=list)
+
+
+MAX_PLOT_POINTS = 300
 
 
 class GradeReport(BaseModel):

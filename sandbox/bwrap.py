@@ -2,13 +2,15 @@
 
     result = run_program("/usr/bin/bwrap", source, {"cases.json": data}, Limits())
 
-The supervisor (this module, inside the server) spawns sandbox/launcher.py, which execs bwrap.
-bwrap's child builds the namespaces and the filesystem, then waits on a pipe before it execs the
-program as PID 1 of the new PID namespace: "the init". Meanwhile the supervisor puts the init
-into the run's cgroups, (when not root) sets its rlimits, and opens the scratch directory; only
-then does it let the program start. From there it reads the three pipes, polls the limits and
-watches the clock. Any limit ends the run by a SIGKILL of the init, which takes every process of
-the namespace with it.
+This module (inside the server) spawns sandbox/launcher.py, which execs bwrap. bwrap's child
+builds the namespaces and the filesystem, then waits on a pipe before it execs the program as
+PID 1 of the new PID namespace ("the init"), under the seccomp filter (sandbox/seccomp.py).
+Meanwhile this module puts the init into the run's cgroups, (when not root) sets its rlimits,
+and opens the scratch directory; only then does it let the program start. From there the shared
+supervisor (sandbox/supervise.py) holds the run to its limits, through what this module gives
+it: the program's four pipes and bwrap's pidfd, the usage the cgroups (or /proc) show, and the
+kill, a SIGKILL of the init, which takes every process of the namespace with it. The run ends
+when the init does.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@
     settings = DockerSettings.from_environment()
     result = run_program(settings, source, {"cases.json": data}, Limits())
 
-For each run the program, its inputs and the container init (sandbox/container_init.py) are
-written to a staging directory on the host and bind-mounted read-only at /sandbox and
-/opt/loopgrade/init. The container has no network, a read-only root, a size-capped tmpfs at
-/tmp, no capabilities, no-new-privileges, a non-root user, no IPC with anyone (no /dev/shm),
-pids, memory (swap equal), CPU and ulimit caps, no logging, and the engine removes it when it
-ends. The supervisor attaches to its output before starting it, reads the init's frames (the
-program's stdout, stderr and result channel, each held to its cap as it arrives), polls the
-container's cgroups from the host when this host can see them, and kills the container at the
-wall limit or at any cap.
+For each run the program, its inputs, the container init (sandbox/container_init.py) and the
+compiled seccomp filter are written to a staging directory on the host and bind-mounted
+read-only at /sandbox and /opt/loopgrade/init. The container has no network, a read-only root, a
+size-capped tmpfs at /tmp, no capabilities, no-new-privileges, a non-root user, no IPC with
+anyone (no /dev/shm), pids, memory (swap equal), CPU and ulimit caps, no logging, and the engine
+removes it when it ends; the init stacks the filter on the engine's own profile. This module
+attaches to its output before starting it and gives the shared supervisor (sandbox/supervise.py)
+the init's frames (the program's stdout, stderr, result channel and end of set-up), the
+container's cgroups as this host sees them (when it can), and the kill.
 
 Settings (environment):
     LOOPGRADE_DOCKER_IMAGE      grading runtime image (default loopgrade-runtime:latest), built by

@@ -78,7 +78,8 @@ def app_in_thread(app: Any) -> Iterator[str]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # As `loopgrade serve` runs it: proxy headers are the app's to believe (trusted_proxies).
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", proxy_headers=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

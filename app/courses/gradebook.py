@@ -14,6 +14,7 @@ import csv
 import io
 import math
 import statistics
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -285,8 +286,20 @@ def _number(value: float | None) -> str:
 
 
 def _csv_text(value: str) -> str:
-    # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    """A cell a spreadsheet shows as text, never runs as a formula (CSV injection).
+
+    Spreadsheets read a cell as a formula when it starts with = + - or @, also after leading
+    spaces or invisible characters, and in full-width or small forms (U+FF1D, U+FE62): NFKC
+    finds those. A leading tab or line break is quoted too. The quote mark makes it text.
+    """
+    if value[:1] in ("\t", "\r", "\n"):
+        return "'" + value
+    start = value.lstrip()
+    while start and unicodedata.category(start[0]) in ("Cc", "Cf", "Zs"):
+        start = start[1:].lstrip()
+    if unicodedata.normalize("NFKC", start[:1])[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return value
 
 
 def gradebook_csv(gradebook: Gradebook) -> str:

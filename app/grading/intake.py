@@ -20,11 +20,12 @@ from sqlalchemy.orm import Session
 
 from app.grading.submissions import (
     CodeTooLarge,
-    RateLimit,
+    SubmissionLimits,
     SubmissionRejected,
     create_submission,
 )
 from app.models import Assignment, IdempotencyKey, Submission, utc_now
+from app.rate_limits import RateLimit
 from app.settings import Settings
 from graders.notebook import ExtractedCode, NotebookError, clean_filename, code_from_file
 
@@ -89,8 +90,12 @@ def accept_submission(
     course_id: str | None = None,
     assignment: Assignment | None = None,
     idempotency: Idempotency | None = None,
+    client_address: str | None = None,
 ) -> Accepted:
-    """Take one submission in. Raises SubmissionRejected (with its status) if refused."""
+    """Take one submission in. Raises SubmissionRejected (with its status) if refused.
+
+    `client_address` (from the pages) limits anonymous practice per address too.
+    """
     filename, notices = None, list[str]()
     if upload is not None and upload.filename:
         extracted = _code_from_upload(upload, settings.max_upload_bytes)
@@ -112,9 +117,8 @@ def accept_submission(
         user_id=user_id,
         course_id=course_id,
         assignment=assignment,
-        rate_limit=RateLimit(
-            settings.submission_rate_limit, settings.submission_rate_window_seconds
-        ),
+        limits=submission_limits(settings),
+        client_address=client_address,
         upload_filename=filename,
         upload_notices=notices,
     )
@@ -126,6 +130,15 @@ def accept_submission(
             .execution_options(synchronize_session=False)
         )
     return Accepted(submission, notices)
+
+
+def submission_limits(settings: Settings) -> SubmissionLimits:
+    window = settings.submission_rate_window_seconds
+    return SubmissionLimits(
+        per_learner=RateLimit(settings.submission_rate_limit, window),
+        anonymous_per_address=RateLimit(settings.anonymous_submission_rate_limit, window),
+        max_waiting=settings.max_waiting_submissions or None,
+    )
 
 
 def _code_from_upload(upload: Upload, max_upload_bytes: int) -> ExtractedCode:
@@ -167,8 +180,11 @@ def _claim_key(
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert(IdempotencyKey)
-    inserted = session.execute(statement.values(values).on_conflict_do_nothing())
-    if inserted.rowcount == 1:  # type: ignore[attr-defined]
+    # RETURNING says whether the row went in: rowcount is -1 for this on psycopg 3.
+    inserted = session.execute(
+        statement.values(values).on_conflict_do_nothing().returning(IdempotencyKey.key)
+    ).first()
+    if inserted is not None:
         return None
     earlier = session.execute(
         select(IdempotencyKey).where(

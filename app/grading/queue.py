@@ -1,17 +1,25 @@
-"""Grading jobs and how they reach a worker: a thread pool in this process (Celery later).
+"""Grading jobs and how they reach a worker: threads in this process, or Celery on many hosts.
 
 A job is only a submission id; the submission row is the job's record. Jobs are handed over
 by an `after_commit` hook once the transaction that queued them commits
-(`submissions.queue_for_grading`), and `run_grading_job` may run any number of times
-for one id: only the run that claims the queued row grades it.
+(`submissions.queue_for_grading`), and `run_grading_job` may run any number of times for one
+id: only the run that claims the row grades it, and only its claim may store a result.
+A claim is a lease the worker renews while it grades; `LeaseSweeper` puts back submissions
+whose lease expired (their worker died) and sends again those queued so long that their
+message must have been lost. LOOPGRADE_BROKER_URL chooses Celery (app/grading/celery_queue.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
@@ -23,15 +31,20 @@ import sandbox
 from app.db import SessionFactory
 from app.grading.submissions import (
     SUBMISSIONS_TO_GRADE,
+    GradingJob,
     claim_submission,
     record_error,
     record_report,
-    requeue_unfinished,
+    release_claim,
+    renew_lease,
+    requeue_expired_leases,
+    requeue_waiting,
 )
+from app.models import utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.grading import GRADING_LIMITS, POOL_PROGRAM
-from sandbox import Limits, Runner
+from sandbox import Limits, Runner, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +77,21 @@ def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> No
         session.info.pop(SUBMISSIONS_TO_GRADE, None)
 
 
+class GradingOutcome(enum.Enum):
+    GRADED = "graded"
+    ERROR = "error"  # the server's own fault, stored on the submission
+    NOT_CLAIMED = "not-claimed"  # graded or being graded elsewhere: nothing to do
+    RETRY = "retry"  # the sandbox failed; the submission is queued again for a later try
+
+
+@dataclasses.dataclass(frozen=True)
+class GradingRun:
+    """What one `run_grading_job` did; after a RETRY, send the id again in `retry_in_seconds`."""
+
+    outcome: GradingOutcome
+    retry_in_seconds: float = 0.0
+
+
 def grading_limits(settings: Settings) -> Limits | None:
     """The grader's limits with the operator's LOOPGRADE_GRADING_* overrides; None if none."""
     wall, cpu = settings.grading_wall_timeout_seconds, settings.grading_cpu_seconds
@@ -89,26 +117,28 @@ def open_grading_runner(settings: Settings) -> Runner:
 def run_grading_job(
     sessions: SessionFactory,
     submission_id: str,
+    settings: Settings,
     *,
-    limits: Limits | None = None,
     runner: Runner | None = None,
-) -> None:
+) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
+    A SandboxError (the sandbox failed, not the learner's code) puts the submission back in
+    the queue for a retry until `grading_max_attempts` claims were spent, then stores an error.
     Every log line meanwhile carries the submission id.
     """
     with logging_submission(submission_id):
-        _grade(sessions, submission_id, limits, runner)
+        return _grade(sessions, submission_id, settings, runner)
 
 
 def _grade(
-    sessions: SessionFactory, submission_id: str, limits: Limits | None, runner: Runner | None
-) -> None:
+    sessions: SessionFactory, submission_id: str, settings: Settings, runner: Runner | None
+) -> GradingRun:
     with sessions.begin() as session:
-        job = claim_submission(session, submission_id)
+        job = claim_submission(session, submission_id, lease_seconds=settings.lease_seconds)
     if job is None:
-        log.info("submission %s: not queued any more, nothing to do", submission_id)
-        return
+        log.info("submission %s: not claimable (graded or being graded), skipped", submission_id)
+        return GradingRun(GradingOutcome.NOT_CLAIMED)
 
     log.info(
         "submission %s: grading (exercise %s, attempt %d)",
@@ -118,19 +148,23 @@ def _grade(
     )
     started = time.monotonic()
     try:
-        report = graders.grade(job.exercise_id, job.code, limits, runner)
+        with lease_renewed(sessions, job, settings.lease_seconds):
+            report = graders.grade(job.exercise_id, job.code, grading_limits(settings), runner)
+    except SandboxError as exc:
+        if job.attempt < settings.grading_max_attempts:
+            log.warning(
+                "submission %s: sandbox fault on attempt %d, queued again: %s",
+                submission_id,
+                job.attempt,
+                exc,
+            )
+            with sessions.begin() as session:
+                release_claim(session, job)
+            return GradingRun(GradingOutcome.RETRY, settings.retry_delay_seconds(job.attempt))
+        return _store_error(sessions, job, exc, started)
     except Exception as exc:
         # Learner mistakes come back as reports; an exception is the server's own fault.
-        log.exception(
-            "submission %s: grading failed (exercise %s, attempt %d)",
-            submission_id,
-            job.exercise_id,
-            job.attempt,
-        )
-        with sessions.begin() as session:
-            record_error(session, job, f"{type(exc).__name__}: {exc}")
-        record_grade(SERVER_ERROR, time.monotonic() - started)
-        return
+        return _store_error(sessions, job, exc, started)
 
     with sessions.begin() as session:
         stored = record_report(session, job, report)
@@ -144,38 +178,127 @@ def _grade(
         time.monotonic() - started,
         "" if stored else " (not stored: the claim was taken over)",
     )
+    return GradingRun(GradingOutcome.GRADED if stored else GradingOutcome.NOT_CLAIMED)
 
 
-def requeue_after_restart(sessions: SessionFactory) -> int:
-    """Queue again every submission a previous process left queued or running."""
+def _store_error(
+    sessions: SessionFactory, job: GradingJob, exc: Exception, started: float
+) -> GradingRun:
+    log.error(
+        "submission %s: grading failed (exercise %s, attempt %d)",
+        job.submission_id,
+        job.exercise_id,
+        job.attempt,
+        exc_info=exc,
+    )
     with sessions.begin() as session:
-        submission_ids = requeue_unfinished(session)
-    if submission_ids:
-        log.info("requeued %d unfinished submission(s) from before the start", len(submission_ids))
-    return len(submission_ids)
+        record_error(session, job, f"{type(exc).__name__}: {exc}")
+    record_grade(SERVER_ERROR, time.monotonic() - started)
+    return GradingRun(GradingOutcome.ERROR)
+
+
+@contextmanager
+def lease_renewed(
+    sessions: SessionFactory, job: GradingJob, lease_seconds: float
+) -> Iterator[None]:
+    """Renew the job's lease every third of `lease_seconds` while the block runs."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(lease_seconds / 3):
+            try:
+                with sessions.begin() as session:
+                    if not renew_lease(session, job, lease_seconds=lease_seconds):
+                        log.warning(
+                            "submission %s: lease lost; this attempt's result will be dropped",
+                            job.submission_id,
+                        )
+                        return
+            except Exception:
+                # The database may be back before the lease runs out: keep trying.
+                log.exception("submission %s: could not renew the lease", job.submission_id)
+
+    renewer = threading.Thread(target=renew, name=f"lease-{job.submission_id[:8]}", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        renewer.join()
+
+
+def sweep(sessions: SessionFactory, settings: Settings, *, all_queued: bool = False) -> list[str]:
+    """Requeue expired leases and the queued rows to send again; return their ids.
+
+    They are handed to the workers by the after-commit hook (`enqueue_after_commit`).
+    `all_queued` takes every queued row: for a start whose in-process queue is empty.
+    """
+    queued_before = (
+        None if all_queued else utc_now() - timedelta(seconds=settings.redeliver_after_seconds)
+    )
+    with sessions.begin() as session:
+        # Waiting rows first: the expired ones, queued again just now, are not among them.
+        waiting = requeue_waiting(session, queued_before=queued_before)
+        expired = requeue_expired_leases(session)
+    if expired:
+        log.warning("requeued %d submission(s) whose worker lease expired", len(expired))
+    if waiting:
+        log.info("sent %d queued submission(s) to the workers again", len(waiting))
+    return [*waiting, *expired]
+
+
+class LeaseSweeper:
+    """A thread that runs `sweep` every `sweep_interval_seconds`.
+
+    Every grading process runs one; sweeps on several hosts at once requeue each row once.
+    """
+
+    def __init__(self, sessions: SessionFactory, settings: Settings) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="lease-sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._settings.sweep_interval_seconds):
+            try:
+                sweep(self._sessions, self._settings)
+            except Exception:
+                # A database that is away now is swept on a later round.
+                log.exception("lease sweep failed")
 
 
 class ThreadPoolDispatcher:
-    """`worker_count` grading threads in this process."""
+    """`worker_count` grading threads in this process, and the sweep that feeds them."""
 
     def __init__(
-        self,
-        sessions: SessionFactory,
-        *,
-        worker_count: int,
-        limits: Limits | None = None,
-        runner: Runner | None = None,
+        self, sessions: SessionFactory, settings: Settings, *, runner: Runner | None = None
     ) -> None:
         self._sessions = sessions
-        self._worker_count = worker_count
-        self._limits = limits
+        self._settings = settings
         self._runner = runner
         self._executor: ThreadPoolExecutor | None = None
+        self._sweeper = LeaseSweeper(sessions, settings)
+        self._retry_timers: set[threading.Timer] = set()
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         self._executor = ThreadPoolExecutor(
-            max_workers=self._worker_count, thread_name_prefix="grader"
+            max_workers=self._settings.worker_count, thread_name_prefix="grader"
         )
+        # This process's queue is empty at start: whatever is queued in the database is ours.
+        sweep(self._sessions, self._settings, all_queued=True)
+        self._sweeper.start()
 
     def enqueue(self, submission_id: str) -> None:
         if self._executor is None:
@@ -184,6 +307,11 @@ class ThreadPoolDispatcher:
 
     def stop(self) -> None:
         """Finish the jobs in progress; the rest stay queued in the database for the next start."""
+        self._sweeper.stop()
+        with self._lock:
+            for timer in self._retry_timers:
+                timer.cancel()
+            self._retry_timers.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
@@ -193,10 +321,39 @@ class ThreadPoolDispatcher:
 
     def _run(self, submission_id: str) -> None:
         try:
-            run_grading_job(self._sessions, submission_id, limits=self._limits, runner=self._runner)
+            run = run_grading_job(
+                self._sessions, submission_id, self._settings, runner=self._runner
+            )
         except Exception:
-            # The row stays queued or running; the next start takes it up again.
+            # The row stays queued or running; the sweep takes it up again.
             log.exception("submission %s: grading job crashed", submission_id)
+            return
+        if run.outcome is GradingOutcome.RETRY:
+            timer = threading.Timer(run.retry_in_seconds, self._retry, [submission_id])
+            timer.daemon = True
+            with self._lock:
+                if self._executor is None:
+                    return  # stopping: the sweep of the next start sends it
+                self._retry_timers.add(timer)
+            timer.start()
+
+    def _retry(self, submission_id: str) -> None:
+        with self._lock:
+            self._retry_timers = {timer for timer in self._retry_timers if timer.is_alive()}
+            if self._executor is None:
+                return
+            self._executor.submit(self._run, submission_id)
+
+
+def create_dispatcher(
+    sessions: SessionFactory, settings: Settings, *, runner: Runner | None
+) -> Dispatcher:
+    """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here."""
+    if settings.broker_url:
+        from app.grading.celery_queue import CeleryDispatcher
+
+        return CeleryDispatcher(settings)
+    return ThreadPoolDispatcher(sessions, settings, runner=runner)
 
 
 def get_dispatcher(request: Request) -> Dispatcher:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.courses.audit import record_event
 from app.errors import AppError
 from app.grading.submissions import queue_for_grading
-from app.models import Regrade, Submission, SubmissionStatus, User, new_id
+from app.models import Regrade, Submission, SubmissionStatus, User, new_id, utc_now
 from graders.exercises import get_exercise
 
 FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
@@ -43,6 +43,7 @@ def _queue_again(session: Session, submission: Submission, batch_id: str, by: Us
     )
     # The old result stays on the row (and in the Regrade) until the new one replaces it.
     submission.status = SubmissionStatus.QUEUED
+    submission.queued_at = utc_now()
     queue_for_grading(session, submission.id)
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.errors import AppError
 from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from app.models import Assignment, LatePolicy, Regrade, Submission, SubmissionStatus, utc_now
 from app.outbox import report_graded
+from app.people.names import hidden_character
+from app.rate_limits import RateLimit, seconds_until_allowed
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
@@ -66,61 +67,93 @@ class TooManySubmissions(SubmissionRejected):
         self.retry_after_seconds = retry_after_seconds
 
 
+class QueueFull(SubmissionRejected):
+    """Too many submissions wait for a grader; nothing was stored, the client may retry."""
+
+    status_code = 503
+    title = "Graders busy"
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_seconds)})
+        self.retry_after_seconds = retry_after_seconds
+
+
+# A full queue empties at a few grades a second per worker: a short wait is the honest answer.
+QUEUE_FULL_RETRY_AFTER_SECONDS = 30
+
+
 @dataclass(frozen=True)
-class RateLimit:
-    """At most `count` submissions per learner within any `window_seconds`."""
+class SubmissionLimits:
+    """The caps a new submission must be under (Settings' `submission_*` and `*_queued_*`).
 
-    count: int
-    window_seconds: int
+    `per_learner`: each learner's submissions. `anonymous_per_address`: practice without an
+    account from one client address, which dropping the learner cookie does not reset.
+    `max_waiting`: submissions queued or being graded; anonymous practice is refused at half
+    of it, so that courses and the API keep room when strangers fill the queue.
+    """
 
-    def describe(self) -> str:
-        window = self.window_seconds
-        if window % 3600 == 0:
-            span = "hour" if window == 3600 else f"{window // 3600} hours"
-        elif window % 60 == 0:
-            span = "minute" if window == 60 else f"{window // 60} minutes"
-        else:
-            span = f"{window} seconds"
-        return f"{self.count} submission{'s' if self.count != 1 else ''} per {span}"
+    per_learner: RateLimit | None = None
+    anonymous_per_address: RateLimit | None = None
+    max_waiting: int | None = None
 
 
 def check_rate(
     session: Session,
-    limit: RateLimit | None,
+    limits: SubmissionLimits,
     *,
     learner: str,
     user_id: str | None,
     course_id: str | None,
+    client_address: str | None,
 ) -> None:
-    """Raise TooManySubmissions when this learner already used up the window."""
-    if limit is None or limit.count <= 0:
-        return
-    since = utc_now() - timedelta(seconds=limit.window_seconds)
-    query = select(Submission.created_at).where(Submission.created_at > since)
+    """Raise TooManySubmissions when this learner already used up the window, or when
+    anonymous practice from `client_address` (given for anonymous practice only) did."""
     if user_id is not None:
-        query = query.where(Submission.user_id == user_id)
+        whose = Submission.user_id == user_id
     else:
-        query = query.where(
+        whose = and_(
             Submission.user_id.is_(None),
             Submission.learner == learner,
             Submission.course_id.is_(None)
             if course_id is None
             else Submission.course_id == course_id,
         )
-    recent = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit.count)).all()
-    if len(recent) < limit.count:
+    checks = [(limits.per_learner, whose, "You have")]
+    if client_address is not None:
+        from_address = and_(
+            Submission.user_id.is_(None),
+            Submission.api_key_id.is_(None),
+            Submission.client_address == client_address,
+        )
+        checks.append(
+            (limits.anonymous_per_address, from_address, "Practice from your address has")
+        )
+    for limit, condition, who in checks:
+        retry_after = seconds_until_allowed(session, limit, Submission.created_at, condition)
+        if limit is not None and retry_after is not None:
+            raise TooManySubmissions(
+                f"{who} reached the limit of {limit.describe('submission')}. "
+                f"You can submit again in {retry_after} s.",
+                retry_after,
+            )
+
+
+def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_practice: bool) -> None:
+    """Raise QueueFull when too many submissions already wait for a grader."""
+    if limits.max_waiting is None:
         return
-    retry_after = max(
-        1,
-        math.ceil(
-            (recent[-1] + timedelta(seconds=limit.window_seconds) - utc_now()).total_seconds()
-        ),
+    room = limits.max_waiting // 2 if anonymous_practice else limits.max_waiting
+    waiting = session.scalar(
+        select(func.count())
+        .select_from(Submission)
+        .where(Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]))
     )
-    raise TooManySubmissions(
-        f"You have reached the limit of {limit.describe()}. "
-        f"You can submit again in {retry_after} s.",
-        retry_after,
-    )
+    if (waiting or 0) >= room:
+        raise QueueFull(
+            f"The graders are busy: {waiting} submissions are waiting to be graded. Yours was "
+            f"not stored; send it again in {QUEUE_FULL_RETRY_AFTER_SECONDS} s.",
+            QUEUE_FULL_RETRY_AFTER_SECONDS,
+        )
 
 
 def check_open(assignment: Assignment | None, now: datetime) -> None:
@@ -159,14 +192,16 @@ def create_submission(
     user_id: str | None = None,
     course_id: str | None = None,
     assignment: Assignment | None = None,
-    rate_limit: RateLimit | None = None,
+    limits: SubmissionLimits | None = None,
+    client_address: str | None = None,
     upload_filename: str | None = None,
     upload_notices: list[str] | None = None,
 ) -> Submission:
     """Validate and store a queued submission. Raises SubmissionRejected (or a subclass).
 
     In a course, `assignment` is the exercise as the course sets it (its lock after the due
-    date applies); `rate_limit` caps the learner's submissions (TooManySubmissions).
+    date applies); `limits` caps the learner's submissions (TooManySubmissions) and the queue
+    (QueueFull). `client_address` (pages only) is kept with anonymous practice, to limit it.
     """
     try:
         exercise = get_exercise(exercise_id)
@@ -193,8 +228,22 @@ def create_submission(
         raise SubmissionRejected(
             f"learner is {len(learner)} characters; the limit is {MAX_LEARNER_CHARS}"
         )
+    hidden = hidden_character(learner)
+    if hidden is not None:
+        # Instructors' pages show the id: it must not hide or reorder what is around it.
+        raise SubmissionRejected(f"learner contains {hidden}, which does not show; remove it")
     check_open(assignment, utc_now())
-    check_rate(session, rate_limit, learner=learner, user_id=user_id, course_id=course_id)
+    limits = limits or SubmissionLimits()
+    anonymous_practice = user_id is None and course_id is None and api_key_id is None
+    check_rate(
+        session,
+        limits,
+        learner=learner,
+        user_id=user_id,
+        course_id=course_id,
+        client_address=client_address if anonymous_practice else None,
+    )
+    check_waiting(session, limits, anonymous_practice=anonymous_practice)
 
     submission = Submission(
         exercise_id=exercise.id,
@@ -208,6 +257,7 @@ def create_submission(
         course_id=course_id,
         upload_filename=upload_filename,
         upload_notices=upload_notices or None,
+        client_address=client_address if anonymous_practice else None,
     )
     session.add(submission)
     session.flush()
@@ -229,14 +279,23 @@ class GradingJob:
     attempt: int
 
 
-def claim_submission(session: Session, submission_id: str) -> GradingJob | None:
-    """Mark a queued submission running, atomically; None if it is not queued (any more)."""
+def claim_submission(
+    session: Session, submission_id: str, *, lease_seconds: float
+) -> GradingJob | None:
+    """Mark the submission running under a lease, atomically; None if it is not claimable.
+
+    Claimable: queued, or running under a lease that expired (its worker died). One UPDATE
+    decides: on PostgreSQL a second claimant waits for the first's row lock, then finds the
+    row no longer claimable; SQLite runs one writer at a time.
+    """
+    now = utc_now()
     row = session.execute(
         update(Submission)
-        .where(Submission.id == submission_id, Submission.status == SubmissionStatus.QUEUED)
+        .where(Submission.id == submission_id, _claimable(now))
         .values(
             status=SubmissionStatus.RUNNING,
-            started_at=utc_now(),
+            started_at=now,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
             attempts=Submission.attempts + 1,
         )
         .returning(Submission.exercise_id, Submission.code, Submission.attempts)
@@ -247,16 +306,56 @@ def claim_submission(session: Session, submission_id: str) -> GradingJob | None:
     return GradingJob(submission_id, row.exercise_id, row.code, row.attempts)
 
 
-def _finish(session: Session, job: GradingJob, **values: object) -> bool:
+def _claimable(now: datetime) -> ColumnElement[bool]:
+    return or_(Submission.status == SubmissionStatus.QUEUED, _lease_expired(now))
+
+
+def _lease_expired(now: datetime) -> ColumnElement[bool]:
+    # Rows running from before leases existed (no lease at all) count as expired.
+    return and_(
+        Submission.status == SubmissionStatus.RUNNING,
+        or_(Submission.lease_expires_at.is_(None), Submission.lease_expires_at < now),
+    )
+
+
+def _current_claim(job: GradingJob) -> ColumnElement[bool]:
     # Only the claim that is still current may write: a stale worker's late result is dropped.
+    return and_(
+        Submission.id == job.submission_id,
+        Submission.status == SubmissionStatus.RUNNING,
+        Submission.attempts == job.attempt,
+    )
+
+
+def renew_lease(session: Session, job: GradingJob, *, lease_seconds: float) -> bool:
+    """Extend the worker's claim; False if the claim was taken over (the lease had expired)."""
     result = session.execute(
         update(Submission)
-        .where(
-            Submission.id == job.submission_id,
-            Submission.status == SubmissionStatus.RUNNING,
-            Submission.attempts == job.attempt,
-        )
-        .values(**values)
+        .where(_current_claim(job))
+        .values(lease_expires_at=utc_now() + timedelta(seconds=lease_seconds))
+        .returning(Submission.id)
+        .execution_options(synchronize_session=False)
+    )
+    return result.one_or_none() is not None
+
+
+def release_claim(session: Session, job: GradingJob) -> bool:
+    """Put a claimed submission back in the queue (the sandbox failed, not the learner)."""
+    result = session.execute(
+        update(Submission)
+        .where(_current_claim(job))
+        .values(status=SubmissionStatus.QUEUED, lease_expires_at=None, queued_at=utc_now())
+        .returning(Submission.id)
+        .execution_options(synchronize_session=False)
+    )
+    return result.one_or_none() is not None
+
+
+def _finish(session: Session, job: GradingJob, **values: object) -> bool:
+    result = session.execute(
+        update(Submission)
+        .where(_current_claim(job))
+        .values(lease_expires_at=None, **values)
         .returning(Submission.id)
         .execution_options(synchronize_session=False)
     )
@@ -320,25 +419,48 @@ def record_error(session: Session, job: GradingJob, message: str) -> bool:
     return stored
 
 
-def requeue_unfinished(session: Session) -> list[str]:
-    """Put back submissions a crash left running; return every queued id, oldest first.
+def requeue_expired_leases(session: Session) -> list[str]:
+    """Put back running submissions whose worker stopped renewing the lease; return their ids.
 
-    Only for a process's start, while none of its own workers run: with one server process
-    a `running` row at start was orphaned by a crash. Several grading hosts will need leases.
+    Each is queued for grading (sent once the transaction commits). Safe to run on every host
+    at once: each row is requeued by one UPDATE only.
     """
-    session.execute(
-        update(Submission)
-        .where(Submission.status == SubmissionStatus.RUNNING)
-        .values(status=SubmissionStatus.QUEUED)
-        .execution_options(synchronize_session=False)
-    )
     submission_ids = list(
         session.scalars(
-            select(Submission.id)
-            .where(Submission.status == SubmissionStatus.QUEUED)
-            .order_by(Submission.created_at)
+            update(Submission)
+            .where(_lease_expired(utc_now()))
+            .values(status=SubmissionStatus.QUEUED, lease_expires_at=None, queued_at=utc_now())
+            .returning(Submission.id)
+            .execution_options(synchronize_session=False)
         )
     )
+    for submission_id in submission_ids:
+        queue_for_grading(session, submission_id)
+    return submission_ids
+
+
+def requeue_waiting(session: Session, *, queued_before: datetime | None) -> list[str]:
+    """Ids of queued submissions to send to the workers again, oldest first, marked as sent.
+
+    `queued_before` None takes every queued row (a start whose in-process queue is empty);
+    otherwise those queued before it, whose broker message was likely lost. One UPDATE
+    marks and returns them, so two hosts sweeping at once do not both send a row; each is
+    queued for grading (sent once the transaction commits).
+    """
+    waiting = Submission.status == SubmissionStatus.QUEUED
+    if queued_before is not None:
+        waiting = and_(
+            waiting,
+            or_(Submission.queued_at.is_(None), Submission.queued_at < queued_before),
+        )
+    rows = session.execute(
+        update(Submission)
+        .where(waiting)
+        .values(queued_at=utc_now())
+        .returning(Submission.id, Submission.created_at)
+        .execution_options(synchronize_session=False)
+    ).all()
+    submission_ids = [row.id for row in sorted(rows, key=lambda row: row.created_at)]
     for submission_id in submission_ids:
         queue_for_grading(session, submission_id)
     return submission_ids

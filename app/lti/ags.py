@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -26,9 +26,11 @@ from sqlalchemy.orm import Session
 
 from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
+from app.db import SessionFactory
 from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
+from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ HTTP_TIMEOUT_SECONDS = 15.0
 TOKEN_EXPIRY_MARGIN_SECONDS = 60
 MAX_ERROR_CHARS = 500
 MAX_ROSTER_PAGES = 50
+LTI_SCORE_KIND = "lti-score"
+LTI_ROSTER_KIND = "lti-roster"
 
 
 class PlatformRefused(Exception):
@@ -236,8 +240,7 @@ def deliver_score(
     raise PlatformUnavailable(f"score POST to {url}: refused a fresh token (HTTP 401)")
 
 
-@dataclass(frozen=True)
-class RosterSync:
+class RosterSync(NamedTuple):
     added: int
     updated: int
 
@@ -294,3 +297,55 @@ def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> 
     context.roster_synced_at = utc_now()
     session.flush()
     return RosterSync(added, updated)
+
+
+# The access tokens of this process's deliveries (a cache: each process asks for its own).
+ACCESS_TOKENS = AccessTokens()
+
+
+@delivery_kind(LTI_SCORE_KIND)
+def deliver_lti_score(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+    """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
+    with sessions() as session:
+        try:
+            outcome = deliver_score(session, ACCESS_TOKENS, payload)
+        except PlatformRefused as exc:
+            raise PermanentFailure(str(exc)) from None
+    log.info(
+        "submission %s: score %s/%s for the LMS: %s",
+        payload.get("submission_id"),
+        payload.get("score_given"),
+        payload.get("score_maximum"),
+        outcome,
+    )
+
+
+@on_graded
+def send_score_to_lms(session: Session, submission_id: str) -> None:
+    """A graded submission reached through LTI: its counted score goes to the LMS."""
+    submission = session.get(Submission, submission_id)
+    message = score_message(session, submission) if submission is not None else None
+    if message is not None:
+        add_to_outbox(session, LTI_SCORE_KIND, message)
+
+
+@delivery_kind(LTI_ROSTER_KIND)
+def deliver_roster_sync(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+    """Enrol a context's roster (asked for on its first launch, or by an instructor)."""
+    with sessions.begin() as session:
+        context = session.get(LtiContext, payload["lti_context_id"])
+        if context is None:
+            raise PermanentFailure("the LMS course is no longer known here")
+        try:
+            synced = sync_roster(session, ACCESS_TOKENS, context)
+        except PlatformRefused as exc:
+            raise PermanentFailure(str(exc)) from None
+    log.info("roster of LMS course %s: %d added, %d updated", context.context_id, *synced)
+
+
+def request_roster_sync(session: Session, context: LtiContext) -> None:
+    add_to_outbox(
+        session,
+        LTI_ROSTER_KIND,
+        {"lti_context_id": context.id, "course_id": context.course_id},
+    )

@@ -3,6 +3,8 @@ event and the delivery log), the LMS links and the grade passback that failed (t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
@@ -12,9 +14,18 @@ from sqlalchemy.orm import Session
 
 from app.api.keys import create_api_key, keys_of_course, revoke_api_key
 from app.db import SessionDep
+from app.lti.ags import LTI_ROSTER_KIND, LTI_SCORE_KIND, request_roster_sync
 from app.lti.models import LtiContext, LtiResourceLink, Webhook
-from app.lti.webhooks import WebhookError, create_webhook, revoke_webhook, webhooks_of
-from app.models import ApiKey, Course
+from app.lti.webhooks import (
+    WEBHOOK_KIND,
+    WebhookError,
+    create_webhook,
+    revoke_webhook,
+    sample_event_message,
+    webhooks_of,
+)
+from app.models import ApiKey, Course, OutboxMessage, OutboxStatus
+from app.outbox import add_to_outbox, retry_outbox_message
 from app.settings import SettingsDep
 from app.web.instructor_pages import instructor_course
 from app.web.rendering import PageError, render
@@ -28,7 +39,64 @@ DONE_MESSAGES = {
     "webhook-added": "Webhook added. Its signing secret is shown below.",
     "test-sent": "Test event queued: it appears in the delivery log once sent.",
     "retried": "Queued again: it is sent within a few seconds.",
+    "roster": "Roster sync queued: the LMS course's members are enrolled within a minute.",
 }
+
+
+MAX_DELIVERIES_SHOWN = 50
+KIND_LABELS = {
+    LTI_SCORE_KIND: "LMS score",
+    LTI_ROSTER_KIND: "LMS roster",
+    WEBHOOK_KIND: "webhook",
+}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: int
+    kind_label: str
+    target: str
+    status: str
+    attempts: int
+    created_at: datetime
+    last_error: str | None
+
+
+def deliveries_of(session: Session, course: Course) -> list[Delivery]:
+    """The course's outbox messages (scores, rosters, webhook events), newest first."""
+    rows = session.scalars(
+        select(OutboxMessage)
+        .where(
+            OutboxMessage.kind.in_(list(KIND_LABELS)),
+            OutboxMessage.payload["course_id"].as_string() == course.id,
+        )
+        .order_by(OutboxMessage.id.desc())
+        .limit(MAX_DELIVERIES_SHOWN)
+    )
+    webhook_urls = {w.id: w.url for w in session.scalars(select(Webhook))}
+    deliveries = []
+    for row in rows:
+        payload = row.payload
+        if row.kind == WEBHOOK_KIND:
+            target = f"{payload['event']['type']} to {webhook_urls.get(payload['webhook_id'], '?')}"
+        elif row.kind == LTI_SCORE_KIND:
+            target = (
+                f"{payload['exercise_id']}: {payload['score_given']:g} for {payload['user_sub']}"
+            )
+        else:
+            target = "the LMS course's members"
+        deliveries.append(
+            Delivery(
+                row.id,
+                KIND_LABELS[row.kind],
+                target,
+                row.status,
+                row.attempts,
+                row.created_at,
+                row.last_error,
+            )
+        )
+    return deliveries
 
 
 def integrations_context(session: Session, course: Course) -> dict[str, Any]:
@@ -44,6 +112,10 @@ def integrations_context(session: Session, course: Course) -> dict[str, Any]:
         "api_keys": keys_of_course(session, course.id),
         "webhooks": webhooks_of(session, course.id),
         "lti_links": links,
+        "lti_contexts": session.scalars(
+            select(LtiContext).where(LtiContext.course_id == course.id)
+        ).all(),
+        "deliveries": deliveries_of(session, course),
     }
 
 
@@ -137,3 +209,42 @@ def remove_webhook(
     _, course = instructor_course(session, viewer, course_id)
     revoke_webhook(session, course_webhook(session, course, webhook_id))
     return _done(course.id, "webhook-removed")
+
+
+@router.post("/courses/{course_id}/integrations/webhooks/{webhook_id}/test")
+def send_test_event(
+    course_id: str, webhook_id: str, session: SessionDep, viewer: CsrfViewerDep
+) -> Response:
+    _, course = instructor_course(session, viewer, course_id)
+    add_to_outbox(
+        session, WEBHOOK_KIND, sample_event_message(course_webhook(session, course, webhook_id))
+    )
+    return _done(course.id, "test-sent")
+
+
+@router.post("/courses/{course_id}/integrations/deliveries/{delivery_id}/retry")
+def retry_delivery(
+    course_id: str, delivery_id: int, session: SessionDep, viewer: CsrfViewerDep
+) -> Response:
+    """Send a failed delivery again (as it was: a score keeps its original timestamp)."""
+    _, course = instructor_course(session, viewer, course_id)
+    message = session.get(OutboxMessage, delivery_id)
+    if (
+        message is None
+        or message.kind not in KIND_LABELS
+        or message.payload.get("course_id") != course.id
+    ):
+        raise PageError(404, "Not found", "This course has no such delivery.")
+    if message.status == OutboxStatus.FAILED:
+        retry_outbox_message(session, message)
+    return _done(course.id, "retried")
+
+
+@router.post("/courses/{course_id}/integrations/roster")
+def sync_roster_now(course_id: str, session: SessionDep, viewer: CsrfViewerDep) -> Response:
+    _, course = instructor_course(session, viewer, course_id)
+    contexts = session.scalars(select(LtiContext).where(LtiContext.course_id == course.id)).all()
+    for context in contexts:
+        if context.memberships_url:
+            request_roster_sync(session, context)
+    return _done(course.id, "roster")

@@ -26,6 +26,8 @@ class LtiPlatform(Base):
     auth_url: Mapped[str] = mapped_column(String(1000))
     token_url: Mapped[str] = mapped_column(String(1000))
     jwks_url: Mapped[str] = mapped_column(String(1000))
+    # Origins the platform's pages frame the tool from, learned from its signed launches.
+    frame_origins: Mapped[list[str] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 

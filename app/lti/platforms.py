@@ -32,7 +32,8 @@ class PlatformError(ValueError):
     """A platform registration that cannot be made; the message says what to change."""
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address: this machine."""
     if host == "localhost":
         return True
     try:
@@ -47,7 +48,7 @@ def check_url(name: str, url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise PlatformError(f"{name} must be an absolute https:// URL, not {url!r}")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise PlatformError(f"{name} must use https:// ({url!r} is plain http on another machine)")
     if len(url) > 1000:
         raise PlatformError(f"{name} is over 1000 characters")

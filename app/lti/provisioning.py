@@ -98,7 +98,8 @@ def lti_account(
     return user
 
 
-def provision_context(session: Session, launch: ValidatedLaunch) -> LtiContext:
+def provision_context(session: Session, launch: ValidatedLaunch) -> tuple[LtiContext, bool]:
+    """The launch's context (made if new, then True)."""
     context_claim = launch.claim("context")
     context_claim = context_claim if isinstance(context_claim, dict) else {}
     # A launch outside any course (allowed by the spec) gets one course per deployment.
@@ -115,6 +116,7 @@ def provision_context(session: Session, launch: ValidatedLaunch) -> LtiContext:
             LtiContext.platform_id == launch.platform.id, LtiContext.context_id == context_id
         )
     ).one_or_none()
+    new = context is None
     if context is None:
         course = Course(name=title, join_code=new_join_code(), created_by_id=None)
         session.add(course)
@@ -132,7 +134,7 @@ def provision_context(session: Session, launch: ValidatedLaunch) -> LtiContext:
     if isinstance(memberships_url, str) and len(memberships_url) <= 1000:
         context.memberships_url = memberships_url
     session.flush()
-    return context
+    return context, new
 
 
 def enrol(session: Session, user: User, course_id: str, role: CourseRole) -> None:
@@ -186,6 +188,27 @@ def provision_link(
     return link
 
 
+MAX_FRAME_ORIGINS = 20
+
+
+def learn_frame_origins(launch: ValidatedLaunch) -> bool:
+    """Keep the origins a signed launch names for the platform's pages; True if any is new."""
+    from app.lti.framing import origin_of
+
+    presentation = launch.claim("launch_presentation")
+    tool_platform = launch.claim("tool_platform")
+    named = {
+        origin_of(presentation.get("return_url")) if isinstance(presentation, dict) else None,
+        origin_of(tool_platform.get("url")) if isinstance(tool_platform, dict) else None,
+    }
+    known = list(launch.platform.frame_origins or [])
+    new = [o for o in named if o is not None and o not in known]
+    if not new or len(known) >= MAX_FRAME_ORIGINS:
+        return False
+    launch.platform.frame_origins = (known + new)[:MAX_FRAME_ORIGINS]
+    return True
+
+
 @dataclass(frozen=True)
 class Provisioned:
     """Who launched, into which course and with what role; the link for resource links."""
@@ -194,12 +217,14 @@ class Provisioned:
     context: LtiContext
     role: CourseRole
     link: LtiResourceLink | None
+    new_context: bool
+    new_frame_origin: bool
 
 
 def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
     """Make or update everything a launch names."""
     user = lti_account(session, launch.platform, launch.claims["sub"], launch.claims)
-    context = provision_context(session, launch)
+    context, new_context = provision_context(session, launch)
     role = course_role_of(launch.claim("roles"))
     enrol(session, user, context.course_id, role)
     link = (
@@ -207,4 +232,6 @@ def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
         if launch.message_type is MessageType.RESOURCE_LINK
         else None
     )
-    return Provisioned(user, context, role, link)
+    new_frame_origin = learn_frame_origins(launch)
+    session.flush()
+    return Provisioned(user, context, role, link, new_context, new_frame_origin)

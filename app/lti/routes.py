@@ -18,8 +18,11 @@ from sqlalchemy.orm import Session
 
 from app.courses.courses import require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
-from app.lti import integration_pages
+
+# ags and webhooks register their outbox kinds and graded listeners on import.
+from app.lti import ags, integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
+from app.lti.framing import FrameAncestors
 from app.lti.keys import published_keys, tool_jwks
 from app.lti.launch import LaunchRejected, MessageType, begin_login, validate_launch
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
@@ -68,6 +71,7 @@ def install_lti(app: FastAPI, settings: Settings) -> None:
             headers=PAGE_HEADERS,
         )
 
+    app.add_middleware(FrameAncestors)
     app.include_router(router)
     app.include_router(integration_pages.router)
 
@@ -152,6 +156,11 @@ def launch(
         keep_on_error_response(session)
         raise
     provisioned = provision(session, validated)
+    if provisioned.new_frame_origin:
+        request.app.state.frame_ancestors.forget()
+    if provisioned.new_context and provisioned.context.memberships_url:
+        # The first launch into an LMS course brings its whole roster in, in the background.
+        ags.request_roster_sync(session, provisioned.context)
     if validated.message_type is MessageType.DEEP_LINKING:
         if provisioned.role is not CourseRole.INSTRUCTOR:
             keep_on_error_response(session)

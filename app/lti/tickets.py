@@ -10,7 +10,6 @@ second ticket opens.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import secrets
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from app.lti.models import LtiLaunchTicket
+from app.lti.platforms import is_loopback_host
 from app.models import User, utc_now
 from app.settings import Settings
 from app.web.sessions import SESSION_COOKIE, get_secret_key, sign
@@ -71,15 +71,7 @@ def redeem_ticket(session: Session, token: str) -> LtiLaunchTicket | None:
 
 def _is_secure_context(request: Request) -> bool:
     # Browsers accept Secure cookies over https, and over plain http from loopback only.
-    if request.url.scheme == "https":
-        return True
-    host = request.url.hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return request.url.scheme == "https" or is_loopback_host(request.url.hostname or "")
 
 
 def set_framed_session_cookie(

@@ -22,11 +22,14 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.db import SessionFactory
 from app.lti.ags import PlatformRefused, PlatformUnavailable
 from app.lti.models import Webhook
 from app.models import Submission, utc_now
+from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
 
 SIGNATURE_HEADER = "Loopgrade-Signature"
+WEBHOOK_KIND = "webhook"
 HTTP_TIMEOUT_SECONDS = 10.0
 MAX_ERROR_CHARS = 300
 
@@ -97,6 +100,7 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 def _event(webhook: Webhook, event: WebhookEvent, data: dict[str, Any]) -> dict[str, Any]:
     return {
         "webhook_id": webhook.id,
+        "course_id": webhook.course_id,
         "event": {
             "id": secrets.token_urlsafe(12),
             "type": event.value,
@@ -157,3 +161,20 @@ def deliver_webhook(session: Session, payload: dict[str, Any]) -> None:
         raise PlatformUnavailable(problem)
     if reply.status_code >= 300:
         raise PlatformRefused(problem)
+
+
+@delivery_kind(WEBHOOK_KIND)
+def deliver_webhook_message(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+    with sessions() as session:
+        try:
+            deliver_webhook(session, payload)
+        except PlatformRefused as exc:
+            raise PermanentFailure(str(exc)) from None
+
+
+@on_graded
+def send_to_webhooks(session: Session, submission_id: str) -> None:
+    """A graded submission in a course: an event for each of the course's webhooks."""
+    submission = session.get(Submission, submission_id)
+    for message in graded_messages(session, submission) if submission is not None else []:
+        add_to_outbox(session, WEBHOOK_KIND, message)

@@ -1,4 +1,4 @@
-"""Local accounts: argon2 password hashes, creating users, signing in with a failure limit.
+"""Local accounts: argon2 password hashes, creating users, signing in with failure limits.
 
 These flush, never commit. A failed sign-in is recorded (flushed) and kept
 (`keep_on_error_response`) before SignInRefused is raised: the request's transaction commits
@@ -7,8 +7,8 @@ it although the answer is a 401, so that the limit holds across requests and pro
 
 from __future__ import annotations
 
-import math
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 
 from argon2 import PasswordHasher
@@ -19,6 +19,9 @@ from sqlalchemy.orm import Session
 from app.db import keep_on_error_response
 from app.errors import AppError
 from app.models import SignInFailure, SiteRole, User, utc_now
+from app.people.names import hidden_character, normalize_display_name
+from app.rate_limits import RateLimit, seconds_until_allowed
+from app.settings import Settings
 
 MIN_PASSWORD_CHARS = 10
 MAX_PASSWORD_CHARS = 1024
@@ -44,10 +47,10 @@ class SignInRefused(Exception):
 
 
 class TooManySignIns(Exception):
-    """Too many failed sign-ins lately; try again after `retry_after_seconds`."""
+    """Too many failed sign-ins lately; the message says whose; wait `retry_after_seconds`."""
 
-    def __init__(self, retry_after_seconds: int) -> None:
-        super().__init__(f"too many failed sign-ins; try again in {retry_after_seconds} s")
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
         self.retry_after_seconds = retry_after_seconds
 
 
@@ -59,8 +62,25 @@ def check_email(email: str) -> str:
     """The email normalized; raises AccountError when it cannot be an address."""
     email = normalize_email(email)
     if len(email) > 255 or not _EMAIL.fullmatch(email):
-        raise AccountError(f"{email or 'an empty email'!r} is not an email address")
+        raise AccountError(f"{email[:255] or 'an empty email'!r} is not an email address")
+    hidden = hidden_character(email)
+    if hidden is not None:
+        raise AccountError(f"the email contains {hidden}, which does not show: remove it")
     return email
+
+
+def check_display_name(name: str) -> str:
+    """The name as kept and shown (`app.people.names`); raises AccountError when it hides text."""
+    name = normalize_display_name(name)
+    if len(name) > MAX_NAME_CHARS:
+        raise AccountError(f"the name may have at most {MAX_NAME_CHARS} characters")
+    hidden = hidden_character(name)
+    if hidden is not None:
+        raise AccountError(
+            f"the name contains {hidden}, which does not show as itself: remove it, so that "
+            "your name looks like no one else's"
+        )
+    return name
 
 
 def check_password(password: str) -> None:
@@ -95,9 +115,7 @@ def create_user(
 ) -> User:
     """A new account; raises AccountError for a bad field or an email already in use."""
     email = check_email(email)
-    name = " ".join(name.split()) or email.split("@")[0]
-    if len(name) > MAX_NAME_CHARS:
-        raise AccountError(f"the name may have at most {MAX_NAME_CHARS} characters")
+    name = check_display_name(name or email.split("@")[0])
     check_password(password)
     if find_user_by_email(session, email) is not None:
         raise AccountError(f"there is already an account for {email}")
@@ -107,19 +125,65 @@ def create_user(
     return user
 
 
-def _retry_after(session: Session, condition: object, limit: int, window: timedelta) -> int | None:
-    since = utc_now() - window
-    failures = session.scalars(
-        select(SignInFailure.failed_at)
-        .where(condition, SignInFailure.failed_at > since)  # type: ignore[arg-type]
-        .order_by(SignInFailure.failed_at.desc())
-        .limit(limit)
-    ).all()
-    if len(failures) < limit:
-        return None
-    # Free again once the oldest of the last `limit` failures leaves the window.
-    seconds = (failures[-1] + window - utc_now()).total_seconds()
-    return max(1, math.ceil(seconds))
+@dataclass(frozen=True)
+class SignInLimits:
+    """Failed sign-ins allowed before a pause, each counted in its own sliding window.
+
+    Keyed so that a stranger cannot lock the owner out: failures to one account count per
+    client address, and one address gets more room over all accounts (a campus NAT). The
+    slower brake on one account from everywhere (many addresses guessing one password) does
+    not stop a browser that signed in to that account before (`known_browser`).
+    """
+
+    per_account_and_address: RateLimit
+    per_address: RateLimit
+    per_account: RateLimit
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SignInLimits:
+        window = settings.sign_in_window_seconds
+        return cls(
+            per_account_and_address=RateLimit(settings.sign_in_max_failures, window),
+            per_address=RateLimit(
+                settings.sign_in_max_failures * FAILURES_PER_ADDRESS_FACTOR, window
+            ),
+            per_account=RateLimit(
+                settings.sign_in_account_max_failures, settings.sign_in_account_window_seconds
+            ),
+        )
+
+
+def check_sign_in_limits(
+    session: Session,
+    limits: SignInLimits,
+    *,
+    email: str,
+    client_address: str,
+    known_browser: bool,
+) -> None:
+    """Raise TooManySignIns when a limit on failures that this attempt falls under is reached."""
+    by_account, by_address = SignInFailure.email == email, SignInFailure.client_ip == client_address
+    brakes = [
+        (
+            limits.per_account_and_address,
+            [by_account, by_address],
+            "Too many failed sign-ins to this account from your network.",
+        ),
+        (limits.per_address, [by_address], "Too many failed sign-ins from your network."),
+    ]
+    if not known_browser:
+        brakes.append(
+            (
+                limits.per_account,
+                [by_account],
+                "Too many failed sign-ins to this account from many places. For its safety, "
+                "only a browser that signed in to it before can sign in now.",
+            )
+        )
+    for limit, conditions, message in brakes:
+        retry_after = seconds_until_allowed(session, limit, SignInFailure.failed_at, *conditions)
+        if retry_after is not None:
+            raise TooManySignIns(message, retry_after)
 
 
 def sign_in(
@@ -127,39 +191,45 @@ def sign_in(
     *,
     email: str,
     password: str,
-    client_ip: str,
-    max_failures: int,
-    window_seconds: int,
+    client_address: str,
+    limits: SignInLimits,
+    known_browser: bool = False,
 ) -> User:
     """The user with this email and password.
 
-    Raises TooManySignIns before checking anything when this email (or this address, with
-    more room) failed too often within the window; SignInRefused when the pair is wrong.
+    Raises TooManySignIns before checking anything when failures that this attempt falls
+    under reached a limit (`SignInLimits`); SignInRefused when the pair is wrong.
     """
     email = normalize_email(email)
-    window = timedelta(seconds=window_seconds)
-    for condition, limit in (
-        (SignInFailure.email == email, max_failures),
-        (SignInFailure.client_ip == client_ip, max_failures * FAILURES_PER_ADDRESS_FACTOR),
-    ):
-        retry_after = _retry_after(session, condition, limit, window)
-        if retry_after is not None:
-            raise TooManySignIns(retry_after)
+    client_address = client_address[:64]
+    check_sign_in_limits(
+        session, limits, email=email, client_address=client_address, known_browser=known_browser
+    )
 
     user = find_user_by_email(session, email)
     if user is None:
         verify_password(_DUMMY_HASH, password)
     if user is None or not verify_password(user.password_hash, password):
-        session.add(SignInFailure(email=email[:255], client_ip=client_ip[:64]))
+        session.add(SignInFailure(email=email[:255], client_ip=client_address))
         session.flush()
         keep_on_error_response(session)
         raise SignInRefused()
 
     if _hasher.check_needs_rehash(user.password_hash):
         user.password_hash = hash_password(password)
-    session.execute(delete(SignInFailure).where(SignInFailure.email == email))
+    # Only this address's failures are forgiven: others' still count toward the brakes.
+    session.execute(
+        delete(SignInFailure).where(
+            SignInFailure.email == email, SignInFailure.client_ip == client_address
+        )
+    )
     # Old failures of everyone are only clutter once out of every window.
-    session.execute(delete(SignInFailure).where(SignInFailure.failed_at < utc_now() - window * 2))
+    longest = max(limits.per_address.window_seconds, limits.per_account.window_seconds)
+    session.execute(
+        delete(SignInFailure).where(
+            SignInFailure.failed_at < utc_now() - timedelta(seconds=2 * longest)
+        )
+    )
     session.flush()
     return user
 

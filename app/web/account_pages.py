@@ -14,9 +14,11 @@ from app.models import SiteRole, User
 from app.people.accounts import (
     MIN_PASSWORD_CHARS,
     AccountError,
+    SignInLimits,
     SignInRefused,
     TooManySignIns,
     create_user,
+    normalize_email,
     sign_in,
 )
 from app.settings import SettingsDep
@@ -26,7 +28,10 @@ from app.web.sessions import (
     CsrfViewerDep,
     ViewerDep,
     clear_session_cookie,
+    client_address,
     end_session,
+    is_known_browser,
+    set_known_browser_cookie,
     set_session_cookie,
     signed_in_user,
     start_session,
@@ -42,6 +47,7 @@ def _signed_in_response(
     _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
     response = RedirectResponse(safe_next(target), status_code=303)
     set_session_cookie(response, request, settings, token)
+    set_known_browser_cookie(response, request, settings, user.email)
     return response
 
 
@@ -85,15 +91,14 @@ def sign_in_form(
     password: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/",
 ) -> Response:
-    client_ip = request.client.host if request.client else "unknown"
     try:
         user = sign_in(
             session,
             email=email,
             password=password,
-            client_ip=client_ip,
-            max_failures=settings.sign_in_max_failures,
-            window_seconds=settings.sign_in_window_seconds,
+            client_address=client_address(request),
+            limits=SignInLimits.from_settings(settings),
+            known_browser=is_known_browser(request, normalize_email(email)),
         )
     except TooManySignIns as exc:
         minutes = max(1, round(exc.retry_after_seconds / 60))
@@ -104,8 +109,8 @@ def sign_in_form(
             {
                 "next": safe_next(next),
                 "email": email,
-                "error": f"Too many failed sign-ins for this account. For its safety, wait "
-                f"about {minutes} minute{'s' if minutes != 1 else ''} and try again.",
+                "error": f"{exc} Wait about {minutes} minute{'s' if minutes != 1 else ''} "
+                "and try again.",
             },
             status_code=429,
             headers={"Retry-After": str(exc.retry_after_seconds)},

@@ -24,10 +24,9 @@ from app.courses.courses import (
 )
 from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep
-from app.grading.intake import Upload, accept_submission
+from app.grading.intake import Upload, accept_submission, submission_limits
 from app.grading.submissions import (
     AssignmentClosed,
-    RateLimit,
     SubmissionRejected,
     check_open,
     get_submission,
@@ -43,6 +42,7 @@ from app.web.sessions import (
     Viewer,
     ViewerDep,
     anonymous_learner,
+    client_address,
     signed_in_user,
 )
 from app.web.submission_view import result_context, submission_context, viewable_submission
@@ -54,12 +54,6 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 def new_learner_id() -> str:
     """An anonymous learner, kept in a cookie, for practice without an account."""
     return f"web:{secrets.token_urlsafe(16)}"
-
-
-def rate_limit(settings: Settings) -> RateLimit | None:
-    if settings.submission_rate_limit <= 0:
-        return None
-    return RateLimit(settings.submission_rate_limit, settings.submission_rate_window_seconds)
 
 
 def find_exercise(exercise_id: str) -> Exercise:
@@ -102,7 +96,7 @@ def exercise_context(
     assigned: AssignedExercise | None,
     code: str,
 ) -> dict[str, Any]:
-    limit = rate_limit(settings)
+    limit = submission_limits(settings).per_learner
     closed = False
     if assigned is not None:
         try:
@@ -128,7 +122,7 @@ def exercise_context(
         "action": base,
         "unit": _unit(session, viewer, request, course),
         "recent": recent,
-        "rate_limit": limit.describe() if limit else None,
+        "rate_limit": limit.describe("submission") if limit and limit.count > 0 else None,
         "closed": closed,
         "max_upload_kib": settings.max_upload_bytes // 1024,
     }
@@ -219,6 +213,7 @@ def _submit(
             user_id=user.id if user else None,
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
+            client_address=client_address(request),
         )
     except SubmissionRejected as exc:
         # The form again, with the learner's code and what to fix; the status says why.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import re
 import secrets
@@ -166,6 +167,51 @@ def set_session_cookie(
         samesite=settings.cookie_samesite,
         secure=cookie_is_secure(request, settings),
     )
+
+
+# A browser that signed in to an account keeps an HMAC of its email: the account's sign-in
+# brake (too many failures from everywhere) does not stop its owner's own browser.
+KNOWN_BROWSER_COOKIE = "loopgrade_known"
+KNOWN_BROWSER_MAX_AGE_SECONDS = 365 * 24 * 3600
+
+
+def set_known_browser_cookie(
+    response: Response, request: Request, settings: Settings, email: str
+) -> None:
+    response.set_cookie(
+        KNOWN_BROWSER_COOKIE,
+        _mac(get_secret_key(request), "known-browser", email),
+        max_age=KNOWN_BROWSER_MAX_AGE_SECONDS,
+        httponly=True,
+        samesite=settings.cookie_samesite,
+        secure=cookie_is_secure(request, settings),
+    )
+
+
+def is_known_browser(request: Request, email: str) -> bool:
+    """This browser signed in to the account of `email` (normalized) before."""
+    cookie = request.cookies.get(KNOWN_BROWSER_COOKIE, "")
+    expected = _mac(get_secret_key(request), "known-browser", email)
+    return hmac.compare_digest(cookie.encode(), expected.encode())
+
+
+def client_address(request: Request) -> str:
+    """Who is asking, as limits count it: the connection's address, or the one a trusted proxy
+    names (`LOOPGRADE_TRUSTED_PROXIES`, applied by app.main before any route runs).
+
+    An IPv6 client is its /64, which one home or phone gets whole: per address it would have
+    2**64 addresses to spread over.
+    """
+    host = request.client.host if request.client else ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host[:64] or "unknown"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
 
 
 def clear_session_cookie(response: Response, request: Request, settings: Settings) -> None:

@@ -17,6 +17,7 @@ from graders.judging import (
     as_tensor,
     close,
     difference,
+    plot_series,
     within_tolerance,
 )
 from graders.report import PlotSeries
@@ -112,7 +113,7 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
     mine, theirs = learner.final["losses"], reference.final["losses"]
     if not isinstance(mine, list) or not isinstance(theirs, list):
         return []
-    return [PlotSeries(case=spec.id, label="loss", learner=mine, reference=theirs)]
+    return [plot_series(spec.id, "loss", mine, theirs)]
 
 
 JUDGE = KindJudge(

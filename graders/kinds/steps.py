@@ -26,6 +26,7 @@ from graders.judging import (
     close_values,
     difference,
     loss_and_gradients,
+    plot_series,
     times,
     within_tolerance,
 )
@@ -39,10 +40,6 @@ CHECKS = {
     "fresh-gradients": "After every call `.grad` holds this call's gradient alone, not a sum.",
     "update-uses-current-batch": "Every update is one step on this call's gradient.",
     "loss-returned": "Every call returned its loss before the update, as a float.",
-    "accumulates": (
-        "Every call ran backward() once per micro-batch, cleared nothing between them, and "
-        "stepped once."
-    ),
 }
 
 
@@ -212,7 +209,8 @@ def _judge_accumulation(
 ) -> None:
     """From the recorded calls: a backward() per micro-batch, nothing cleared between, one step.
 
-    The numbers alone cannot tell accumulation from one backward() on the concatenated batch.
+    The numbers alone cannot tell accumulation from one backward() on the concatenated batch:
+    an update not made from gradients accumulated this way fails update-uses-current-batch.
     """
     calls: list[str] = record["calls"]
     backwards = [i for i, call in enumerate(calls) if call == "backward"]
@@ -227,7 +225,7 @@ def _judge_accumulation(
         return
     between = ", clearing the gradients between them," if cleared_between else ""
     findings.fail(
-        "accumulates",
+        "update-uses-current-batch",
         f"{at}: your function ran backward() {times(len(backwards))}{between} and stepped "
         f"{times(len(steps))}. Accumulating is one backward() per micro-batch "
         f"({spec.micro_batches} here), nothing cleared between them, then one step().",
@@ -237,17 +235,17 @@ def _judge_accumulation(
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
     """The loss and the first weight after every call, the learner's against the reference."""
     return [
-        PlotSeries(
-            case=spec.id,
-            label="loss",
-            learner=[r["loss"] for r in learner.records],
-            reference=[r["loss"] for r in reference.records],
+        plot_series(
+            spec.id,
+            "loss",
+            [r["loss"] for r in learner.records],
+            [r["loss"] for r in reference.records],
         ),
-        PlotSeries(
-            case=spec.id,
-            label="weight[0][0]",
-            learner=[r["weight"][0][0] for r in learner.records],
-            reference=[r["weight"][0][0] for r in reference.records],
+        plot_series(
+            spec.id,
+            "weight[0][0]",
+            [r["weight"][0][0] for r in learner.records],
+            [r["weight"][0][0] for r in reference.records],
         ),
     ]
 

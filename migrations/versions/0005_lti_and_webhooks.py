@@ -2,7 +2,7 @@
 platforms' users, contexts and resource links mapped to ours; course webhooks.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-01
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | Sequence[str] | None = "0003"
+down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("auth_url", sa.String(1000), nullable=False),
         sa.Column("token_url", sa.String(1000), nullable=False),
         sa.Column("jwks_url", sa.String(1000), nullable=False),
+        sa.Column("frame_origins", sa.JSON(), nullable=True),
         sa.Column("created_at", WHEN, nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_lti_platforms")),
         sa.UniqueConstraint("issuer", "client_id", name=op.f("uq_lti_platforms_issuer")),

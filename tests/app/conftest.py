@@ -1,4 +1,4 @@
-"""Fixtures for the app: a migrated SQLite in a temporary data dir, a real server over HTTP."""
+"""Fixtures for the app: a migrated database (tests/conftest.py), a real server over HTTP."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from app.api.keys import create_api_key
-from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
 from app.settings import Settings
+from tests.conftest import migrated_database
 from tests.servers import app_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ def settings(tmp_path: Path) -> Settings:
     # Cold sandboxes: a server per test would start a warm pool per test (seconds each);
     # the pool has its own tests (tests/sandbox/test_pool.py, tests/hostile).
     settings = Settings(data_dir=tmp_path / "data", sandbox_pool_size=0)
-    upgrade_database(settings.database_url)
+    migrated_database(settings.database_url)
     return settings
 
 
@@ -75,6 +76,22 @@ def server_url(settings: Settings) -> Iterator[str]:
 @pytest.fixture
 def client(server_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def proxied_settings(settings: Settings) -> Settings:
+    """Settings of a server behind a reverse proxy on 127.0.0.1, whose X-Forwarded-* it believes
+    (so a test names any client address in X-Forwarded-For)."""
+    return settings.model_copy(update={"trusted_proxies": "127.0.0.1"})
+
+
+@pytest.fixture
+def proxied_client(proxied_settings: Settings) -> Iterator[httpx.Client]:
+    with (
+        app_in_thread(create_app(proxied_settings)) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
         yield client
 
 

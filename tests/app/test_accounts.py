@@ -78,11 +78,11 @@ def test_sign_up_refuses_bad_input_and_taken_emails(
 
 
 def test_the_session_cookie_is_secure_behind_https(
-    client: httpx.Client, sessions: SessionFactory
+    proxied_client: httpx.Client, sessions: SessionFactory
 ) -> None:
     make_user(sessions, "sam@example.org")
-    # uvicorn believes X-Forwarded-Proto from 127.0.0.1, as from a reverse proxy there.
-    response = sign_in(client, "sam@example.org", headers={"X-Forwarded-Proto": "https"})
+    # LOOPGRADE_TRUSTED_PROXIES names 127.0.0.1: its X-Forwarded-Proto is believed.
+    response = sign_in(proxied_client, "sam@example.org", headers={"X-Forwarded-Proto": "https"})
     assert response.status_code == 303
     cookie = next(
         h for h in response.headers.get_list("set-cookie") if h.startswith(SESSION_COOKIE)

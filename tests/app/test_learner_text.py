@@ -25,7 +25,8 @@ MARKUP = f'` <img src=x onerror=alert(1)> **Grader note:** [answers]({EVIL}) <a 
 
 
 def assert_shown_as_text(page: str) -> None:
-    """No part of MARKUP became a link, an image or a tag."""
+    """No part of MARKUP became a link, an image, a tag or the server's bold note."""
+    assert "<strong>Grader note" not in page
     assert f'href="{EVIL}' not in page
     assert f'src="{EVIL}' not in page and "<img" not in page
     assert "onerror=alert(1)>" not in page

@@ -1,23 +1,29 @@
-"""Claiming, grading and recording: idempotent per submission, safe across restarts."""
+"""Claiming, grading and recording: idempotent per submission, leases, the sweep, retries."""
 
 from __future__ import annotations
 
+import shutil
 import threading
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.db import SessionFactory
-from app.grading.queue import run_grading_job
+from app.grading.queue import GradingOutcome, lease_renewed, run_grading_job, sweep
 from app.grading.submissions import (
     GradingJob,
     claim_submission,
     create_submission,
     record_report,
-    requeue_unfinished,
+    renew_lease,
+    requeue_expired_leases,
+    requeue_waiting,
 )
 from app.models import Submission, utc_now
+from app.settings import Settings
 from graders.report import Check, GradeReport
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 
@@ -51,19 +57,31 @@ def row_state(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:
         }
 
 
-def test_grading_twice_changes_nothing(sessions: SessionFactory) -> None:
+LEASE_SECONDS = 30.0
+
+
+def expire_lease(sessions: SessionFactory, submission_id: str) -> None:
+    """As if the worker holding the claim stopped renewing it a while ago."""
+    with sessions.begin() as session:
+        row = session.get(Submission, submission_id)
+        assert row is not None and row.lease_expires_at is not None
+        row.lease_expires_at = utc_now() - timedelta(seconds=1)
+
+
+def test_grading_twice_changes_nothing(sessions: SessionFactory, settings: Settings) -> None:
     submission_id = add_submission(sessions)
-    run_grading_job(sessions, submission_id)
+    assert run_grading_job(sessions, submission_id, settings).outcome is GradingOutcome.GRADED
     graded = row_state(sessions, submission_id)
     assert graded["status"] == "graded"
     assert graded["diagnosis"] == "correct"
     assert graded["attempts"] == 1
 
     # The same job delivered again (a retry, a duplicate message): nothing happens.
-    run_grading_job(sessions, submission_id)
+    run = run_grading_job(sessions, submission_id, settings)
+    assert run.outcome is GradingOutcome.NOT_CLAIMED
     assert row_state(sessions, submission_id) == graded
     with sessions.begin() as session:
-        assert claim_submission(session, submission_id) is None
+        assert claim_submission(session, submission_id, lease_seconds=LEASE_SECONDS) is None
     assert row_state(sessions, submission_id) == graded
 
 
@@ -75,7 +93,7 @@ def test_only_one_of_many_concurrent_claims_wins(sessions: SessionFactory) -> No
     def claim() -> None:
         start.wait()
         with sessions.begin() as session:
-            jobs.append(claim_submission(session, submission_id))
+            jobs.append(claim_submission(session, submission_id, lease_seconds=LEASE_SECONDS))
 
     threads = [threading.Thread(target=claim) for _ in range(8)]
     for thread in threads:
@@ -90,11 +108,12 @@ def test_only_one_of_many_concurrent_claims_wins(sessions: SessionFactory) -> No
 def test_a_stale_claim_cannot_overwrite_the_current_one(sessions: SessionFactory) -> None:
     submission_id = add_submission(sessions)
     with sessions.begin() as session:
-        first = claim_submission(session, submission_id)
-    # The process restarts while `first` is still grading somewhere: the row is claimed again.
+        first = claim_submission(session, submission_id, lease_seconds=LEASE_SECONDS)
+    # `first`'s worker stops renewing (a partition, say) but lives on: the sweep takes it back.
+    expire_lease(sessions, submission_id)
     with sessions.begin() as session:
-        assert requeue_unfinished(session) == [submission_id]
-        second = claim_submission(session, submission_id)
+        assert requeue_expired_leases(session) == [submission_id]
+        second = claim_submission(session, submission_id, lease_seconds=LEASE_SECONDS)
     assert first is not None and second is not None
     assert (first.attempt, second.attempt) == (1, 2)
 
@@ -111,6 +130,7 @@ def test_a_stale_claim_cannot_overwrite_the_current_one(sessions: SessionFactory
         )
 
     with sessions.begin() as session:
+        assert renew_lease(session, first, lease_seconds=LEASE_SECONDS) is False
         assert record_report(session, first, report(0.0)) is False
         assert record_report(session, second, report(1.0)) is True
     state = row_state(sessions, submission_id)
@@ -118,9 +138,18 @@ def test_a_stale_claim_cannot_overwrite_the_current_one(sessions: SessionFactory
     assert state["exercise_version"] == "v2", "the result records the version it was graded on"
 
 
-def test_requeue_takes_back_queued_and_running_only(sessions: SessionFactory) -> None:
+def test_the_sweep_takes_back_expired_leases_only(
+    sessions: SessionFactory, settings: Settings
+) -> None:
     now = utc_now()
-    statuses = ["running", "graded", "queued", "error", "running"]
+    # (status, lease expires in seconds: None for no lease)
+    rows_wanted = [
+        ("running", -5.0),  # its worker died
+        ("running", 60.0),  # its worker is renewing: not touched
+        ("running", None),  # running from before leases: counts as expired
+        ("graded", None),
+        ("error", None),
+    ]
     with sessions.begin() as session:
         rows = [
             Submission(
@@ -129,29 +158,45 @@ def test_requeue_takes_back_queued_and_running_only(sessions: SessionFactory) ->
                 learner="l",
                 code="x = 1",
                 status=status,
-                attempts=0,
+                attempts=1,
                 created_at=now + timedelta(seconds=index),
+                lease_expires_at=None if lease is None else now + timedelta(seconds=lease),
             )
-            for index, status in enumerate(statuses)
+            for index, (status, lease) in enumerate(rows_wanted)
         ]
         session.add_all(rows)
         session.flush()
         ids = [row.id for row in rows]
 
-    with sessions.begin() as session:
-        requeued = requeue_unfinished(session)
-    assert requeued == [ids[0], ids[2], ids[4]]
+    assert sorted(sweep(sessions, settings)) == sorted([ids[0], ids[2]])
     assert [row_state(sessions, i)["status"] for i in ids] == [
         "queued",
+        "running",
+        "queued",
         "graded",
-        "queued",
         "error",
-        "queued",
     ]
+    # Swept once: a second sweep (another host's) finds nothing more to do.
+    assert sweep(sessions, settings) == []
+
+
+def test_the_sweep_sends_again_what_waited_too_long(
+    sessions: SessionFactory, settings: Settings
+) -> None:
+    old, fresh = add_submission(sessions), add_submission(sessions)
+    with sessions.begin() as session:
+        row = session.get(Submission, old)
+        assert row is not None
+        row.queued_at = utc_now() - timedelta(seconds=settings.redeliver_after_seconds + 1)
+    assert sweep(sessions, settings) == [old]
+    # Marked as sent again: not sent on every sweep.
+    assert sweep(sessions, settings) == []
+    with sessions.begin() as session:
+        assert requeue_waiting(session, queued_before=None) == [old, fresh]
 
 
 def test_a_server_fault_is_an_error_not_a_grade(
-    sessions: SessionFactory, caplog: pytest.LogCaptureFixture
+    sessions: SessionFactory, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     # An exercise removed from the server after the submission arrived: the grader raises.
     with sessions.begin() as session:
@@ -167,9 +212,78 @@ def test_a_server_fault_is_an_error_not_a_grade(
         session.flush()
         submission_id = row.id
 
-    run_grading_job(sessions, submission_id)
+    assert run_grading_job(sessions, submission_id, settings).outcome is GradingOutcome.ERROR
     state = row_state(sessions, submission_id)
     assert state["status"] == "error"
     assert "retired-exercise" in state["error_message"]
     assert state["score"] is None and state["graded_at"] is None
     assert submission_id in caplog.text
+
+
+def test_a_sandbox_fault_is_retried_not_stored_as_an_error(
+    sessions: SessionFactory,
+    settings: Settings,
+    shared_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_bwrap = shutil.which("bwrap")
+    assert real_bwrap, "bubblewrap is needed (./dev installs it)"
+    # The sandbox binary is not usable for a moment (an upgrade in progress, say).
+    flaky_bwrap = shared_dir / "bwrap"
+    flaky_bwrap.write_text(f'#!/bin/sh\nexec {real_bwrap} "$@"\n')
+    flaky_bwrap.chmod(0o644)
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "bwrap")
+    monkeypatch.setenv("LOOPGRADE_BWRAP", str(flaky_bwrap))
+    submission_id = add_submission(sessions)
+
+    run = run_grading_job(sessions, submission_id, settings)
+    assert run.outcome is GradingOutcome.RETRY
+    assert run.retry_in_seconds == settings.retry_backoff_seconds
+    state = row_state(sessions, submission_id)
+    assert (state["status"], state["error_message"], state["attempts"]) == ("queued", None, 1)
+
+    flaky_bwrap.chmod(0o755)
+    assert run_grading_job(sessions, submission_id, settings).outcome is GradingOutcome.GRADED
+    state = row_state(sessions, submission_id)
+    assert (state["status"], state["attempts"]) == ("graded", 2)
+
+
+def test_a_sandbox_fault_on_the_last_attempt_is_an_error(
+    sessions: SessionFactory, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOPGRADE_SANDBOX", "bwrap")
+    monkeypatch.setenv("LOOPGRADE_BWRAP", "/nonexistent/bwrap")
+    last_try = settings.model_copy(update={"grading_max_attempts": 1})
+    submission_id = add_submission(sessions)
+    assert run_grading_job(sessions, submission_id, last_try).outcome is GradingOutcome.ERROR
+    state = row_state(sessions, submission_id)
+    assert state["status"] == "error"
+    assert "bubblewrap" in state["error_message"]
+
+
+def test_the_backoff_doubles_up_to_its_cap(settings: Settings) -> None:
+    delays = [settings.retry_delay_seconds(attempt) for attempt in range(1, 12)]
+    assert delays[:3] == [2.0, 4.0, 8.0]
+    assert delays[-1] == settings.retry_backoff_max_seconds == max(delays)
+
+
+def test_a_worker_renews_its_lease_while_it_grades(sessions: SessionFactory) -> None:
+    submission_id = add_submission(sessions)
+    lease_seconds = 0.6
+    with sessions.begin() as session:
+        job = claim_submission(session, submission_id, lease_seconds=lease_seconds)
+    assert job is not None
+
+    def lease_expires_at() -> Any:
+        with sessions() as session:
+            row = session.get(Submission, submission_id)
+            assert row is not None
+            return row.lease_expires_at
+
+    first = lease_expires_at()
+    with lease_renewed(sessions, job, lease_seconds):
+        deadline = time.monotonic() + 30
+        while lease_expires_at() == first:
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.05)
+    assert lease_expires_at() > first

@@ -10,12 +10,17 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import SessionFactory
+from app.db import SessionDep, SessionFactory
+from app.errors import AppError
 from app.grading.queue import enqueue_after_commit
-from app.grading.submissions import create_submission, requeue_unfinished
+from app.grading.submissions import create_submission, requeue_waiting
+from app.main import create_app
 from app.models import Submission, User
+from app.people.accounts import create_user
+from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE
-from tests.app.people import make_user, sign_in, token_of
+from tests.app.people import PASSWORD, make_user, sign_in
+from tests.servers import app_in_thread
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
@@ -78,28 +83,38 @@ def test_requeued_submissions_are_handed_over_by_the_same_hook(
     with sessions.begin() as session:
         first = _submit(session).id
     with sessions.begin() as session:
-        assert requeue_unfinished(session) == [first]
+        assert requeue_waiting(session, queued_before=None) == [first]
     assert dispatcher.enqueued == [first, first]
 
 
-def test_an_error_answer_rolls_back_what_the_request_wrote(
-    client: httpx.Client, sessions: SessionFactory
+@pytest.mark.parametrize(
+    ("outcome", "status", "kept"),
+    [("ok", 200, True), ("refused", 409, False), ("crashed", 500, False)],
+)
+def test_the_request_commits_on_success_and_rolls_back_on_an_error(
+    settings: Settings, sessions: SessionFactory, outcome: str, status: int, kept: bool
 ) -> None:
-    # Sign-up writes the user, then the join code is wrong: the 422 leaves no account behind.
-    token = token_of(client.get("/sign-up"))
-    response = client.post(
-        "/sign-up",
-        data={
-            "csrf_token": token,
-            "email": "ada@example.org",
-            "name": "Ada",
-            "password": "a long enough password",
-            "join_code": "NOSUCHCODE",
-        },
-    )
-    assert response.status_code == 422, response.text
+    app = create_app(settings)
+
+    class Refused(AppError):
+        status_code = 409
+
+    # A route as any other: it writes (flushes), then answers, refuses or fails.
+    @app.post("/tests/write")
+    def write(session: SessionDep) -> dict[str, str]:
+        create_user(session, email="ada@example.org", name="Ada", password=PASSWORD)
+        if outcome == "refused":
+            raise Refused("refused after writing")
+        if outcome == "crashed":
+            raise RuntimeError("a bug after writing")
+        return {"written": "yes"}
+
+    with app_in_thread(app) as url, httpx.Client(base_url=url) as client:
+        response = client.post("/tests/write")
+    assert response.status_code == status, response.text
     with sessions() as session:
-        assert session.scalars(select(User)).all() == []
+        emails = session.scalars(select(User.email)).all()
+    assert emails == (["ada@example.org"] if kept else [])
 
 
 def test_a_refusal_kept_on_purpose_is_committed_with_its_error_answer(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.diagnosis import agrees
 from graders.exercises import get_exercise, load_exercise
+from graders.explanation import agrees
 from graders.proving import judge_source
 from graders.report import GradeReport
 
@@ -162,3 +162,47 @@ def test_a_mistake_only_hidden_cases_show_is_named_without_their_numbers() -> No
     )
     assert report.diagnosis == "wrong-momentum"
     assert "0.9" not in report.feedback and "0.03" not in report.feedback
+
+
+@pytest.mark.parametrize(
+    ("passes", "diagnosis", "says"),
+    [(3, "backward-twice", "exactly three times the correct ones"), (30, "incorrect", "")],
+)
+def test_a_loop_with_far_more_calls_than_a_right_one_is_not_replayed(
+    passes: int, diagnosis: str, says: str
+) -> None:
+    """Replays run in the grader's process: three backward passes a call are modelled, thirty
+    are not."""
+    report = judged(
+        "train-step",
+        f"""
+        def train_step(model, optimizer, loss_fn, x, y):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            for _ in range({passes}):
+                loss.backward(retain_graph=True)
+            optimizer.step()
+            return loss.item()
+        """,
+    )
+    assert report.diagnosis == diagnosis
+    assert says in report.feedback
+
+
+def test_copies_taken_after_the_wrong_passes_are_named() -> None:
+    """The first copy taken after both passes: it holds two passes' gradients, not one."""
+    report = judged(
+        "prove-accumulation",
+        """
+        def accumulation_demo(model, loss_fn, x, y):
+            loss_fn(model(x), y).backward()
+            loss_fn(model(x), y).backward()
+            first = model.weight.grad.clone()
+            second = model.weight.grad.clone()
+            return first, second
+        """,
+    )
+    assert report.diagnosis == "wrong-number-of-passes"
+    assert "Your first tensor holds two passes' gradients and your second two passes'." in (
+        report.feedback
+    )

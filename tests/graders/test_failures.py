@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
 
 from graders import grade
 from sandbox import Limits
 
-LIMITS = Limits(wall_timeout_seconds=8.0, cpu_seconds=6.0, memory_bytes=768 * 2**20)
+# CPU is the cap; the wall clock a backstop well above it (a busy machine slows runs down).
+LIMITS = Limits(wall_timeout_seconds=60.0, cpu_seconds=3.0, memory_bytes=768 * 2**20)
 
 ENDLESS = """
     def train_step(model, optimizer, loss_fn, x, y):
@@ -40,9 +40,7 @@ OUTPUT_FLOOD = """
     ids=["timeout", "memory", "output"],
 )
 def test_a_cap_hit_is_a_graded_zero_naming_the_cap(body: str, diagnosis: str, says: str) -> None:
-    started = time.monotonic()
     report = grade("train-step", textwrap.dedent(body), limits=LIMITS)
-    assert time.monotonic() - started < LIMITS.wall_timeout_seconds + 10
     assert report.diagnosis == diagnosis, report.feedback
     assert report.score == 0
     assert says in report.feedback

@@ -363,9 +363,9 @@ def test_one_backward_over_all_micro_batches_loses_the_accumulation_points(style
     exercise = next(e for e in list_exercises() if e.id == "accumulate-microbatches")
     report = judge_source(exercise, code(NOT_ACCUMULATING[style]))
     failed = [c for c in report.checks if not c.passed]
-    assert [c.id for c in failed] == ["accumulates"], report.feedback
+    assert [c.id for c in failed] == ["update-uses-current-batch"], report.feedback
     assert "ran backward() once" in failed[0].message
-    assert report.score == exercise.max_score - exercise.checks["accumulates"]
+    assert report.score == exercise.max_score - exercise.checks["update-uses-current-batch"]
 
 
 def test_the_unit_is_five_exercises_in_the_lesson_order() -> None:

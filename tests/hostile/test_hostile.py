@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sqlite3
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from tests.hostile.conftest import (
     WALL_TIMEOUT_SECONDS,
     Service,
 )
+from tests.sandbox.conftest import wait_for_release, waiting_at_barrier
 
 TRAIN = textwrap.indent(
     "optimizer.zero_grad()\n"
@@ -238,7 +241,8 @@ def test_connecting_to_a_tcp_listener_on_the_host(service: Service) -> None:
         port = listener.getsockname()[1]
         server_port = int(service.url.rsplit(":", 1)[1])
         prelude = f"""
-            import socket
+            import signal
+import socket
             reached = []
             for port in ({port}, {server_port}):
                 for host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
@@ -429,54 +433,73 @@ def test_a_forged_trace_on_the_result_channel(service: Service) -> None:
 
 
 def test_two_submissions_at_once_cannot_see_or_signal_each_other(service: Service) -> None:
+    """Each spy starts a beacon, waits at a barrier, then looks for the other's beacon in /proc
+    and kills everything it may. The test holds the spies at the barrier until sandboxes of both
+    submissions are there at once (the suite's server has two workers), so the two overlap
+    whatever the machine's load; later runs of the same submissions are let through at once.
+    """
     tokens = [f"beacon-{uuid.uuid4().hex}" for _ in range(2)]
+    markers = [f"spy-{uuid.uuid4().hex}" for _ in range(2)]
 
-    def spy(mine: str, theirs: str) -> str:
+    def spy(mine: str, theirs: str, marker: str) -> str:
         prelude = f"""
             import os, signal, subprocess, sys, time
-            sleeper = "import time; time.sleep(30)"
+            sleeper = "import time; time.sleep(300)"
             beacon = subprocess.Popen([sys.executable, "-c", sleeper, "{mine}"])
-            seen = []
-            deadline = time.monotonic() + 2
-            while time.monotonic() < deadline and not seen:
-                for pid in os.listdir("/proc"):
-                    try:
-                        if "{theirs}" in open(f"/proc/{{pid}}/cmdline").read():
-                            seen.append(pid)
-                    except OSError:
-                        pass
-                time.sleep(0.1)
-            try:
-                os.kill(-1, signal.SIGKILL)  # everything it may signal, but itself
-            except OSError:
-                pass
-            time.sleep(1)  # while the other one signals everything it may
         """
+        prelude = textwrap.dedent(prelude) + wait_for_release(marker)
+        prelude += f"""
+seen = []
+deadline = time.monotonic() + 2
+while time.monotonic() < deadline and not seen:
+    for pid in os.listdir("/proc"):
+        try:
+            if "{theirs}" in open(f"/proc/{{pid}}/cmdline").read():
+                seen.append(pid)
+        except OSError:
+            pass
+    time.sleep(0.1)
+try:
+    os.kill(-1, signal.SIGKILL)  # everything it may signal, but itself
+except OSError:
+    pass
+time.sleep(1)  # while the other one signals everything it may
+"""
         body = (
             "if not seen:\n    raise RuntimeError('saw nothing of the other submission')\n"
             + textwrap.dedent(TRAIN)
         )
         return step(body, prelude)
 
-    results: list[tuple[dict[str, Any], float]] = []
+    results: list[dict[str, Any]] = []
 
     def grade(code: str) -> None:
-        results.append(service.grade(code, learner="spy"))
+        results.append(service.grade(code, learner="spy")[0])
 
     threads = [
-        threading.Thread(target=grade, args=(spy(tokens[0], tokens[1]),)),
-        threading.Thread(target=grade, args=(spy(tokens[1], tokens[0]),)),
+        threading.Thread(target=grade, args=(spy(tokens[0], tokens[1], markers[0]),)),
+        threading.Thread(target=grade, args=(spy(tokens[1], tokens[0], markers[1]),)),
     ]
     for thread in threads:
         thread.start()
+    overlapped = False
+    released: set[int] = set()
+    while any(thread.is_alive() for thread in threads):
+        waiting = [set(waiting_at_barrier(marker)) - released for marker in markers]
+        overlapped = overlapped or all(waiting)
+        if overlapped:
+            for pid in set.union(*waiting):
+                os.kill(pid, signal.SIGUSR1)
+                released.add(pid)
+        time.sleep(0.05)
     for thread in threads:
         thread.join()
+    assert overlapped, f"the two submissions never ran at once: {results}"
     assert len(results) == 2
-    for body, seconds in results:
+    for body in results:
         assert body["status"] == "graded", body
         assert body["score"] == 0
         # Had the other's kill reached it, it would have died by a signal instead.
-        assert body["diagnosis"] == "runtime-error"
+        assert body["diagnosis"] == "runtime-error", body["feedback"]
         assert "saw nothing of the other submission" in body["feedback"], body["feedback"]
-        assert seconds < 2 * (WALL_TIMEOUT_SECONDS + MARGIN_SECONDS)
     service.assert_healthy()

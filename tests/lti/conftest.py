@@ -17,6 +17,7 @@ from app.lti.platforms import add_platform
 from app.main import create_app
 from app.settings import Settings
 from tests.lti.fake_platform import FakePlatform, follow_login
+from tests.lti.receiver import Receiver
 from tests.servers import app_in_thread
 
 LEEWAY_SECONDS = 60
@@ -99,3 +100,12 @@ def launch(browser_client: httpx.Client, platform: FakePlatform) -> Launch:
         return client.post(f"{platform.tool_url}/lti/launch", data=fields)
 
     return run
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook subscriber on 127.0.0.1 (give it the webhook's secret)."""
+    found = Receiver()
+    with app_in_thread(found.app()) as url:
+        found.url = f"{url}/hook"
+        yield found

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio.to_thread
 import httpx
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -65,10 +66,15 @@ class FakePlatform:
     scores: dict[str, dict[str, RecordedScore]] = field(default_factory=dict)
     score_posts: int = 0
     fail_score_posts: int = 0  # answer 503 to this many score posts first
+    # Hold the next score post unanswered until `release_stalled` is set (a tool dying mid-POST).
+    stall_next_score_post: bool = False
+    release_stalled: threading.Event = field(default_factory=threading.Event)
     ungradable_users: set[str] = field(default_factory=set)
-    tokens_issued: int = 0
+    # The scope of every access token issued, in order.
+    token_scopes: list[str] = field(default_factory=list)
     members: list[dict[str, Any]] = field(default_factory=list)
     used_assertion_ids: set[str] = field(default_factory=set)
+    deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
     _access_tokens: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -172,6 +178,15 @@ class FakePlatform:
         app = FastAPI()
         platform = self
 
+        @app.get("/course")
+        def course_page() -> HTMLResponse:
+            """The LMS's page with the tool in an iframe, as learners see it."""
+            login = f"{platform.tool_url}/lti/login?{urlencode(platform.login_params())}"
+            return HTMLResponse(
+                "<!doctype html><title>LMS course</title><h1>LMS course</h1>"
+                f'<iframe id="tool" src="{html.escape(login)}" width="1000" height="700"></iframe>'
+            )
+
         @app.get("/jwks")
         def jwks() -> dict[str, Any]:
             return {
@@ -233,7 +248,7 @@ class FakePlatform:
             platform.used_assertion_ids.add(claims["jti"])
             access_token = secrets.token_urlsafe(16)
             with platform._lock:
-                platform.tokens_issued += 1
+                platform.token_scopes.append(scope)
                 platform._access_tokens[access_token] = set(scope.split())
             return {
                 "access_token": access_token,
@@ -251,6 +266,11 @@ class FakePlatform:
         async def score(item: str, request: Request) -> Response:
             with platform._lock:
                 platform.score_posts += 1
+                stall, platform.stall_next_score_post = platform.stall_next_score_post, False
+            if stall:
+                await anyio.to_thread.run_sync(platform.release_stalled.wait)
+                return JSONResponse({"error": "too late"}, status_code=503)
+            with platform._lock:
                 if platform.fail_score_posts > 0:
                     platform.fail_score_posts -= 1
                     return JSONResponse({"error": "try later"}, status_code=503)
@@ -301,8 +321,6 @@ class FakePlatform:
             return HTMLResponse("<p>Content added.</p>")
 
         return app
-
-    deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
 
 
 def follow_login(

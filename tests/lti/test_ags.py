@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from app.db import SessionFactory
 from app.lti.ags import (
+    SCORE_SCOPE,
     AccessTokens,
     DeliveryOutcome,
     PlatformRefused,
@@ -17,31 +18,18 @@ from app.lti.ags import (
     sync_roster,
 )
 from app.lti.models import LtiContext, LtiUser
-from app.models import CourseRole, Enrolment, Submission, SubmissionStatus, User, utc_now
+from app.models import CourseRole, Enrolment, Submission, User
+from tests.app.people import graded
 from tests.lti.conftest import Launch
 from tests.lti.fake_platform import INSTRUCTOR, LEARNER, FakePlatform
 
 
 def graded_submission(sessions: SessionFactory, score: float) -> str:
     """A graded submission of the launched learner's, in the launched course."""
-    with sessions.begin() as session:
+    with sessions() as session:
         user_id = session.scalars(select(LtiUser.user_id)).one()
         course_id = session.scalars(select(LtiContext.course_id)).one()
-        submission = Submission(
-            exercise_id="train-step",
-            exercise_version="v",
-            learner="learner-1@lms.example",
-            code="pass",
-            status=SubmissionStatus.GRADED,
-            score=score,
-            max_score=10.0,
-            user_id=user_id,
-            course_id=course_id,
-            graded_at=utc_now(),
-        )
-        session.add(submission)
-        session.flush()
-        return submission.id
+    return graded(sessions, user_id=user_id, course_id=course_id, score=score)
 
 
 def message_for(sessions: SessionFactory, submission_id: str) -> dict[str, object]:
@@ -78,7 +66,8 @@ def test_a_score_reaches_the_line_item_with_a_cached_token(
     assert later["score_given"] == 7.0
     with sessions() as session:
         assert deliver_score(session, tokens, later) is DeliveryOutcome.DELIVERED
-    assert platform.tokens_issued == 1  # the token was cached
+    # The token was cached (the roster sync of the first launch asks for its own scope).
+    assert platform.token_scopes.count(SCORE_SCOPE) == 1
 
 
 def test_a_retry_keeps_the_timestamp_and_a_409_counts_as_applied(

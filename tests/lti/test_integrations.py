@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 
 from app.db import SessionFactory
+from app.lti.webhooks import create_webhook
 from app.models import SiteRole
 from app.settings import Settings
 from tests.app.conftest import loopgrade
 from tests.app.people import make_course, make_user, post_form, sign_in
+from tests.lti.receiver import Receiver
 
 
 def test_an_instructor_creates_uses_and_revokes_a_course_key(
@@ -67,3 +70,39 @@ def test_the_cli_lists_and_revokes_course_keys(
     assert "revoked" in listed.stdout
     unknown = loopgrade("keys", "revoke", "nope", data_dir=settings.data_dir)
     assert unknown.returncode == 1 and "no API key has the id" in unknown.stderr
+
+
+def test_a_refused_delivery_is_listed_and_retried_from_the_page(
+    tool_url: str, sessions: SessionFactory, receiver: Receiver
+) -> None:
+    make_user(sessions, "tess@uni.example", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@uni.example")
+    with sessions.begin() as session:
+        webhook = create_webhook(
+            session, course_id=course_id, url=receiver.url, allow_private_addresses=True
+        )
+        receiver.secret, webhook_id = webhook.secret, webhook.id
+    receiver.refuse_next = 1
+    page = f"/courses/{course_id}/integrations"
+    with httpx.Client(base_url=tool_url, timeout=60) as client:
+        assert sign_in(client, "tess@uni.example").status_code == 303
+        sent = post_form(client, page, f"{page}/webhooks/{webhook_id}/test", {})
+        assert sent.status_code == 303
+        failed = wait_for_state(client, page, "failed")
+        assert "HTTP 410" in failed
+        delivery_id = re.search(r'data-delivery="(\d+)" data-state="failed"', failed)
+        assert delivery_id
+        retried = post_form(client, page, f"{page}/deliveries/{delivery_id[1]}/retry", {})
+        assert retried.status_code == 303
+        wait_for_state(client, page, "delivered")
+    assert [event["type"] for event in receiver.events] == ["test"]
+
+
+def wait_for_state(client: httpx.Client, page: str, state: str) -> str:
+    deadline = time.monotonic() + 60
+    while True:
+        text = client.get(page).text
+        if f'data-state="{state}"' in text:
+            return text
+        assert time.monotonic() < deadline, f"no delivery became {state}"
+        time.sleep(0.2)

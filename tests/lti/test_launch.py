@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from app.db import SessionFactory
 from app.lti.launch import LaunchCheck
-from app.lti.models import LtiResourceLink, LtiUser
+from app.lti.models import LtiPlatform, LtiResourceLink, LtiUser
 from app.lti.provisioning import LIS
 from app.models import Course, CourseRole, Enrolment, User
 from tests.lti.conftest import LEEWAY_SECONDS, Launch
@@ -45,11 +45,14 @@ def enter(client: httpx.Client, launched: httpx.Response) -> httpx.Response:
 
 
 def test_a_launch_provisions_the_learner_and_opens_the_exercise(
-    launch: Launch, browser_client: httpx.Client, sessions: SessionFactory
+    launch: Launch, browser_client: httpx.Client, sessions: SessionFactory, platform: FakePlatform
 ) -> None:
     page = enter(browser_client, launch())
     assert page.url.path.endswith("/exercises/train-step")
     assert "Person learner-1" in page.text  # signed in as the platform's user
+    # Framed by this site and the registered platform only.
+    policy = page.headers["content-security-policy"]
+    assert f"frame-ancestors 'self' {platform.url}" in policy and "*" not in policy
     with sessions() as session:
         lti_user = session.scalars(select(LtiUser)).one()
         user = session.get(User, lti_user.user_id)
@@ -59,6 +62,7 @@ def test_a_launch_provisions_the_learner_and_opens_the_exercise(
         enrolment = session.scalars(select(Enrolment)).one()
         assert (enrolment.user_id, enrolment.role) == (user.id, CourseRole.LEARNER)
         link = session.scalars(select(LtiResourceLink)).one()
+        assert session.scalars(select(LtiPlatform.frame_origins)).one() == [platform.url]
         assert link.exercise_id == "train-step"
         assert link.lineitem_url and link.lineitem_url.endswith("/lineitems/1/lineitem?course=7")
 

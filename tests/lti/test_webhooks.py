@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
-
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
 
 from app.db import SessionFactory
 from app.lti.ags import PlatformRefused, PlatformUnavailable
 from app.lti.webhooks import (
-    SIGNATURE_HEADER,
     WebhookError,
     check_webhook_url,
     create_webhook,
@@ -26,50 +16,7 @@ from app.lti.webhooks import (
     sample_event_message,
 )
 from app.models import Course, Submission, SubmissionStatus, utc_now
-from tests.servers import app_in_thread
-
-REPLAY_WINDOW_SECONDS = 300
-
-
-@dataclass
-class Receiver:
-    """A subscriber that checks signatures as docs/api.md tells receivers to."""
-
-    secret: str = ""
-    fail_next: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
-
-    def app(self) -> FastAPI:
-        app = FastAPI()
-
-        @app.post("/hook")
-        async def hook(request: Request) -> Response:
-            if self.fail_next:
-                self.fail_next -= 1
-                return Response(status_code=502)
-            body = await request.body()
-            fields = dict(p.split("=", 1) for p in request.headers[SIGNATURE_HEADER].split(","))
-            timestamp = int(fields["t"])
-            expected = hmac.new(
-                self.secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
-            ).hexdigest()
-            if not hmac.compare_digest(expected, fields["v1"]):
-                return Response(status_code=401)
-            if abs(time.time() - timestamp) > REPLAY_WINDOW_SECONDS:
-                return Response(status_code=401)
-            self.events.append(await request.json())
-            return Response(status_code=204)
-
-        return app
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    found = Receiver()
-    with app_in_thread(found.app()) as url:
-        found.url = f"{url}/hook"
-        yield found
+from tests.lti.receiver import Receiver
 
 
 @pytest.fixture

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 import sandbox
 from sandbox import Limits, RunResult, run
+from sandbox import docker as docker_backend
 
 # Small, so that hitting a limit is quick. The wall timeout is generous because other runs may
 # share the cores: a test that means to hit another limit must not time out instead.
@@ -81,6 +79,28 @@ def wait_for_release(marker: str) -> str:
     )
 
 
+def waiting_at_barrier(marker: str) -> list[int]:
+    """Host pids of the programs waiting in wait_for_release(marker), whatever started them
+    (bwrap, a container's init, a warm pool's zygote): each has /tmp/<marker> in its root and
+    SIGUSR1 blocked, unlike what it started before and the processes around it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if not os.path.exists(f"/proc/{entry}/root/tmp/{marker}"):
+                continue
+            with open(f"/proc/{entry}/status") as status:
+                blocked = next(
+                    int(line.split()[1], 16) for line in status if line.startswith("SigBlk:")
+                )
+        except (OSError, StopIteration, ValueError):
+            continue
+        if blocked & (1 << (signal.SIGUSR1 - 1)):
+            found.append(int(entry))
+    return found
+
+
 def release(pids: list[int]) -> None:
     """Let the run's program go on past wait_for_release().
 
@@ -117,6 +137,17 @@ def host_pids_of_uid(uid: int) -> list[int]:
     return pids
 
 
+def sandbox_containers() -> list[str]:
+    """Names of the sandbox containers this test process started that still exist."""
+    client = docker_backend.connect()
+    try:
+        filters = {"label": [docker_backend.LABEL, f"{docker_backend.PID_LABEL}={os.getpid()}"]}
+        containers = client.api.containers(all=True, filters=filters)
+    finally:
+        client.close()
+    return [str(container["Names"][0]) for container in containers]
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each backend in turn, as LOOPGRADE_SANDBOX; one this host lacks is skipped."""
@@ -141,12 +172,3 @@ def start_run() -> Iterator[Callable[..., Future[RunResult]]]:
             return pool.submit(run, program, inputs or {}, limits)
 
         yield start
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory other uids can read (pytest's tmp_path is under a mode-700 directory)."""
-    path = Path(tempfile.mkdtemp(prefix="loopgrade-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)

@@ -22,7 +22,7 @@ import pytest
 import sandbox
 from sandbox import RunResult, SandboxError, SandboxUnavailable, run
 from sandbox import docker as docker_backend
-from tests.sandbox.conftest import FAST, fast
+from tests.sandbox.conftest import FAST, fast, sandbox_containers
 
 REPO = Path(__file__).resolve().parents[2]
 MARGIN_SECONDS = 1.5
@@ -54,17 +54,6 @@ def docker_backend_only(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.skip(f"no docker sandbox on this host: {reason}")
     monkeypatch.setenv("LOOPGRADE_SANDBOX", "docker")
     monkeypatch.delenv("LOOPGRADE_DOCKER_RUNTIME", raising=False)
-
-
-def sandbox_containers() -> list[str]:
-    """Names of the sandbox containers this test process started that still exist."""
-    client = docker_backend.connect()
-    try:
-        filters = {"label": [docker_backend.LABEL, f"{docker_backend.PID_LABEL}={os.getpid()}"]}
-        containers = client.api.containers(all=True, filters=filters)
-    finally:
-        client.close()
-    return [str(container["Names"][0]) for container in containers]
 
 
 # -- the contract of run() ---------------------------------------------------------------------
@@ -142,56 +131,6 @@ def test_exit_code_and_death_by_signal_are_reported() -> None:
 @pytest.mark.parametrize(
     "program",
     [
-        "while True: pass",
-        "import time; time.sleep(60)",
-        # Ignoring every signal it can changes nothing: the container is killed from outside.
-        "import signal, time\n"
-        "for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):\n"
-        "    signal.signal(number, signal.SIG_IGN)\n"
-        "time.sleep(60)\n",
-    ],
-    ids=["busy-loop", "sleep", "ignoring-signals"],
-)
-def test_wall_timeout(program: str) -> None:
-    limits = fast(wall_timeout_seconds=2.0, cpu_seconds=30.0)
-    result = run(program, {}, limits)
-    assert result.limit_hit == "timed_out"
-    assert result.signal == signal.SIGKILL
-    assert (
-        limits.wall_timeout_seconds
-        <= result.wall_seconds
-        < limits.wall_timeout_seconds + MARGIN_SECONDS
-    )
-    assert sandbox_containers() == []
-
-
-def test_cpu_time_limit() -> None:
-    result = run("while True: pass", {}, fast(cpu_seconds=1.0))
-    assert result.limit_hit == "cpu_time_exceeded"
-    assert 1.0 <= result.cpu_seconds < 1.5
-    assert not result.timed_out
-
-
-def test_memory_bomb_of_bytes() -> None:
-    program = "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 << 20))\n"
-    result = run(program, {}, fast(memory_bytes=128 << 20))
-    assert result.limit_hit == "memory_exceeded"
-    assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 64 << 20
-    assert run("import os; os.write(3, b'ok')", {}, FAST).payload == b"ok"
-
-
-def test_memory_bomb_of_a_huge_torch_tensor() -> None:
-    program = "import torch\nx = torch.ones(2**29)  # 2 GiB of float32\nprint(x.sum())\n"
-    limits = fast(memory_bytes=768 << 20, cpu_seconds=20.0)
-    result = run(program, {}, limits)
-    assert result.memory_exceeded, result.stderr
-    assert not result.timed_out
-    assert b"tensor(" not in result.stdout
-
-
-@pytest.mark.parametrize(
-    "program",
-    [
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
         "import threading, time\nwhile True:\n    try:\n"
         "        threading.Thread(target=time.sleep, args=(60,)).start()\n"
@@ -203,71 +142,6 @@ def test_process_limit(program: str) -> None:
     result = run(program, {}, fast(max_processes=16))
     assert result.limit_hit == "process_limit_exceeded"
     assert not result.timed_out
-    assert sandbox_containers() == []
-
-
-@pytest.mark.parametrize(
-    "writer",
-    [
-        "try:\n    open('big', 'wb').write(b'x' * (2 << 20))\nexcept OSError as error:\n"
-        "    print(error)\n",
-        "import subprocess\nsubprocess.run(['/usr/bin/head', '-c', '2000000', '/dev/zero'],"
-        " stdout=open('big', 'wb'))\n",
-    ],
-    ids=["python-efbig", "child-sigxfsz"],
-)
-def test_file_size_limit(writer: str) -> None:
-    result = run(writer, {}, fast(file_size_bytes=1 << 20))
-    assert result.limit_hit == "file_size_exceeded"
-
-
-def test_open_files_limit() -> None:
-    program = (
-        "import time\nfiles = []\ntry:\n    while True:\n        files.append(open('/dev/null'))\n"
-        "except OSError as error:\n    print(error)\ntime.sleep(30)\n"
-    )
-    result = run(program, {}, fast(open_files=32))
-    assert result.limit_hit == "open_files_exceeded"
-
-
-def test_output_flood_is_capped_and_ends_the_run() -> None:
-    program = (
-        "import sys\nwhile True:\n    print('o' * 999)\n    print('e' * 999, file=sys.stderr)\n"
-    )
-    result = run(program, {}, fast(output_bytes=10_000))
-    assert result.limit_hit == "output_truncated"
-    assert len(result.stdout) + len(result.stderr) == 10_000
-    assert set(result.stdout) <= set(b"o\n")
-    assert sandbox_containers() == []
-
-
-def test_payload_flood_is_capped_and_ends_the_run() -> None:
-    program = "import os\nwhile True:\n    os.write(3, b'p' * 4096)\n"
-    result = run(program, {}, fast(payload_bytes=10_000))
-    assert result.limit_hit == "payload_truncated"
-    assert result.payload == b"p" * 10_000
-
-
-def test_a_payload_of_exactly_the_cap_is_not_truncated() -> None:
-    result = run("import os\nos.write(3, b'p' * 1000)\n", {}, fast(payload_bytes=1000))
-    assert result.payload == b"p" * 1000
-    assert not result.payload_truncated
-
-
-def test_what_the_program_leaves_running_dies_with_it() -> None:
-    program = (
-        "import os, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    time.sleep(3)\n"
-        "    os.write(3, b'late')\n"
-        "    os._exit(0)\n"
-        "os.write(3, b'main')\n"
-    )
-    started = time.monotonic()
-    result = run(program, {}, FAST)
-    assert result.payload == b"main"
-    assert time.monotonic() - started < 3
     assert sandbox_containers() == []
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import uuid
 
 import pytest
 
@@ -136,3 +138,32 @@ def test_torch_imports_and_a_linear_sgd_step_runs_under_the_filter(backend: str)
     assert trace["threads"] == 1  # OMP_NUM_THREADS=1
     assert trace["version"] == "2.13.0+cpu"
     assert result.peak_memory_bytes is None or result.peak_memory_bytes > 50 << 20
+
+
+@pytest.mark.parametrize("start", ["subprocess", "fork"])
+def test_the_run_ends_when_the_program_does_and_what_it_left_dies(backend: str, start: str) -> None:
+    """A child that would sleep for minutes neither holds the run open nor outlives it."""
+    marker = f"left-behind-{uuid.uuid4().hex}"
+    sleeper = f"[sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}]"
+    program = (
+        "import os, subprocess, sys\n"
+        + (
+            f"subprocess.Popen({sleeper})\n"
+            if start == "subprocess"
+            else f"if os.fork() == 0:\n    os.setsid()\n    os.execv(sys.executable, {sleeper})\n"
+        )
+        + "os.write(3, b'main')\n"
+    )
+    result = run(program, {}, FAST)  # its wall clock is far below the children's sleep
+    assert result.payload == b"main", result.stderr
+    assert result.limit_hit is None
+    assert result.exit_code == 0
+    left = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if marker.encode() in cmdline.read():
+                    left.append(entry)
+        except OSError:
+            continue
+    assert left == []

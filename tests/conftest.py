@@ -1,0 +1,108 @@
+"""The database under every test: a SQLite file (default) or PostgreSQL.
+
+LOOPGRADE_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:PORT/postgres (a server where the
+tests may create databases; .ci/run starts one) runs the tests on PostgreSQL: the session
+migrates a template database once, and each test gets a database of its own, empty, named by
+LOOPGRADE_DATABASE_URL for the test and every process it starts. `migrated_database` fills it
+from the template (as fast as a copy), or migrates the SQLite file.
+
+Tests of many hosts need PostgreSQL whatever the mode: `postgres_admin_url` is the server of
+LOOPGRADE_TEST_DATABASE_URL or LOOPGRADE_TEST_POSTGRES_URL (./dev test and .ci/run start one
+with scripts/test-services.sh), else a throwaway cluster of the session's own.
+LOOPGRADE_REQUIRE_SERVICES=1 (as in CI) makes a missing PostgreSQL or Redis an error, not a skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.db import upgrade_database
+from app.settings import with_psycopg_driver
+from tests.services import (
+    create_database,
+    drop_database,
+    postgres_bin,
+    postgres_server,
+    redis_binary,
+)
+
+TEST_DATABASE_URL = with_psycopg_driver(os.environ.get("LOOPGRADE_TEST_DATABASE_URL", ""))
+REQUIRE_SERVICES = bool(os.environ.get("LOOPGRADE_REQUIRE_SERVICES"))
+TEMPLATE_DATABASE = f"loopgrade_template_{os.getpid()}"
+_database_numbers = itertools.count()
+
+
+def migrated_database(database_url: str) -> None:
+    """Bring the test's database to the newest migration (on PostgreSQL: a template copy)."""
+    if TEST_DATABASE_URL and database_url == os.environ.get("LOOPGRADE_DATABASE_URL"):
+        name = database_url.rsplit("/", 1)[1]
+        drop_database(TEST_DATABASE_URL, name)
+        create_database(TEST_DATABASE_URL, name, template=TEMPLATE_DATABASE)
+    else:
+        upgrade_database(database_url)
+
+
+def missing_service(message: str) -> None:
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{message} (LOOPGRADE_REQUIRE_SERVICES is set)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[None]:
+    """The migrated template database of this session (PostgreSQL mode only)."""
+    if not TEST_DATABASE_URL:
+        yield
+        return
+    drop_database(TEST_DATABASE_URL, TEMPLATE_DATABASE)
+    upgrade_database(create_database(TEST_DATABASE_URL, TEMPLATE_DATABASE))
+    yield
+    drop_database(TEST_DATABASE_URL, TEMPLATE_DATABASE)
+
+
+@pytest.fixture(autouse=True)
+def test_database(postgres_template: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str | None]:
+    """In PostgreSQL mode, an empty database of this test's own as LOOPGRADE_DATABASE_URL."""
+    if not TEST_DATABASE_URL:
+        yield None
+        return
+    name = f"loopgrade_test_{os.getpid()}_{next(_database_numbers)}"
+    url = create_database(TEST_DATABASE_URL, name)
+    monkeypatch.setenv("LOOPGRADE_DATABASE_URL", url)
+    yield url
+    drop_database(TEST_DATABASE_URL, name)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    """A PostgreSQL server the test may create databases on (the given one, or our own)."""
+    given = TEST_DATABASE_URL or os.environ.get("LOOPGRADE_TEST_POSTGRES_URL")
+    if given:
+        yield with_psycopg_driver(given)
+        return
+    if postgres_bin() is None:
+        missing_service("PostgreSQL is not installed: apt-get install postgresql (./dev does)")
+    with postgres_server() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def redis_available() -> None:
+    if redis_binary() is None:
+        missing_service("redis-server is not installed: apt-get install redis-server")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other uids can read (pytest's tmp_path is under a mode-700 directory)."""
+    path = Path(tempfile.mkdtemp(prefix="loopgrade-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)

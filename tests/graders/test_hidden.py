@@ -1,0 +1,274 @@
+"""Invariant 5: whatever happens in a hidden case, the learner sees the check, pass or fail, and
+a fixed message per failure class; never a string, number or name that learner code chose.
+
+Learner code in the hidden run knows the hidden cases (it can read /sandbox/cases.json), so
+every channel from that run back to the report is tried: an exception's message and type name,
+SyntaxError fields, the exit status, a signal, printed output, the number of records, partial
+traces, values and type names in records, non-finite values, every cap. The whole report,
+serialized, must hold no hidden case parameter: id, seed, learning rate, momentum, batch size,
+steps, initial or expected values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from graders import grade, harness
+from graders.exercises import CaseSpec, Exercise, get_exercise
+from graders.grading import GRADING_LIMITS, HIDDEN_FAILURES, grade_runs, trusted_trajectories
+from graders.judging import HIDDEN_CHECK_FAILURE, case_data
+from graders.report import GradeReport
+from sandbox import Limits, RunResult
+from tests.graders.sandbox_results import groups, harness_document, harness_result, result
+
+MARK = "LEAK"
+
+
+def secrets(exercise: Exercise) -> list[str]:
+    """Strings that would betray a hidden case of the exercise."""
+    found: list[str] = []
+    reference = trusted_trajectories(exercise)["reference"]
+    for spec in exercise.cases:
+        if not spec.hidden:
+            continue
+        found += [spec.id, str(spec.seed), repr(spec.lr), f"{spec.lr:g}"]
+        found += [str(n) for n in (spec.batch_size, spec.steps) if n >= 10]
+        if spec.momentum:
+            found += [repr(spec.momentum)]
+        start = case_data(spec).weight.flatten().tolist()
+        after = [v for r in reference[spec.id].records for row in r["weight"] for v in row]
+        for value in start[:4] + after[:4]:
+            found += [repr(value), f"{value:.6g}", f"{value:.4g}"]
+    return found
+
+
+def assert_conceals(exercise: Exercise, report: GradeReport) -> None:
+    text = report.model_dump_json(exclude={"exercise_version"})
+    assert MARK not in text
+    for secret in secrets(exercise):
+        assert not re.search(rf"(?<![\w.]){re.escape(secret)}(?![\w])", text), (secret, text)
+    for check in report.checks:
+        if check.hidden:
+            assert check.message == HIDDEN_CHECK_FAILURE
+
+
+def leak(exercise: Exercise) -> str:
+    """What hostile code in the hidden run would send: everything it knows about the cases."""
+    hidden = [c.harness_spec() for c in exercise.cases if c.hidden]
+    return f"{MARK} {json.dumps(hidden)}"
+
+
+def error_record(message: str, type_name: str = "ValueError", line: int = 17) -> dict[str, Any]:
+    return {
+        "type": type_name,
+        "message": message,
+        "line": line,
+        "traceback": message,
+        "grad_none": False,
+    }
+
+
+def hidden_run(exercise: Exercise, edit: Callable[[dict[str, Any], list[CaseSpec]], Any]) -> bytes:
+    """The reference's own hidden trace, edited; `edit` may return a whole new document."""
+    cases = groups(exercise)[1]
+    document = harness_document(exercise, exercise.solution_code, cases)
+    replaced = edit(document, cases)
+    return json.dumps(replaced if replaced is not None else document).encode()
+
+
+def raised_at(call: int, message: str, type_name: str = "ValueError", grad_none: bool = False):
+    def edit(document: dict[str, Any], cases: list[CaseSpec]) -> None:
+        case = document["cases"][-1]
+        case["records"] = case["records"][: call - 1]
+        case["error"] = {**error_record(message, type_name), "grad_none": grad_none}
+
+    return edit
+
+
+def set_in_records(field: str, value: Any, call: int = 1):
+    def edit(document: dict[str, Any], cases: list[CaseSpec]) -> None:
+        for case in document["cases"]:
+            case["records"][call - 1][field] = value
+
+    return edit
+
+
+def weights_from(cases: list[CaseSpec]) -> Callable[[dict[str, Any], list[CaseSpec]], None]:
+    """Each hidden case's weights replaced by numbers spelling its own seed and learning rate."""
+
+    def edit(document: dict[str, Any], specs: list[CaseSpec]) -> None:
+        for case, spec in zip(document["cases"], specs, strict=True):
+            for record in case["records"]:
+                record["weight"][0][0] = float(spec.seed)
+                record["weight"][-1][-1] = spec.lr
+
+    return edit
+
+
+TRAIN_STEP = get_exercise("train-step")
+SEED = next(c.seed for c in TRAIN_STEP.cases if c.hidden)
+
+# channel -> (the hidden group's RunResult, as hostile code would leave it)
+CHANNELS: dict[str, Callable[[Exercise], RunResult]] = {
+    "exception message": lambda e: result(payload=hidden_run(e, raised_at(2, leak(e)))),
+    "exception type name": lambda e: result(
+        payload=hidden_run(e, raised_at(1, "x", type_name=f"{MARK}_seed_{SEED}"))
+    ),
+    "grad-none message": lambda e: result(
+        payload=hidden_run(e, raised_at(1, f"'NoneType' {leak(e)}", "AttributeError", True))
+    ),
+    "SyntaxError fields": lambda e: result(
+        payload=json.dumps(
+            {"status": "syntax-error", "line": SEED, "message": leak(e), "text": leak(e)}
+        ).encode()
+    ),
+    "load-time exception": lambda e: result(
+        payload=json.dumps(
+            {"status": "load-error", "error": error_record(leak(e), f"{MARK}Error", SEED)}
+        ).encode()
+    ),
+    "missing function": lambda e: result(payload=b'{"status": "missing-function"}'),
+    "exit status": lambda e: result(exit_code=SEED, payload=b""),
+    "signal": lambda e: result(exit_code=None, signal=SEED % 64, payload=b""),
+    "unreadable payload": lambda e: result(payload=leak(e).encode()),
+    "number of records": lambda e: result(
+        payload=hidden_run(e, lambda d, c: d["cases"][-1]["records"].pop())
+    ),
+    "printed output": lambda e: harness_result(
+        e, e.solution_code, groups(e)[1], stdout=leak(e).encode(), stderr=leak(e).encode()
+    ),
+    "NaN at a chosen call": lambda e: result(
+        payload=hidden_run(e, set_in_records("loss", float("nan"), call=2))
+    ),
+    "a huge value spelling the seed": lambda e: result(
+        payload=hidden_run(e, set_in_records("loss", SEED * 1e20))
+    ),
+    "an int too large for a float": lambda e: result(
+        payload=hidden_run(e, lambda d, c: None).replace(
+            b'"loss": ', b'"loss": 1' + b"0" * 400 + b', "x": ', 1
+        )
+    ),
+    "a type name in a record": lambda e: result(
+        payload=hidden_run(e, set_in_records("loss_type", f"{MARK}{SEED}"))
+    ),
+    "weights spelling the case": lambda e: result(
+        payload=hidden_run(e, weights_from(groups(e)[1]))
+    ),
+    "wall clock": lambda e: result(timed_out=True, stdout=leak(e).encode()),
+    "CPU": lambda e: result(cpu_time_exceeded=True),
+    "memory": lambda e: result(memory_exceeded=True),
+    "output": lambda e: result(output_truncated=True, stdout=leak(e).encode()),
+    "processes": lambda e: result(process_limit_exceeded=True),
+    "result channel": lambda e: result(payload_truncated=True, payload=leak(e).encode()),
+}
+
+
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_no_channel_from_the_hidden_run_reaches_the_report(channel: str) -> None:
+    visible, hidden = groups(TRAIN_STEP)
+    runs = [
+        (visible, harness_result(TRAIN_STEP, TRAIN_STEP.solution_code, visible)),
+        (hidden, CHANNELS[channel](TRAIN_STEP)),
+    ]
+    report = grade_runs(TRAIN_STEP, runs, GRADING_LIMITS)
+    assert_conceals(TRAIN_STEP, report)
+    if channel == "printed output":
+        assert report.diagnosis == "correct"
+        return
+    assert report.score < TRAIN_STEP.max_score
+    failing = [c for c in report.checks if not c.passed]
+    fixed = set(HIDDEN_FAILURES.values()) | {HIDDEN_CHECK_FAILURE}
+    assert failing[0].message in fixed, failing[0].message
+
+
+def test_a_loop_that_steps_as_often_as_a_hidden_seed_is_not_counted_aloud() -> None:
+    exercise = get_exercise("fix-the-loop")
+    visible, hidden = groups(exercise)
+    limit = harness.loop_record_limit(hidden[0].harness_spec())
+
+    def step_seed_times(document: dict[str, Any], cases: list[CaseSpec]) -> None:
+        for case, spec in zip(document["cases"], cases, strict=True):
+            records = case["records"]
+            case["records"] = (records * limit)[: spec.seed % limit]
+            case["final"]["losses"] = [0.5] * (spec.seed % limit)
+
+    runs = [
+        (visible, harness_result(exercise, exercise.solution_code, visible)),
+        (hidden, result(payload=hidden_run(exercise, step_seed_times))),
+    ]
+    report = grade_runs(exercise, runs, GRADING_LIMITS)
+    assert_conceals(exercise, report)
+    assert not next(c for c in report.checks if c.id == "step-count").passed
+
+
+def test_a_type_name_returned_in_a_hidden_case_is_not_shown() -> None:
+    exercise = get_exercise("prove-accumulation")
+    visible, hidden = groups(exercise)
+    runs = [
+        (visible, harness_result(exercise, exercise.solution_code, visible)),
+        (hidden, result(payload=hidden_run(exercise, set_in_records("result_type", MARK)))),
+    ]
+    report = grade_runs(exercise, runs, GRADING_LIMITS)
+    assert_conceals(exercise, report)
+    assert next(c for c in report.checks if c.id == "returns-pair").hidden
+
+
+def test_a_check_failing_in_visible_and_hidden_cases_shows_only_the_visible_finding() -> None:
+    visible, hidden = groups(TRAIN_STEP)
+    bug = (TRAIN_STEP.variants[0]).source
+    runs = [
+        (visible, harness_result(TRAIN_STEP, bug, visible)),
+        (hidden, harness_result(TRAIN_STEP, bug, hidden)),
+    ]
+    report = grade_runs(TRAIN_STEP, runs, GRADING_LIMITS)
+    assert_conceals(TRAIN_STEP, report)
+    match = next(c for c in report.checks if c.id == "weights-match")
+    assert match.message.startswith("In case `")
+    assert match.message.endswith("It fails in a hidden case too.")
+
+
+# Through the real sandbox: hostile code that reads the hidden cases and sends them back.
+SANDBOX_LIMITS = Limits(wall_timeout_seconds=120.0, cpu_seconds=60.0)
+READS_CASES = """
+    import json, os, sys
+    CASES = json.load(open("/sandbox/cases.json"))["cases"]
+    IN_HIDDEN = any(case["seed"] not in (0, 1) for case in CASES)
+    SECRET = "LEAK " + json.dumps(CASES)
+"""
+CORRECT = TRAIN_STEP.solution_code
+HOSTILE = {
+    "a load-time exception built from cases.json": (
+        "if IN_HIDDEN:\n    raise RuntimeError(SECRET)\n",
+        "runtime-error",
+    ),
+    "a SyntaxError whose text is cases.json": (
+        "if IN_HIDDEN:\n"
+        "    raise SyntaxError(SECRET, ('x', 17, 1, open('/sandbox/cases.json').read()))\n",
+        "syntax-error",
+    ),
+    "an exception class named after the seeds": (
+        "if IN_HIDDEN:\n"
+        "    raise type('seed_' + '_'.join(str(c['seed']) for c in CASES), (Exception,), {})()\n",
+        "runtime-error",
+    ),
+    "an exit status that is the seed": (
+        "if IN_HIDDEN:\n    print(SECRET)\n    os._exit(CASES[0]['seed'] % 256)\n",
+        "runtime-error",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_code_in_the_sandbox_cannot_send_the_hidden_cases_back(name: str) -> None:
+    attack, diagnosis = HOSTILE[name]
+    source = textwrap.dedent(READS_CASES) + attack + CORRECT
+    report = grade("train-step", source, limits=SANDBOX_LIMITS)
+    assert report.diagnosis == diagnosis, report.feedback
+    assert_conceals(TRAIN_STEP, report)
+    assert report.checks[0].message == HIDDEN_FAILURES[diagnosis]

@@ -1,0 +1,86 @@
+"""The LMS frames the tool from another site, in Chromium with third-party cookies blocked:
+the launch signs the learner in with a Partitioned cookie and Submit works inside the frame;
+where no cookie is kept at all, the page offers a new window, which works."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+from app.db import SessionFactory
+from app.lti.platforms import add_platform
+from tests.app.conftest import CORRECT_CODE
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, screenshot
+from tests.lti.fake_platform import FakePlatform
+from tests.servers import app_in_thread
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        # Chromium's own switch for blocking third-party cookies, as browsers now do.
+        args = [*CHROMIUM_ARGS, "--test-third-party-cookie-phaseout"]
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def framing_platform(tool_url: str, sessions: SessionFactory) -> Iterator[FakePlatform]:
+    """A platform on another site than the tool: localhost, while the tool is 127.0.0.1."""
+    fake = FakePlatform(tool_url=tool_url)
+    with app_in_thread(fake.app()) as url:
+        fake.url = url.replace("127.0.0.1", "localhost")
+        with sessions.begin() as session:
+            add_platform(session, **fake.registration())
+        yield fake
+
+
+def test_a_framed_launch_keeps_its_session_and_submits(
+    browser: Browser, framing_platform: FakePlatform
+) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.goto(f"{framing_platform.url}/course")
+    frame = page.frame_locator("#tool")
+    frame.get_by_role("button", name="Submit for grading").wait_for()
+    frame.locator("textarea#code").fill(CORRECT_CODE)
+    frame.get_by_role("button", name="Submit for grading").click()
+    # Not "Form expired": the frame kept its session and shows the learner's submission.
+    frame.get_by_role("heading", name="Your submission").wait_for()
+    assert "/submissions/" in page.frames[1].url
+    assert "Form expired" not in page.frames[1].content()
+    (cookie,) = [c for c in context.cookies() if c["name"] == "loopgrade_session"]
+    assert cookie["sameSite"] == "None" and cookie["secure"]
+    assert cookie.get("partitionKey"), cookie  # CHIPS: kept per embedding site
+    screenshot(page, "lti-framed-exercise")
+    context.close()
+
+
+def test_without_any_cookie_the_frame_offers_a_new_window(
+    framing_platform: FakePlatform,
+) -> None:
+    # The tool on plain http under a name that is not loopback: no browser keeps a cookie
+    # for it inside another site's frame (no Secure, so no SameSite=None, no CHIPS).
+    framing_platform.tool_url = framing_platform.tool_url.replace("127.0.0.1", "tool.test")
+    args = [*CHROMIUM_ARGS, "--host-resolver-rules=MAP tool.test 127.0.0.1"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(30_000)
+        page = context.new_page()
+        page.goto(f"{framing_platform.url}/course")
+        frame = page.frame_locator("#tool")
+        link = frame.get_by_role("link", name="Open in a new window")
+        link.wait_for()
+        screenshot(page, "lti-framed-no-cookie")
+        with context.expect_page() as popup_info:
+            link.click()
+        popup = popup_info.value
+        # A window of its own is first-party: the one-time link signs in there.
+        popup.get_by_role("button", name="Submit for grading").wait_for()
+        assert popup.url.endswith("/exercises/train-step")
+        browser.close()
