@@ -94,6 +94,22 @@ def memfd(data: bytes) -> int:
     return fd
 
 
+def read_pipe(
+    fd: int, channel: Channel, start_report: bytearray
+) -> tuple[list[tuple[Channel, bytes]], bool]:
+    """Read one of the program's pipes: what it brought, and whether the pipe has ended.
+
+    The set-up report (fd 4) is gathered in `start_report` and handed on when fd 4 closes.
+    """
+    data = os.read(fd, READ_BYTES)
+    if channel is Channel.STARTED:
+        if data:
+            start_report += data[: START_REPORT_BYTES - len(start_report)]
+            return [], False
+        return [(Channel.STARTED, bytes(start_report))], True
+    return ([(channel, data)] if data else []), not data
+
+
 def _python_dirs() -> list[str]:
     """The interpreter's and the venv's directories outside /usr, none inside another."""
     dirs: list[str] = []
@@ -316,18 +332,10 @@ class _Run:
             self._reap()
             self.kill()  # whatever the program left running dies with it
             return [(Channel.EXITED, b"")]
-        channel = self.reading[fd]
-        data = os.read(fd, READ_BYTES)
-        if channel is Channel.STARTED:
-            if data:
-                self.start_report += data[: START_REPORT_BYTES - len(self.start_report)]
-                return []
+        events, ended = read_pipe(fd, self.reading[fd], self.start_report)
+        if ended:
             self._close(fd)
-            return [(Channel.STARTED, bytes(self.start_report))]
-        if not data:
-            self._close(fd)
-            return []
-        return [(channel, data)]
+        return events
 
     def usage(self) -> Usage:
         cap = self.limits.file_size_bytes

@@ -44,7 +44,6 @@ from sandbox.supervise import (
     ENVIRONMENT,
     SANDBOX_DIR,
     SCRATCH_DIR,
-    START_REPORT_BYTES,
     TEARDOWN_TIMEOUT_SECONDS,
     Channel,
     Supervisor,
@@ -338,18 +337,10 @@ class _Job:
     def read(self, fd: int) -> list[tuple[Channel, bytes]]:
         if fd not in self.reading:
             return self._from_zygote()
-        channel = self.reading[fd]
-        data = os.read(fd, bwrap.READ_BYTES)
-        if channel is Channel.STARTED:
-            if data:
-                self.start_report += data[: START_REPORT_BYTES - len(self.start_report)]
-                return []
+        events, ended = bwrap.read_pipe(fd, self.reading[fd], self.start_report)
+        if ended:
             self._close(fd)
-            return [(Channel.STARTED, bytes(self.start_report))]
-        if not data:
-            self._close(fd)
-            return []
-        return [(channel, data)]
+        return events
 
     def _close(self, fd: int) -> None:
         del self.reading[fd]
