@@ -28,17 +28,29 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 SessionFactory = sessionmaker[Session]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+# FastAPI runs sync routes on anyio's worker threads (40 by default), and each holds a
+# connection for its request; the grading workers and the outbox take more. With SQLAlchemy's
+# default 5 + 10, forty pollers at once waited 30 s for a connection and got a 500.
+POOL_SIZE = 10
+POOL_MAX_OVERFLOW = 50
 
 
 def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -> Engine:
     """An engine for `database_url`; SQLite gets WAL, a busy timeout and foreign keys."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_MAX_OVERFLOW
+        )
 
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": busy_timeout_seconds})
+    engine = create_engine(
+        url,
+        connect_args={"timeout": busy_timeout_seconds},
+        pool_size=POOL_SIZE,
+        max_overflow=POOL_MAX_OVERFLOW,
+    )
     busy_timeout_ms = int(busy_timeout_seconds * 1000)
 
     @event.listens_for(engine, "connect")

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -183,6 +184,18 @@ def install_error_handlers(app: FastAPI) -> None:
             503,
             "Try again shortly",
             "the database is unavailable; retry in a few seconds",
+            {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+        )
+
+    @app.exception_handler(PoolTimeout)
+    async def on_database_busy(request: Request, exc: PoolTimeout) -> Response:
+        # Every connection was taken for the pool's whole timeout: too many requests at once.
+        log.error("%s %s: no database connection free: %s", request.method, request.url.path, exc)
+        return error_response(
+            request,
+            503,
+            "Try again shortly",
+            "the server is busy; retry in a few seconds",
             {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
         )
 

@@ -3,6 +3,7 @@ what follows a commit (grading) runs only after it. On a real SQLite."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import SessionDep, SessionFactory
+from app.db import SessionDep, SessionFactory, create_db_engine
 from app.errors import AppError
 from app.grading.queue import enqueue_after_commit
 from app.grading.submissions import create_submission, requeue_waiting
@@ -133,3 +134,16 @@ def test_no_route_commits_or_rolls_back_by_hand() -> None:
         text = path.read_text()
         assert ".commit()" not in text and ".rollback()" not in text, path
         assert ".enqueue(" not in text, path
+
+
+def test_the_database_pool_serves_every_request_thread_at_once(settings: Settings) -> None:
+    # FastAPI runs sync routes on anyio's 40 worker threads; each holds a connection for its
+    # request, beside the grading workers and the outbox. SQLAlchemy's default pool (5 + 10)
+    # made the 16th wait 30 s and answer 500 while pages polled.
+    engine = create_db_engine(settings.database_url)
+    try:
+        with contextlib.ExitStack() as held:
+            connections = [held.enter_context(engine.connect()) for _ in range(45)]
+            assert all(c.exec_driver_sql("SELECT 1").scalar() == 1 for c in connections)
+    finally:
+        engine.dispose()
