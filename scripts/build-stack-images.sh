@@ -29,6 +29,9 @@ import tomllib
 with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["project"]["dependencies"]))
 PY
+# redis-py needs async-timeout below Python 3.11.3 (Debian's is 3.11.2); pip evaluates that
+# marker for the host's own Python, so it is named here.
+echo 'async-timeout>=4.0.3' >>"$CONTEXT/requirements.txt"
 # For the base's Python (Debian's 3.11.2), not the host's: markers such as
 # python_full_version < "3.11.3" must come out as they will in the image.
 base_python=$($DOCKER run --rm --network none "$BASE" python3 -c 'import platform; print(platform.python_version())')

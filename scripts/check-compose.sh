@@ -32,6 +32,13 @@ services=$("${compose[@]}" config --services | sort | tr '\n' ' ')
 [ "$services" = "api postgres redis worker " ] || { say "unexpected services: $services"; exit 1; }
 say "${compose[*]} config: valid ($services)"
 [ "${1:-}" = "--up" ] || exit 0
+if [ "${compose[0]}" = docker-compose ]; then
+    # Measured: Compose v1 hands `systempaths=unconfined` to the engine, which refuses it
+    # ("invalid --security-opt"), and without it bubblewrap cannot mount /proc in the worker.
+    say "--up skipped: only Compose v1 is here (Debian has no v2 plugin), and v1 cannot start"
+    say "the worker with systempaths=unconfined (docs/deploy.md); the config check passed"
+    exit 0
+fi
 
 scripts/build-stack-images.sh
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

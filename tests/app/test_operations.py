@@ -18,6 +18,7 @@ from app.grading.submissions import create_submission
 from app.models import OutboxMessage, OutboxStatus
 from app.operations import SubmissionIdFilter
 from app.outbox import add_to_outbox, delivery_kind
+from app.settings import Settings
 from tests.app.conftest import EXERCISE
 
 SYNTAX_ERROR_CODE = "def train_step(model, optimizer, loss_fn, x, y)\n    return 0.0\n"
@@ -109,7 +110,7 @@ def sample(name: str, labels: dict[str, str] | None = None) -> float:
 
 
 def test_a_grading_logs_its_submission_id_on_every_line_and_is_measured(
-    sessions: SessionFactory, records: Records
+    sessions: SessionFactory, settings: Settings, records: Records
 ) -> None:
     with sessions.begin() as session:
         submission_id = create_submission(
@@ -123,7 +124,7 @@ def test_a_grading_logs_its_submission_id_on_every_line_and_is_measured(
     syntax_errors_before = sample("loopgrade_grades_total", {"diagnosis": "syntax-error"})
 
     logging.getLogger("tests").info("before the grading")
-    run_grading_job(sessions, submission_id)
+    run_grading_job(sessions, submission_id, settings)
     logging.getLogger("tests").info("after the grading")
 
     during = records.records[1:-1]

@@ -195,7 +195,7 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
                 session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
             ).id
         with sessions.begin() as session:
-            job = claim_submission(session, submission_id)
+            job = claim_submission(session, submission_id, lease_seconds=30)
         assert job is not None
         report = GradeReport(
             exercise=EXERCISE,
