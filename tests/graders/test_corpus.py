@@ -7,16 +7,15 @@ graded once per session (a module fixture) to keep the shared machine's load dow
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from graders import grade
 from graders.exercises import get_exercise, list_exercises
 from graders.feedback import EXPLANATIONS
-from graders.grading import GRADING_LIMITS
 from graders.report import GradeReport
+from tests.graders.conftest import ColdGrade
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
@@ -56,14 +55,9 @@ ENTRIES = read_corpus()
 
 
 @pytest.fixture(scope="module")
-def reports() -> dict[tuple[str, str], GradeReport]:
-    """Every corpus file graded once, in the real sandbox.
-
-    The wall-clock cap is raised: on a loaded machine a cold sandbox can take longer than the
-    grading default, and these files are about diagnosis, not caps (test_failures.py is).
-    """
-    limits = replace(GRADING_LIMITS, wall_timeout_seconds=120.0)
-    return {(e.exercise, e.name): grade(e.exercise, e.source, limits) for e in ENTRIES}
+def reports(cold_grade: ColdGrade) -> dict[tuple[str, str], GradeReport]:
+    """Every corpus file graded once, in the real sandbox (shared with test_pool_grades.py)."""
+    return {(e.exercise, e.name): cold_grade(e.exercise, e.source) for e in ENTRIES}
 
 
 def test_the_corpus_covers_every_exercise_apart_from_the_declared_bugs() -> None:

@@ -20,13 +20,12 @@ import sandbox
 from graders import grade
 from graders.exercises import get_exercise
 from graders.grading import POOL_PROGRAM, trusted_trajectories
-from sandbox import Limits
+from tests.graders.conftest import SHARED_LIMITS, ColdGrade
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
 
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 CORPUS = Path(__file__).resolve().parent / "corpus"
-LIMITS = Limits(wall_timeout_seconds=60.0, cpu_seconds=20.0, memory_bytes=768 * 2**20)
 FAILURES = {
     "syntax-error": "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n",
     "missing-function": "def train(model):\n    pass\n",
@@ -69,25 +68,23 @@ def submissions() -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def runners() -> Iterator[tuple[sandbox.Runner, sandbox.Runner]]:
-    cold = sandbox.open_runner("bwrap")
-    warm = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=2)
-    assert isinstance(warm, sandbox.PoolRunner), warm.status
-    yield cold, warm
-    warm.close()
+def warm() -> Iterator[sandbox.Runner]:
+    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=2)
+    assert isinstance(runner, sandbox.PoolRunner), runner.status
+    yield runner
+    runner.close()
 
 
 def test_every_test_submission_gets_the_same_report_cold_and_warm(
-    runners: tuple[sandbox.Runner, sandbox.Runner],
+    cold_grade: ColdGrade, warm: sandbox.Runner
 ) -> None:
-    cold, warm = runners
     corpus = submissions()
     assert len(corpus) > 90
 
     def both(item: tuple[str, str, str]) -> tuple[str, dict[str, object], dict[str, object]]:
         exercise, name, source = item
-        cold_report = grade(exercise, source, LIMITS, cold).model_dump()
-        warm_report = grade(exercise, source, LIMITS, warm).model_dump()
+        cold_report = cold_grade(exercise, source).model_dump()
+        warm_report = grade(exercise, source, SHARED_LIMITS, warm).model_dump()
         return f"{exercise}/{name}", cold_report, warm_report
 
     with ThreadPoolExecutor(2) as workers:
