@@ -241,8 +241,7 @@ def test_connecting_to_a_tcp_listener_on_the_host(service: Service) -> None:
         port = listener.getsockname()[1]
         server_port = int(service.url.rsplit(":", 1)[1])
         prelude = f"""
-            import signal
-import socket
+            import socket
             reached = []
             for port in ({port}, {server_port}):
                 for host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
