@@ -137,7 +137,9 @@ def leftover_sandboxes(backend: str, server_pid: int) -> list[str]:
             uid = int(fields["Uid"].split()[0])
         except (OSError, KeyError, ValueError):
             continue
-        if uid in SANDBOX_UIDS:
+        # A zombie is dead already (no memory, no CPU, no signals): a warm pool's zygote reaps
+        # the orphans of a child killed at a cap while it waits for its next job.
+        if uid in SANDBOX_UIDS and not fields["State"].strip().startswith("Z"):
             found[int(entry)] = fields
     # A warm pool's zygotes (PID 1 of their bwrap) and their bwraps stay between grades.
     zygotes = {
