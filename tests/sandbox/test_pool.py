@@ -132,10 +132,12 @@ def test_a_child_cannot_see_signal_or_trace_a_sibling_or_the_zygote(
     assert runner.pool.ready_slots == 2
 
 
-HOSTILE = {
+# Each attack and the cap that stops it. A fork bomb's copies of a torch process fill the
+# memory cap about as fast as the process cap: which comes first depends on the machine.
+HOSTILE: dict[str, tuple[str, str | set[str]]] = {
     "fork bomb": (
         "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-        "process_limit_exceeded",
+        {"process_limit_exceeded", "memory_exceeded"},
     ),
     "memory bomb": (
         "import torch\nhog = [torch.ones(1 << 24) for _ in range(64)]\n",
@@ -157,7 +159,8 @@ def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
 ) -> None:
     code, flag = HOSTILE[attack]
     # A wall clock far above the CPU cap: the machine may be busy with other tests.
-    limits = fast(wall_timeout_seconds=3.0 if flag == "timed_out" else 120.0, cpu_seconds=2.0)
+    flags = flag if isinstance(flag, set) else {flag}
+    limits = fast(wall_timeout_seconds=3.0 if flags == {"timed_out"} else 120.0, cpu_seconds=2.0)
     benign = "import torch\nreport(torch.arange(4.0).sum().item())\n"
     with ThreadPoolExecutor(1) as background:
         hostile = background.submit(run_job, runner, code, limits)
@@ -167,7 +170,7 @@ def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
             time.sleep(0.01)
         assert reported(run_job(runner, benign)) == 6.0
         result = hostile.result()
-    assert result.limit_hit == flag, result
+    assert result.limit_hit in flags, result
     for slot in runner.pool.slots:
         assert slot.job_pids() == set()  # the whole tree is gone
     assert reported(run_job(runner, benign)) == 6.0
