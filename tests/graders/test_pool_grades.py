@@ -89,13 +89,25 @@ def test_every_test_submission_gets_the_same_report_cold_and_warm(
 
     with ThreadPoolExecutor(2) as workers:
         results = list(workers.map(both, corpus))
-    different = [name for name, cold_report, warm_report in results if cold_report != warm_report]
-    assert different == []
+    different = {
+        name: {key for key in cold_report if cold_report[key] != warm_report[key]}
+        for name, cold_report, warm_report in results
+        if cold_report != warm_report
+    }
+    assert different == {}, {name: results_of(results, name) for name in different}
     diagnoses = {report["diagnosis"] for _, report, _ in results}
     # The corpus reaches the cases that matter: right, wrong in known ways, and at the caps.
     assert {"correct", "missing-zero-grad", "syntax-error", "memory-limit", "output-limit"} <= (
         diagnoses
     )
+
+
+def results_of(
+    results: list[tuple[str, dict[str, object], dict[str, object]]], name: str
+) -> dict[str, object]:
+    """What differs between the cold and the warm report of one submission, to read in CI."""
+    cold, warm = next((c, w) for n, c, w in results if n == name)
+    return {key: (cold[key], warm[key]) for key in cold if cold[key] != warm[key]}
 
 
 def test_trusted_trajectories_are_computed_once_per_exercise_version() -> None:
