@@ -182,8 +182,9 @@ class Settings(BaseSettings):
     )
     webhook_allow_private_addresses: bool = Field(
         default=False,
-        description="Allow course webhooks to loopback and private addresses (for testing; "
-        "otherwise an instructor could aim the server at internal services).",
+        description="Allow course webhooks to loopback and private addresses, and plain http "
+        "(for tests and development; otherwise an instructor could aim the server at internal "
+        "services). Checked when a webhook is added and again at every delivery.",
     )
     lti_jwks_refetch_interval_seconds: float = Field(
         default=5.0,

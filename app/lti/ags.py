@@ -31,6 +31,7 @@ from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
 from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,9 @@ ACCESS_TOKENS = AccessTokens()
 
 
 @delivery_kind(LTI_SCORE_KIND)
-def deliver_lti_score(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+def deliver_lti_score(
+    sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
+) -> None:
     """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
     with sessions() as session:
         try:
@@ -330,7 +333,9 @@ def send_score_to_lms(session: Session, submission_id: str) -> None:
 
 
 @delivery_kind(LTI_ROSTER_KIND)
-def deliver_roster_sync(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+def deliver_roster_sync(
+    sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
+) -> None:
     """Enrol a context's roster (asked for on its first launch, or by an instructor)."""
     with sessions.begin() as session:
         context = session.get(LtiContext, payload["lti_context_id"])
