@@ -21,13 +21,14 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+from cryptography.fernet import MultiFernet
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
 from app.db import SessionFactory
-from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
+from app.lti.keys import SIGNED_TOKEN_LIFETIME, key_sealing, sign_jwt
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
 from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
@@ -70,13 +71,15 @@ class AccessTokens:
         self._tokens: dict[tuple[str, str], _CachedToken] = {}
         self._lock = threading.Lock()
 
-    def get(self, session: Session, platform: LtiPlatform, scopes: list[str]) -> str:
+    def get(
+        self, session: Session, sealing: MultiFernet, platform: LtiPlatform, scopes: list[str]
+    ) -> str:
         key = (platform.id, " ".join(sorted(scopes)))
         with self._lock:
             cached = self._tokens.get(key)
         if cached is not None and time.monotonic() < cached.expires_at_monotonic:
             return cached.access_token
-        fresh = request_access_token(session, platform, scopes)
+        fresh = request_access_token(session, sealing, platform, scopes)
         with self._lock:
             self._tokens[key] = fresh
         return fresh.access_token
@@ -99,11 +102,12 @@ def _raise_for(reply: httpx.Response, what: str) -> None:
     raise PlatformRefused(f"{what}: {_problem(reply)}")
 
 
-def client_assertion(session: Session, platform: LtiPlatform) -> str:
+def client_assertion(session: Session, sealing: MultiFernet, platform: LtiPlatform) -> str:
     """The RS256 JWT that authenticates this tool at the platform's token URL."""
     now = int(time.time())
     return sign_jwt(
         session,
+        sealing,
         {
             "iss": platform.client_id,
             "sub": platform.client_id,
@@ -116,12 +120,12 @@ def client_assertion(session: Session, platform: LtiPlatform) -> str:
 
 
 def request_access_token(
-    session: Session, platform: LtiPlatform, scopes: list[str]
+    session: Session, sealing: MultiFernet, platform: LtiPlatform, scopes: list[str]
 ) -> _CachedToken:
     form = {
         "grant_type": "client_credentials",
         "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-        "client_assertion": client_assertion(session, platform),
+        "client_assertion": client_assertion(session, sealing, platform),
         "scope": " ".join(scopes),
     }
     try:
@@ -198,7 +202,7 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
 
 
 def deliver_score(
-    session: Session, tokens: AccessTokens, payload: dict[str, Any]
+    session: Session, sealing: MultiFernet, tokens: AccessTokens, payload: dict[str, Any]
 ) -> DeliveryOutcome:
     """POST one score. Raises PlatformUnavailable (retry) or PlatformRefused (give up)."""
     platform = session.get(LtiPlatform, payload["platform_id"])
@@ -217,7 +221,7 @@ def deliver_score(
     }
     url = scores_url(payload["lineitem_url"])
     for attempt in range(2):
-        token = tokens.get(session, platform, [SCORE_SCOPE])
+        token = tokens.get(session, sealing, platform, [SCORE_SCOPE])
         try:
             reply = httpx.post(
                 url,
@@ -246,7 +250,9 @@ class RosterSync(NamedTuple):
     updated: int
 
 
-def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> RosterSync:
+def sync_roster(
+    session: Session, sealing: MultiFernet, tokens: AccessTokens, context: LtiContext
+) -> RosterSync:
     """Enrol every member the platform lists (NRPS), with their role; follows rel="next"."""
     from app.lti.provisioning import course_role_of, enrol, lti_account
 
@@ -259,7 +265,7 @@ def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> 
     for _ in range(MAX_ROSTER_PAGES):
         if url is None:
             break
-        token = tokens.get(session, platform, [NRPS_SCOPE])
+        token = tokens.get(session, sealing, platform, [NRPS_SCOPE])
         try:
             reply = httpx.get(
                 url,
@@ -311,7 +317,7 @@ def deliver_lti_score(
     """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
     with sessions() as session:
         try:
-            outcome = deliver_score(session, ACCESS_TOKENS, payload)
+            outcome = deliver_score(session, key_sealing(settings), ACCESS_TOKENS, payload)
         except PlatformRefused as exc:
             raise PermanentFailure(str(exc)) from None
     log.info(
@@ -342,7 +348,7 @@ def deliver_roster_sync(
         if context is None:
             raise PermanentFailure("the LMS course is no longer known here")
         try:
-            synced = sync_roster(session, ACCESS_TOKENS, context)
+            synced = sync_roster(session, key_sealing(settings), ACCESS_TOKENS, context)
         except PlatformRefused as exc:
             raise PermanentFailure(str(exc)) from None
     log.info("roster of LMS course %s: %d added, %d updated", context.context_id, *synced)

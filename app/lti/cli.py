@@ -51,12 +51,14 @@ def cmd_platforms_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
-    from app.cli import build_settings, database_session
-    from app.lti.keys import KEY_RETENTION, rotate_tool_key
+    from app.cli import build_settings, check_tool_keys, database_session
+    from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
 
-    with database_session(build_settings(args)) as session:
-        key = rotate_tool_key(session)
-        kid = key.kid
+    settings = build_settings(args)
+    # A new key sealed under a KEK that does not unseal the others would split the keys.
+    check_tool_keys(settings)
+    with database_session(settings) as session:
+        kid = rotate_tool_key(session, key_sealing(settings)).kid
     hours = KEY_RETENTION.total_seconds() / 3600
     print(
         f"New signing key {kid}. The previous key stays in /lti/jwks for {hours:g} hours, "

@@ -49,8 +49,9 @@ class LtiToolKey(Base):
     __tablename__ = "lti_tool_keys"
 
     kid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    # PKCS#8 PEM. It signs client assertions and deep-linking responses, nothing a learner sees.
-    private_key_pem: Mapped[str] = mapped_column(Text)
+    # The PKCS#8 PEM sealed (Fernet) under the key-encryption key, which is kept outside the
+    # database (app/lti/keys.py). It signs client assertions and deep-linking responses.
+    private_key_sealed: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
