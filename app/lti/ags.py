@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from cryptography.fernet import MultiFernet
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.courses.courses import assignment_of
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 AGS_SCOPE = "https://purl.imsglobal.org/spec/lti-ags/scope/"
 SCORE_SCOPE = AGS_SCOPE + "score"
+LINEITEM_SCOPE = AGS_SCOPE + "lineitem"
 NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
 SCORE_MEDIA_TYPE = "application/vnd.ims.lis.v1.score+json"
 MEMBERSHIP_MEDIA_TYPE = "application/vnd.ims.lti-nrps.v2.membershipcontainer+json"
@@ -94,7 +95,8 @@ def _problem(reply: httpx.Response) -> str:
     return f"HTTP {reply.status_code}: {reply.text[:MAX_ERROR_CHARS]}"
 
 
-def _raise_for(reply: httpx.Response, what: str) -> None:
+def raise_for_reply(reply: httpx.Response, what: str) -> None:
+    """PlatformUnavailable for an answer worth retrying, PlatformRefused for another error."""
     if reply.status_code < 300:
         return
     if reply.status_code in (408, 425, 429) or reply.status_code >= 500:
@@ -132,7 +134,7 @@ def request_access_token(
         reply = httpx.post(platform.token_url, data=form, timeout=HTTP_TIMEOUT_SECONDS)
     except httpx.HTTPError as exc:
         raise PlatformUnavailable(f"token request to {platform.token_url}: {exc}") from None
-    _raise_for(reply, f"token request to {platform.token_url}")
+    raise_for_reply(reply, f"token request to {platform.token_url}")
     try:
         body = reply.json()
         access_token = body["access_token"]
@@ -147,10 +149,10 @@ def request_access_token(
     return _CachedToken(access_token, time.monotonic() + lifetime)
 
 
-def scores_url(lineitem_url: str) -> str:
-    """`<line item>/scores`, inserted before any query string."""
+def service_url(lineitem_url: str, service: str) -> str:
+    """`<line item>/scores` or `/results`, inserted before any query string."""
     parts = urlsplit(lineitem_url)
-    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/scores"))
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + service))
 
 
 class DeliveryOutcome(enum.StrEnum):
@@ -161,7 +163,8 @@ class DeliveryOutcome(enum.StrEnum):
 
 def score_message(session: Session, submission: Submission) -> dict[str, Any] | None:
     """The outbox payload for a graded submission's counted score, or None when the learner
-    and exercise are not reached through an LTI link with a line item."""
+    and exercise are not reached through an LTI link with a line item, or one the tool may
+    make (the course's line items service and the lineitem scope)."""
     if submission.course_id is None or submission.user_id is None:
         return None
     row = session.execute(
@@ -171,15 +174,17 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
         .where(
             LtiContext.course_id == submission.course_id,
             LtiResourceLink.exercise_id == submission.exercise_id,
-            LtiResourceLink.lineitem_url.is_not(None),
+            or_(LtiResourceLink.lineitem_url.is_not(None), LtiContext.lineitems_url.is_not(None)),
             LtiUser.user_id == submission.user_id,
         )
-        .order_by(LtiResourceLink.created_at)
+        .order_by(LtiResourceLink.lineitem_url.is_(None), LtiResourceLink.created_at)
     ).first()
     if row is None:
         return None
     link, lti_user = row
     if link.ags_scopes is not None and SCORE_SCOPE not in link.ags_scopes:
+        return None
+    if link.lineitem_url is None and LINEITEM_SCOPE not in (link.ags_scopes or []):
         return None
     assigned = assignment_of(session, submission.course_id, submission.exercise_id)
     (cell,) = learner_cells(
@@ -189,7 +194,9 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
         return None
     return {
         "platform_id": link.platform_id,
+        # None: made by the first delivery (ensure_line_item).
         "lineitem_url": link.lineitem_url,
+        "resource_link": link.id,
         "user_sub": lti_user.subject,
         "score_given": cell.score,
         "score_maximum": cell.max_score,
@@ -219,7 +226,16 @@ def deliver_score(
         # Canvas and Moodle record a score only when it is FullyGraded.
         "gradingProgress": "FullyGraded",
     }
-    url = scores_url(payload["lineitem_url"])
+    lineitem_url = payload["lineitem_url"]
+    if lineitem_url is None:
+        # A link that came without a line item: one is made (or found) for it, once.
+        from app.lti.line_items import ensure_line_item
+
+        link = session.get(LtiResourceLink, payload["resource_link"])
+        if link is None:
+            raise PlatformRefused("the LMS link is no longer known here")
+        lineitem_url = ensure_line_item(session, sealing, tokens, link)
+    url = service_url(lineitem_url, "scores")
     for attempt in range(2):
         token = tokens.get(session, sealing, platform, [SCORE_SCOPE])
         try:
@@ -240,7 +256,7 @@ def deliver_score(
             continue
         if reply.status_code == 409:
             return DeliveryOutcome.ALREADY_APPLIED
-        _raise_for(reply, f"score POST to {url}")
+        raise_for_reply(reply, f"score POST to {url}")
         return DeliveryOutcome.DELIVERED
     raise PlatformUnavailable(f"score POST to {url}: refused a fresh token (HTTP 401)")
 
@@ -274,7 +290,7 @@ def sync_roster(
             )
         except httpx.HTTPError as exc:
             raise PlatformUnavailable(f"roster request to {url}: {exc}") from None
-        _raise_for(reply, f"roster request to {url}")
+        raise_for_reply(reply, f"roster request to {url}")
         try:
             members = reply.json()["members"]
         except (ValueError, KeyError, TypeError):
@@ -315,7 +331,7 @@ def deliver_lti_score(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:
     """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
-    with sessions() as session:
+    with sessions.begin() as session:  # a line item it makes is kept on the link
         try:
             outcome = deliver_score(session, key_sealing(settings), ACCESS_TOKENS, payload)
         except PlatformRefused as exc:

@@ -97,6 +97,8 @@ class LtiContext(Base):
     course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"), index=True)
     # Names and Role Provisioning Service, when the platform offers it.
     memberships_url: Mapped[str | None] = mapped_column(String(1000))
+    # Assignment and Grade Services: the course's line items container, when offered.
+    lineitems_url: Mapped[str | None] = mapped_column(String(1000))
     roster_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 

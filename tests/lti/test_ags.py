@@ -16,7 +16,7 @@ from app.lti.ags import (
     PlatformUnavailable,
     deliver_score,
     score_message,
-    scores_url,
+    service_url,
     sync_roster,
 )
 from app.lti.keys import key_sealing
@@ -46,10 +46,12 @@ def message_for(sessions: SessionFactory, submission_id: str) -> dict[str, objec
 
 
 def test_scores_go_before_the_query_string() -> None:
-    assert scores_url("https://lms.example/items/1?course=7") == (
+    assert service_url("https://lms.example/items/1?course=7", "scores") == (
         "https://lms.example/items/1/scores?course=7"
     )
-    assert scores_url("https://lms.example/items/1/") == "https://lms.example/items/1/scores"
+    assert service_url("https://lms.example/items/1/", "results") == (
+        "https://lms.example/items/1/results"
+    )
 
 
 def test_a_score_reaches_the_line_item_with_a_cached_token(
