@@ -15,6 +15,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -46,7 +47,8 @@ HTTP_TIMEOUT_SECONDS = 15.0
 # A token is used until this long before the platform said it expires.
 TOKEN_EXPIRY_MARGIN_SECONDS = 60
 MAX_ERROR_CHARS = 500
-MAX_ROSTER_PAGES = 50
+# Pages of one list followed at most (roster, line items, results).
+MAX_PAGES = 50
 LTI_SCORE_KIND = "lti-score"
 LTI_ROSTER_KIND = "lti-roster"
 
@@ -261,6 +263,47 @@ def deliver_score(
     raise PlatformUnavailable(f"score POST to {url}: refused a fresh token (HTTP 401)")
 
 
+def fetch_all_pages(
+    session: Session,
+    sealing: MultiFernet,
+    tokens: AccessTokens,
+    platform: LtiPlatform,
+    url: str,
+    *,
+    scope: str,
+    accept: str,
+    params: dict[str, str] | None = None,
+    entries_of: Callable[[Any], Any] = lambda page: page,
+) -> list[Any]:
+    """Every entry of a paged list of the platform's (AGS line items and results: a JSON
+    array per page; NRPS: `entries_of` picks them), following `Link: rel="next"`."""
+    entries: list[Any] = []
+    next_url: str | None = str(httpx.URL(url).copy_merge_params(params or {}))
+    for _ in range(MAX_PAGES):
+        if next_url is None:
+            break
+        token = tokens.get(session, sealing, platform, [scope])
+        try:
+            reply = httpx.get(
+                next_url,
+                headers={"Authorization": f"Bearer {token}", "Accept": accept},
+                timeout=HTTP_TIMEOUT_SECONDS,
+            )
+        except httpx.HTTPError as exc:
+            raise PlatformUnavailable(f"GET {next_url}: {exc}") from None
+        raise_for_reply(reply, f"GET {next_url}")
+        try:
+            page = entries_of(reply.json())
+        except (ValueError, KeyError, TypeError):
+            raise PlatformRefused(f"GET {next_url} answered no {accept}") from None
+        if not isinstance(page, list):
+            raise PlatformRefused(f"GET {next_url} answered no list ({accept})")
+        entries.extend(page)
+        link = reply.links.get("next", {}).get("url")
+        next_url = link if isinstance(link, str) and link != next_url else None
+    return entries
+
+
 class RosterSync(NamedTuple):
     added: int
     updated: int
@@ -277,46 +320,37 @@ def sync_roster(
     platform = session.get(LtiPlatform, context.platform_id)
     assert platform is not None
     added = updated = 0
-    url: str | None = context.memberships_url
-    for _ in range(MAX_ROSTER_PAGES):
-        if url is None:
-            break
-        token = tokens.get(session, sealing, platform, [NRPS_SCOPE])
-        try:
-            reply = httpx.get(
-                url,
-                headers={"Authorization": f"Bearer {token}", "Accept": MEMBERSHIP_MEDIA_TYPE},
-                timeout=HTTP_TIMEOUT_SECONDS,
+    members = fetch_all_pages(
+        session,
+        sealing,
+        tokens,
+        platform,
+        context.memberships_url,
+        scope=NRPS_SCOPE,
+        accept=MEMBERSHIP_MEDIA_TYPE,
+        # The membership container is an object whose members are the entries.
+        entries_of=lambda page: page["members"],
+    )
+    for member in members:
+        if not isinstance(member, dict) or not isinstance(member.get("user_id"), str):
+            continue
+        if member.get("status", "Active") != "Active":
+            continue
+        roles = member.get("roles")
+        role = course_role_of(
+            [r for r in roles if isinstance(r, str)] if isinstance(roles, list) else []
+        )
+        user = lti_account(session, platform, member["user_id"][:255], member)
+        already = session.scalars(
+            select(Enrolment.id).where(
+                Enrolment.course_id == context.course_id, Enrolment.user_id == user.id
             )
-        except httpx.HTTPError as exc:
-            raise PlatformUnavailable(f"roster request to {url}: {exc}") from None
-        raise_for_reply(reply, f"roster request to {url}")
-        try:
-            members = reply.json()["members"]
-        except (ValueError, KeyError, TypeError):
-            raise PlatformRefused(f"{url} answered no members") from None
-        for member in members if isinstance(members, list) else []:
-            if not isinstance(member, dict) or not isinstance(member.get("user_id"), str):
-                continue
-            if member.get("status", "Active") != "Active":
-                continue
-            roles = member.get("roles")
-            role = course_role_of(
-                [r for r in roles if isinstance(r, str)] if isinstance(roles, list) else []
-            )
-            user = lti_account(session, platform, member["user_id"][:255], member)
-            already = session.scalars(
-                select(Enrolment.id).where(
-                    Enrolment.course_id == context.course_id, Enrolment.user_id == user.id
-                )
-            ).first()
-            enrol(session, user, context.course_id, role)
-            if already is None:
-                added += 1
-            else:
-                updated += 1
-        next_link = reply.links.get("next", {}).get("url")
-        url = next_link if isinstance(next_link, str) else None
+        ).first()
+        enrol(session, user, context.course_id, role)
+        if already is None:
+            added += 1
+        else:
+            updated += 1
     context.roster_synced_at = utc_now()
     session.flush()
     return RosterSync(added, updated)

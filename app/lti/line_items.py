@@ -29,6 +29,7 @@ from app.lti.ags import (
     AccessTokens,
     PlatformRefused,
     PlatformUnavailable,
+    fetch_all_pages,
     raise_for_reply,
     service_url,
 )
@@ -42,7 +43,6 @@ LINEITEM_CONTAINER_MEDIA_TYPE = "application/vnd.ims.lis.v2.lineitemcontainer+js
 RESULT_CONTAINER_MEDIA_TYPE = "application/vnd.ims.lis.v2.resultcontainer+json"
 # Marks the line items this tool made, among the course's others.
 LINE_ITEM_TAG = "loopgrade"
-MAX_PAGES = 50
 
 
 @dataclass(frozen=True)
@@ -83,43 +83,12 @@ def _line_item(found: Any, where: str) -> LineItem:
     )
 
 
-def _pages(
-    session: Session,
-    sealing: MultiFernet,
-    tokens: AccessTokens,
-    platform: LtiPlatform,
-    url: str,
-    *,
-    scope: str,
-    accept: str,
-    params: dict[str, str],
-) -> list[Any]:
-    """Every entry of a paged AGS list: a JSON array per page, following rel="next"."""
-    entries: list[Any] = []
-    next_url: str | None = str(httpx.URL(url).copy_merge_params(params))
-    for _ in range(MAX_PAGES):
-        if next_url is None:
-            break
-        token = tokens.get(session, sealing, platform, [scope])
-        try:
-            reply = httpx.get(
-                next_url,
-                headers={"Authorization": f"Bearer {token}", "Accept": accept},
-                timeout=HTTP_TIMEOUT_SECONDS,
-            )
-        except httpx.HTTPError as exc:
-            raise PlatformUnavailable(f"GET {next_url}: {exc}") from None
-        raise_for_reply(reply, f"GET {next_url}")
-        try:
-            page = reply.json()
-        except ValueError:
-            raise PlatformRefused(f"GET {next_url} answered no JSON") from None
-        if not isinstance(page, list):
-            raise PlatformRefused(f"GET {next_url} answered no list ({accept})")
-        entries.extend(page)
-        link = reply.links.get("next", {}).get("url")
-        next_url = link if isinstance(link, str) and link != next_url else None
-    return entries
+def _container(session: Session, context: LtiContext) -> tuple[LtiPlatform, str]:
+    """The course's platform and line items container URL."""
+    platform = session.get(LtiPlatform, context.platform_id)
+    if platform is None or context.lineitems_url is None:
+        raise PlatformRefused("the LMS offers no line items service (AGS) for this course")
+    return platform, context.lineitems_url
 
 
 def list_line_items(
@@ -134,26 +103,24 @@ def list_line_items(
     limit: int | None = None,
 ) -> list[LineItem]:
     """The LMS course's line items (all pages), filtered as the platform allows."""
-    platform = session.get(LtiPlatform, context.platform_id)
-    if platform is None or context.lineitems_url is None:
-        raise PlatformRefused("the LMS offers no line items service (AGS) for this course")
+    platform, url = _container(session, context)
     filters = {"resource_link_id": resource_link_id, "resource_id": resource_id, "tag": tag}
     params = {name: value for name, value in filters.items() if value is not None}
     if limit is not None:
         params["limit"] = str(limit)
-    found = _pages(
+    found = fetch_all_pages(
         session,
         sealing,
         tokens,
         platform,
-        context.lineitems_url,
+        url,
         # Not lineitem.readonly: the tool's configuration asks for lineitem, which reads too,
         # and Canvas grants only the scopes its developer key lists.
         scope=LINEITEM_SCOPE,
         accept=LINEITEM_CONTAINER_MEDIA_TYPE,
         params=params,
     )
-    return [_line_item(item, context.lineitems_url) for item in found]
+    return [_line_item(item, url) for item in found]
 
 
 def create_line_item(
@@ -168,9 +135,7 @@ def create_line_item(
     resource_link_id: str | None,
 ) -> LineItem:
     """POST a new line item to the course's container; the platform answers it with its id."""
-    platform = session.get(LtiPlatform, context.platform_id)
-    if platform is None or context.lineitems_url is None:
-        raise PlatformRefused("the LMS offers no line items service (AGS) for this course")
+    platform, url = _container(session, context)
     body: dict[str, Any] = {
         "scoreMaximum": score_maximum,
         "label": label,
@@ -180,7 +145,6 @@ def create_line_item(
     if resource_link_id is not None:
         body["resourceLinkId"] = resource_link_id
     token = tokens.get(session, sealing, platform, [LINEITEM_SCOPE])
-    url = context.lineitems_url
     try:
         reply = httpx.post(
             url,
@@ -260,7 +224,7 @@ def read_results(
     params = {"user_id": user_id} if user_id is not None else {}
     if limit is not None:
         params["limit"] = str(limit)
-    found = _pages(
+    found = fetch_all_pages(
         session,
         sealing,
         tokens,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, FrameLocator, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
 
 from app.db import SessionFactory
@@ -47,15 +48,26 @@ def framing_platform(tool_url: str, sessions: SessionFactory) -> Iterator[FakePl
         yield fake
 
 
-def test_a_framed_launch_keeps_its_session_and_submits(
-    browser: Browser, framing_platform: FakePlatform
-) -> None:
+def open_lms_course(
+    browser: Browser, platform: FakePlatform
+) -> tuple[BrowserContext, Page, FrameLocator]:
+    """The LMS's course page, once the tool in its frame shows the exercise."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(30_000)
     page = context.new_page()
-    page.goto(f"{framing_platform.url}/course")
+    page.goto(f"{platform.url}/course")
     frame = page.frame_locator("#tool")
-    frame.get_by_role("button", name="Submit for grading").wait_for()
+    try:
+        frame.get_by_role("button", name="Submit for grading").wait_for()
+    except PlaywrightTimeout:
+        raise AssertionError(f"the frames show {[f.url for f in page.frames]}") from None
+    return context, page, frame
+
+
+def test_a_framed_launch_keeps_its_session_and_submits(
+    browser: Browser, framing_platform: FakePlatform
+) -> None:
+    context, page, frame = open_lms_course(browser, framing_platform)
     frame.locator("textarea#code").fill(CORRECT_CODE)
     frame.get_by_role("button", name="Submit for grading").click()
     # Not "Form expired": the frame kept its session and shows the learner's submission.
@@ -74,12 +86,7 @@ def test_the_login_state_goes_through_the_lms_page_s_storage(
     browser: Browser, framing_platform: FakePlatform, sessions: SessionFactory
 ) -> None:
     framing_platform.storage_target = "_parent"
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    page.goto(f"{framing_platform.url}/course")
-    frame = page.frame_locator("#tool")
-    frame.get_by_role("button", name="Submit for grading").wait_for()
+    context, page, _ = open_lms_course(browser, framing_platform)
     # The tool's pages put the state in the LMS page and read it back, by postMessage.
     assert page.evaluate("window.ltiStorageLog") == ["lti.put_data", "lti.get_data"]
     with sessions() as session:

@@ -7,6 +7,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -203,6 +204,18 @@ def test_the_connection_goes_to_the_checked_address_under_the_hook_s_name(
     assert options["extensions"] == {"sni_hostname": "hooks.example.com"}
 
 
+def added_webhook_event(
+    sessions: SessionFactory, receiver: Receiver, course_id: str, url: str, *, allow_private: bool
+) -> dict[str, Any]:
+    """A webhook to `url` added (the receiver given its secret) and a test event for it."""
+    with sessions.begin() as session:
+        webhook = create_webhook(
+            session, course_id=course_id, url=url, allow_private_addresses=allow_private
+        )
+        receiver.secret = webhook.secret
+        return sample_event_message(webhook)
+
+
 def test_a_delivery_is_sent_to_the_resolved_address_with_the_name_as_host(
     receiver: Receiver,
     sessions: SessionFactory,
@@ -211,15 +224,9 @@ def test_a_delivery_is_sent_to_the_resolved_address_with_the_name_as_host(
 ) -> None:
     port = httpx.URL(receiver.url).port
     monkeypatch.setattr(webhooks, "resolve_host", resolving_to(["127.0.0.1"]))
-    with sessions.begin() as session:
-        webhook = create_webhook(
-            session,
-            course_id=course_id,
-            url=f"http://hooks.test:{port}/hook",
-            allow_private_addresses=True,
-        )
-        receiver.secret = webhook.secret
-        message = sample_event_message(webhook)
+    message = added_webhook_event(
+        sessions, receiver, course_id, f"http://hooks.test:{port}/hook", allow_private=True
+    )
     with sessions() as session:
         deliver_webhook(session, message, allow_private_addresses=True)
     assert receiver.hosts == [f"hooks.test:{port}"]
@@ -237,15 +244,13 @@ def test_a_name_rebound_to_loopback_after_registration_is_not_reached(
     monkeypatch.setattr(
         webhooks, "resolve_host", resolving_to([str(PUBLIC_ADDRESS)], ["127.0.0.1"])
     )
-    with sessions.begin() as session:
-        webhook = create_webhook(
-            session,
-            course_id=course_id,
-            url=f"https://rebind.example.com:{port}/hook",
-            allow_private_addresses=False,
-        )
-        receiver.secret = webhook.secret
-        message = sample_event_message(webhook)
+    message = added_webhook_event(
+        sessions,
+        receiver,
+        course_id,
+        f"https://rebind.example.com:{port}/hook",
+        allow_private=False,
+    )
     with (
         sessions() as session,
         pytest.raises(PlatformRefused, match=r"rebind\.example\.com resolves to 127\.0\.0\.1"),

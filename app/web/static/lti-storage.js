@@ -61,7 +61,7 @@
 
   if (data.ltiStorage === "put") {
     ask({ subject: "lti.put_data", message_id: messageId(), key: data.key, value: data.value })
-      .then(() => window.location.replace(data.next))
+      .then(() => window.location.assign(data.next))
       .catch((error) => {
         status.textContent =
           "The LMS did not keep this launch's state (" + error.message + "). " +
