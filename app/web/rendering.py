@@ -20,6 +20,7 @@ from markupsafe import Markup
 from app.errors import AppError
 from app.settings import Settings
 from app.web.sessions import SignInRequired, Viewer, set_cookies
+from graders.report import diagnosis_name
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 # Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
@@ -69,6 +70,7 @@ templates.env.filters["markdown"] = _markdown_filter
 templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
+templates.env.filters["diagnosis_name"] = diagnosis_name
 
 
 class PageError(AppError):
