@@ -11,7 +11,7 @@ import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.courses.courses import (
@@ -24,7 +24,7 @@ from app.courses.courses import (
 )
 from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep
-from app.grading.intake import Upload, accept_submission, submission_limits
+from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,
@@ -202,6 +202,7 @@ def _submit(
         learner = anonymous_learner(request, viewer) or ""
         if not learner:
             learner = new_learner = new_learner_id()
+    in_place = _wants_json(request)
     try:
         accepted = accept_submission(
             session,
@@ -214,8 +215,19 @@ def _submit(
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
             client_address=client_address(request),
+            # The page's script sends one per click, so a retried post makes one submission.
+            idempotency=Idempotency.from_header(
+                f"user:{user.id}" if user else f"learner:{learner}",
+                request.headers.get("idempotency-key"),
+            ),
         )
     except SubmissionRejected as exc:
+        if in_place:
+            return JSONResponse(
+                {"detail": str(exc), **exc.json_fields()},
+                status_code=exc.status_code,
+                headers=exc.headers,
+            )
         # The form again, with the learner's code and what to fix; the status says why.
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
@@ -229,13 +241,32 @@ def _submit(
             headers=exc.headers,
         )
     submission = accepted.submission
-    response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
+    page_url = f"/submissions/{submission.id}"
+    response: Response
+    if in_place:
+        response = JSONResponse(
+            {
+                "id": submission.id,
+                "url": page_url,
+                "events": f"{page_url}/events",
+                "result": f"{page_url}/result",
+            },
+            status_code=202,
+        )
+    else:
+        response = RedirectResponse(page_url, status_code=303)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
         response.set_cookie(
             LEARNER_COOKIE, new_learner, max_age=365 * 24 * 3600, httponly=True, samesite="lax"
         )
     return response
+
+
+def _wants_json(request: Request) -> bool:
+    """The exercise page's script submits in the background and asks for JSON; a plain form
+    post (no JavaScript) is answered with a page, as always."""
+    return "application/json" in request.headers.get("accept", "")
 
 
 @router.post("/exercises/{exercise_id}", response_model=None)
