@@ -118,6 +118,7 @@ def exercise_context(
         "exercise": exercise,
         "course": course,
         "assigned": assigned,
+        "prompt_body": _without_title(exercise.prompt_markdown),
         "code": code,
         "action": base,
         "unit": _unit(session, viewer, request, course),
@@ -126,6 +127,13 @@ def exercise_context(
         "closed": closed,
         "max_upload_kib": settings.max_upload_bytes // 1024,
     }
+
+
+def _without_title(prompt_markdown: str) -> str:
+    """The prompt without its leading `# Title` line: the page puts the title first itself,
+    with the way to the editor right under it (on a phone the prompt is long)."""
+    first, _, rest = prompt_markdown.lstrip("\n").partition("\n")
+    return rest if first.startswith("# ") else prompt_markdown
 
 
 def _editable_code(

@@ -50,7 +50,10 @@ def _markdown_filter(text: str | None) -> Markup:
 
 
 def _feedback_filter(text: str | None) -> Markup:
-    return Markup(_feedback_markdown.render(text or ""))
+    # A quoted traceback scrolls sideways: keyboard users reach it (tabindex). Safe to replace:
+    # with html off, a "<pre>" in the learner's text is rendered escaped, never as a tag.
+    html = _feedback_markdown.render(text or "")
+    return Markup(html.replace("<pre>", '<pre tabindex="0">'))
 
 
 def _when(value: datetime | None) -> Markup:

@@ -99,15 +99,19 @@ def test_learner_and_instructor_through_the_course(
     editor.press("Tab")
     assert learner.evaluate("document.activeElement.id") != "code"
 
-    # A buggy loop first.
+    # A buggy loop first: the result appears on the exercise page, the code stays.
     editor.fill(MISSING_ZERO_GRAD_CODE)
     learner.get_by_role("button", name="Submit for grading").click()
     expect(learner.locator("#result")).to_be_visible()
     assert wait_for_result(learner) == "missing-zero-grad"
+    expect(editor).to_have_value(MISSING_ZERO_GRAD_CODE)
+    own_page = learner.get_by_role("link", name="This result on its own page")
+    buggy_url = base_url + (own_page.get_attribute("href") or "")
+    learner.goto(buggy_url)
+    assert wait_for_result(learner) == "missing-zero-grad"
     expect(learner.locator("#result .feedback")).to_contain_text("zero_grad")
     expect(learner.locator("#result svg.chart").first).to_be_visible()
     expect(learner.locator("#result tr.failed").first).to_be_visible()
-    buggy_url = learner.url
     assert_accessible_basics(learner)
     screenshot(learner, "desktop-result-buggy")
 

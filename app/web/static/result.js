@@ -31,7 +31,7 @@
         const start = lines.slice(0, line - 1).join("\n").length + (line > 1 ? 1 : 0);
         textarea.dataset.markedLine = String(line);
         textarea.setAttribute("aria-invalid", "true");
-        textarea.focus();
+        textarea.focus({ preventScroll: true });
         textarea.setSelectionRange(start, start + lines[line - 1].length);
       },
       clearMarks: function () {
@@ -224,6 +224,12 @@
     textarea.setAttribute("aria-describedby", described.join(" "));
   }
 
+  function mark(editor, line, message) {
+    // Said on the form too, whichever editor draws the mark (tests and styles read it).
+    form.dataset.markedLine = String(line);
+    editor.markLine(line, message);
+  }
+
   async function send(body, key) {
     // The same key on every try: the server makes one submission of however many arrive.
     let lastError = null;
@@ -248,6 +254,7 @@
     const editor = editorOf(textarea);
     textarea.value = editor.getValue();
     editor.clearMarks();
+    delete form.dataset.markedLine;
     showError("");
     sending = true;
     button.disabled = true;
@@ -279,7 +286,7 @@
       panelBody.replaceChildren();
       panel.hidden = true;
       showError(answer.detail || "The submission was not accepted.");
-      if (answer.line) editor.markLine(answer.line, answer.detail);
+      if (answer.line) mark(editor, answer.line, answer.detail);
       else editor.focus();
       return;
     }
@@ -291,7 +298,6 @@
       const result = fresh.querySelector("#result");
       // The fragment's own live region and polling hook would repeat this panel's work.
       if (result) {
-        result.removeAttribute("id");
         result.removeAttribute("aria-live");
         result.removeAttribute("data-poll");
         result.removeAttribute("data-events");
@@ -303,8 +309,11 @@
       a.textContent = "This result on its own page";
       link.appendChild(a);
       panelBody.replaceChildren(fresh, link);
+      // The score in sight, moving the page no more than needed.
+      const score = panelBody.querySelector(".score, .status");
+      if (score) score.scrollIntoView({ block: "nearest" });
       document.dispatchEvent(new CustomEvent("loopgrade:updated", { detail: panel }));
-      if (done.line) editor.markLine(done.line, "Your code failed here");
+      if (done.line) mark(editor, done.line, "Your code failed on this line");
     });
   }
 
