@@ -34,7 +34,7 @@ from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grad
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.settings import Settings
-from app.web import account_pages, events, instructor_pages, learner_pages
+from app.web import account_pages, drafts, events, instructor_pages, learner_pages
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
@@ -127,13 +127,18 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
     app.include_router(events.router)
+    app.include_router(drafts.router)
     app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
 
+# Answered in JSON, errors too: the REST API, and the drafts the exercise page's script saves.
+JSON_PATH_PREFIXES = ("/api/", "/drafts/")
+
+
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    return request.url.path.startswith(JSON_PATH_PREFIXES)
 
 
 def error_response(
