@@ -120,6 +120,18 @@ def open_page(
     return context.new_page()
 
 
+def write_code(view: Page | Frame, code: str) -> None:
+    """Replace the editor's code and put the focus in it, as a learner would."""
+    view.wait_for_function("() => window.loopgradeEditor")
+    view.evaluate("code => window.loopgradeEditor.setValue(code)", code)
+    view.evaluate("() => window.loopgradeEditor.focus()")
+
+
+def code_in_editor(view: Page | Frame) -> str:
+    code: str = view.evaluate("() => window.loopgradeEditor.getValue()")
+    return code
+
+
 def submission_count(sessions: SessionFactory) -> int:
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(Submission)) or 0
@@ -182,19 +194,20 @@ def test_desktop_one_page_loop(
     screenshot(page, "exercise-desktop-800")
 
     # A syntax error: said at once with its line, the line marked, nothing stored.
-    editor = page.locator("#code")
-    editor.fill(SYNTAX_ERROR_ON_LINE_2)
-    editor.press("Control+Enter")
+    write_code(page, SYNTAX_ERROR_ON_LINE_2)
+    page.keyboard.press("Control+Enter")
     expect(page.locator("#form-error")).to_contain_text("Syntax error on line 2")
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "2")
+    expect(page.locator(".cm-marked-line")).to_have_count(1)
+    expect(page.locator(".cm-marked-line")).to_contain_text("loss = (1 +")
     assert submission_count(module_sessions) == 0
     assert_no_axe_violations(page)
 
     # Ctrl+Enter submits in the background: queued, running with its seconds, then the
     # result in place, the code still in the editor, the page never left.
     page.evaluate("window.stayedOnThePage = true")
-    editor.fill(RAISES_ON_LINE_6)
-    editor.press("Control+Enter")
+    write_code(page, RAISES_ON_LINE_6)
+    page.keyboard.press("Control+Enter")
     expect(page.locator("#form-error")).to_be_hidden()
     expect(page.locator("#live-result .status")).to_contain_text("Queued: next in line")
     submission_id = queued_id(module_sessions)
@@ -205,7 +218,8 @@ def test_desktop_one_page_loop(
     expect(result.locator(".diagnosis")).to_have_text("Error while running")
     expect(result.locator("tr.failed .message code").first).to_be_visible()
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "6")
-    expect(editor).to_have_value(RAISES_ON_LINE_6)
+    expect(page.locator(".cm-marked-line")).to_contain_text("undefined_scale")
+    assert code_in_editor(page) == RAISES_ON_LINE_6
     assert page.evaluate("window.stayedOnThePage") is True
     assert page.url.endswith(EXERCISE_PATH)
     assert_no_axe_violations(page)
@@ -236,7 +250,7 @@ def test_phone_title_and_editor_come_first(browser: Browser, base_url: str) -> N
     assert_no_axe_violations(page)
     screenshot(page, "exercise-phone")
     to_editor.click()
-    expect(page.locator("#code")).to_be_in_viewport()
+    expect(page.locator(".cm-editor")).to_be_in_viewport()
     page.context.close()
 
 
@@ -263,16 +277,15 @@ def test_framed_by_another_origin_the_loop_works_inside_the_frame(
         assert_no_axe_violations(inner)
 
         before = submission_count(module_sessions)
-        editor = frame.locator("#code")
-        editor.fill(RAISES_ON_LINE_6.replace("undefined_scale", "missing_name"))
-        editor.press("Control+Enter")
+        write_code(inner, RAISES_ON_LINE_6.replace("undefined_scale", "missing_name"))
+        page.keyboard.press("Control+Enter")
         expect(frame.locator("#live-result .status")).to_contain_text("Queued")
         assert submission_count(module_sessions) == before + 1
         grade_while_watching(served_app, server_settings, inner, queued_id(module_sessions))
         expect(frame.locator("#live-result .diagnosis")).to_have_text(
             "Error while running", timeout=GRADING_MS
         )
-        expect(editor).to_have_value(re.compile("missing_name"))
+        assert "missing_name" in code_in_editor(inner)
         assert inner.url == base_url + EXERCISE_PATH
         assert_no_axe_violations(inner)
         screenshot(page, "exercise-framed-result")
