@@ -143,9 +143,9 @@ class CodeSyntaxError(SubmissionRejected):
     title = "Syntax error"
 
     def __init__(self, line: int | None, problem: str) -> None:
-        where = f"line {line}" if line else "your code"
+        where = f"on line {line}" if line else "in your code"
         super().__init__(
-            f"Syntax error on {where}: {problem}. Fix it and submit again; "
+            f"Syntax error {where}: {problem}. Fix it and submit again; "
             "this was not graded and does not count as an attempt."
         )
         self.line = line

@@ -6,10 +6,12 @@ import threading
 import uuid
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from app.api.keys import create_api_key
 from app.db import SessionFactory
+from app.grading.intake import CodeSyntaxError, check_syntax
 from app.models import IdempotencyKey, Submission
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE, csrf_token
 
@@ -194,3 +196,26 @@ def test_the_page_script_gets_json_and_a_retry_with_its_key_is_one_submission(
     assert first["url"] == f"/submissions/{first['id']}"
     assert first["events"] == f"/submissions/{first['id']}/events"
     assert count_submissions(sessions) == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("def f(:\n    pass\n", 1),
+        ("def f():\n\treturn 1\n        return 2\n", 3),  # TabError, a SyntaxError
+        ("(" * 60_000, 1),  # too deep for the parser: said, not crashed on
+        ("x = 1\x00\n", None),  # a NUL byte: no line
+    ],
+)
+def test_the_syntax_check_says_the_line_of_hostile_and_broken_code(
+    code: str, line: int | None
+) -> None:
+    with pytest.raises(CodeSyntaxError) as refused:
+        check_syntax(code)
+    assert refused.value.line == line
+    assert refused.value.status_code == 422
+
+
+def test_the_syntax_check_passes_code_that_compiles_however_deep() -> None:
+    check_syntax("x = " + "-" * 60_000 + "1\n")
+    check_syntax(CORRECT_CODE)

@@ -211,9 +211,17 @@ def test_desktop_one_page_loop(
     expect(page.locator("#form-error")).to_be_hidden()
     expect(page.locator("#live-result .status")).to_contain_text("Queued: next in line")
     submission_id = queued_id(module_sessions)
+    # Its own page, open meanwhile in another tab, follows the same stream.
+    own_page = page.context.new_page()
+    own_page.goto(f"/submissions/{submission_id}")
+    expect(own_page.locator("#result .status")).to_contain_text("Queued: next in line")
     grade_while_watching(served_app, server_settings, page, submission_id)
     result = page.locator("#live-result #result")
     expect(result.locator(".score-value")).to_be_visible(timeout=GRADING_MS)
+    expect(own_page.locator("#result .score-value")).to_have_text("0 / 10")
+    expect(own_page.locator("#result .diagnosis")).to_have_text("Error while running")
+    assert_no_axe_violations(own_page)
+    own_page.close()
     # The diagnosis in words; the check's code spans as code.
     expect(result.locator(".diagnosis")).to_have_text("Error while running")
     expect(result.locator("tr.failed .message code").first).to_be_visible()
