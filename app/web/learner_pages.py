@@ -23,7 +23,7 @@ from app.courses.courses import (
     require_member,
 )
 from app.courses.gradebook import learner_cells, practice_assignment
-from app.db import SessionDep
+from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
 from app.grading.submissions import (
@@ -323,6 +323,23 @@ def _wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
 
+def _session_ended(request: Request, session: Session, kept: Response) -> Response:
+    """The code was kept (the session had ended); the page's script gets where to go in JSON,
+    a 401, instead of a redirect its fetch would follow out of sight. The code stays kept."""
+    if not _wants_json(request):
+        return kept
+    keep_on_error_response(session)
+    answer = JSONResponse(
+        {
+            "detail": "Your session had ended: your code is kept. Sign in to submit it.",
+            "location": kept.headers["location"],
+        },
+        status_code=401,
+    )
+    answer.raw_headers.extend(h for h in kept.raw_headers if h[0] == b"set-cookie")
+    return answer
+
+
 @router.post("/exercises/{exercise_id}", response_model=None)
 def submit_practice(
     request: Request,
@@ -339,7 +356,7 @@ def submit_practice(
         request, session, settings, viewer, csrf_token=csrf_token, code=code
     )
     if ended is not None:
-        return ended
+        return _session_ended(request, session, ended)
     return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
@@ -359,7 +376,7 @@ def submit_in_course(
         request, session, settings, viewer, csrf_token=csrf_token, code=code
     )
     if ended is not None:
-        return ended
+        return _session_ended(request, session, ended)
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)

@@ -7,13 +7,15 @@ import uuid
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.api.keys import create_api_key
 from app.db import SessionFactory
 from app.grading.intake import CodeSyntaxError, check_syntax
-from app.models import IdempotencyKey, Submission
+from app.models import IdempotencyKey, KeptSubmission, Submission, WebSession, utc_now
+from app.web.drafts import KEPT_COOKIE
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE, csrf_token
+from tests.app.people import make_user, sign_in, token_of
 
 
 def post(
@@ -219,3 +221,26 @@ def test_the_syntax_check_says_the_line_of_hostile_and_broken_code(
 def test_the_syntax_check_passes_code_that_compiles_however_deep() -> None:
     check_syntax("x = " + "-" * 60_000 + "1\n")
     check_syntax(CORRECT_CODE)
+
+
+def test_the_page_script_whose_session_ended_is_told_where_to_sign_in_and_the_code_is_kept(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "ann@example.org")
+    assert sign_in(client, "ann@example.org").status_code == 303
+    page = f"/exercises/{EXERCISE}"
+    token = token_of(client.get(page))
+    with sessions.begin() as session:
+        session.execute(update(WebSession).values(expires_at=utc_now()))
+
+    sent = client.post(
+        page,
+        data={"code": MISSING_ZERO_GRAD_CODE, "csrf_token": token},
+        headers={"Accept": "application/json", "Origin": str(client.base_url)},
+    )
+    assert sent.status_code == 401
+    assert sent.json()["location"].startswith("/sign-in?ended=1&next=")
+    assert KEPT_COOKIE in sent.cookies  # the browser that sent it gets it back
+    assert count_submissions(sessions) == 0
+    with sessions() as session:
+        assert [k.code for k in session.scalars(select(KeptSubmission))] == [MISSING_ZERO_GRAD_CODE]

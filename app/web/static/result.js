@@ -280,6 +280,11 @@
       return;
     }
     const answer = await response.json();
+    if (answer.location) {
+      // The session had ended: the server kept the code; signing in brings it back.
+      window.location.assign(answer.location);
+      return;
+    }
     if (!response.ok) {
       sending = false;
       button.disabled = false;
