@@ -153,6 +153,9 @@ function mount(textarea, styleNonce) {
         "aria-describedby": describedBy,
         autocapitalize: "off",
         autocorrect: "off",
+        // Already focusable (contenteditable); said outright so that checkers such as axe
+        // see the scrolling editor's content as reachable by keyboard. No extra tab stop.
+        tabindex: "0",
       }),
       EditorView.updateListener.of((update) => {
         if (!update.docChanged) return;
