@@ -23,6 +23,7 @@ from app.grading.submissions import (
     CodeTooLarge,
     SubmissionLimits,
     SubmissionRejected,
+    check_code,
     create_submission,
 )
 from app.models import Assignment, IdempotencyKey, Submission, utc_now
@@ -103,7 +104,9 @@ def accept_submission(
         extracted = _code_from_upload(upload, settings.max_upload_bytes)
         code, notices, filename = extracted.source, extracted.notices, extracted.filename
 
-    # Before the key is claimed and before any row or rate count: not an attempt.
+    # Before the key is claimed and before any row or rate count: not an attempt. After the
+    # text's own checks (size, NUL), which say first what is wrong with the text itself.
+    check_code(code, settings.max_code_bytes)
     check_syntax(code)
     request_sha256 = _fingerprint(exercise_id, learner, code, filename, course_id)
     if idempotency is not None:
