@@ -44,7 +44,7 @@ def test_exercise_page_has_prompt_editor_and_is_framed_only_by_registered_platfo
     textarea = re.search(r'<textarea id="code" name="code"[^>]*>(.*?)</textarea>', page.text, re.S)
     assert textarea is not None
     assert "def train_step(model, optimizer, loss_fn, x, y):" in textarea[1]
-    assert '<label for="code">' in page.text
+    assert '<label for="code" id="your-code">' in page.text
     assert '<button type="submit">' in page.text
     assert "<script>" not in page.text  # scripts are files, allowed by the CSP
 
