@@ -83,5 +83,14 @@ print(f"check-compose: graded through the stack: {result['status']} {result['dia
       f"{result['score']}/{result['max_score']}", file=sys.stderr)
 assert (result["status"], result["diagnosis"]) == ("graded", "correct"), result
 PY
-say "stack up with $workers workers and one submission graded in $(($(date +%s) - started)) s"
-"${stack[@]}" logs --no-color worker | grep ': grading (exercise' >&2
+# Both workers consume the queue (up -d does not wait for them), and one of them graded it once.
+ready=0
+for _ in $(seq 120); do
+    ready=$("${stack[@]}" logs --no-color worker | grep -c 'ready\.$' || true)
+    [ "$ready" -lt 2 ] || break
+    sleep 1
+done
+[ "$ready" -eq 2 ] || { say "$ready of the 2 workers became ready"; exit 1; }
+grades=$("${stack[@]}" logs --no-color worker | grep -c ': grading (exercise' || true)
+[ "$grades" -eq 1 ] || { say "the submission was graded $grades times, not once"; exit 1; }
+say "stack up with 2 workers and one submission graded in $(($(date +%s) - started)) s"
