@@ -180,10 +180,17 @@ class Settings(BaseSettings):
     lti_state_max_age_seconds: int = Field(
         default=600, ge=30, description="How long an LTI login may take from start to launch."
     )
+    lti_key_encryption_keys: str = Field(
+        default="",
+        description="Fernet keys (comma-separated) sealing the tool's LTI private keys in the "
+        "database; the first seals, all unseal (for rotating it). Empty means a key made once "
+        "in <data_dir>/lti_key_encryption_key. Set it alike on every host of one database.",
+    )
     webhook_allow_private_addresses: bool = Field(
         default=False,
-        description="Allow course webhooks to loopback and private addresses (for testing; "
-        "otherwise an instructor could aim the server at internal services).",
+        description="Allow course webhooks to loopback and private addresses, and plain http "
+        "(for tests and development; otherwise an instructor could aim the server at internal "
+        "services). Checked when a webhook is added and again at every delivery.",
     )
     lti_jwks_refetch_interval_seconds: float = Field(
         default=5.0,
