@@ -35,7 +35,7 @@ from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.settings import Settings
-from app.web import account_pages, instructor_pages, learner_pages
+from app.web import account_pages, drafts, instructor_pages, learner_pages
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
 
@@ -129,13 +129,18 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
+    app.include_router(drafts.router)
     app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
 
+# Answered in JSON, errors too: the REST API, and the drafts the exercise page's script saves.
+JSON_PATH_PREFIXES = ("/api/", "/drafts/")
+
+
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    return request.url.path.startswith(JSON_PATH_PREFIXES)
 
 
 def error_response(

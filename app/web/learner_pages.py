@@ -24,6 +24,7 @@ from app.courses.courses import (
 )
 from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep
+from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Upload, accept_submission, submission_limits
 from app.grading.submissions import (
     AssignmentClosed,
@@ -34,10 +35,15 @@ from app.grading.submissions import (
 )
 from app.models import Course, CourseRole, User, utc_now
 from app.settings import Settings, SettingsDep
+from app.web.drafts import (
+    draft_url,
+    forget_kept_submission,
+    keep_if_session_ended,
+    kept_submission_of,
+)
 from app.web.rendering import PageError, render
 from app.web.sessions import (
     LEARNER_COOKIE,
-    CsrfViewerDep,
     SignInRequired,
     Viewer,
     ViewerDep,
@@ -129,10 +135,28 @@ def exercise_context(
 
 
 def _editable_code(
-    request: Request, session: Session, viewer: Viewer, exercise: Exercise, edit: str | None
-) -> str:
-    """The starter code, or the code of a submission of the viewer's to `edit`."""
-    if edit:
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    exercise: Exercise,
+    course: Course | None,
+    edit: str | None,
+) -> dict[str, Any]:
+    """What the editor opens on, as the page's context: code kept from a submission whose
+    session had ended, else a submission of the viewer's to `edit`, else their latest code
+    (draft, latest submission, starter); and what the page's draft script needs."""
+    user_id = viewer.user.id if viewer.user else None
+    opening = opening_code(
+        session,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner(request, viewer),
+        course_id=course.id if course else None,
+        exercise=exercise,
+    )
+    code, kept = opening.code, kept_submission_of(request, session)
+    if kept is not None:
+        code = kept.code
+    elif edit:
         previous = get_submission(session, edit)
         if (
             previous is not None
@@ -141,8 +165,16 @@ def _editable_code(
                 session, viewer.user, anonymous_learner(request, viewer), previous
             )
         ):
-            return previous.code
-    return exercise.starter_code
+            code = previous.code
+    return {
+        "code": code,
+        "kept": kept is not None,
+        "draft": {
+            "key": f"{user_id or 'anon'}:{course.id if course else 'practice'}:{exercise.id}",
+            "url": draft_url(course.id if course else None, exercise.id) if user_id else "",
+            "saved_at": opening.saved_at.isoformat() if opening.saved_at else "",
+        },
+    }
 
 
 @router.get("/exercises/{exercise_id}")
@@ -156,9 +188,11 @@ def practice_page(
 ) -> HTMLResponse:
     """Practice outside any course: the prompt and the editor."""
     exercise = find_exercise(exercise_id)
-    code = _editable_code(request, session, viewer, exercise, edit)
-    context = exercise_context(request, session, viewer, settings, exercise, None, None, code)
-    return render(request, viewer, "exercise.html", context)
+    opening = _editable_code(request, session, viewer, exercise, None, edit)
+    context = exercise_context(
+        request, session, viewer, settings, exercise, None, None, opening["code"]
+    )
+    return render(request, viewer, "exercise.html", {**context, **opening})
 
 
 @router.get("/courses/{course_id}/exercises/{exercise_id}")
@@ -174,11 +208,11 @@ def course_exercise_page(
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
-    code = _editable_code(request, session, viewer, assigned.exercise, edit)
+    opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
     context = exercise_context(
-        request, session, viewer, settings, assigned.exercise, course, assigned, code
+        request, session, viewer, settings, assigned.exercise, course, assigned, opening["code"]
     )
-    return render(request, viewer, "exercise.html", context)
+    return render(request, viewer, "exercise.html", {**context, **opening})
 
 
 def _submit(
@@ -220,16 +254,28 @@ def _submit(
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
         )
+        opening = _editable_code(request, session, viewer, exercise, course, None)
         return render(
             request,
             viewer,
             "exercise.html",
-            {**context, "error": str(exc)},
+            {**context, **opening, "code": code, "kept": False, "error": str(exc)},
             status_code=exc.status_code,
             headers=exc.headers,
         )
     submission = accepted.submission
+    if user is not None:
+        # The page opens on it next time; a body too large was refused above.
+        save_draft(
+            session,
+            user_id=user.id,
+            course_id=course.id if course else None,
+            exercise_id=exercise.id,
+            code=submission.code,
+            max_code_bytes=settings.max_code_bytes,
+        )
     response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
+    forget_kept_submission(request, session, response)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
         response.set_cookie(
@@ -244,11 +290,17 @@ def submit_practice(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: CsrfViewerDep,
+    viewer: ViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
+    csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
     exercise = find_exercise(exercise_id)
+    ended = keep_if_session_ended(
+        request, session, settings, viewer, csrf_token=csrf_token, code=code
+    )
+    if ended is not None:
+        return ended
     return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
@@ -259,10 +311,16 @@ def submit_in_course(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: CsrfViewerDep,
+    viewer: ViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
+    csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
+    ended = keep_if_session_ended(
+        request, session, settings, viewer, csrf_token=csrf_token, code=code
+    )
+    if ended is not None:
+        return ended
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)

@@ -6,6 +6,7 @@ The pages embed in an LMS iframe, so no X-Frame-Options; scripts and styles are 
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -89,12 +90,21 @@ def render(
     status_code: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HTMLResponse:
+    # The code editor (CodeMirror) adds <style> elements: each page allows only its own.
+    style_nonce = secrets.token_urlsafe(16)
+    policy = f"{PAGE_HEADERS['Content-Security-Policy']}; style-src 'self' 'nonce-{style_nonce}'"
     response = templates.TemplateResponse(
         request,
         template,
-        {"viewer": viewer, "user": viewer.user, "csrf_token": viewer.csrf_token, **context},
+        {
+            "viewer": viewer,
+            "user": viewer.user,
+            "csrf_token": viewer.csrf_token,
+            "style_nonce": style_nonce,
+            **context,
+        },
         status_code=status_code,
-        headers={**PAGE_HEADERS, **(headers or {})},
+        headers={**PAGE_HEADERS, "Content-Security-Policy": policy, **(headers or {})},
     )
     settings: Settings = request.app.state.settings
     set_cookies(response, request, settings, viewer)
