@@ -42,6 +42,10 @@ from app.web.submission_view import FINISHED, result_context, viewable_submissio
 
 router = APIRouter(include_in_schema=False)
 
+# Threads the streams' database reads may take at once: a slow database then holds these,
+# not the threads every other request needs (anyio's default pool of 40).
+STREAM_READ_THREADS = 4
+
 
 class ProgressEvent(enum.StrEnum):
     """The events a progress stream sends (static/result.js listens for each)."""
@@ -83,6 +87,7 @@ class ProgressStreams:
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._open = 0
         self._closing = False
+        self._reads: anyio.CapacityLimiter | None = None  # made in the event loop
 
     @property
     def open_count(self) -> int:
@@ -112,6 +117,9 @@ class ProgressStreams:
     async def stream(self, sessions: SessionFactory, submission_id: str) -> AsyncIterator[str]:
         """The events of one submission, counted as open from its first byte to its end."""
         settings = self._settings
+        if self._reads is None:
+            self._reads = anyio.CapacityLimiter(STREAM_READ_THREADS)
+        reads = self._reads
         event = asyncio.Event()
         waiter = (asyncio.get_running_loop(), event)
         with self._lock:
@@ -129,9 +137,13 @@ class ProgressStreams:
             last_sent = time.monotonic()
             while not self._closing:
                 event.clear()
-                progress = await anyio.to_thread.run_sync(read_progress, sessions, submission_id)
+                progress = await anyio.to_thread.run_sync(
+                    read_progress, sessions, submission_id, limiter=reads
+                )
                 if progress.status in FINISHED:
-                    done = await anyio.to_thread.run_sync(read_done, sessions, submission_id)
+                    done = await anyio.to_thread.run_sync(
+                        read_done, sessions, submission_id, limiter=reads
+                    )
                     yield message(ProgressEvent.DONE, done)
                     return
                 now = time.monotonic()
