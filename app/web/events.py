@@ -147,7 +147,11 @@ class ProgressStreams:
                     yield message(ProgressEvent.DONE, done)
                     return
                 now = time.monotonic()
-                if progress != last:
+                # The seconds tick in the browser: a new event when the state or place changes.
+                if last is None or (progress.status, progress.position) != (
+                    last.status,
+                    last.position,
+                ):
                     yield message(ProgressEvent(progress.status), asdict(progress))
                     last, last_sent = progress, now
                 elif now - last_sent >= settings.event_heartbeat_seconds:
