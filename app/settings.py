@@ -165,6 +165,32 @@ class Settings(BaseSettings):
         "Retry-After (anonymous practice at half of it); 0: no cap.",
     )
 
+    # Grading progress pushed to the pages (app/web/events.py).
+    max_event_streams: int = Field(
+        default=200,
+        ge=1,
+        description="Progress streams (GET /submissions/{id}/events) open at once in this "
+        "process; more get 503 and the page falls back to asking every few seconds.",
+    )
+    event_stream_max_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long one progress stream stays open; the browser then reconnects.",
+    )
+    event_check_interval_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often an open stream reads its submission from the database: the "
+        "fallback for results written by another host (a Celery worker). This process's own "
+        "workers wake the stream as soon as they change the submission.",
+    )
+    event_heartbeat_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A stream with nothing new sends a heartbeat this often (proxies close "
+        "idle connections).",
+    )
+
     # LTI 1.3 (docs/lti.md).
     public_url: str = Field(
         default="",
@@ -182,10 +208,17 @@ class Settings(BaseSettings):
     lti_state_max_age_seconds: int = Field(
         default=600, ge=30, description="How long an LTI login may take from start to launch."
     )
+    lti_key_encryption_keys: str = Field(
+        default="",
+        description="Fernet keys (comma-separated) sealing the tool's LTI private keys in the "
+        "database; the first seals, all unseal (for rotating it). Empty means a key made once "
+        "in <data_dir>/lti_key_encryption_key. Set it alike on every host of one database.",
+    )
     webhook_allow_private_addresses: bool = Field(
         default=False,
-        description="Allow course webhooks to loopback and private addresses (for testing; "
-        "otherwise an instructor could aim the server at internal services).",
+        description="Allow course webhooks to loopback and private addresses, and plain http "
+        "(for tests and development; otherwise an instructor could aim the server at internal "
+        "services). Checked when a webhook is added and again at every delivery.",
     )
     lti_jwks_refetch_interval_seconds: float = Field(
         default=5.0,
