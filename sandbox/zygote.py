@@ -124,9 +124,11 @@ def _copy_in(memfd: int, path: str) -> None:
     os.close(target)
 
 
-def _clone_into_namespaces() -> int:
-    """os.fork(), but the child is born in new namespaces: its pid there is 1."""
-    number = SYS_CLONE[os.uname().machine]
+def _clone_into_namespaces(number: int) -> int:
+    """os.fork(), but the child is born in new namespaces: its pid there is 1.
+
+    `number`: clone(2)'s syscall number here.
+    """
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = libc_holding_gil.syscall(number, NAMESPACES | signal.SIGCHLD, 0, 0, 0, 0)
     if pid == 0:
@@ -173,6 +175,10 @@ class Zygote:
         with open(PROGRAM_PATH) as program_file:
             self.source = program_file.read()
         self.code = compile(self.source, PROGRAM_PATH, "exec")
+        machine = os.uname().machine
+        if machine not in SYS_CLONE:  # before the warm-up: the pool does not start, runs go cold
+            raise OSError(f"the zygote does not know clone(2)'s number on {machine}")
+        self.clone_number = SYS_CLONE[machine]
 
     def warm_up(self) -> None:
         """Run the program once here on the trusted inputs in /sandbox: its imports stay loaded."""
@@ -215,7 +221,7 @@ class Zygote:
             sys.stdout.flush()
             sys.stderr.flush()
             started_r, started_w = os.pipe()
-            pid = _clone_into_namespaces()
+            pid = _clone_into_namespaces(self.clone_number)
             if pid == 0:
                 self._child(job, [started_w, *fds])  # never returns
             for fd in [started_w, *fds]:
