@@ -210,6 +210,11 @@ class Zygote:
         gc.collect()
         gc.freeze()  # the warm objects stay in place: children share their pages
         _collapse_into_huge_pages()
+        # A job is cloned without the C library's fork handlers: another thread holding a lock
+        # (malloc's) at that moment would leave it held forever in the job's copy.
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:
+            raise RuntimeError(f"the zygote runs {threads} threads after its warm-up, not one")
 
     def serve(self) -> None:
         self.control.sendall(b'{"ready": true}')
@@ -220,17 +225,23 @@ class Zygote:
             job = json.loads(message)
             sys.stdout.flush()
             sys.stderr.flush()
-            started_r, started_w = os.pipe()
+            started_r, started_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             pid = _clone_into_namespaces(self.clone_number)
             if pid == 0:
-                self._child(job, [started_w, *fds])  # never returns
-            for fd in [started_w, *fds]:
+                self._child(job, [started_w.detach(), *fds])  # never returns
+            started_w.close()
+            for fd in fds:
                 os.close(fd)
-            # The job says when its namespaces and mounts are made (EOF if it died first): the
-            # server may then look at its scratch.
-            started = os.read(started_r, 1) == b"1"
-            os.close(started_r)
-            self.control.sendall(json.dumps({"started": started}).encode())
+            # The job says when its namespaces and mounts are made (nothing if it died first),
+            # with its scratch directory: the server holds it to check file sizes, however soon
+            # the job ends.
+            said, scratch, _, _ = socket.recv_fds(started_r, 1, 1)
+            started_r.close()
+            started = said == b"1" and len(scratch) == 1
+            message = json.dumps({"started": started}).encode()
+            socket.send_fds(self.control, [message], scratch[:1] if started else [])
+            for fd in scratch:
+                os.close(fd)
             status = self._wait(pid)
             self.control.sendall(json.dumps({"status": status}).encode())
 
@@ -245,7 +256,7 @@ class Zygote:
     def _child(self, job: dict[str, Any], fds: list[int]) -> None:
         """Never returns: isolate, then run the job as PID 1 of its namespaces.
 
-        `fds`: the started pipe, then the write ends of fds 3 (payload), 4 (start), 1 and 2,
+        `fds`: the started socket, then the write ends of fds 3 (payload), 4 (start), 1 and 2,
         then the inputs' memfds.
         """
         try:
@@ -272,7 +283,9 @@ class Zygote:
             for name, memfd in zip(names, memfds, strict=True):
                 _copy_in(memfd, f"{SANDBOX_DIR}/{name}")
             _mount(None, SANDBOX_DIR, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-            os.write(started_w, b"1")
+            scratch = os.open(SCRATCH_DIR, os.O_RDONLY | os.O_DIRECTORY)
+            socket.send_fds(socket.socket(fileno=started_w), [b"1"], [scratch])
+            os.close(scratch)
             stdin = os.open(os.devnull, os.O_RDONLY)
             # Parked above every wanted number first, so that no move overwrites one to come.
             parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in [stdin, *pipes]]
