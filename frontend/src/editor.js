@@ -25,7 +25,13 @@
 // Drafts (./drafts.js) are kept from this module's changes.
 
 import { closeBrackets, closeBracketsKeymap } from "@codemirror/autocomplete";
-import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
+import {
+  defaultKeymap,
+  history,
+  historyKeymap,
+  indentWithTab,
+  isolateHistory,
+} from "@codemirror/commands";
 import { python } from "@codemirror/lang-python";
 import {
   bracketMatching,
@@ -153,6 +159,9 @@ function mount(textarea, styleNonce) {
         "aria-describedby": describedBy,
         autocapitalize: "off",
         autocorrect: "off",
+        // Focusable already (contenteditable); said outright so that checkers see the
+        // scrolling area holds something the keyboard reaches.
+        tabindex: "0",
       }),
       EditorView.updateListener.of((update) => {
         if (!update.docChanged) return;
@@ -174,7 +183,11 @@ function mount(textarea, styleNonce) {
   return {
     getValue: () => view.state.doc.toString(),
     setValue(text) {
-      view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: String(text) } });
+      // Its own undo step, never merged with the typing just before it.
+      view.dispatch({
+        changes: { from: 0, to: view.state.doc.length, insert: String(text) },
+        annotations: isolateHistory.of("full"),
+      });
     },
     markLine(lineNumber, message) {
       marks = [...marks.filter((m) => m.line !== lineNumber), { line: lineNumber, message: String(message) }];
