@@ -58,26 +58,43 @@ def check_sandbox() -> bool:
     return True
 
 
+def check_tool_keys(settings: Settings) -> None:
+    """Seal and check the tool's LTI keys (app.lti.keys.prepare_tool_keys), so that a wrong
+    key-encryption key is one sentence on stderr, not a traceback (the app's start-up checks
+    the same, for other ASGI servers)."""
+    from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+
+    try:
+        sealing = key_sealing(settings)
+        with database_session(settings) as session:
+            prepare_tool_keys(session, sealing)
+    except ToolKeysUnreadable as exc:
+        raise CommandFailed(str(exc)) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = build_settings(args)
     # With a broker the workers grade; an API host without a sandbox is fine then.
     if not settings.broker_url and not check_sandbox():
         return 1
-    migrate_database(settings)
+    check_tool_keys(settings)  # migrates the database first
 
     import uvicorn
 
     from app.main import create_app
+    from app.web.events import StreamClosingServer
 
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
     # Proxy headers are the app's to believe or not (LOOPGRADE_TRUSTED_PROXIES), not uvicorn's.
-    uvicorn.run(
+    # The app's progress streams end when shutdown begins, not when each one times out.
+    config = uvicorn.Config(
         create_app(settings),
         host=args.host,
         port=args.port,
         log_level="info",
         proxy_headers=False,
     )
+    StreamClosingServer(config).run()
     return 0
 
 

@@ -11,7 +11,7 @@ import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.courses.courses import (
@@ -23,9 +23,9 @@ from app.courses.courses import (
     require_member,
 )
 from app.courses.gradebook import learner_cells, practice_assignment
-from app.db import SessionDep
+from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
-from app.grading.intake import Upload, accept_submission, submission_limits
+from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,
@@ -123,6 +123,7 @@ def exercise_context(
         "exercise": exercise,
         "course": course,
         "assigned": assigned,
+        "prompt_body": _without_title(exercise.prompt_markdown),
         "code": code,
         "action": base,
         "unit": _unit(session, viewer, request, course),
@@ -131,6 +132,13 @@ def exercise_context(
         "closed": closed,
         "max_upload_kib": settings.max_upload_bytes // 1024,
     }
+
+
+def _without_title(prompt_markdown: str) -> str:
+    """The prompt without its leading `# Title` line: the page puts the title first itself,
+    with the way to the editor right under it (on a phone the prompt is long)."""
+    first, _, rest = prompt_markdown.lstrip("\n").partition("\n")
+    return rest if first.startswith("# ") else prompt_markdown
 
 
 def _editable_code(
@@ -236,6 +244,7 @@ def _submit(
         learner = anonymous_learner(request, viewer) or ""
         if not learner:
             learner = new_learner = new_learner_id()
+    in_place = _wants_json(request)
     try:
         accepted = accept_submission(
             session,
@@ -248,8 +257,19 @@ def _submit(
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
             client_address=client_address(request),
+            # The page's script sends one per click, so a retried post makes one submission.
+            idempotency=Idempotency.from_header(
+                f"user:{user.id}" if user else f"learner:{learner}",
+                request.headers.get("idempotency-key"),
+            ),
         )
     except SubmissionRejected as exc:
+        if in_place:
+            return JSONResponse(
+                {"detail": str(exc), **exc.json_fields()},
+                status_code=exc.status_code,
+                headers=exc.headers,
+            )
         # The form again, with the learner's code and what to fix; the status says why.
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
@@ -274,7 +294,20 @@ def _submit(
             code=submission.code,
             max_code_bytes=settings.max_code_bytes,
         )
-    response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
+    page_url = f"/submissions/{submission.id}"
+    response: Response
+    if in_place:
+        response = JSONResponse(
+            {
+                "id": submission.id,
+                "url": page_url,
+                "events": f"{page_url}/events",
+                "result": f"{page_url}/result",
+            },
+            status_code=202,
+        )
+    else:
+        response = RedirectResponse(page_url, status_code=303)
     forget_kept_submission(request, session, response)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
@@ -282,6 +315,29 @@ def _submit(
             LEARNER_COOKIE, new_learner, max_age=365 * 24 * 3600, httponly=True, samesite="lax"
         )
     return response
+
+
+def _wants_json(request: Request) -> bool:
+    """The exercise page's script submits in the background and asks for JSON; a plain form
+    post (no JavaScript) is answered with a page, as always."""
+    return "application/json" in request.headers.get("accept", "")
+
+
+def _session_ended(request: Request, session: Session, kept: Response) -> Response:
+    """The code was kept (the session had ended); the page's script gets where to go in JSON,
+    a 401, instead of a redirect its fetch would follow out of sight. The code stays kept."""
+    if not _wants_json(request):
+        return kept
+    keep_on_error_response(session)
+    answer = JSONResponse(
+        {
+            "detail": "Your session had ended: your code is kept. Sign in to submit it.",
+            "location": kept.headers["location"],
+        },
+        status_code=401,
+    )
+    answer.raw_headers.extend(h for h in kept.raw_headers if h[0] == b"set-cookie")
+    return answer
 
 
 @router.post("/exercises/{exercise_id}", response_model=None)
@@ -300,7 +356,7 @@ def submit_practice(
         request, session, settings, viewer, csrf_token=csrf_token, code=code
     )
     if ended is not None:
-        return ended
+        return _session_ended(request, session, ended)
     return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
@@ -320,7 +376,7 @@ def submit_in_course(
         request, session, settings, viewer, csrf_token=csrf_token, code=code
     )
     if ended is not None:
-        return ended
+        return _session_ended(request, session, ended)
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)

@@ -21,6 +21,7 @@ from markupsafe import Markup
 from app.errors import AppError
 from app.settings import Settings
 from app.web.sessions import SignInRequired, Viewer, set_cookies
+from graders.report import diagnosis_name
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 # Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
@@ -50,7 +51,10 @@ def _markdown_filter(text: str | None) -> Markup:
 
 
 def _feedback_filter(text: str | None) -> Markup:
-    return Markup(_feedback_markdown.render(text or ""))
+    # A quoted traceback scrolls sideways: keyboard users reach it (tabindex). Safe to replace:
+    # with html off, a "<pre>" in the learner's text is rendered escaped, never as a tag.
+    html = _feedback_markdown.render(text or "")
+    return Markup(html.replace("<pre>", '<pre tabindex="0">'))
 
 
 def _when(value: datetime | None) -> Markup:
@@ -70,6 +74,7 @@ templates.env.filters["markdown"] = _markdown_filter
 templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
+templates.env.filters["diagnosis_name"] = diagnosis_name
 
 
 class PageError(AppError):
