@@ -24,9 +24,9 @@ from app.people.accounts import (
 from app.settings import SettingsDep
 from app.web.rendering import render, safe_next
 from app.web.sessions import (
-    LEARNER_COOKIE,
     CsrfViewerDep,
     ViewerDep,
+    anonymous_learner,
     clear_session_cookie,
     client_address,
     end_session,
@@ -58,7 +58,7 @@ def home_context(request: Request, session: SessionDep, viewer: ViewerDep) -> di
         session,
         exercises,
         user_id=user.id if user else None,
-        anonymous_learner=request.cookies.get(LEARNER_COOKIE) if user is None else None,
+        anonymous_learner=anonymous_learner(request, viewer),
     )
     return {
         "courses": courses_of(session, user) if user else [],
