@@ -41,7 +41,8 @@ def test_due_dates_policies_join_code_and_instructors(
         assert row.due_at == datetime(2026, 12, 1, 16, 30, tzinfo=UTC)
         assert (row.late_penalty_percent_per_day, row.scoring_policy) == (12.5, "latest")
     home = teacher.get(f"/courses/{course_id}").text
-    assert "2026-12-01 16:30 UTC" in home and "loses 12.5% of its score for each started day" in home
+    assert "2026-12-01 16:30 UTC" in home
+    assert "loses 12.5% of its score for each started day" in home
 
     bad = teacher.post(
         action,
