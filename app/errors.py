@@ -17,3 +17,7 @@ class AppError(Exception):
         super().__init__(message)
         self.message = message
         self.headers = headers or {}
+
+    def json_fields(self) -> dict[str, object]:
+        """Fields a JSON answer carries beside `detail` (a line number, say)."""
+        return {}

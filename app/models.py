@@ -19,12 +19,14 @@ from sqlalchemy import (
     Dialect,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -343,6 +345,46 @@ class OutboxMessage(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Draft(Base):
+    """A signed-in learner's unsubmitted code for one exercise, in a course or in practice
+    (`course_id` None): one row each, replaced as they type and when they submit."""
+
+    __tablename__ = "drafts"
+    __table_args__ = (
+        UniqueConstraint("user_id", "course_id", "exercise_id"),
+        # NULLs are distinct in a unique constraint: practice needs its own (partial) index.
+        Index(
+            "uq_drafts_practice",
+            "user_id",
+            "exercise_id",
+            unique=True,
+            sqlite_where=text("course_id IS NULL"),
+            postgresql_where=text("course_id IS NULL"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    code: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class KeptSubmission(Base):
+    """Code submitted from a page whose session had ended, kept for the browser that sent it
+    (a cookie holds the token; only its SHA-256 is here) until it signs in and submits it."""
+
+    __tablename__ = "kept_submissions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # The exercise page it was sent to (its form's action), where it is put back.
+    page_path: Mapped[str] = mapped_column(String(300))
+    code: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
 # The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.

@@ -163,6 +163,32 @@ class Settings(BaseSettings):
         "Retry-After (anonymous practice at half of it); 0: no cap.",
     )
 
+    # Grading progress pushed to the pages (app/web/events.py).
+    max_event_streams: int = Field(
+        default=200,
+        ge=1,
+        description="Progress streams (GET /submissions/{id}/events) open at once in this "
+        "process; more get 503 and the page falls back to asking every few seconds.",
+    )
+    event_stream_max_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long one progress stream stays open; the browser then reconnects.",
+    )
+    event_check_interval_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often an open stream reads its submission from the database: the "
+        "fallback for results written by another host (a Celery worker). This process's own "
+        "workers wake the stream as soon as they change the submission.",
+    )
+    event_heartbeat_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A stream with nothing new sends a heartbeat this often (proxies close "
+        "idle connections).",
+    )
+
     # LTI 1.3 (docs/lti.md).
     public_url: str = Field(
         default="",

@@ -12,6 +12,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -273,6 +274,24 @@ def _early_exit_message(result: RunResult) -> str:
 
 def _at_line(line: int | None) -> str:
     return f" (line {line} of your code)" if line else ""
+
+
+# Code spans and fenced blocks (`learner_text`): learner text, never read for a line number.
+_QUOTED = re.compile(r"(`+)(?:.|\n)*?\1")
+_LINE_SAID = re.compile(r"^Line (\d{1,9}):|\(line (\d{1,9}) of your code\)")
+
+
+def failure_line(message: str, source: str) -> int | None:
+    """The line of `source` a failure's message names (`trace_failure`'s words), if any.
+
+    Only the grader's own words are read, never quoted learner text, and only a line that
+    `source` has is returned (a forged trace may name any number).
+    """
+    match = _LINE_SAID.search(_QUOTED.sub("", message))
+    if match is None:
+        return None
+    line = int(match.group(1) or match.group(2))
+    return line if 1 <= line <= source.count("\n") + 1 else None
 
 
 def trace_failure(

@@ -16,7 +16,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
@@ -114,12 +114,22 @@ def open_grading_runner(settings: Settings) -> Runner:
     )
 
 
+# Told the id of a submission whose state this process just committed (running, queued again,
+# graded): the progress streams of this process wake on it (app/web/events.py).
+StateChanged = Callable[[str], None]
+
+
+def _nobody(submission_id: str) -> None:
+    pass
+
+
 def run_grading_job(
     sessions: SessionFactory,
     submission_id: str,
     settings: Settings,
     *,
     runner: Runner | None = None,
+    on_state_change: StateChanged = _nobody,
 ) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
@@ -128,17 +138,25 @@ def run_grading_job(
     Every log line meanwhile carries the submission id.
     """
     with logging_submission(submission_id):
-        return _grade(sessions, submission_id, settings, runner)
+        try:
+            return _grade(sessions, submission_id, settings, runner, on_state_change)
+        finally:
+            on_state_change(submission_id)
 
 
 def _grade(
-    sessions: SessionFactory, submission_id: str, settings: Settings, runner: Runner | None
+    sessions: SessionFactory,
+    submission_id: str,
+    settings: Settings,
+    runner: Runner | None,
+    on_state_change: StateChanged,
 ) -> GradingRun:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id, lease_seconds=settings.lease_seconds)
     if job is None:
         log.info("submission %s: not claimable (graded or being graded), skipped", submission_id)
         return GradingRun(GradingOutcome.NOT_CLAIMED)
+    on_state_change(submission_id)
 
     log.info(
         "submission %s: grading (exercise %s, attempt %d)",
@@ -282,11 +300,17 @@ class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process, and the sweep that feeds them."""
 
     def __init__(
-        self, sessions: SessionFactory, settings: Settings, *, runner: Runner | None = None
+        self,
+        sessions: SessionFactory,
+        settings: Settings,
+        *,
+        runner: Runner | None = None,
+        on_state_change: StateChanged = _nobody,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._runner = runner
+        self._on_state_change = on_state_change
         self._executor: ThreadPoolExecutor | None = None
         self._sweeper = LeaseSweeper(sessions, settings)
         self._retry_timers: set[threading.Timer] = set()
@@ -322,7 +346,11 @@ class ThreadPoolDispatcher:
     def _run(self, submission_id: str) -> None:
         try:
             run = run_grading_job(
-                self._sessions, submission_id, self._settings, runner=self._runner
+                self._sessions,
+                submission_id,
+                self._settings,
+                runner=self._runner,
+                on_state_change=self._on_state_change,
             )
         except Exception:
             # The row stays queued or running; the sweep takes it up again.
@@ -346,14 +374,21 @@ class ThreadPoolDispatcher:
 
 
 def create_dispatcher(
-    sessions: SessionFactory, settings: Settings, *, runner: Runner | None
+    sessions: SessionFactory,
+    settings: Settings,
+    *,
+    runner: Runner | None,
+    on_state_change: StateChanged = _nobody,
 ) -> Dispatcher:
-    """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here."""
+    """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here.
+
+    `on_state_change` hears of this process's gradings only: Celery's are on other hosts.
+    """
     if settings.broker_url:
         from app.grading.celery_queue import CeleryDispatcher
 
         return CeleryDispatcher(settings)
-    return ThreadPoolDispatcher(sessions, settings, runner=runner)
+    return ThreadPoolDispatcher(sessions, settings, runner=runner, on_state_change=on_state_change)
 
 
 def get_dispatcher(request: Request) -> Dispatcher:

@@ -75,10 +75,18 @@ def home(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLRespon
 
 
 @router.get("/sign-in")
-def sign_in_page(request: Request, viewer: ViewerDep, next: str = "/") -> Response:
+def sign_in_page(
+    request: Request, viewer: ViewerDep, next: str = "/", ended: bool = False
+) -> Response:
+    """`ended`: sent here by a submission whose session had ended (its code is kept)."""
     if viewer.user is not None:
         return RedirectResponse(safe_next(next), status_code=303)
-    return render(request, viewer, "sign_in.html", {"next": safe_next(next), "email": ""})
+    return render(
+        request,
+        viewer,
+        "sign_in.html",
+        {"next": safe_next(next), "email": "", "submission_kept": ended},
+    )
 
 
 @router.post("/sign-in", response_model=None)

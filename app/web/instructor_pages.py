@@ -55,6 +55,7 @@ from app.web.rendering import PageError, render
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from app.web.submission_view import submission_context
 from graders.exercises import list_exercises
+from graders.report import diagnosis_name
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -181,7 +182,7 @@ def statistics_page(
             "diagnoses_chart": Markup(
                 bar_chart(
                     "Submissions by diagnosis",
-                    [(code, count) for code, count, _ in stats.diagnoses],
+                    [(diagnosis_name(code), count) for code, count, _ in stats.diagnoses],
                     chart_id="diagnoses",
                 )
             ),

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.courses.courses import (
@@ -25,9 +25,16 @@ from app.courses.courses import (
     courses_of,
     require_member,
 )
+<<<<<<< HEAD
 from app.courses.gradebook import learner_cells, practice_assignment, progress_of
 from app.db import SessionDep
 from app.grading.intake import Upload, accept_submission, submission_limits
+=======
+from app.courses.gradebook import learner_cells, practice_assignment
+from app.db import SessionDep, keep_on_error_response
+from app.grading.drafts import opening_code, save_draft
+from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
+>>>>>>> 941e29b853c267f05a72733081e1e1402ac4e2d9
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,
@@ -37,10 +44,15 @@ from app.grading.submissions import (
 )
 from app.models import Course, CourseRole, Submission, User, utc_now
 from app.settings import Settings, SettingsDep
+from app.web.drafts import (
+    draft_url,
+    forget_kept_submission,
+    keep_if_session_ended,
+    kept_submission_of,
+)
 from app.web.rendering import PageError, render
 from app.web.sessions import (
     LEARNER_COOKIE,
-    CsrfViewerDep,
     SignInRequired,
     Viewer,
     ViewerDep,
@@ -124,6 +136,7 @@ def exercise_context(
         "exercise": exercise,
         "course": course,
         "assigned": assigned,
+        "prompt_body": _without_title(exercise.prompt_markdown),
         "code": code,
         "action": base,
         "unit": _unit(session, viewer, request, course),
@@ -134,11 +147,36 @@ def exercise_context(
     }
 
 
+def _without_title(prompt_markdown: str) -> str:
+    """The prompt without its leading `# Title` line: the page puts the title first itself,
+    with the way to the editor right under it (on a phone the prompt is long)."""
+    first, _, rest = prompt_markdown.lstrip("\n").partition("\n")
+    return rest if first.startswith("# ") else prompt_markdown
+
+
 def _editable_code(
-    request: Request, session: Session, viewer: Viewer, exercise: Exercise, edit: str | None
-) -> str:
-    """The starter code, or the code of a submission of the viewer's to `edit`."""
-    if edit:
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    exercise: Exercise,
+    course: Course | None,
+    edit: str | None,
+) -> dict[str, Any]:
+    """What the editor opens on, as the page's context: code kept from a submission whose
+    session had ended, else a submission of the viewer's to `edit`, else their latest code
+    (draft, latest submission, starter); and what the page's draft script needs."""
+    user_id = viewer.user.id if viewer.user else None
+    opening = opening_code(
+        session,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner(request, viewer),
+        course_id=course.id if course else None,
+        exercise=exercise,
+    )
+    code, kept = opening.code, kept_submission_of(request, session)
+    if kept is not None:
+        code = kept.code
+    elif edit:
         previous = get_submission(session, edit)
         if (
             previous is not None
@@ -147,8 +185,16 @@ def _editable_code(
                 session, viewer.user, anonymous_learner(request, viewer), previous
             )
         ):
-            return previous.code
-    return exercise.starter_code
+            code = previous.code
+    return {
+        "code": code,
+        "kept": kept is not None,
+        "draft": {
+            "key": f"{user_id or 'anon'}:{course.id if course else 'practice'}:{exercise.id}",
+            "url": draft_url(course.id if course else None, exercise.id) if user_id else "",
+            "saved_at": opening.saved_at.isoformat() if opening.saved_at else "",
+        },
+    }
 
 
 @router.get("/exercises/{exercise_id}")
@@ -162,9 +208,11 @@ def practice_page(
 ) -> HTMLResponse:
     """Practice outside any course: the prompt and the editor."""
     exercise = find_exercise(exercise_id)
-    code = _editable_code(request, session, viewer, exercise, edit)
-    context = exercise_context(request, session, viewer, settings, exercise, None, None, code)
-    return render(request, viewer, "exercise.html", context)
+    opening = _editable_code(request, session, viewer, exercise, None, edit)
+    context = exercise_context(
+        request, session, viewer, settings, exercise, None, None, opening["code"]
+    )
+    return render(request, viewer, "exercise.html", {**context, **opening})
 
 
 @router.get("/courses/{course_id}/exercises/{exercise_id}")
@@ -180,11 +228,11 @@ def course_exercise_page(
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
-    code = _editable_code(request, session, viewer, assigned.exercise, edit)
+    opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
     context = exercise_context(
-        request, session, viewer, settings, assigned.exercise, course, assigned, code
+        request, session, viewer, settings, assigned.exercise, course, assigned, opening["code"]
     )
-    return render(request, viewer, "exercise.html", context)
+    return render(request, viewer, "exercise.html", {**context, **opening})
 
 
 def _submit(
@@ -208,6 +256,7 @@ def _submit(
         learner = anonymous_learner(request, viewer) or ""
         if not learner:
             learner = new_learner = new_learner_id()
+    in_place = _wants_json(request)
     try:
         accepted = accept_submission(
             session,
@@ -220,22 +269,58 @@ def _submit(
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
             client_address=client_address(request),
+            # The page's script sends one per click, so a retried post makes one submission.
+            idempotency=Idempotency.from_header(
+                f"user:{user.id}" if user else f"learner:{learner}",
+                request.headers.get("idempotency-key"),
+            ),
         )
     except SubmissionRejected as exc:
+        if in_place:
+            return JSONResponse(
+                {"detail": str(exc), **exc.json_fields()},
+                status_code=exc.status_code,
+                headers=exc.headers,
+            )
         # The form again, with the learner's code and what to fix; the status says why.
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
         )
+        opening = _editable_code(request, session, viewer, exercise, course, None)
         return render(
             request,
             viewer,
             "exercise.html",
-            {**context, "error": str(exc)},
+            {**context, **opening, "code": code, "kept": False, "error": str(exc)},
             status_code=exc.status_code,
             headers=exc.headers,
         )
     submission = accepted.submission
-    response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
+    if user is not None:
+        # The page opens on it next time; a body too large was refused above.
+        save_draft(
+            session,
+            user_id=user.id,
+            course_id=course.id if course else None,
+            exercise_id=exercise.id,
+            code=submission.code,
+            max_code_bytes=settings.max_code_bytes,
+        )
+    page_url = f"/submissions/{submission.id}"
+    response: Response
+    if in_place:
+        response = JSONResponse(
+            {
+                "id": submission.id,
+                "url": page_url,
+                "events": f"{page_url}/events",
+                "result": f"{page_url}/result",
+            },
+            status_code=202,
+        )
+    else:
+        response = RedirectResponse(page_url, status_code=303)
+    forget_kept_submission(request, session, response)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
         response.set_cookie(
@@ -244,17 +329,46 @@ def _submit(
     return response
 
 
+def _wants_json(request: Request) -> bool:
+    """The exercise page's script submits in the background and asks for JSON; a plain form
+    post (no JavaScript) is answered with a page, as always."""
+    return "application/json" in request.headers.get("accept", "")
+
+
+def _session_ended(request: Request, session: Session, kept: Response) -> Response:
+    """The code was kept (the session had ended); the page's script gets where to go in JSON,
+    a 401, instead of a redirect its fetch would follow out of sight. The code stays kept."""
+    if not _wants_json(request):
+        return kept
+    keep_on_error_response(session)
+    answer = JSONResponse(
+        {
+            "detail": "Your session had ended: your code is kept. Sign in to submit it.",
+            "location": kept.headers["location"],
+        },
+        status_code=401,
+    )
+    answer.raw_headers.extend(h for h in kept.raw_headers if h[0] == b"set-cookie")
+    return answer
+
+
 @router.post("/exercises/{exercise_id}", response_model=None)
 def submit_practice(
     request: Request,
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: CsrfViewerDep,
+    viewer: ViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
+    csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
     exercise = find_exercise(exercise_id)
+    ended = keep_if_session_ended(
+        request, session, settings, viewer, csrf_token=csrf_token, code=code
+    )
+    if ended is not None:
+        return _session_ended(request, session, ended)
     return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
@@ -265,10 +379,16 @@ def submit_in_course(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: CsrfViewerDep,
+    viewer: ViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
+    csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
+    ended = keep_if_session_ended(
+        request, session, settings, viewer, csrf_token=csrf_token, code=code
+    )
+    if ended is not None:
+        return _session_ended(request, session, ended)
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)

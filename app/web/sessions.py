@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from fastapi import Depends, Form, Request, Response
+from fastapi import Depends, Form, Header, Request, Response
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -236,7 +236,7 @@ class CsrfRejected(AppError):
         )
 
 
-def _same_origin(request: Request) -> bool:
+def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         # Old browsers send none; the token alone decides. "null" comes from sandboxed frames.
@@ -244,20 +244,40 @@ def _same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
+def csrf_is_valid(request: Request, viewer: Viewer, csrf_token: str) -> bool:
+    """The token is this browser's, and the Origin (if sent) ours."""
+    return same_origin(request) and hmac.compare_digest(
+        csrf_token.encode(), viewer.csrf_token.encode()
+    )
+
+
 def require_csrf(
     request: Request,
     viewer: ViewerDep,
     csrf_token: Annotated[str, Form()] = "",
 ) -> Viewer:
-    """Every form POST: the token must be this browser's, and the Origin (if sent) ours."""
-    if not _same_origin(request) or not hmac.compare_digest(
-        csrf_token.encode(), viewer.csrf_token.encode()
-    ):
+    """Every form POST carries the page's CSRF token."""
+    if not csrf_is_valid(request, viewer, csrf_token):
         raise CsrfRejected()
     return viewer
 
 
 CsrfViewerDep = Annotated[Viewer, Depends(require_csrf)]
+CSRF_HEADER = "X-CSRF-Token"
+
+
+def require_csrf_header(
+    request: Request,
+    viewer: ViewerDep,
+    csrf_token: Annotated[str, Header(alias=CSRF_HEADER)] = "",
+) -> Viewer:
+    """Every JSON write from a page's script carries the page's CSRF token in a header."""
+    if not csrf_is_valid(request, viewer, csrf_token):
+        raise CsrfRejected()
+    return viewer
+
+
+CsrfHeaderViewerDep = Annotated[Viewer, Depends(require_csrf_header)]
 
 
 class SignInRequired(Exception):

@@ -17,6 +17,7 @@ from app.web.rendering import PageError
 from app.web.review import review_context
 from app.web.sessions import Viewer, anonymous_learner
 from graders.exercises import Exercise, UnknownExercise, get_exercise
+from graders.grading import failure_line
 
 FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
 
@@ -37,10 +38,13 @@ def viewable_submission(
 
 def result_context(submission: Submission) -> dict[str, Any]:
     shown = shown_result(submission)
+    runs = next((check for check in shown.checks if check.id == "runs"), None)
     return {
         "submission": submission,
         "finished": submission.status in FINISHED,
         "result": shown,
+        # The line a syntax error or an exception names, marked in the code shown.
+        "error_line": failure_line(runs.message, submission.code) if runs else None,
         # line_chart escapes every text it puts in the SVG.
         "charts": [Markup(line_chart(plot)) for plot in shown.plots],
     }

@@ -184,7 +184,7 @@ def test_statistics_of_an_exercise(client: httpx.Client, sessions: SessionFactor
     assert figures["Attempts to solve"].startswith("median 2")
     # The diagnoses chart, most common first, with an accessible description.
     assert 'role="img"' in page.text
-    assert "missing-zero-grad: 6; correct: 1" in page.text
+    assert "Gradients never cleared: 6; Correct: 1" in page.text
     assert "Regrade all 7" in page.text
 
 

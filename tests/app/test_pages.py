@@ -108,7 +108,7 @@ def test_submit_from_the_page_and_see_the_result(
         assert row.code == CORRECT_CODE
     assert row.status == "graded"
     assert f"{row.score:g} / {row.max_score:g}" in fragment.text
-    assert 'class="diagnosis diagnosis-ok">correct</span>' in fragment.text
+    assert 'class="diagnosis diagnosis-ok" data-code="correct">Correct</span>' in fragment.text
     assert fragment.text.count('<tr class="passed">') == len(row.checks or [])
     assert fragment.text.count('<svg class="chart"') == len(row.plots or [])
 
@@ -159,7 +159,8 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
     page = client.get(f"/submissions/{submission_id}")
     assert page.status_code == 200
     assert "3 / 10" in page.text
-    assert "missing-zero-grad" in page.text
+    # The diagnosis in words, its code kept for scripts.
+    assert 'data-code="missing-zero-grad">Gradients never cleared</span>' in page.text
     assert "<strong><code>optimizer.zero_grad()</code></strong>" in page.text
     assert "<script>alert(1)</script>" not in page.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text

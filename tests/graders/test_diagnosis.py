@@ -9,13 +9,14 @@ from __future__ import annotations
 import shutil
 import textwrap
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from graders.exercises import get_exercise, load_exercise
 from graders.explanation import agrees
 from graders.proving import judge_source
-from graders.report import GradeReport
+from graders.report import DIAGNOSIS_NAMES, Diagnosis, GradeReport, diagnosis_name
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 
@@ -206,3 +207,14 @@ def test_copies_taken_after_the_wrong_passes_are_named() -> None:
     assert "Your first tensor holds two passes' gradients and your second two passes'." in (
         report.feedback
     )
+
+
+def test_every_diagnosis_code_has_words_and_a_line_in_the_docs() -> None:
+    docs = (EXERCISES_DIR.parent / "docs" / "exercises.md").read_text()
+    for code in get_args(Diagnosis):
+        name = DIAGNOSIS_NAMES[code]
+        assert name[:1].isupper() and name != code, code
+        assert f"`{code}`" in docs, f"docs/exercises.md does not list {code}"
+    assert diagnosis_name("step-before-backward") == "Step before backward"
+    # A code from a newer version (a stored row, say) is shown as it is, not dropped.
+    assert diagnosis_name("some-new-code") == "some-new-code"

@@ -32,8 +32,9 @@ from tests.services import create_database, postgres_server
 GRADING_TIMEOUT_SECONDS = 300.0
 # 200 by default; a smaller crowd (LOOPGRADE_TEST_CROWD_SIZE) for a quick run on a laptop.
 CROWD_SIZE = int(os.environ.get("LOOPGRADE_TEST_CROWD_SIZE", "200"))
-# A syntax error is the cheapest real grade (one short sandbox run): for the crowd.
-SYNTAX_ERROR_CODE = "def train_step(model, optimizer, loss_fn, x, y)\n    return 0.0\n"
+# A missing function is the cheapest real grade (one short sandbox run): for the crowd. (A
+# syntax error is refused before any grading.)
+MISSING_FUNCTION_CODE = "def other_step(model, optimizer, loss_fn, x, y):\n    return 0.0\n"
 
 
 def submit(api: httpx.Client, auth: dict[str, str], learner: str, code: str = CORRECT_CODE) -> str:
@@ -101,7 +102,7 @@ def test_a_crowd_of_concurrent_submissions_over_2_workers_is_each_graded_once(
     with ThreadPoolExecutor(max_workers=32) as pool:
         ids = list(
             pool.map(
-                lambda n: submit(api, auth, f"crowd-{n}", SYNTAX_ERROR_CODE), range(CROWD_SIZE)
+                lambda n: submit(api, auth, f"crowd-{n}", MISSING_FUNCTION_CODE), range(CROWD_SIZE)
             )
         )
     assert len(set(ids)) == CROWD_SIZE
@@ -110,13 +111,13 @@ def test_a_crowd_of_concurrent_submissions_over_2_workers_is_each_graded_once(
     graded = rows(sessions, ids)
     assert len(graded) == CROWD_SIZE
     assert {(row.status, row.diagnosis, row.attempts) for row in graded.values()} == {
-        ("graded", "syntax-error", 1)
+        ("graded", "missing-function", 1)
     }
     logs = [worker.log() for worker in workers]
     for submission_id in ids:
         assert sum(log.count(f"submission {submission_id}: grading") for log in logs) == 1
     # Both workers took part (each has one grading thread: neither can hold the whole crowd).
-    assert all("syntax-error" in log for log in logs)
+    assert all("missing-function" in log for log in logs)
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(Submission)) == CROWD_SIZE
 
@@ -128,7 +129,7 @@ def test_a_client_retry_with_the_same_idempotency_key_makes_one_submission(
     start_worker: Callable[..., Worker],
 ) -> None:
     start_worker()
-    body = {"exercise": EXERCISE, "learner": "retrier", "code": SYNTAX_ERROR_CODE}
+    body = {"exercise": EXERCISE, "learner": "retrier", "code": MISSING_FUNCTION_CODE}
     headers = {**auth, "Idempotency-Key": "lms-attempt-7f3a"}
 
     def post(_: int) -> httpx.Response:
