@@ -25,16 +25,10 @@ from app.courses.courses import (
     courses_of,
     require_member,
 )
-<<<<<<< HEAD
 from app.courses.gradebook import learner_cells, practice_assignment, progress_of
-from app.db import SessionDep
-from app.grading.intake import Upload, accept_submission, submission_limits
-=======
-from app.courses.gradebook import learner_cells, practice_assignment
 from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
->>>>>>> 941e29b853c267f05a72733081e1e1402ac4e2d9
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,

@@ -105,11 +105,8 @@ templates.env.filters["markdown"] = _markdown_filter
 templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
-<<<<<<< HEAD
 templates.env.filters["countdown"] = _countdown
-=======
 templates.env.filters["diagnosis_name"] = diagnosis_name
->>>>>>> 941e29b853c267f05a72733081e1e1402ac4e2d9
 
 
 class PageError(AppError):
