@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.courses.audit import events, record_event
 from app.courses.courses import (
+    AssignedExercise,
     CourseError,
     Forbidden,
     NotFound,
@@ -37,6 +38,7 @@ from app.db import SessionDep
 from app.grading.regrades import (
     RegradeRejected,
     outdated_count,
+    regrade_candidates,
     regrade_progress,
     request_exercise_regrade,
     request_regrade,
@@ -47,6 +49,7 @@ from app.models import (
     Course,
     CourseRole,
     LatePolicy,
+    RegradeReason,
     ScoringPolicy,
     Submission,
     User,
@@ -297,6 +300,56 @@ def regrade_submission_form(
     return _done(submission_id, "regrade")
 
 
+def _regrade_confirmation(
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    course: Course,
+    assigned: AssignedExercise,
+    which: str,
+    *,
+    notice: str = "",
+    status_code: int = 200,
+) -> HTMLResponse:
+    only_outdated = which != "all"
+    candidates = regrade_candidates(
+        session, course_id=course.id, exercise_id=assigned.id, only_outdated=only_outdated
+    )
+    return render(
+        request,
+        viewer,
+        "regrade_confirm.html",
+        {
+            "course": course,
+            "assigned": assigned,
+            "which": "outdated" if only_outdated else "all",
+            "count": len(candidates),
+            "learners": len({s.user_id or s.learner for s in candidates}),
+            "reasons": list(RegradeReason),
+            "default_reason": (
+                RegradeReason.EXERCISE_UPDATED if only_outdated else RegradeReason.GRADER_UPDATED
+            ),
+            "notice": notice,
+        },
+        status_code=status_code,
+    )
+
+
+@router.get("/courses/{course_id}/exercises/{exercise_id}/regrade")
+def regrade_confirm_page(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    which: str = "outdated",
+) -> HTMLResponse:
+    """Before a regrade of an exercise: how many submissions it will run, and why."""
+    _, course = instructor_course(session, viewer, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    return _regrade_confirmation(request, session, viewer, course, assigned, which)
+
+
 @router.post("/courses/{course_id}/exercises/{exercise_id}/regrade", response_model=None)
 def regrade_exercise_form(
     request: Request,
@@ -305,9 +358,43 @@ def regrade_exercise_form(
     session: SessionDep,
     viewer: CsrfViewerDep,
     which: Annotated[str, Form()] = "outdated",
+    expected_count: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+    note: Annotated[str, Form()] = "",
 ) -> Response:
     user, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
+    count = len(
+        regrade_candidates(
+            session, course_id=course.id, exercise_id=assigned.id, only_outdated=which != "all"
+        )
+    )
+    if expected_count != str(count):
+        # Confirmed for another number (submissions came or were regraded since): ask again.
+        return _regrade_confirmation(
+            request,
+            session,
+            viewer,
+            course,
+            assigned,
+            which,
+            notice=f"The number of submissions changed since the page was opened "
+            f"(now {count}): check it and confirm again.",
+            status_code=409,
+        )
+    try:
+        why = RegradeReason(reason)
+    except ValueError:
+        return _regrade_confirmation(
+            request,
+            session,
+            viewer,
+            course,
+            assigned,
+            which,
+            notice="Say why you regrade: the learners whose result changes are told.",
+            status_code=422,
+        )
     try:
         batch_id, _ = request_exercise_regrade(
             session,
@@ -315,9 +402,11 @@ def regrade_exercise_form(
             exercise_id=assigned.id,
             only_outdated=which != "all",
             by=user,
+            reason=why,
+            note=note,
         )
     except RegradeRejected as exc:
-        raise PageError(409, "Nothing to regrade", f"Nothing to regrade: {exc}.") from None
+        raise PageError(409, "Nothing to regrade", f"Nothing was regraded: {exc}.") from None
     return RedirectResponse(f"/courses/{course.id}/regrades/{batch_id}", status_code=303)
 
 

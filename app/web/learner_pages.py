@@ -29,6 +29,7 @@ from app.courses.gradebook import learner_cells, practice_assignment, progress_o
 from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
+from app.grading.regrades import changed_by_regrade
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,
@@ -61,6 +62,8 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
 # A learner's code in one course, as one zip: at most this many submissions (the newest).
 MAX_SUBMISSIONS_IN_ZIP = 2000
+# The course home lists the learner's results a regrade changed, at most this many (newest).
+MAX_REGRADE_CHANGES_SHOWN = 5
 
 
 def new_learner_id() -> str:
@@ -415,11 +418,19 @@ def course_home(
         and assigned.assignment.due_at >= now
         and cell.state != "solved"
     ]
+    mine = submissions_of(session, user_id=user.id, course_id=course.id)
+    changes = changed_by_regrade(session, [s.id for s in mine])
+    titles = {a.exercise.id: a.exercise.title for a, _ in unit}
     return render(
         request,
         viewer,
         "course.html",
         {
+            "regrade_changes": [
+                (s, titles.get(s.exercise_id, s.exercise_id), changes[s.id])
+                for s in mine
+                if s.id in changes
+            ][:MAX_REGRADE_CHANGES_SHOWN],
             "course": course,
             "role": role,
             "is_instructor": role == CourseRole.INSTRUCTOR,
