@@ -15,7 +15,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from markupsafe import Markup
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.courses.audit import events, record_event
@@ -57,6 +56,12 @@ from app.models import (
 from app.people.accounts import find_user_by_email
 from app.web.charts import bar_chart
 from app.web.rendering import PageError, render
+from app.web.review import (
+    MAX_LISTED_SUBMISSIONS,
+    SubmissionFilter,
+    diagnosis_counts,
+    filtered_submissions,
+)
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from app.web.submission_view import submission_context
 from graders.exercises import Exercise, list_exercises
@@ -214,27 +219,21 @@ def course_submissions_page(
 ) -> HTMLResponse:
     """Every submission in the course, newest first, filtered by exercise, diagnosis, learner."""
     _, course = instructor_course(session, viewer, course_id)
-    query = select(Submission, User).outerjoin(User, User.id == Submission.user_id)
-    query = query.where(Submission.course_id == course.id)
-    if exercise:
-        query = query.where(Submission.exercise_id == exercise)
-    if diagnosis:
-        query = query.where(Submission.diagnosis == diagnosis)
-    if learner:
-        query = query.where(Submission.learner == learner)
-    rows = session.execute(query.order_by(Submission.created_at.desc()).limit(500)).all()
+    chosen = SubmissionFilter(exercise=exercise, diagnosis=diagnosis, learner=learner)
     return render(
         request,
         viewer,
         "course_submissions.html",
         {
             "course": course,
-            "rows": rows,
+            "rows": filtered_submissions(session, course.id, chosen),
+            "max_rows": MAX_LISTED_SUBMISSIONS,
             "exercises": assignments_of(session, course.id),
             "titles": {e.id: e.title for e in list_exercises()},
-            "exercise_filter": exercise,
-            "diagnosis_filter": diagnosis,
-            "learner_filter": learner,
+            "diagnoses": diagnosis_counts(session, course.id, exercise),
+            "chosen": chosen,
+            "list_query": chosen.query_string(),
+            "everyone_query": replace(chosen, learner="").query_string(),
         },
     )
 

@@ -13,7 +13,7 @@ import zipfile
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
@@ -46,6 +46,7 @@ from app.web.drafts import (
     kept_submission_of,
 )
 from app.web.rendering import PageError, render
+from app.web.review import review_position
 from app.web.sessions import (
     LEARNER_COOKIE,
     SignInRequired,
@@ -504,11 +505,26 @@ DONE_MESSAGES = {
 
 @router.get("/submissions/{submission_id}")
 def submission_page(
-    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+    request: Request,
+    submission_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    done: str = "",
+    list_query: Annotated[str, Query(alias="list")] = "",
 ) -> HTMLResponse:
+    """A submission; `list` (the course submissions page's filter) when an instructor goes
+    through that list: the page then links the previous and the next submission in it."""
     context = submission_context(request, session, viewer, submission_id)
+    position = (
+        review_position(session, context["submission"], list_query)
+        if context["review"] is not None
+        else None
+    )
     return render(
-        request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
+        request,
+        viewer,
+        "submission.html",
+        {**context, "notice": DONE_MESSAGES.get(done), "position": position},
     )
 
 
