@@ -3,6 +3,7 @@ their counts, and each submission's page links the previous and next one of the 
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 
@@ -60,3 +61,37 @@ def test_diagnosis_list_and_next_submission_keep_the_filter(
     learner = httpx.Client(base_url=str(client.base_url))
     sign_in(learner, "lee@example.org")
     assert "Next submission" not in learner.get(f"/submissions/{ids[2]}?list={links[0][1]}").text
+
+
+def test_the_audit_log_reads_as_sentences_naming_the_learner(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
+    alice = make_user(sessions, "alice@example.org", name="Alice")
+    course_id = make_course(sessions, "tess@example.org", "alice@example.org")
+    submission_id = graded(sessions, user_id=alice, course_id=course_id, score=4.0)
+    teacher = httpx.Client(base_url=str(client.base_url))
+    sign_in(teacher, "tess@example.org")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', teacher.get("/").text)
+    assert token
+    set_it = teacher.post(
+        f"/submissions/{submission_id}/override",
+        data={"csrf_token": token[1], "score": "7", "reason": "explained it in the lab"},
+    )
+    assert set_it.status_code == 303
+    removed = teacher.post(
+        f"/submissions/{submission_id}/override/remove", data={"csrf_token": token[1]}
+    )
+    assert removed.status_code == 303
+    log = html.unescape(" ".join(teacher.get(f"/courses/{course_id}/audit").text.split()))
+    assert (
+        "Tess overrode Alice's One training step: zero, backward, step score 4 → 7: "
+        "“explained it in the lab”." in log
+    )
+    assert (
+        "Tess removed the override of Alice's One training step: zero, backward, step score "
+        "(7; the graded 4 counts again)." in log
+    )
+    assert log.index("removed the override") < log.index("overrode")  # newest first
+    page = html.unescape(teacher.get(f"/submissions/{submission_id}").text)
+    assert "Tess overrode Alice's" in page
