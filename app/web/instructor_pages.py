@@ -34,6 +34,7 @@ from app.courses.courses import (
 from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
+from app.errors import as_sentence
 from app.grading.regrades import (
     RegradeRejected,
     outdated_count,
@@ -562,7 +563,7 @@ def _sent_fields(
             "scoring_policy": scoring,
         }
     except CourseError as exc:
-        return replace(fields, error=f"{str(exc)[:1].upper()}{str(exc)[1:]}."), None
+        return replace(fields, error=as_sentence(str(exc))), None
     return fields, values
 
 
