@@ -239,8 +239,14 @@ def course_submissions_page(
     )
 
 
-def _done(submission_id: str, done: str) -> Response:
-    return RedirectResponse(f"/submissions/{submission_id}?done={done}", status_code=303)
+def _done(submission_id: str, done: str, list_query: str) -> Response:
+    """Back to the submission, saying what was done (and still in the list it was opened from)."""
+    query = urlencode({"done": done, **({"list": list_query} if list_query else {})})
+    return RedirectResponse(f"/submissions/{submission_id}?{query}", status_code=303)
+
+
+# Each review form sends back the list the submission was opened from (see review_position).
+ListQueryForm = Annotated[str, Form(alias="list")]
 
 
 def _refused(
@@ -260,6 +266,7 @@ def override_form(
     viewer: CsrfViewerDep,
     score: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
+    list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
@@ -270,19 +277,23 @@ def override_form(
         return _refused(
             request, session, viewer, submission_id, f"The override was not set: {message}."
         )
-    return _done(submission_id, "override-set")
+    return _done(submission_id, "override-set", list_query)
 
 
 @router.post("/submissions/{submission_id}/override/remove", response_model=None)
 def remove_override_form(
-    request: Request, submission_id: str, session: SessionDep, viewer: CsrfViewerDep
+    request: Request,
+    submission_id: str,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Nothing removed: {exc}.")
-    return _done(submission_id, "override-removed")
+    return _done(submission_id, "override-removed", list_query)
 
 
 @router.post("/submissions/{submission_id}/regrade", response_model=None)
@@ -291,13 +302,14 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         request_regrade(session, submission, by=user)
     except RegradeRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
-    return _done(submission_id, "regrade")
+    return _done(submission_id, "regrade", list_query)
 
 
 def _regrade_confirmation(

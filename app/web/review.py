@@ -90,8 +90,9 @@ class SubmissionFilter:
     learner: str = ""
 
     def query_string(self) -> str:
-        """The filter as the list page's query (kept by the submission pages it links to)."""
-        return urlencode({k: v for k, v in asdict(self).items() if v})
+        """The filter as the list page's query (kept by the submission pages it links to).
+        Every key is in it, so that even the unfiltered list's query is not empty."""
+        return urlencode(asdict(self))
 
     @classmethod
     def from_query_string(cls, text: str) -> SubmissionFilter:
@@ -139,7 +140,7 @@ class ReviewPosition:
 def review_position(
     session: Session, submission: Submission, list_query: str
 ) -> ReviewPosition | None:
-    if submission.course_id is None:
+    if submission.course_id is None or not list_query:
         return None
     chosen = SubmissionFilter.from_query_string(list_query)
     ids = [s.id for s, _ in filtered_submissions(session, submission.course_id, chosen)]
