@@ -58,12 +58,26 @@ def check_sandbox() -> bool:
     return True
 
 
+def check_tool_keys(settings: Settings) -> None:
+    """Seal and check the tool's LTI keys (app.lti.keys.prepare_tool_keys), so that a wrong
+    key-encryption key is one sentence on stderr, not a traceback (the app's start-up checks
+    the same, for other ASGI servers)."""
+    from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+
+    try:
+        sealing = key_sealing(settings)
+        with database_session(settings) as session:
+            prepare_tool_keys(session, sealing)
+    except ToolKeysUnreadable as exc:
+        raise CommandFailed(str(exc)) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = build_settings(args)
     # With a broker the workers grade; an API host without a sandbox is fine then.
     if not settings.broker_url and not check_sandbox():
         return 1
-    migrate_database(settings)
+    check_tool_keys(settings)  # migrates the database first
 
     import uvicorn
 

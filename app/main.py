@@ -31,6 +31,7 @@ from app.db import (
 )
 from app.errors import AppError
 from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
+from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.settings import Settings
@@ -65,6 +66,13 @@ def create_app(settings: Settings) -> FastAPI:
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
+        try:
+            # Here, not at the first launch: a wrong key-encryption key stops the start.
+            with sessions.begin() as session:
+                prepare_tool_keys(session, key_sealing(settings))
+        except ToolKeysUnreadable:
+            engine.dispose()
+            raise
         # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
         # With a broker the workers grade: this process runs no sandbox.
         runner = (

@@ -3,7 +3,8 @@ report, and delivered afterwards with retries and backoff, by every host that ru
 
 A kind of delivery is one function registered with `@delivery_kind("name")`: it gets the
 session factory (to read what it needs in short transactions of its own: a platform's URLs,
-the tool's signing key) and the message's payload, and either returns (delivered), raises
+the tool's signing key), the settings (what may be reached, the key that unseals the tool's
+signing key) and the message's payload, and either returns (delivered), raises
 `PermanentFailure` (recorded as failed, never retried: the receiver refused for good) or
 raises anything else (tried again after a wait that doubles, up to `outbox_max_attempts`).
 LTI grade passback and webhooks are kinds. A change that must be reported calls
@@ -35,7 +36,7 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[SessionFactory, dict[str, Any]], None]
+Deliver = Callable[[SessionFactory, Settings, dict[str, Any]], None]
 
 
 class PermanentFailure(Exception):
@@ -163,7 +164,7 @@ def deliver_one(sessions: SessionFactory, settings: Settings) -> bool:
     try:
         if kind is None:
             raise PermanentFailure(f"no delivery kind {claimed.kind!r} is registered")
-        kind.deliver(sessions, claimed.payload)
+        kind.deliver(sessions, settings, claimed.payload)
     except PermanentFailure as exc:
         OUTBOX_DELIVERY_FAILURES.labels(claimed.kind).inc()
         log.warning("outbox %d (%s): refused for good: %s", claimed.id, claimed.kind, exc)

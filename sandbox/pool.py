@@ -65,8 +65,8 @@ ZYGOTE_LIMITS = Limits(
     wall_timeout_seconds=1e9, cpu_seconds=1e9, max_processes=1024, open_files=1024,
     file_size_bytes=1 << 40, scratch_bytes=1 << 20,
 )  # fmt: skip
-# Beyond the job's own processes: the zygote and the job's parent (which only waits for it).
-POOL_PROCESSES = 2
+# Beyond the job's own processes: the zygote.
+POOL_PROCESSES = 1
 
 
 class _Slot:
@@ -362,7 +362,7 @@ class _Job:
         return [(Channel.EXITED, b"")]
 
     def _open_scratch(self) -> None:
-        """Held to the end, to check file sizes: the job's /tmp, through its parent's root."""
+        """Held to the end, to check file sizes: the job's /tmp, through its root in /proc."""
         for pid in self.slot.job_pids():
             with contextlib.suppress(OSError):
                 self.scratch_fd = os.open(
@@ -393,7 +393,7 @@ class _Job:
         assert self.status is not None
         if os.WIFSIGNALED(self.status):
             return self.supervisor.result(None, os.WTERMSIG(self.status))
-        # As from bwrap: the job's death by signal N is its parent's exit status 128 + N.
+        # Read as a cold run's: bwrap reports the program's death by signal N as status 128 + N.
         status = os.WEXITSTATUS(self.status)
         return self.supervisor.result(*((None, status - 128) if status > 128 else (status, None)))
 

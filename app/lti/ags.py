@@ -21,21 +21,24 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from sqlalchemy import select
+from cryptography.fernet import MultiFernet
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
 from app.db import SessionFactory
-from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
+from app.lti.keys import SIGNED_TOKEN_LIFETIME, key_sealing, sign_jwt
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
 from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
 AGS_SCOPE = "https://purl.imsglobal.org/spec/lti-ags/scope/"
 SCORE_SCOPE = AGS_SCOPE + "score"
+LINEITEM_SCOPE = AGS_SCOPE + "lineitem"
 NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
 SCORE_MEDIA_TYPE = "application/vnd.ims.lis.v1.score+json"
 MEMBERSHIP_MEDIA_TYPE = "application/vnd.ims.lti-nrps.v2.membershipcontainer+json"
@@ -69,13 +72,15 @@ class AccessTokens:
         self._tokens: dict[tuple[str, str], _CachedToken] = {}
         self._lock = threading.Lock()
 
-    def get(self, session: Session, platform: LtiPlatform, scopes: list[str]) -> str:
+    def get(
+        self, session: Session, sealing: MultiFernet, platform: LtiPlatform, scopes: list[str]
+    ) -> str:
         key = (platform.id, " ".join(sorted(scopes)))
         with self._lock:
             cached = self._tokens.get(key)
         if cached is not None and time.monotonic() < cached.expires_at_monotonic:
             return cached.access_token
-        fresh = request_access_token(session, platform, scopes)
+        fresh = request_access_token(session, sealing, platform, scopes)
         with self._lock:
             self._tokens[key] = fresh
         return fresh.access_token
@@ -90,7 +95,8 @@ def _problem(reply: httpx.Response) -> str:
     return f"HTTP {reply.status_code}: {reply.text[:MAX_ERROR_CHARS]}"
 
 
-def _raise_for(reply: httpx.Response, what: str) -> None:
+def raise_for_reply(reply: httpx.Response, what: str) -> None:
+    """PlatformUnavailable for an answer worth retrying, PlatformRefused for another error."""
     if reply.status_code < 300:
         return
     if reply.status_code in (408, 425, 429) or reply.status_code >= 500:
@@ -98,11 +104,12 @@ def _raise_for(reply: httpx.Response, what: str) -> None:
     raise PlatformRefused(f"{what}: {_problem(reply)}")
 
 
-def client_assertion(session: Session, platform: LtiPlatform) -> str:
+def client_assertion(session: Session, sealing: MultiFernet, platform: LtiPlatform) -> str:
     """The RS256 JWT that authenticates this tool at the platform's token URL."""
     now = int(time.time())
     return sign_jwt(
         session,
+        sealing,
         {
             "iss": platform.client_id,
             "sub": platform.client_id,
@@ -115,19 +122,19 @@ def client_assertion(session: Session, platform: LtiPlatform) -> str:
 
 
 def request_access_token(
-    session: Session, platform: LtiPlatform, scopes: list[str]
+    session: Session, sealing: MultiFernet, platform: LtiPlatform, scopes: list[str]
 ) -> _CachedToken:
     form = {
         "grant_type": "client_credentials",
         "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-        "client_assertion": client_assertion(session, platform),
+        "client_assertion": client_assertion(session, sealing, platform),
         "scope": " ".join(scopes),
     }
     try:
         reply = httpx.post(platform.token_url, data=form, timeout=HTTP_TIMEOUT_SECONDS)
     except httpx.HTTPError as exc:
         raise PlatformUnavailable(f"token request to {platform.token_url}: {exc}") from None
-    _raise_for(reply, f"token request to {platform.token_url}")
+    raise_for_reply(reply, f"token request to {platform.token_url}")
     try:
         body = reply.json()
         access_token = body["access_token"]
@@ -142,10 +149,10 @@ def request_access_token(
     return _CachedToken(access_token, time.monotonic() + lifetime)
 
 
-def scores_url(lineitem_url: str) -> str:
-    """`<line item>/scores`, inserted before any query string."""
+def service_url(lineitem_url: str, service: str) -> str:
+    """`<line item>/scores` or `/results`, inserted before any query string."""
     parts = urlsplit(lineitem_url)
-    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/scores"))
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + service))
 
 
 class DeliveryOutcome(enum.StrEnum):
@@ -156,7 +163,8 @@ class DeliveryOutcome(enum.StrEnum):
 
 def score_message(session: Session, submission: Submission) -> dict[str, Any] | None:
     """The outbox payload for a graded submission's counted score, or None when the learner
-    and exercise are not reached through an LTI link with a line item."""
+    and exercise are not reached through an LTI link with a line item, or one the tool may
+    make (the course's line items service and the lineitem scope)."""
     if submission.course_id is None or submission.user_id is None:
         return None
     row = session.execute(
@@ -166,15 +174,17 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
         .where(
             LtiContext.course_id == submission.course_id,
             LtiResourceLink.exercise_id == submission.exercise_id,
-            LtiResourceLink.lineitem_url.is_not(None),
+            or_(LtiResourceLink.lineitem_url.is_not(None), LtiContext.lineitems_url.is_not(None)),
             LtiUser.user_id == submission.user_id,
         )
-        .order_by(LtiResourceLink.created_at)
+        .order_by(LtiResourceLink.lineitem_url.is_(None), LtiResourceLink.created_at)
     ).first()
     if row is None:
         return None
     link, lti_user = row
     if link.ags_scopes is not None and SCORE_SCOPE not in link.ags_scopes:
+        return None
+    if link.lineitem_url is None and LINEITEM_SCOPE not in (link.ags_scopes or []):
         return None
     assigned = assignment_of(session, submission.course_id, submission.exercise_id)
     (cell,) = learner_cells(
@@ -184,7 +194,9 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
         return None
     return {
         "platform_id": link.platform_id,
+        # None: made by the first delivery (ensure_line_item).
         "lineitem_url": link.lineitem_url,
+        "resource_link": link.id,
         "user_sub": lti_user.subject,
         "score_given": cell.score,
         "score_maximum": cell.max_score,
@@ -197,7 +209,7 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
 
 
 def deliver_score(
-    session: Session, tokens: AccessTokens, payload: dict[str, Any]
+    session: Session, sealing: MultiFernet, tokens: AccessTokens, payload: dict[str, Any]
 ) -> DeliveryOutcome:
     """POST one score. Raises PlatformUnavailable (retry) or PlatformRefused (give up)."""
     platform = session.get(LtiPlatform, payload["platform_id"])
@@ -214,9 +226,18 @@ def deliver_score(
         # Canvas and Moodle record a score only when it is FullyGraded.
         "gradingProgress": "FullyGraded",
     }
-    url = scores_url(payload["lineitem_url"])
+    lineitem_url = payload["lineitem_url"]
+    if lineitem_url is None:
+        # A link that came without a line item: one is made (or found) for it, once.
+        from app.lti.line_items import ensure_line_item
+
+        link = session.get(LtiResourceLink, payload["resource_link"])
+        if link is None:
+            raise PlatformRefused("the LMS link is no longer known here")
+        lineitem_url = ensure_line_item(session, sealing, tokens, link)
+    url = service_url(lineitem_url, "scores")
     for attempt in range(2):
-        token = tokens.get(session, platform, [SCORE_SCOPE])
+        token = tokens.get(session, sealing, platform, [SCORE_SCOPE])
         try:
             reply = httpx.post(
                 url,
@@ -235,7 +256,7 @@ def deliver_score(
             continue
         if reply.status_code == 409:
             return DeliveryOutcome.ALREADY_APPLIED
-        _raise_for(reply, f"score POST to {url}")
+        raise_for_reply(reply, f"score POST to {url}")
         return DeliveryOutcome.DELIVERED
     raise PlatformUnavailable(f"score POST to {url}: refused a fresh token (HTTP 401)")
 
@@ -245,7 +266,9 @@ class RosterSync(NamedTuple):
     updated: int
 
 
-def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> RosterSync:
+def sync_roster(
+    session: Session, sealing: MultiFernet, tokens: AccessTokens, context: LtiContext
+) -> RosterSync:
     """Enrol every member the platform lists (NRPS), with their role; follows rel="next"."""
     from app.lti.provisioning import course_role_of, enrol, lti_account
 
@@ -258,7 +281,7 @@ def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> 
     for _ in range(MAX_ROSTER_PAGES):
         if url is None:
             break
-        token = tokens.get(session, platform, [NRPS_SCOPE])
+        token = tokens.get(session, sealing, platform, [NRPS_SCOPE])
         try:
             reply = httpx.get(
                 url,
@@ -267,7 +290,7 @@ def sync_roster(session: Session, tokens: AccessTokens, context: LtiContext) -> 
             )
         except httpx.HTTPError as exc:
             raise PlatformUnavailable(f"roster request to {url}: {exc}") from None
-        _raise_for(reply, f"roster request to {url}")
+        raise_for_reply(reply, f"roster request to {url}")
         try:
             members = reply.json()["members"]
         except (ValueError, KeyError, TypeError):
@@ -304,11 +327,13 @@ ACCESS_TOKENS = AccessTokens()
 
 
 @delivery_kind(LTI_SCORE_KIND)
-def deliver_lti_score(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+def deliver_lti_score(
+    sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
+) -> None:
     """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
-    with sessions() as session:
+    with sessions.begin() as session:  # a line item it makes is kept on the link
         try:
-            outcome = deliver_score(session, ACCESS_TOKENS, payload)
+            outcome = deliver_score(session, key_sealing(settings), ACCESS_TOKENS, payload)
         except PlatformRefused as exc:
             raise PermanentFailure(str(exc)) from None
     log.info(
@@ -330,14 +355,16 @@ def send_score_to_lms(session: Session, submission_id: str) -> None:
 
 
 @delivery_kind(LTI_ROSTER_KIND)
-def deliver_roster_sync(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+def deliver_roster_sync(
+    sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
+) -> None:
     """Enrol a context's roster (asked for on its first launch, or by an instructor)."""
     with sessions.begin() as session:
         context = session.get(LtiContext, payload["lti_context_id"])
         if context is None:
             raise PermanentFailure("the LMS course is no longer known here")
         try:
-            synced = sync_roster(session, ACCESS_TOKENS, context)
+            synced = sync_roster(session, key_sealing(settings), ACCESS_TOKENS, context)
         except PlatformRefused as exc:
             raise PermanentFailure(str(exc)) from None
     log.info("roster of LMS course %s: %d added, %d updated", context.context_id, *synced)

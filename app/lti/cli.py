@@ -1,4 +1,5 @@
-"""`loopgrade lti ...`: register platforms, list them, rotate the tool's key."""
+"""`loopgrade lti ...`: register platforms, list them, rotate the tool's key, read an LMS
+course's line items and reconcile its gradebook with loopgrade's scores."""
 
 from __future__ import annotations
 
@@ -51,17 +52,70 @@ def cmd_platforms_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
-    from app.cli import build_settings, database_session
-    from app.lti.keys import KEY_RETENTION, rotate_tool_key
+    from app.cli import build_settings, check_tool_keys, database_session
+    from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
 
-    with database_session(build_settings(args)) as session:
-        key = rotate_tool_key(session)
-        kid = key.kid
+    settings = build_settings(args)
+    # A new key sealed under a KEK that does not unseal the others would split the keys.
+    check_tool_keys(settings)
+    with database_session(settings) as session:
+        kid = rotate_tool_key(session, key_sealing(settings)).kid
     hours = KEY_RETENTION.total_seconds() / 3600
     print(
         f"New signing key {kid}. The previous key stays in /lti/jwks for {hours:g} hours, "
         "for tokens it signed."
     )
+    return 0
+
+
+def cmd_lineitems(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from app.cli import CommandFailed, build_settings, check_tool_keys, database_session
+    from app.lti.ags import AccessTokens, PlatformRefused, PlatformUnavailable
+    from app.lti.keys import key_sealing
+    from app.lti.line_items import list_line_items
+    from app.lti.models import LtiContext
+
+    settings = build_settings(args)
+    check_tool_keys(settings)
+    tokens = AccessTokens()
+    with database_session(settings) as session:
+        contexts = session.scalars(select(LtiContext).where(LtiContext.course_id == args.course))
+        lines = []
+        try:
+            for context in contexts:
+                for item in list_line_items(session, key_sealing(settings), tokens, context):
+                    lines.append(
+                        f"{item.label}  max {item.score_maximum}  resource {item.resource_id}  "
+                        f"link {item.resource_link_id}  tag {item.tag}  {item.url}"
+                    )
+        except (PlatformRefused, PlatformUnavailable) as exc:
+            raise CommandFailed(f"the LMS did not list its line items: {exc}") from None
+    print("\n".join(lines) if lines else "The LMS course has no line items.")
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from app.cli import CommandFailed, build_settings, check_tool_keys, database_session
+    from app.lti.ags import AccessTokens, PlatformRefused, PlatformUnavailable
+    from app.lti.keys import key_sealing
+    from app.lti.line_items import reconcile_course
+
+    settings = build_settings(args)
+    check_tool_keys(settings)
+    with database_session(settings) as session:
+        try:
+            rows = reconcile_course(session, key_sealing(settings), AccessTokens(), args.course)
+        except (PlatformRefused, PlatformUnavailable) as exc:
+            raise CommandFailed(f"the LMS did not give its results: {exc}") from None
+    for row in rows:
+        lms = "-" if row.lms_score is None else f"{row.lms_score:g}/{row.lms_maximum or 0:g}"
+        ours = "-" if row.counted_score is None else f"{row.counted_score:g}/{row.max_score:g}"
+        verdict = "agrees" if row.agrees else "DIFFERS"
+        print(f"{row.exercise_id}  {row.learner}  LMS {lms}  loopgrade {ours}  {verdict}")
+    if not rows:
+        print("No LMS column of this course holds a score yet.")
     return 0
 
 
@@ -103,3 +157,17 @@ def add_lti_commands(
     )
     add_data_dir(rotate)
     rotate.set_defaults(run=cmd_keys_rotate)
+
+    lineitems = lti_commands.add_parser(
+        "lineitems", help="the LMS gradebook columns (AGS line items) of a course"
+    )
+    lineitems.add_argument("--course", required=True, help="the loopgrade course id")
+    add_data_dir(lineitems)
+    lineitems.set_defaults(run=cmd_lineitems)
+    results = lti_commands.add_parser(
+        "results",
+        help="each learner's score in the LMS gradebook beside loopgrade's, and whether they agree",
+    )
+    results.add_argument("--course", required=True, help="the loopgrade course id")
+    add_data_dir(results)
+    results.set_defaults(run=cmd_results)

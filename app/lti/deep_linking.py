@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.fernet import MultiFernet
 from sqlalchemy.orm import Session
 
 from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
@@ -73,6 +74,7 @@ def content_item(exercise: Exercise, launch_url: str) -> dict[str, Any]:
 
 def deep_link_response_jwt(
     session: Session,
+    sealing: MultiFernet,
     request: DeepLinkRequest,
     *,
     client_id: str,
@@ -95,4 +97,4 @@ def deep_link_response_jwt(
     }
     if request.data is not None:
         claims[DL_CLAIM + "data"] = request.data
-    return sign_jwt(session, claims)
+    return sign_jwt(session, sealing, claims)

@@ -49,8 +49,9 @@ class LtiToolKey(Base):
     __tablename__ = "lti_tool_keys"
 
     kid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    # PKCS#8 PEM. It signs client assertions and deep-linking responses, nothing a learner sees.
-    private_key_pem: Mapped[str] = mapped_column(Text)
+    # The PKCS#8 PEM sealed (Fernet) under the key-encryption key, which is kept outside the
+    # database (app/lti/keys.py). It signs client assertions and deep-linking responses.
+    private_key_sealed: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -96,6 +97,8 @@ class LtiContext(Base):
     course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"), index=True)
     # Names and Role Provisioning Service, when the platform offers it.
     memberships_url: Mapped[str | None] = mapped_column(String(1000))
+    # Assignment and Grade Services: the course's line items container, when offered.
+    lineitems_url: Mapped[str | None] = mapped_column(String(1000))
     roster_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 

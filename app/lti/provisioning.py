@@ -182,6 +182,9 @@ def provision_link(
         lineitem, scopes = ags.get("lineitem"), ags.get("scope")
         if isinstance(lineitem, str) and len(lineitem) <= 1000:
             link.lineitem_url = lineitem
+        lineitems = ags.get("lineitems")
+        if isinstance(lineitems, str) and len(lineitems) <= 1000:
+            context.lineitems_url = lineitems
         if isinstance(scopes, list) and all(isinstance(s, str) for s in scopes):
             link.ags_scopes = scopes[:10]
     session.flush()

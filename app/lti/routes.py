@@ -23,7 +23,7 @@ from app.db import SessionDep, keep_on_error_response
 from app.lti import ags, integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.framing import FrameAncestors
-from app.lti.keys import published_keys, tool_jwks
+from app.lti.keys import key_sealing, published_keys, tool_jwks
 from app.lti.launch import LaunchRejected, MessageType, begin_login, validate_launch
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
 from app.lti.platforms import PlatformKeyCache, deployments_of, list_platforms
@@ -228,9 +228,9 @@ def session_check(
 
 @router.get("/lti/jwks")
 @router.get("/.well-known/jwks.json")
-def jwks(session: SessionDep) -> JSONResponse:
+def jwks(session: SessionDep, settings: SettingsDep) -> JSONResponse:
     """The tool's public keys: the signing key and recently retired ones."""
-    document = tool_jwks(session)
+    document = tool_jwks(session, key_sealing(settings))
     return JSONResponse(document, headers={"Cache-Control": "max-age=300"})
 
 
@@ -278,7 +278,7 @@ def admin(
     if not user.is_admin:
         raise PageError(403, "Not allowed", "Only site admins see the LTI set-up.")
     platforms = [(p, deployments_of(session, p)) for p in list_platforms(session)]
-    keys = published_keys(session)
+    keys = published_keys(session, key_sealing(settings))
     return render(
         request,
         viewer,
@@ -387,6 +387,7 @@ def deep_link_answer(
         raise PageError(400, "Start again from the LMS", "The platform is no longer registered.")
     token = deep_link_response_jwt(
         session,
+        key_sealing(settings),
         found,
         client_id=platform.client_id,
         issuer=platform.issuer,

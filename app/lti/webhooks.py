@@ -14,6 +14,7 @@ import hmac
 import ipaddress
 import json
 import secrets
+import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from app.lti.ags import PlatformRefused, PlatformUnavailable
 from app.lti.models import Webhook
 from app.models import Submission, utc_now
 from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
+from app.settings import Settings
 
 SIGNATURE_HEADER = "Loopgrade-Signature"
 WEBHOOK_KIND = "webhook"
@@ -43,24 +45,71 @@ class WebhookError(ValueError):
     """A webhook that cannot be added; the message says what to change."""
 
 
+class WebhookAddressRefused(Exception):
+    """The webhook's host has, or now resolves to, an address webhooks may not reach."""
+
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+NAT64_PREFIX = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def resolve_host(host: str) -> list[IPAddress]:
+    """Every address `host` resolves to (an IP literal is its own). Raises OSError."""
+    found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(ipaddress.ip_address(entry[4][0]) for entry in found))
+
+
+def is_internal(address: IPAddress) -> bool:
+    """Loopback, private, link-local, shared (100.64/10), unique-local, reserved, multicast or
+    unspecified: anything but a public unicast address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        # ::ffff:127.0.0.1, 2002:7f00:1:: (6to4) and 64:ff9b::7f00:1 (NAT64) are IPv4
+        # addresses in IPv6 clothes.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in NAT64_PREFIX:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None and is_internal(embedded):
+            return True
+    return not address.is_global or address.is_multicast
+
+
+def checked_address(host: str, *, allow_private_addresses: bool) -> IPAddress:
+    """The address to connect to for `host`: resolved once here, and refused when any address
+    it resolves to is internal (a name that answers a public and a private address is
+    refused too: which one a connection would get is up to the resolver)."""
+    try:
+        addresses = resolve_host(host)
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise OSError(f"{host} cannot be resolved ({exc})") from None
+    internal = [] if allow_private_addresses else [str(a) for a in addresses if is_internal(a)]
+    if internal or not addresses:
+        raise WebhookAddressRefused(
+            f"{host} resolves to {', '.join(internal) or 'no address'}, a private or loopback "
+            "address; webhooks go to other servers (an operator can allow it with "
+            "LOOPGRADE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES)"
+        )
+    return addresses[0]
+
+
 def check_webhook_url(url: str, *, allow_private_addresses: bool) -> str:
-    """An https URL; not a private or loopback address unless the operator allows them."""
+    """An https URL whose host resolves to public addresses only. With the operator's
+    `allow_private_addresses` (tests, development) any http(s) URL is accepted."""
     url = url.strip()
     parts = urlsplit(url)
     if not parts.hostname or parts.scheme not in ("https", "http") or len(url) > 1000:
         raise WebhookError(f"the webhook URL must be an absolute https:// URL, not {url!r}")
     try:
-        address = ipaddress.ip_address(parts.hostname)
+        parts.port  # noqa: B018 (it raises on a port that is not a number in range)
     except ValueError:
-        address = None
-    private = parts.hostname == "localhost" or (address is not None and not address.is_global)
-    if private and not allow_private_addresses:
-        raise WebhookError(
-            f"{parts.hostname} is a private or loopback address; webhooks go to other "
-            "servers (an operator can allow it with LOOPGRADE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES)"
-        )
-    if parts.scheme == "http" and not private:
+        raise WebhookError(f"the webhook URL has an invalid port: {url!r}") from None
+    if parts.scheme == "http" and not allow_private_addresses:
         raise WebhookError("the webhook URL must use https://")
+    try:
+        checked_address(parts.hostname, allow_private_addresses=allow_private_addresses)
+    except WebhookAddressRefused as exc:
+        raise WebhookError(str(exc)) from None
+    except OSError as exc:
+        raise WebhookError(f"{exc}: check the host name in the webhook URL") from None
     return url
 
 
@@ -135,25 +184,46 @@ def sample_event_message(webhook: Webhook) -> dict[str, Any]:
     return _event(webhook, WebhookEvent.TEST, {"message": "a test event from loopgrade"})
 
 
-def deliver_webhook(session: Session, payload: dict[str, Any]) -> None:
+def pinned_request(url: str, *, allow_private_addresses: bool) -> tuple[str, dict[str, Any]]:
+    """The URL to connect to and the request options that keep the webhook's host name.
+
+    The host is resolved and checked here, and the connection goes to that very address (the
+    name stays in the Host header and, over TLS, in SNI and the certificate check): a DNS
+    answer that changed since (rebinding) cannot send the POST to an internal address.
+    """
+    parsed = httpx.URL(url)
+    try:
+        address = checked_address(parsed.host, allow_private_addresses=allow_private_addresses)
+    except WebhookAddressRefused as exc:
+        raise PlatformRefused(str(exc)) from None
+    except OSError as exc:
+        raise PlatformUnavailable(str(exc)) from None
+    return str(parsed.copy_with(host=str(address))), {
+        "headers": {"Host": parsed.netloc.decode("ascii")},
+        "extensions": {"sni_hostname": parsed.host},
+    }
+
+
+def deliver_webhook(
+    session: Session, payload: dict[str, Any], *, allow_private_addresses: bool
+) -> None:
     """POST one event, signed now. Raises PlatformUnavailable (retry) or PlatformRefused."""
     webhook = session.get(Webhook, payload["webhook_id"])
     if webhook is None or webhook.revoked_at is not None:
         raise PlatformRefused("the webhook was removed")
     body = json.dumps(payload["event"], separators=(",", ":")).encode()
+    target, pinning = pinned_request(webhook.url, allow_private_addresses=allow_private_addresses)
     headers = {
         "Content-Type": "application/json",
         SIGNATURE_HEADER: signature(webhook.secret, int(time.time()), body),
         "User-Agent": "loopgrade-webhooks",
+        **pinning.get("headers", {}),
     }
     try:
-        reply = httpx.post(
-            webhook.url,
-            content=body,
-            headers=headers,
-            timeout=HTTP_TIMEOUT_SECONDS,
-            follow_redirects=False,
-        )
+        with httpx.Client(timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False) as client:
+            reply = client.post(
+                target, content=body, headers=headers, extensions=pinning.get("extensions")
+            )
     except httpx.HTTPError as exc:
         raise PlatformUnavailable(f"POST {webhook.url}: {exc}") from None
     problem = f"POST {webhook.url}: HTTP {reply.status_code}: {reply.text[:MAX_ERROR_CHARS]}"
@@ -164,10 +234,16 @@ def deliver_webhook(session: Session, payload: dict[str, Any]) -> None:
 
 
 @delivery_kind(WEBHOOK_KIND)
-def deliver_webhook_message(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+def deliver_webhook_message(
+    sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
+) -> None:
     with sessions() as session:
         try:
-            deliver_webhook(session, payload)
+            deliver_webhook(
+                session,
+                payload,
+                allow_private_addresses=settings.webhook_allow_private_addresses,
+            )
         except PlatformRefused as exc:
             raise PermanentFailure(str(exc)) from None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import threading
 import time
@@ -40,6 +41,20 @@ from app.web.sessions import ViewerDep
 from app.web.submission_view import FINISHED, result_context, viewable_submission
 
 router = APIRouter(include_in_schema=False)
+
+# Threads the streams' database reads may take at once: a slow database then holds these,
+# not the threads every other request needs (anyio's default pool of 40).
+STREAM_READ_THREADS = 4
+
+
+class ProgressEvent(enum.StrEnum):
+    """The events a progress stream sends (static/result.js listens for each)."""
+
+    QUEUED = SubmissionStatus.QUEUED.value  # data: position
+    RUNNING = SubmissionStatus.RUNNING.value  # data: elapsed_seconds
+    HEARTBEAT = "heartbeat"  # nothing changed; data: the progress again
+    DONE = "done"  # data: status, url, html (the result section), line (marked in the code)
+    BUSY = "busy"  # too many streams: the page asks for the result instead
 
 
 class TooManyStreams(AppError):
@@ -72,6 +87,7 @@ class ProgressStreams:
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._open = 0
         self._closing = False
+        self._reads: anyio.CapacityLimiter | None = None  # made in the event loop
 
     @property
     def open_count(self) -> int:
@@ -101,12 +117,15 @@ class ProgressStreams:
     async def stream(self, sessions: SessionFactory, submission_id: str) -> AsyncIterator[str]:
         """The events of one submission, counted as open from its first byte to its end."""
         settings = self._settings
+        if self._reads is None:
+            self._reads = anyio.CapacityLimiter(STREAM_READ_THREADS)
+        reads = self._reads
         event = asyncio.Event()
         waiter = (asyncio.get_running_loop(), event)
         with self._lock:
             # Counted here, not in the route: a stream never started is never ended either.
             if self._closing or self._open >= settings.max_event_streams:
-                yield message("busy", {})
+                yield message(ProgressEvent.BUSY, {})
                 return
             self._open += 1
             self._waiters.setdefault(submission_id, set()).add(waiter)
@@ -118,17 +137,25 @@ class ProgressStreams:
             last_sent = time.monotonic()
             while not self._closing:
                 event.clear()
-                progress = await anyio.to_thread.run_sync(read_progress, sessions, submission_id)
+                progress = await anyio.to_thread.run_sync(
+                    read_progress, sessions, submission_id, limiter=reads
+                )
                 if progress.status in FINISHED:
-                    done = await anyio.to_thread.run_sync(read_done, sessions, submission_id)
-                    yield message("done", done)
+                    done = await anyio.to_thread.run_sync(
+                        read_done, sessions, submission_id, limiter=reads
+                    )
+                    yield message(ProgressEvent.DONE, done)
                     return
                 now = time.monotonic()
-                if progress != last:
-                    yield message(progress.status, asdict(progress))
+                # The seconds tick in the browser: a new event when the state or place changes.
+                if last is None or (progress.status, progress.position) != (
+                    last.status,
+                    last.position,
+                ):
+                    yield message(ProgressEvent(progress.status), asdict(progress))
                     last, last_sent = progress, now
                 elif now - last_sent >= settings.event_heartbeat_seconds:
-                    yield message("heartbeat", asdict(progress))
+                    yield message(ProgressEvent.HEARTBEAT, asdict(progress))
                     last_sent = now
                 if now >= deadline:
                     return
@@ -149,9 +176,9 @@ class ProgressStreams:
                 self._open -= 1
 
 
-def message(event: str, data: dict[str, Any]) -> str:
+def message(event: ProgressEvent, data: dict[str, Any]) -> str:
     """One server-sent event; JSON on one `data:` line (it escapes every line break)."""
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+    return f"event: {event.value}\ndata: {json.dumps(data)}\n\n"
 
 
 def read_progress(sessions: SessionFactory, submission_id: str) -> Progress:

@@ -25,7 +25,7 @@ SYNTAX_ERROR_CODE = "def train_step(model, optimizer, loss_fn, x, y)\n    return
 
 
 @delivery_kind("tests.never-delivered")
-def never_delivered(payload: dict[str, Any]) -> None:
+def never_delivered(sessions: SessionFactory, settings: Settings, payload: dict[str, Any]) -> None:
     raise ConnectionError("the receiver is down")
 
 

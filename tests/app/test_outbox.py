@@ -35,7 +35,7 @@ KIND = "tests.http-post"
 
 
 @delivery_kind(KIND)
-def post_to_receiver(sessions: SessionFactory, payload: dict[str, Any]) -> None:
+def post_to_receiver(sessions: SessionFactory, settings: Settings, payload: dict[str, Any]) -> None:
     """As a webhook delivers: POST the payload; a 4xx will never succeed, a 5xx may."""
     response = httpx.post(payload["url"], json=payload, timeout=10)
     if 400 <= response.status_code < 500:

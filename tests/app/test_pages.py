@@ -44,7 +44,7 @@ def test_exercise_page_has_prompt_editor_and_is_framed_only_by_registered_platfo
     textarea = re.search(r'<textarea id="code" name="code"[^>]*>(.*?)</textarea>', page.text, re.S)
     assert textarea is not None
     assert "def train_step(model, optimizer, loss_fn, x, y):" in textarea[1]
-    assert '<label for="code">' in page.text
+    assert '<label for="code" id="your-code">' in page.text
     assert '<button type="submit">' in page.text
     assert "<script>" not in page.text  # scripts are files, allowed by the CSP
 
@@ -140,7 +140,7 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
                     "passed": False,
                     "points": 0,
                     "max_points": 7,
-                    "message": "weights drift <from step 2>",
+                    "message": "weights drift <from step 2> in `w.grad <b>`",
                     "hidden": True,
                 },
             ],
@@ -164,7 +164,8 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
     assert "<strong><code>optimizer.zero_grad()</code></strong>" in page.text
     assert "<script>alert(1)</script>" not in page.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
-    assert "weights drift &lt;from step 2&gt;" in page.text
+    # A check's message: its code spans as code, everything escaped.
+    assert "weights drift &lt;from step 2&gt; in <code>w.grad &lt;b&gt;</code>" in page.text
     assert page.text.count(">hidden</span>") == 1
     assert "loss &lt;0.25&gt;" in page.text
     assert page.text.count('<svg class="chart"') == 1

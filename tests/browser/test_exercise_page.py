@@ -286,7 +286,7 @@ def test_framed_by_another_origin_the_loop_works_inside_the_frame(
 
         before = submission_count(module_sessions)
         write_code(inner, RAISES_ON_LINE_6.replace("undefined_scale", "missing_name"))
-        page.keyboard.press("Control+Enter")
+        page.keyboard.press("Meta+Enter")  # Cmd+Enter, as on a Mac
         expect(frame.locator("#live-result .status")).to_contain_text("Queued")
         assert submission_count(module_sessions) == before + 1
         grade_while_watching(served_app, server_settings, inner, queued_id(module_sessions))

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import pytest
 from sqlalchemy import func, select
 
 from app.api.keys import create_api_key
@@ -30,6 +29,9 @@ from tests.services import create_database, postgres_server
 
 # Graded on a small, shared machine: a queue of many grades behind two workers takes a while.
 GRADING_TIMEOUT_SECONDS = 300.0
+# How long a client waits for any answer while PostgreSQL is away: a request must fail
+# (503) well within it, not hang. Generous, for a busy machine; not a timing assertion.
+OUTAGE_ANSWER_TIMEOUT_SECONDS = 30.0
 # 200 by default; a smaller crowd (LOOPGRADE_TEST_CROWD_SIZE) for a quick run on a laptop.
 CROWD_SIZE = int(os.environ.get("LOOPGRADE_TEST_CROWD_SIZE", "200"))
 # A missing function is the cheapest real grade (one short sandbox run): for the crowd. (A
@@ -147,11 +149,6 @@ def test_a_client_retry_with_the_same_idempotency_key_makes_one_submission(
     assert [(row.status, row.attempts) for row in stored] == [("graded", 1)]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug, open in issue 10: after PostgreSQL comes back, a request can hang past "
-    "60 s instead of reconnecting (seen on a fresh clone on 2026-12-01; the 503 half holds)",
-)
 def test_postgresql_away_means_503_with_retry_after_then_recovery(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -168,33 +165,39 @@ def test_postgresql_away_means_503_with_retry_after_then_recovery(
         engine.dispose()
         auth = {"Authorization": f"Bearer {secret}"}
 
+        # A request that hangs instead of failing fails the test with a read time-out.
         with (
             app_in_thread(create_app(settings)) as url,
-            httpx.Client(base_url=url, timeout=60) as api,
+            httpx.Client(base_url=url, timeout=OUTAGE_ANSWER_TIMEOUT_SECONDS) as api,
         ):
             submission_id = submit(api, auth, "before")
             location = f"/api/v1/submissions/{submission_id}"
             assert api.get(location, headers=auth).status_code == 200
 
-            postgres.stop()
-            for response in (
+            postgres.stop()  # like a crash: the pool's connections are dead sockets now
+            during_outage = [
                 api.get(location, headers=auth),
                 api.post(
                     "/api/v1/submissions",
                     headers=auth,
                     json={"exercise": EXERCISE, "learner": "during", "code": CORRECT_CODE},
                 ),
-            ):
+                api.get(location, headers=auth),
+            ]
+            for response in during_outage:
                 assert response.status_code == 503, response.text
                 assert int(response.headers["retry-after"]) > 0
                 assert "database" in response.json()["detail"]
 
             postgres.start()
-            # The same server process, not restarted: its pool reconnects by itself.
-            wait_for(
-                lambda: api.get(location, headers=auth).status_code == 200,
-                "the API to answer again",
-                timeout_seconds=60,
-            )
-            assert api.get(location, headers=auth).json()["id"] == submission_id
+            # The same server process, not restarted: the very next requests reconnect.
+            after = api.get(location, headers=auth)
+            assert after.status_code == 200, after.text
+            assert after.json()["id"] == submission_id, "accepted before the crash, kept"
             submit(api, auth, "after")
+            listed = api.get("/api/v1/submissions", headers=auth)
+            assert listed.status_code == 200, listed.text
+
+    # The submission refused with 503 was not stored; the others were.
+    learners = {item["learner"] for item in listed.json()}
+    assert learners == {"before", "after"}

@@ -1,6 +1,7 @@
 """A fake LMS that speaks LTI 1.3 for real: its own RSA keys and JWKS over HTTP, an OIDC auth
 endpoint that signs id_tokens, a token endpoint that verifies the tool's client assertion
-against the tool's own JWKS, AGS score endpoints with Moodle's rules, and NRPS.
+against the tool's own JWKS, AGS score endpoints with Moodle's rules, AGS line items (a paged
+container with the spec's filters, creation) and results, and NRPS.
 
 Tests change `claims_override` (or sign with another key) to make bad launches.
 """
@@ -31,6 +32,11 @@ NRPS = "https://purl.imsglobal.org/spec/lti-nrps/"
 INSTRUCTOR = "http://purl.imsglobal.org/vocab/lis/v2/membership#Instructor"
 LEARNER = "http://purl.imsglobal.org/vocab/lis/v2/membership#Learner"
 SCORE_TYPE = "application/vnd.ims.lis.v1.score+json"
+LINEITEM_TYPE = "application/vnd.ims.lis.v2.lineitem+json"
+LINEITEM_CONTAINER_TYPE = "application/vnd.ims.lis.v2.lineitemcontainer+json"
+RESULT_CONTAINER_TYPE = "application/vnd.ims.lis.v2.resultcontainer+json"
+# The most entries a page of line items or results holds, whatever `limit` asks.
+PAGE_SIZE = 2
 
 
 def new_key() -> RSAKey:
@@ -75,6 +81,9 @@ class FakePlatform:
     members: list[dict[str, Any]] = field(default_factory=list)
     used_assertion_ids: set[str] = field(default_factory=set)
     deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
+    # The line items of course 7, by their number in the URL; "1" is the launch's.
+    line_items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    line_item_posts: int = 0
     _access_tokens: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,7 +156,11 @@ class FakePlatform:
         if self.message_type == "LtiResourceLinkRequest":
             claims[LTI + "resource_link"] = {"id": "link-1", "title": "Train step"}
             claims[AGS + "claim/endpoint"] = {
-                "scope": [AGS + "scope/score", AGS + "scope/lineitem"],
+                "scope": [
+                    AGS + "scope/score",
+                    AGS + "scope/lineitem",
+                    AGS + "scope/result.readonly",
+                ],
                 "lineitems": f"{self.url}/lineitems?course=7",
                 "lineitem": f"{self.url}/lineitems/1/lineitem?course=7",
             }
@@ -164,6 +177,9 @@ class FakePlatform:
             else:
                 claims[name] = value
         return claims
+
+    def lineitem_url(self, item: str) -> str:
+        return f"{self.url}/lineitems/{item}/lineitem?course=7"
 
     def sign(self, claims: dict[str, Any], key: RSAKey | None = None) -> str:
         key = key or self.signing_key
@@ -301,6 +317,75 @@ class FakePlatform:
                     body.get("activityProgress", ""),
                 )
             return Response(status_code=200)
+
+        def page_of(request: Request, entries: list[dict[str, Any]], media_type: str) -> Response:
+            """One page of `entries` (`limit`, at most PAGE_SIZE) with Link: rel="next"."""
+            if media_type not in request.headers.get("accept", ""):
+                return JSONResponse({"error": f"Accept {media_type}"}, status_code=406)
+            query = request.query_params
+            limit = min(int(query.get("limit", PAGE_SIZE)), PAGE_SIZE)
+            start = int(query.get("page_start", 0))
+            headers = {}
+            if start + limit < len(entries):
+                following = request.url.include_query_params(page_start=start + limit)
+                headers["Link"] = f'<{following}>; rel="next"'
+            return JSONResponse(
+                entries[start : start + limit], media_type=media_type, headers=headers
+            )
+
+        @app.get("/lineitems")
+        def line_item_container(request: Request) -> Response:
+            require_scope(request, AGS + "scope/lineitem")
+            if request.query_params.get("course") != "7":
+                return JSONResponse({"error": "query string lost"}, status_code=404)
+            filters = {
+                "resource_link_id": "resourceLinkId",
+                "resource_id": "resourceId",
+                "tag": "tag",
+            }
+            found = [
+                item
+                for item in platform.line_items.values()
+                if all(
+                    item.get(field) == request.query_params[name]
+                    for name, field in filters.items()
+                    if name in request.query_params
+                )
+            ]
+            return page_of(request, found, LINEITEM_CONTAINER_TYPE)
+
+        @app.post("/lineitems")
+        async def create_line_item(request: Request) -> Response:
+            require_scope(request, AGS + "scope/lineitem")
+            if request.headers.get("content-type") != LINEITEM_TYPE:
+                return JSONResponse({"error": "wrong content type"}, status_code=415)
+            body = await request.json()
+            maximum = body.get("scoreMaximum")
+            if not isinstance(maximum, int | float) or maximum <= 0 or not body.get("label"):
+                return JSONResponse({"error": "scoreMaximum > 0 and label"}, status_code=400)
+            with platform._lock:
+                platform.line_item_posts += 1
+                number = str(len(platform.line_items) + 1)
+                item = {**body, "id": platform.lineitem_url(number)}
+                platform.line_items[number] = item
+            return JSONResponse(item, status_code=201, media_type=LINEITEM_TYPE)
+
+        @app.get("/lineitems/{item}/lineitem/results")
+        def results(item: str, request: Request) -> Response:
+            require_scope(request, AGS + "scope/result.readonly")
+            user_id = request.query_params.get("user_id")
+            found = [
+                {
+                    "id": f"{platform.url}/lineitems/{item}/lineitem/results/{score.user_id}",
+                    "scoreOf": platform.lineitem_url(item),
+                    "userId": score.user_id,
+                    "resultScore": score.score_given,
+                    "resultMaximum": score.score_maximum,
+                }
+                for score in platform.scores.get(item, {}).values()
+                if user_id is None or score.user_id == user_id
+            ]
+            return page_of(request, found, RESULT_CONTAINER_TYPE)
 
         @app.get("/memberships")
         def memberships(request: Request) -> Response:

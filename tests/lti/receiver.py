@@ -24,6 +24,7 @@ class Receiver:
     fail_next: int = 0
     refuse_next: int = 0  # answer 410 Gone: a refusal for good
     events: list[dict[str, Any]] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)  # the Host header of each delivery
     url: str = ""
 
     def app(self) -> FastAPI:
@@ -37,6 +38,7 @@ class Receiver:
             if self.refuse_next:
                 self.refuse_next -= 1
                 return Response(status_code=410)
+            self.hosts.append(request.headers["host"])
             body = await request.body()
             fields = dict(p.split("=", 1) for p in request.headers[SIGNATURE_HEADER].split(","))
             timestamp = int(fields["t"])

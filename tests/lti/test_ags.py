@@ -16,11 +16,13 @@ from app.lti.ags import (
     PlatformUnavailable,
     deliver_score,
     score_message,
-    scores_url,
+    service_url,
     sync_roster,
 )
+from app.lti.keys import key_sealing
 from app.lti.models import LtiContext, LtiUser
 from app.models import CourseRole, Enrolment, Submission, User
+from app.settings import Settings
 from tests.app.people import graded
 from tests.lti.conftest import Launch
 from tests.lti.fake_platform import INSTRUCTOR, LEARNER, FakePlatform
@@ -44,21 +46,26 @@ def message_for(sessions: SessionFactory, submission_id: str) -> dict[str, objec
 
 
 def test_scores_go_before_the_query_string() -> None:
-    assert scores_url("https://lms.example/items/1?course=7") == (
+    assert service_url("https://lms.example/items/1?course=7", "scores") == (
         "https://lms.example/items/1/scores?course=7"
     )
-    assert scores_url("https://lms.example/items/1/") == "https://lms.example/items/1/scores"
+    assert service_url("https://lms.example/items/1/", "results") == (
+        "https://lms.example/items/1/results"
+    )
 
 
 def test_a_score_reaches_the_line_item_with_a_cached_token(
-    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory, settings: Settings
 ) -> None:
     assert launch().status_code == 303
     tokens = AccessTokens()
     message = message_for(sessions, graded_submission(sessions, 7.0))
     assert message["user_sub"] == "learner-1"
     with sessions() as session:
-        assert deliver_score(session, tokens, message) is DeliveryOutcome.DELIVERED
+        assert (
+            deliver_score(session, key_sealing(settings), tokens, message)
+            is DeliveryOutcome.DELIVERED
+        )
     (stored,) = platform.scores["1"].values()
     assert (stored.user_id, stored.score_given, stored.score_maximum) == ("learner-1", 7.0, 10.0)
     assert (stored.grading_progress, stored.activity_progress) == ("FullyGraded", "Completed")
@@ -67,36 +74,45 @@ def test_a_score_reaches_the_line_item_with_a_cached_token(
     later = message_for(sessions, graded_submission(sessions, 3.0))
     assert later["score_given"] == 7.0
     with sessions() as session:
-        assert deliver_score(session, tokens, later) is DeliveryOutcome.DELIVERED
+        assert (
+            deliver_score(session, key_sealing(settings), tokens, later)
+            is DeliveryOutcome.DELIVERED
+        )
     # The token was cached (the roster sync of the first launch asks for its own scope).
     assert platform.token_scopes.count(SCORE_SCOPE) == 1
 
 
 def test_a_retry_keeps_the_timestamp_and_a_409_counts_as_applied(
-    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory, settings: Settings
 ) -> None:
     assert launch().status_code == 303
     tokens = AccessTokens()
     message = message_for(sessions, graded_submission(sessions, 10.0))
     with sessions() as session:
-        assert deliver_score(session, tokens, message) is DeliveryOutcome.DELIVERED
+        assert (
+            deliver_score(session, key_sealing(settings), tokens, message)
+            is DeliveryOutcome.DELIVERED
+        )
         # The answer was lost and the outbox sends it again, with the same timestamp.
-        assert deliver_score(session, tokens, message) is DeliveryOutcome.ALREADY_APPLIED
+        assert (
+            deliver_score(session, key_sealing(settings), tokens, message)
+            is DeliveryOutcome.ALREADY_APPLIED
+        )
     assert platform.score_posts == 2 and len(platform.scores["1"]) == 1
 
 
 def test_a_user_the_platform_cannot_grade_is_refused_for_good(
-    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory, settings: Settings
 ) -> None:
     assert launch().status_code == 303
     platform.ungradable_users.add("learner-1")
     message = message_for(sessions, graded_submission(sessions, 10.0))
     with sessions() as session, pytest.raises(PlatformRefused, match="HTTP 400"):
-        deliver_score(session, AccessTokens(), message)
+        deliver_score(session, key_sealing(settings), AccessTokens(), message)
 
 
 def test_a_platform_that_fails_is_retried_later(
-    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory, settings: Settings
 ) -> None:
     assert launch().status_code == 303
     platform.fail_score_posts = 2
@@ -105,8 +121,11 @@ def test_a_platform_that_fails_is_retried_later(
     with sessions() as session:
         for _ in range(2):
             with pytest.raises(PlatformUnavailable, match="HTTP 503"):
-                deliver_score(session, tokens, message)
-        assert deliver_score(session, tokens, message) is DeliveryOutcome.DELIVERED
+                deliver_score(session, key_sealing(settings), tokens, message)
+        assert (
+            deliver_score(session, key_sealing(settings), tokens, message)
+            is DeliveryOutcome.DELIVERED
+        )
     assert "learner-1" in platform.scores["1"]
 
 
@@ -116,7 +135,7 @@ def test_a_submission_outside_lti_sends_nothing(sessions: SessionFactory) -> Non
 
 
 def test_the_roster_is_enrolled_on_first_launch_and_on_demand(
-    launch: Launch, platform: FakePlatform, sessions: SessionFactory
+    launch: Launch, platform: FakePlatform, sessions: SessionFactory, settings: Settings
 ) -> None:
     platform.members = [
         {"user_id": "learner-1", "roles": [LEARNER], "status": "Active", "name": "Person 1"},
@@ -144,5 +163,5 @@ def test_the_roster_is_enrolled_on_first_launch_and_on_demand(
     platform.members.append({"user_id": "late-7", "roles": [LEARNER], "name": "Late Joiner"})
     with sessions.begin() as session:
         context = session.scalars(select(LtiContext)).one()
-        synced = sync_roster(session, AccessTokens(), context)
+        synced = sync_roster(session, key_sealing(settings), AccessTokens(), context)
     assert (synced.added, synced.updated) == (1, 3)

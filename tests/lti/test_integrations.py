@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import html
+import ipaddress
 import re
 import time
 
 import httpx
+import pytest
 
 from app.db import SessionFactory
+from app.lti import webhooks
 from app.lti.webhooks import create_webhook
 from app.models import SiteRole
 from app.settings import Settings
@@ -17,7 +21,7 @@ from tests.lti.receiver import Receiver
 
 
 def test_an_instructor_creates_uses_and_revokes_a_course_key(
-    tool_url: str, sessions: SessionFactory
+    tool_url: str, sessions: SessionFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_user(sessions, "tess@uni.example", SiteRole.INSTRUCTOR)
     make_user(sessions, "lea@uni.example")
@@ -40,9 +44,19 @@ def test_an_instructor_creates_uses_and_revokes_a_course_key(
         refused = client.get("/api/v1/gradebook", headers={"Authorization": f"Bearer {secret}"})
         assert refused.status_code == 401
 
-        # A webhook to an internal address is refused (the default), with the reason.
+        # A webhook to an internal address is refused (the default), with the reason, and so
+        # is a name that resolves to one (DNS, outside this machine, answered by a fake).
         hook = post_form(client, page, f"{page}/webhooks", {"url": "https://10.0.0.5/hook"})
         assert hook.status_code == 422 and "private or loopback" in hook.text
+        answers = {"hooks.example.com": "93.184.215.14", "internal.example.com": "10.0.0.5"}
+        monkeypatch.setattr(
+            webhooks, "resolve_host", lambda host: [ipaddress.ip_address(answers[host])]
+        )
+        hook = post_form(
+            client, page, f"{page}/webhooks", {"url": "https://internal.example.com/hook"}
+        )
+        assert hook.status_code == 422
+        assert "internal.example.com resolves to 10.0.0.5" in html.unescape(hook.text)
         hook = post_form(client, page, f"{page}/webhooks", {"url": "https://hooks.example.com/x"})
         assert hook.status_code == 200 and "data-webhook-secret" in hook.text
 
@@ -73,8 +87,10 @@ def test_the_cli_lists_and_revokes_course_keys(
 
 
 def test_a_refused_delivery_is_listed_and_retried_from_the_page(
-    tool_url: str, sessions: SessionFactory, receiver: Receiver
+    tool_url: str, settings: Settings, sessions: SessionFactory, receiver: Receiver
 ) -> None:
+    # The receiver is on loopback, which the server reaches only when the operator allows it.
+    settings.webhook_allow_private_addresses = True
     make_user(sessions, "tess@uni.example", SiteRole.INSTRUCTOR)
     course_id = make_course(sessions, "tess@uni.example")
     with sessions.begin() as session:

@@ -10,7 +10,7 @@ import httpx
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.keys import KEY_RETENTION, rotate_tool_key
+from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
 from app.lti.models import LtiPlatform, LtiToolKey
 from app.models import SiteRole, utc_now
 from app.people.accounts import create_user
@@ -98,13 +98,13 @@ def test_a_link_without_an_exercise_is_chosen_by_the_instructor(
 
 
 def test_a_retired_key_stays_published_until_its_tokens_expired(
-    tool_url: str, sessions: SessionFactory
+    tool_url: str, sessions: SessionFactory, settings: Settings
 ) -> None:
     first = httpx.get(f"{tool_url}/lti/jwks").json()["keys"]
     assert len(first) == 1 and first[0]["alg"] == "RS256" and "d" not in first[0]
     assert httpx.get(f"{tool_url}/.well-known/jwks.json").json()["keys"] == first
     with sessions.begin() as session:
-        new_kid = rotate_tool_key(session).kid
+        new_kid = rotate_tool_key(session, key_sealing(settings)).kid
     kids = [key["kid"] for key in httpx.get(f"{tool_url}/lti/jwks").json()["keys"]]
     assert kids == [new_kid, first[0]["kid"]]
     with sessions.begin() as session:

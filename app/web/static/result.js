@@ -61,8 +61,10 @@
   }
 
   // Shows the state in `panel` (an aria-live region); calls onDone(done) once finished.
+  // Returns a function that stops following (a newer submission takes the panel).
   function follow(panel, urls, onDone) {
     let timer = null;
+    let source = null;
     let finished = false;
     let runningSince = null;
 
@@ -116,8 +118,14 @@
         .catch(function () { setTimeout(pollInstead, FALLBACK_POLL_MS); });
     }
 
-    if (!window.EventSource) { show("Waiting for the result…", null); pollInstead(); return; }
-    const source = new EventSource(urls.events);
+    function stop() {
+      finished = true;
+      clearInterval(timer);
+      if (source) source.close();
+    }
+
+    if (!window.EventSource) { show("Waiting for the result…", null); pollInstead(); return stop; }
+    source = new EventSource(urls.events);
     timer = setInterval(tick, 1000);
     source.addEventListener("queued", function (event) {
       const data = JSON.parse(event.data);
@@ -143,6 +151,7 @@
       // the answer was not a stream at all; then ask for the result instead.
       if (source.readyState === EventSource.CLOSED && !finished) pollInstead();
     });
+    return stop;
   }
 
   // --- the submission page: an unfinished result follows its events ------------------------
@@ -213,6 +222,7 @@
   const panel = document.getElementById("live-result");
   const panelBody = panel.querySelector(".live-result-body");
   let sending = false;
+  let stopFollowing = null;
   let plainPost = false;
 
   function showError(text) {
@@ -258,6 +268,8 @@
     showError("");
     sending = true;
     button.disabled = true;
+    if (stopFollowing) stopFollowing();  // the panel is this submission's now
+    stopFollowing = null;
     panel.hidden = false;
     panelBody.replaceChildren(statusLine("Sending your code…", true));
     let response;
@@ -295,9 +307,12 @@
       else editor.focus();
       return;
     }
-    follow(panelBody, answer, function (done) {
-      sending = false;
-      button.disabled = false;
+    // Accepted: the learner may edit and submit again while this one is graded.
+    sending = false;
+    button.disabled = false;
+    const file = form.querySelector("input[type=file]");
+    if (file) file.value = "";  // sent once; the next submission is the editor's again
+    stopFollowing = follow(panelBody, answer, function (done) {
       const fresh = document.createElement("div");
       fresh.innerHTML = done.html;
       const result = fresh.querySelector("#result");
