@@ -184,11 +184,18 @@ class StateSubscriber:
                     self._failures = 0
                     self._on_reconnect()
                 elif message["type"] == "message":
-                    state = decode_state(message["data"])
-                    if state is None:
-                        log.warning("state messages: ignored one that is not ours")
-                    else:
-                        self._on_state_change(*state)
+                    self._handle(message["data"])
         finally:
             pubsub.close()
             client.close()
+
+    def _handle(self, data: object) -> None:
+        state = decode_state(data)
+        if state is None:
+            log.warning("state messages: ignored one that is not ours")
+            return
+        try:
+            self._on_state_change(*state)
+        except Exception:
+            # A fault of ours, not of the connection: keep listening.
+            log.exception("state messages: could not wake the streams of %s", state[0])
