@@ -113,8 +113,8 @@ class StatePublisher:
             self._client.close()
 
 
-class StateSubscriber:
-    """One thread of a web process: the workers' messages to `on_state_change`.
+class StateSubscriber(threading.Thread):
+    """One thread of a web process: the workers' messages to `on_state_change`, until `stop`.
 
     After every (re)subscription `on_reconnect` is called: messages sent meanwhile are lost.
     """
@@ -126,25 +126,19 @@ class StateSubscriber:
         on_state_change: StateChanged,
         on_reconnect: Callable[[], None],
     ) -> None:
+        super().__init__(name="state-subscriber", daemon=True)
         self._url = url
         self._channel = channel
         self._on_state_change = on_state_change
         self._on_reconnect = on_reconnect
         self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failures = 0  # connection attempts failed in a row
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="state-subscriber", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.join()
 
-    def _loop(self) -> None:
+    def run(self) -> None:
         while not self._stopped.is_set():
             try:
                 self._listen()
@@ -168,7 +162,7 @@ class StateSubscriber:
             socket_keepalive=True,
             # A PING now and then keeps an idle connection open through NAT and proxies.
             health_check_interval=30,
-            # Errors come to `_loop`, which waits before it reconnects and can be stopped.
+            # Errors come to `run`, which waits before it reconnects and can be stopped.
             retry=Retry(NoBackoff(), 0),
         )
         pubsub = client.pubsub()  # type: ignore[no-untyped-call]
