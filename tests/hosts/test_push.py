@@ -22,8 +22,9 @@ import pytest
 import redis
 
 from app.db import SessionFactory
+from app.grading.queue import GradingOutcome, run_grading_job
 from app.grading.state_channel import StatePublisher, state_channel
-from app.grading.submissions import claim_submission, record_error
+from app.grading.submissions import claim_submission, create_submission, record_error
 from app.models import SubmissionStatus
 from app.settings import Settings
 from tests.app.conftest import EXERCISE, csrf_token
@@ -220,3 +221,36 @@ def test_after_a_redis_restart_the_subscriber_reconnects_and_the_next_grade_is_p
 
     assert seen[-1][1]["status"] == "graded"
     assert status_of(sessions, accepted["id"]) == "graded"
+
+
+def test_a_worker_whose_redis_is_away_still_stores_its_grade(
+    sessions: SessionFactory,
+    host_settings: Settings,
+    own_redis: RedisServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with sessions.begin() as session:
+        submission_id = create_submission(
+            session,
+            exercise_id=EXERCISE,
+            learner="redis-away",
+            code=MISSING_FUNCTION_CODE,
+            max_code_bytes=host_settings.max_code_bytes,
+        ).id
+    own_redis.kill()
+    caplog.set_level(logging.WARNING, logger="app.grading.state_channel")
+    # As the Celery task runs it (app/grading/celery_queue.py), here in this process.
+    publisher = StatePublisher(host_settings)
+    run = run_grading_job(
+        sessions, submission_id, host_settings, on_state_change=publisher.state_changed
+    )
+    publisher.close()
+
+    assert run.outcome is GradingOutcome.GRADED
+    assert status_of(sessions, submission_id) == "graded"
+    # Both changes (running, graded) were attempted and logged as not told.
+    untold = [r.args for r in caplog.records if "could not tell" in r.getMessage()]
+    assert [(args[0], args[1]) for args in untold if isinstance(args, tuple)] == [
+        (submission_id, "running"),
+        (submission_id, "graded"),
+    ]
