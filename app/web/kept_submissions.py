@@ -27,6 +27,7 @@ from app.web.sessions import (
     SESSION_COOKIE,
     CsrfRejected,
     Viewer,
+    client_address,
     cookie_is_secure,
     csrf_is_valid,
     get_secret_key,
@@ -63,6 +64,7 @@ def keep_if_session_ended(
             page_path=page_path,
             code=code.replace("\r\n", "\n"),
             max_code_bytes=settings.max_code_bytes,
+            client_address=client_address(request),
         )
     except SubmissionRejected:
         raise CsrfRejected() from None
