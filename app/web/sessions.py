@@ -125,6 +125,13 @@ def get_secret_key(request: Request) -> bytes:
     return secret_key
 
 
+def had_session(request: Request) -> bool:
+    """The browser holds a session cookie of ours (signed by us), live or not."""
+    return (
+        unsign(get_secret_key(request), "session", request.cookies.get(SESSION_COOKIE)) is not None
+    )
+
+
 def get_viewer(request: Request, session: SessionDep) -> Viewer:
     secret_key = get_secret_key(request)
     token = unsign(secret_key, "session", request.cookies.get(SESSION_COOKIE))
