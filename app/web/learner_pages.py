@@ -39,8 +39,7 @@ from app.grading.submissions import (
 )
 from app.models import Course, CourseRole, Submission, User, utc_now
 from app.settings import Settings, SettingsDep
-from app.web.drafts import (
-    draft_url,
+from app.web.kept_submissions import (
     forget_kept_submission,
     keep_if_session_ended,
     kept_submission_of,
@@ -184,12 +183,13 @@ def _editable_code(
             )
         ):
             code = previous.code
+    place = course.id if course else "practice"
     return {
         "code": code,
         "kept": kept is not None,
         "draft": {
-            "key": f"{user_id or 'anon'}:{course.id if course else 'practice'}:{exercise.id}",
-            "url": draft_url(course.id if course else None, exercise.id) if user_id else "",
+            "key": f"{user_id or 'anon'}:{place}:{exercise.id}",
+            "url": f"/drafts/{place}/{exercise.id}" if user_id else "",
             "saved_at": opening.saved_at.isoformat() if opening.saved_at else "",
         },
     }
