@@ -424,6 +424,8 @@ class KeptSubmission(Base):
     # The exercise page it was sent to (its form's action), where it is put back.
     page_path: Mapped[str] = mapped_column(String(300))
     code: Mapped[str] = mapped_column(Text)
+    # Who sent it (a session that ended is nobody's): at most a few are kept per address.
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 

@@ -81,7 +81,7 @@ class AuditEntry:
                 "graded again"
             )
             reason = details.get("reason")
-            if reason in set(RegradeReason):
+            if reason in set(RegradeReason) and reason != RegradeReason.INSTRUCTOR_REQUEST:
                 text += f": {RegradeReason(reason).words}"
             if details.get("note"):
                 text += f" (“{details['note']}”)"

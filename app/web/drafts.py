@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from app.courses.courses import assignment_of, require_member
 from app.db import SessionDep
-from app.errors import AppError
 from app.grading.drafts import (
     find_draft,
     save_draft,
@@ -23,6 +22,7 @@ from app.grading.drafts import (
 from app.grading.submissions import SubmissionRejected
 from app.models import Draft, User
 from app.settings import SettingsDep
+from app.web.rendering import PageError
 from app.web.sessions import (
     CsrfHeaderViewerDep,
     Viewer,
@@ -32,25 +32,6 @@ from graders.exercises import UnknownExercise, get_exercise
 
 router = APIRouter(prefix="/drafts", include_in_schema=False)
 PRACTICE = "practice"
-
-
-class DraftSignInRequired(AppError):
-    status_code = 401
-    title = "Sign in"
-
-
-class DraftNotFound(AppError):
-    status_code = 404
-    title = "Not found"
-
-
-class DraftRejected(AppError):
-    """A draft that could not be saved: too large, or not text."""
-
-    def __init__(self, message: str, *, status_code: int) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.title = "Not saved"
 
 
 class DraftBody(BaseModel):
@@ -68,14 +49,18 @@ def _draft_owner(
     """Whose draft, and the course id of `place` (None for practice), checked: the viewer is
     signed in, in the course, and the course (or practice) has the exercise."""
     if viewer.user is None:
-        raise DraftSignInRequired(
-            "Sign in to keep your draft on the server; until then this browser keeps it."
+        raise PageError(
+            401,
+            "Sign in",
+            "Sign in to keep your draft on the server; until then this browser keeps it.",
         )
     if place == PRACTICE:
         try:
             get_exercise(exercise_id)
         except UnknownExercise:
-            raise DraftNotFound(f"There is no exercise called “{exercise_id[:100]}”.") from None
+            raise PageError(
+                404, "Not found", f"There is no exercise called “{exercise_id[:100]}”."
+            ) from None
         return viewer.user, None
     course, _ = require_member(session, viewer.user, place)
     assignment_of(session, course.id, exercise_id)
@@ -92,7 +77,7 @@ def get_draft(place: str, exercise_id: str, session: SessionDep, viewer: ViewerD
     user, course_id = _draft_owner(session, viewer, place, exercise_id)
     draft = find_draft(session, user_id=user.id, course_id=course_id, exercise_id=exercise_id)
     if draft is None:
-        raise DraftNotFound("You have no draft of this exercise yet.")
+        raise PageError(404, "Not found", "You have no draft of this exercise yet.")
     return _out(draft)
 
 
@@ -117,8 +102,9 @@ def put_draft(
             max_code_bytes=settings.max_code_bytes,
         )
     except SubmissionRejected as exc:
-        raise DraftRejected(
+        raise PageError(
+            exc.status_code,
+            "Not saved",
             f"The draft was not saved: {exc}. This browser still keeps it.",
-            status_code=exc.status_code,
         ) from None
     return _out(draft)

@@ -24,12 +24,13 @@ from app.grading.submissions import SubmissionRejected
 from app.models import KeptSubmission
 from app.settings import Settings
 from app.web.sessions import (
-    SESSION_COOKIE,
     CsrfRejected,
     Viewer,
+    client_address,
     cookie_is_secure,
     csrf_is_valid,
     get_secret_key,
+    had_session,
     same_origin,
     sign,
     unsign,
@@ -63,10 +64,11 @@ def keep_if_session_ended(
             page_path=page_path,
             code=code.replace("\r\n", "\n"),
             max_code_bytes=settings.max_code_bytes,
+            client_address=client_address(request),
         )
     except SubmissionRejected:
         raise CsrfRejected() from None
-    if request.cookies.get(SESSION_COOKIE) or viewer.user is not None:
+    if had_session(request) or viewer.user is not None:
         target = f"/sign-in?ended=1&next={quote(page_path, safe='')}"
     else:
         target = page_path

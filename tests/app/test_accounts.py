@@ -238,8 +238,14 @@ def test_an_ended_session_says_so_on_the_sign_in_page(
     make_user(sessions, "jo@example.org")
     assert sign_in(client, "jo@example.org").status_code == 303
     assert "ended" not in client.get("/sign-in").text  # signed in: sent on
+    page_token = token_of(client.get("/"))
     with sessions.begin() as session:
         session.execute(update(WebSession).values(expires_at=utc_now() - timedelta(seconds=1)))
+    # A form sent from a page opened before the session ended says why it was refused.
+    refused = client.post("/join", data={"join_code": "X", "csrf_token": page_token})
+    assert refused.status_code == 403 and "Your session ended before this form was sent" in (
+        refused.text
+    )
     redirect = client.get("/history?course=x")
     assert redirect.status_code == 303 and redirect.headers["location"].startswith("/sign-in")
     page = client.get(redirect.headers["location"])

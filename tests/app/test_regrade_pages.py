@@ -5,6 +5,8 @@ written as the worker leaves them."""
 
 from __future__ import annotations
 
+import html
+
 import httpx
 from sqlalchemy import update
 
@@ -99,3 +101,9 @@ def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
     home = " ".join(learner.get(f"/courses/{course_id}").text.split())
     assert "A regrade changed 1 of your results:" in home
     assert "4 → <strong>7</strong>. The grader was corrected" in home
+    teacher = _browser(client, "tess@example.org")
+    log = html.unescape(" ".join(teacher.get(f"/courses/{course_id}/audit").text.split()))
+    assert (
+        "Tess had 1 submission of One training step: zero, backward, step graded again: the "
+        "grader was corrected (“the step check now allows a float32 rounding”)." in log
+    )

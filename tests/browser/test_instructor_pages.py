@@ -17,7 +17,13 @@ from app.db import SessionFactory
 from app.models import SiteRole, WebSession, utc_now
 from tests.app.conftest import EXERCISE
 from tests.app.people import PASSWORD, graded, make_course, make_user
-from tests.browser.conftest import PHONE, assert_accessible_basics, new_page, screenshot
+from tests.browser.conftest import (
+    PHONE,
+    assert_accessible_basics,
+    new_page,
+    screenshot,
+    signed_in_page,
+)
 
 TEACHER = "tess@example.edu"
 
@@ -51,11 +57,7 @@ def course(module_sessions: SessionFactory) -> dict[str, str]:
 
 
 def signed_in(browser: Browser, base_url: str, email: str = TEACHER, **options: bool) -> Page:
-    page = new_page(browser, base_url, **options)
-    page.goto("/sign-in")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    page = signed_in_page(browser, base_url, email, PASSWORD, **options)
     expect(page.get_by_role("heading", level=1)).to_have_text("Your courses")
     return page
 

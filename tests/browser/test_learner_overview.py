@@ -28,8 +28,8 @@ from tests.browser.conftest import (
     PHONE,
     assert_accessible_basics,
     assert_no_axe_violations,
-    new_page,
     screenshot,
+    signed_in_page,
 )
 from tests.servers import app_in_thread
 
@@ -62,11 +62,7 @@ def course_id(module_sessions: SessionFactory) -> str:
 
 
 def signed_in(browser: Browser, base_url: str, **options: bool) -> Page:
-    page = new_page(browser, base_url, **options)
-    page.goto("/sign-in")
-    page.get_by_label("Email").fill(LEARNER)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    page = signed_in_page(browser, base_url, LEARNER, PASSWORD, **options)
     expect(page.get_by_role("heading", level=1)).to_have_text("Your courses")
     return page
 
