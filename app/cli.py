@@ -82,16 +82,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
+    from app.web.events import StreamClosingServer
 
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
     # Proxy headers are the app's to believe or not (LOOPGRADE_TRUSTED_PROXIES), not uvicorn's.
-    uvicorn.run(
+    # The app's progress streams end when shutdown begins, not when each one times out.
+    config = uvicorn.Config(
         create_app(settings),
         host=args.host,
         port=args.port,
         log_level="info",
         proxy_headers=False,
     )
+    StreamClosingServer(config).run()
     return 0
 
 

@@ -31,11 +31,13 @@ from app.db import (
 )
 from app.errors import AppError
 from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
+from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.settings import Settings
-from app.web import account_pages, instructor_pages, learner_pages
+from app.web import account_pages, drafts, events, instructor_pages, learner_pages
+from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
 
@@ -81,18 +83,36 @@ def create_app(settings: Settings) -> FastAPI:
         )
         if runner is not None:
             log.info("sandbox: %s", runner.status)
-        dispatcher = create_dispatcher(sessions, settings, runner=runner)
+        dispatcher = create_dispatcher(
+            sessions, settings, runner=runner, on_state_change=progress_streams.state_changed
+        )
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
         outbox = OutboxDelivery(sessions, settings)
         app.state.outbox = outbox
         enqueue_after_commit(sessions, dispatcher)
         app.state.runner = runner
+        # The Celery workers' state changes, from Redis to this process's progress streams.
+        channel_url = state_channel_url(settings)
+        subscriber = (
+            StateSubscriber(
+                channel_url,
+                state_channel(settings),
+                on_state_change=progress_streams.state_changed,
+                on_reconnect=progress_streams.wake_all,
+            )
+            if channel_url is not None
+            else None
+        )
         dispatcher.start()
         outbox.start()
+        if subscriber is not None:
+            subscriber.start()
         try:
             yield
         finally:
+            if subscriber is not None:
+                await anyio.to_thread.run_sync(subscriber.stop)
             # Waits for the grades in progress; queued ones stay in the database (and broker).
             await anyio.to_thread.run_sync(dispatcher.stop)
             await anyio.to_thread.run_sync(outbox.stop)
@@ -107,6 +127,8 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    progress_streams = ProgressStreams(settings)
+    app.state.progress_streams = progress_streams
     app.state.secret_key = load_secret_key(settings)
     # Inside the error handlers' middleware: an error answer is seen here, and rolls back.
     app.add_middleware(RequestTransaction)
@@ -129,13 +151,19 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
+    app.include_router(events.router)
+    app.include_router(drafts.router)
     app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
 
+# Answered in JSON, errors too: the REST API, and the drafts the exercise page's script saves.
+JSON_PATH_PREFIXES = ("/api/", "/drafts/")
+
+
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    return request.url.path.startswith(JSON_PATH_PREFIXES)
 
 
 def error_response(
@@ -144,18 +172,23 @@ def error_response(
     title: str,
     message: str,
     headers: dict[str, str] | None = None,
+    json_fields: dict[str, object] | None = None,
 ) -> Response:
     """The one way an error is answered: JSON under /api/, a styled page everywhere else
     (a learner inside an LMS iframe must not meet raw JSON)."""
     if _is_api(request):
-        return JSONResponse({"detail": message}, status_code=status_code, headers=headers)
+        return JSONResponse(
+            {"detail": message, **(json_fields or {})}, status_code=status_code, headers=headers
+        )
     return error_page(request, status_code, title, message, headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def on_app_error(request: Request, exc: AppError) -> Response:
-        return error_response(request, exc.status_code, exc.title, exc.message, exc.headers)
+        return error_response(
+            request, exc.status_code, exc.title, exc.message, exc.headers, exc.json_fields()
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:

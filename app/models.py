@@ -19,12 +19,14 @@ from sqlalchemy import (
     Dialect,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -98,6 +100,25 @@ class LatePolicy(enum.StrEnum):
 class ScoringPolicy(enum.StrEnum):
     BEST = "best"
     LATEST = "latest"
+
+
+class RegradeReason(enum.StrEnum):
+    """Why an instructor had submissions graded again; the learner is told it in these words."""
+
+    EXERCISE_UPDATED = "exercise-updated"
+    GRADER_UPDATED = "grader-updated"
+    INSTRUCTOR_REQUEST = "instructor-request"
+
+    @property
+    def words(self) -> str:
+        return REGRADE_REASON_WORDS[self]
+
+
+REGRADE_REASON_WORDS = {
+    RegradeReason.EXERCISE_UPDATED: "the exercise was updated",
+    RegradeReason.GRADER_UPDATED: "the grader was corrected",
+    RegradeReason.INSTRUCTOR_REQUEST: "your instructor had it graded again",
+}
 
 
 class User(Base):
@@ -284,6 +305,28 @@ class Regrade(Base):
     new_diagnosis: Mapped[str | None] = mapped_column(String(64))
     new_exercise_version: Mapped[str | None] = mapped_column(String(64))
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Why it was asked for (a RegradeReason), and the instructor's note; None before 0009.
+    reason: Mapped[str | None] = mapped_column(String(32))
+    note: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def changed(self) -> bool:
+        """Finished with another score or diagnosis than before."""
+        return self.finished_at is not None and (self.new_score, self.new_diagnosis) != (
+            self.old_score,
+            self.old_diagnosis,
+        )
+
+    @property
+    def reason_words(self) -> str:
+        """Why, in words for the learner."""
+        if self.reason in set(RegradeReason):
+            words = RegradeReason(self.reason).words
+        elif self.new_exercise_version and self.new_exercise_version != self.old_exercise_version:
+            words = RegradeReason.EXERCISE_UPDATED.words
+        else:
+            words = RegradeReason.INSTRUCTOR_REQUEST.words
+        return f"{words[:1].upper()}{words[1:]}" + (f": “{self.note}”" if self.note else "") + "."
 
 
 class AuditEvent(Base):
@@ -343,6 +386,48 @@ class OutboxMessage(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Draft(Base):
+    """A signed-in learner's unsubmitted code for one exercise, in a course or in practice
+    (`course_id` None): one row each, replaced as they type and when they submit."""
+
+    __tablename__ = "drafts"
+    __table_args__ = (
+        UniqueConstraint("user_id", "course_id", "exercise_id"),
+        # NULLs are distinct in a unique constraint: practice needs its own (partial) index.
+        Index(
+            "uq_drafts_practice",
+            "user_id",
+            "exercise_id",
+            unique=True,
+            sqlite_where=text("course_id IS NULL"),
+            postgresql_where=text("course_id IS NULL"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    code: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class KeptSubmission(Base):
+    """Code submitted from a page whose session had ended, kept for the browser that sent it
+    (a cookie holds the token; only its SHA-256 is here) until it signs in and submits it."""
+
+    __tablename__ = "kept_submissions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # The exercise page it was sent to (its form's action), where it is put back.
+    page_path: Mapped[str] = mapped_column(String(300))
+    code: Mapped[str] = mapped_column(Text)
+    # Who sent it (a session that ended is nobody's): at most a few are kept per address.
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
 # The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sandbox.capacity import default_pool_size, usable_cores
 
 
 class Settings(BaseSettings):
@@ -27,10 +28,10 @@ class Settings(BaseSettings):
     # sandboxes keep two cores busy for seconds, so more than half the cores only queue on the
     # CPU (docs/operations.md, measured by bench/grade_load.py).
     worker_count: int = Field(
-        default_factory=lambda: os.cpu_count() or 2,
+        default_factory=usable_cores,  # replaced below unless set: it follows the pool
         ge=1,
         le=64,
-        description="Grading threads; default: the CPU cores, half of them without the pool.",
+        description="Grading threads; default: one per pool slot, half the usable cores cold.",
     )
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
@@ -43,10 +44,11 @@ class Settings(BaseSettings):
     sandbox: Literal["auto", "bwrap", "docker"] = Field(
         default="auto", description="Sandbox backend for learner code."
     )
-    # A slot is one warm zygote (~150 MiB resident) running one sandbox at a time, capped at
-    # one core: one per core keeps every core busy (docs/operations.md).
+    # A slot is one warm zygote running one sandbox at a time, capped at one core and at the
+    # run's memory: one per usable core keeps every core busy, as many as the memory holds
+    # (docs/operations.md).
     sandbox_pool_size: int = Field(
-        default_factory=lambda: os.cpu_count() or 2,
+        default_factory=default_pool_size,
         ge=0,
         le=64,
         description="Warm sandbox pool slots in front of the bwrap backend; 0: cold runs only.",
@@ -163,6 +165,33 @@ class Settings(BaseSettings):
         "Retry-After (anonymous practice at half of it); 0: no cap.",
     )
 
+    # Grading progress pushed to the pages (app/web/events.py).
+    max_event_streams: int = Field(
+        default=200,
+        ge=1,
+        description="Progress streams (GET /submissions/{id}/events) open at once in this "
+        "process; more get 503 and the page falls back to asking every few seconds.",
+    )
+    event_stream_max_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long one progress stream stays open; the browser then reconnects.",
+    )
+    event_check_interval_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often an open stream reads its submission from the database: the "
+        "fallback for a result whose push was lost (Redis away) or never sent (a RabbitMQ "
+        "broker). This process's own workers, and Celery workers through the broker's Redis, "
+        "wake the stream as soon as they change the submission.",
+    )
+    event_heartbeat_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A stream with nothing new sends a heartbeat this often (proxies close "
+        "idle connections).",
+    )
+
     # LTI 1.3 (docs/lti.md).
     public_url: str = Field(
         default="",
@@ -215,9 +244,9 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
-    def _default_cold_worker_count(self) -> Settings:
-        if "worker_count" not in self.model_fields_set and self.sandbox_pool_size == 0:
-            self.worker_count = max(1, (os.cpu_count() or 2) // 2)
+    def _default_worker_count(self) -> Settings:
+        if "worker_count" not in self.model_fields_set:
+            self.worker_count = self.sandbox_pool_size or max(1, usable_cores() // 2)
         return self
 
     @model_validator(mode="after")

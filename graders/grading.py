@@ -9,10 +9,13 @@ itself (a pass, a score, a comparison) is ever read.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import logging
 import os
+import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -141,7 +144,7 @@ def grade_runs(
             return failure_report(exercise, failure, output)
     trusted_trajectories(exercise)  # trusted code: a failure here is the server's
     try:
-        return judge(exercise, traces, output)
+        return judged(exercise, traces, output)
     except Exception:
         # The traces are validated, but they are the learner's numbers: whatever judging them
         # raises is said as the learner's failure, and logged for us.
@@ -275,6 +278,24 @@ def _at_line(line: int | None) -> str:
     return f" (line {line} of your code)" if line else ""
 
 
+# Code spans and fenced blocks (`learner_text`): learner text, never read for a line number.
+_QUOTED = re.compile(r"(`+)(?:.|\n)*?\1")
+_LINE_SAID = re.compile(r"^Line (\d{1,9}):|\(line (\d{1,9}) of your code\)")
+
+
+def failure_line(message: str, source: str) -> int | None:
+    """The line of `source` a failure's message names (`trace_failure`'s words), if any.
+
+    Only the grader's own words are read, never quoted learner text, and only a line that
+    `source` has is returned (a forged trace may name any number).
+    """
+    match = _LINE_SAID.search(_QUOTED.sub("", message))
+    if match is None:
+        return None
+    line = int(match.group(1) or match.group(2))
+    return line if 1 <= line <= source.count("\n") + 1 else None
+
+
 def trace_failure(
     exercise: Exercise, trace: AnyTrace, cases: list[CaseSpec], traces: dict[str, CaseTrace]
 ) -> Failure | None:
@@ -381,6 +402,33 @@ def trusted_run(exercise: Exercise, source: str) -> dict[str, CaseTrace]:
 
 
 # --- judging --------------------------------------------------------------------------------
+
+
+# Judging is a function of the exercise version and the traces alone, and most wrong
+# submissions are a few common bugs whose fixed-seed numbers are the same to the bit: their
+# diagnosis (replaying and fitting loops, most of a grade's CPU in this process) is made once.
+# Held by a digest of the traces (never the traces: up to `payload_bytes` each), and copied
+# out, so that no caller can change what the next one gets.
+JUDGMENTS_CACHED = 512
+_judgments: OrderedDict[tuple[str, str, bytes], GradeReport] = OrderedDict()
+_judgments_lock = threading.Lock()
+
+
+def judged(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") -> GradeReport:
+    """judge(), made once for the same exercise version and the same recorded values."""
+    recorded = b"\0".join(traces[spec.id].model_dump_json().encode() for spec in exercise.cases)
+    key = (exercise.id, exercise.version, hashlib.sha256(recorded).digest())
+    with _judgments_lock:
+        report = _judgments.get(key)
+        if report is not None:
+            _judgments.move_to_end(key)
+    if report is None:
+        report = judge(exercise, traces)
+        with _judgments_lock:
+            _judgments[key] = report
+            while len(_judgments) > JUDGMENTS_CACHED:
+                _judgments.popitem(last=False)
+    return report.model_copy(update={"output": output}, deep=True)
 
 
 def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") -> GradeReport:

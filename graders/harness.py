@@ -319,13 +319,22 @@ def run_case(
     return {"case": spec["id"], "records": records, "final": final, "error": error}
 
 
+def compile_submission(source: str, filename: str = SUBMISSION_FILENAME) -> types.CodeType:
+    """The learner's source compiled as it is run here: the server checks a submission's
+    syntax with this very function before it spends a grading run on it.
+
+    Raises SyntaxError (and ValueError for a NUL byte).
+    """
+    return compile(source, filename, "exec")
+
+
 def load_function(source: str, entry_point: str, filename: str) -> Callable[..., Any]:
     """Execute a source file as a fresh module and return its entry point.
 
     Raises SyntaxError, whatever the module raises at import, or LookupError when the entry
     point is missing or not callable.
     """
-    code = compile(source, filename, "exec")
+    code = compile_submission(source, filename)
     module = types.ModuleType(os.path.splitext(os.path.basename(filename))[0])
     module.__file__ = filename
     exec(code, module.__dict__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
@@ -41,6 +41,49 @@ Diagnosis = Literal[
     "non-finite-value",
     "incorrect",
 ]
+
+# What a learner or instructor reads for each code, everywhere a page shows a diagnosis (the API
+# returns the codes). docs/exercises.md says what each one means.
+DIAGNOSIS_NAMES: dict[Diagnosis, str] = {
+    "correct": "Correct",
+    "missing-zero-grad": "Gradients never cleared",
+    "step-before-backward": "Step before backward",
+    "zero-grad-before-step": "Cleared before the step",
+    "missing-step": "No optimizer step",
+    "missing-backward": "No backward pass",
+    "grad-none-error": "Gradient is None",
+    "wrong-loss-scaling": "Loss not divided by micro-batches",
+    "step-per-microbatch": "Step per micro-batch",
+    "zero-grad-inside-accumulation": "Cleared inside accumulation",
+    "backward-twice": "Backward run twice",
+    "step-twice": "Step run twice",
+    "step-skipped": "Step skipped",
+    "zero-grad-skipped": "Clearing skipped",
+    "gradients-scaled": "Gradients scaled",
+    "loss-sum-not-mean": "Summed loss, not mean",
+    "wrong-learning-rate": "Wrong learning rate",
+    "wrong-momentum": "Momentum missing",
+    "loss-after-update": "Loss taken after the update",
+    "returns-live-gradient": "Returned the live gradient",
+    "cleared-between-passes": "Cleared between passes",
+    "wrong-number-of-passes": "Wrong number of passes",
+    "missing-abs": "Absolute value missing",
+    "modifies-gradients": "Gradients modified",
+    "syntax-error": "Syntax error",
+    "missing-function": "Function not found",
+    "wrong-return-type": "Wrong return type",
+    "runtime-error": "Error while running",
+    "timeout": "Time limit reached",
+    "memory-limit": "Memory limit reached",
+    "output-limit": "Output limit reached",
+    "non-finite-value": "Training blew up",
+    "incorrect": "Incorrect",
+}
+
+
+def diagnosis_name(code: str) -> str:
+    """The words for a diagnosis code; a code this version does not know is shown as it is."""
+    return DIAGNOSIS_NAMES.get(cast(Diagnosis, code), code)
 
 
 class Check(BaseModel):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the images of docker-compose.yml on the local Debian base (no image is pulled):
 #   loopgrade-app:latest       deploy/app.Dockerfile: the api and the worker
+#                              (loopgrade-app:build, its build stage, is kept as the cache)
 #   loopgrade-postgres:15      deploy/postgres.Dockerfile: Debian's postgresql-15
 #   loopgrade-redis:7          deploy/redis.Dockerfile: Debian's redis-server
 #
@@ -44,10 +45,23 @@ fi
 cp -r app graders sandbox exercises migrations "$CONTEXT/src/"
 find "$CONTEXT/src" -name __pycache__ -prune -exec rm -rf {} +
 
+image_id() { $DOCKER image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+replaced=("$(image_id loopgrade-app:build)" "$(image_id loopgrade-app:latest)")
 started=$(date +%s)
+# The build stage is tagged so that it stays as the cache of the next build: while the wheels
+# are unchanged the venv (1 GB, most of it torch) is neither installed nor copied again.
+$DOCKER build -q --network host --build-arg "BASE_IMAGE=$BASE" --target build \
+    -f deploy/app.Dockerfile -t loopgrade-app:build "$CONTEXT" >/dev/null
 $DOCKER build -q --network host --build-arg "BASE_IMAGE=$BASE" --target runtime \
     -f deploy/app.Dockerfile -t loopgrade-app:latest "$CONTEXT" >/dev/null
 say "built loopgrade-app:latest in $(($(date +%s) - started)) s"
+# What the new build replaced, unless a container still uses it.
+for old in "${replaced[@]}"; do
+    if [ -n "$old" ] && [ "$old" != "$(image_id loopgrade-app:build)" ] &&
+        [ "$old" != "$(image_id loopgrade-app:latest)" ]; then
+        $DOCKER image rm "$old" >/dev/null 2>&1 || true
+    fi
+done
 rm -rf "$CONTEXT"
 $DOCKER build -q --network host --build-arg "BASE_IMAGE=$BASE" \
     -f deploy/postgres.Dockerfile -t loopgrade-postgres:15 deploy >/dev/null

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from app.web.events import StreamClosingServer
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -79,7 +81,7 @@ def app_in_thread(app: Any) -> Iterator[str]:
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     # As `loopgrade serve` runs it: proxy headers are the app's to believe (trusted_proxies).
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", proxy_headers=False))
+    server = StreamClosingServer(uvicorn.Config(app, log_level="warning", proxy_headers=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

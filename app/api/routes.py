@@ -83,7 +83,8 @@ IdempotencyKeyHeader = Annotated[
         413: {"model": ErrorOut, "description": "The code is over the size limit."},
         422: {
             "model": ErrorOut,
-            "description": "Unknown exercise, a malformed body, or an Idempotency-Key reused "
+            "description": "Unknown exercise, a malformed body, code that does not compile "
+            "(`line` says where; nothing is stored or counted), or an Idempotency-Key reused "
             "with another body.",
         },
     },
@@ -117,7 +118,8 @@ def submit(
         413: {"model": ErrorOut, "description": "The file or its code is over the size limit."},
         422: {
             "model": ErrorOut,
-            "description": "Unknown exercise, an unusable file, or an Idempotency-Key reused "
+            "description": "Unknown exercise, an unusable file, code that does not compile "
+            "(`line` says where; nothing is stored or counted), or an Idempotency-Key reused "
             "with another file.",
         },
     },

@@ -72,3 +72,8 @@ class ErrorOut(BaseModel):
     """Every error answer: a message or, for validation errors, a list of them."""
 
     detail: str | list[dict[str, object]]
+    line: int | None = Field(
+        default=None,
+        description="For code that does not compile (422): the line of the syntax error. "
+        "Such code is not stored, graded or counted as an attempt.",
+    )

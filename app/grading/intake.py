@@ -3,8 +3,9 @@ form and the LTI launch all call `accept_submission`.
 
 It reads an upload under the size cap, takes the code out of a notebook, answers a retry
 with an `Idempotency-Key` with the submission the first request made, validates and stores
-the submission (queued for grading once the transaction commits). Every refusal is a
-`SubmissionRejected` that carries its HTTP status.
+the submission (queued for grading once the transaction commits). Code that does not compile
+is refused first (`CodeSyntaxError`, with its line): no row, no attempt, no grading run. Every
+refusal is a `SubmissionRejected` that carries its HTTP status.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from app.grading.submissions import (
     CodeTooLarge,
     SubmissionLimits,
     SubmissionRejected,
+    check_code,
     create_submission,
 )
 from app.models import Assignment, IdempotencyKey, Submission, utc_now
 from app.rate_limits import RateLimit
 from app.settings import Settings
+from graders.harness import compile_submission
 from graders.notebook import ExtractedCode, NotebookError, clean_filename, code_from_file
 
 MAX_IDEMPOTENCY_KEY_CHARS = 255
@@ -101,6 +104,10 @@ def accept_submission(
         extracted = _code_from_upload(upload, settings.max_upload_bytes)
         code, notices, filename = extracted.source, extracted.notices, extracted.filename
 
+    # Before the key is claimed and before any row or rate count: not an attempt. After the
+    # text's own checks (size, NUL), which say first what is wrong with the text itself.
+    check_code(code, settings.max_code_bytes)
+    check_syntax(code)
     request_sha256 = _fingerprint(exercise_id, learner, code, filename, course_id)
     if idempotency is not None:
         earlier = _claim_key(session, idempotency, request_sha256)
@@ -130,6 +137,39 @@ def accept_submission(
             .execution_options(synchronize_session=False)
         )
     return Accepted(submission, notices)
+
+
+class CodeSyntaxError(SubmissionRejected):
+    """The code does not compile: said at once, with its line, and never graded or counted."""
+
+    status_code = 422
+    title = "Syntax error"
+
+    def __init__(self, line: int | None, problem: str) -> None:
+        where = f"on line {line}" if line else "in your code"
+        super().__init__(
+            f"Syntax error {where}: {problem}. Fix it and submit again; "
+            "this was not graded and does not count as an attempt."
+        )
+        self.line = line
+
+    def json_fields(self) -> dict[str, object]:
+        return {"line": self.line}
+
+
+def check_syntax(code: str) -> None:
+    """Refuse code that does not compile, with the same `compile` the harness runs it with.
+
+    Anything else compile() might raise (a NUL byte, code nested too deep for the compiler)
+    is left to the sandbox, which grades it as it does today.
+    """
+    try:
+        compile_submission(code)
+    except SyntaxError as exc:
+        # The message and line are Python's, about the learner's text: shown escaped, capped.
+        raise CodeSyntaxError(exc.lineno, (exc.msg or "invalid syntax")[:300]) from None
+    except Exception:
+        return
 
 
 def submission_limits(settings: Settings) -> SubmissionLimits:

@@ -16,7 +16,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
@@ -40,7 +40,7 @@ from app.grading.submissions import (
     requeue_expired_leases,
     requeue_waiting,
 )
-from app.models import utc_now
+from app.models import SubmissionStatus, utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.grading import GRADING_LIMITS, POOL_PROGRAM
@@ -114,31 +114,60 @@ def open_grading_runner(settings: Settings) -> Runner:
     )
 
 
+# Told the id and new status of a submission whose change this process just committed: the
+# progress streams of this process wake on it (app/web/events.py), a Celery worker publishes it
+# to the web processes (app/grading/state_channel.py).
+StateChanged = Callable[[str, SubmissionStatus], None]
+
+
+def ignore_state_change(submission_id: str, status: SubmissionStatus) -> None:
+    pass
+
+
+# The status a submission is left in by each outcome (not claimed: whoever claimed it tells).
+STATUS_AFTER = {
+    GradingOutcome.GRADED: SubmissionStatus.GRADED,
+    GradingOutcome.ERROR: SubmissionStatus.ERROR,
+    GradingOutcome.RETRY: SubmissionStatus.QUEUED,
+}
+
+
 def run_grading_job(
     sessions: SessionFactory,
     submission_id: str,
     settings: Settings,
     *,
     runner: Runner | None = None,
+    on_state_change: StateChanged = ignore_state_change,
 ) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
     A SandboxError (the sandbox failed, not the learner's code) puts the submission back in
     the queue for a retry until `grading_max_attempts` claims were spent, then stores an error.
-    Every log line meanwhile carries the submission id.
+    `on_state_change` is told each change once it is committed: the claim (running), then the
+    outcome. Every log line meanwhile carries the submission id.
     """
     with logging_submission(submission_id):
-        return _grade(sessions, submission_id, settings, runner)
+        run = _grade(sessions, submission_id, settings, runner, on_state_change)
+        status = STATUS_AFTER.get(run.outcome)
+        if status is not None:
+            on_state_change(submission_id, status)
+        return run
 
 
 def _grade(
-    sessions: SessionFactory, submission_id: str, settings: Settings, runner: Runner | None
+    sessions: SessionFactory,
+    submission_id: str,
+    settings: Settings,
+    runner: Runner | None,
+    on_state_change: StateChanged,
 ) -> GradingRun:
     with sessions.begin() as session:
         job = claim_submission(session, submission_id, lease_seconds=settings.lease_seconds)
     if job is None:
         log.info("submission %s: not claimable (graded or being graded), skipped", submission_id)
         return GradingRun(GradingOutcome.NOT_CLAIMED)
+    on_state_change(submission_id, SubmissionStatus.RUNNING)
 
     log.info(
         "submission %s: grading (exercise %s, attempt %d)",
@@ -282,11 +311,17 @@ class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process, and the sweep that feeds them."""
 
     def __init__(
-        self, sessions: SessionFactory, settings: Settings, *, runner: Runner | None = None
+        self,
+        sessions: SessionFactory,
+        settings: Settings,
+        *,
+        runner: Runner | None = None,
+        on_state_change: StateChanged = ignore_state_change,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._runner = runner
+        self._on_state_change = on_state_change
         self._executor: ThreadPoolExecutor | None = None
         self._sweeper = LeaseSweeper(sessions, settings)
         self._retry_timers: set[threading.Timer] = set()
@@ -322,7 +357,11 @@ class ThreadPoolDispatcher:
     def _run(self, submission_id: str) -> None:
         try:
             run = run_grading_job(
-                self._sessions, submission_id, self._settings, runner=self._runner
+                self._sessions,
+                submission_id,
+                self._settings,
+                runner=self._runner,
+                on_state_change=self._on_state_change,
             )
         except Exception:
             # The row stays queued or running; the sweep takes it up again.
@@ -346,14 +385,22 @@ class ThreadPoolDispatcher:
 
 
 def create_dispatcher(
-    sessions: SessionFactory, settings: Settings, *, runner: Runner | None
+    sessions: SessionFactory,
+    settings: Settings,
+    *,
+    runner: Runner | None,
+    on_state_change: StateChanged = ignore_state_change,
 ) -> Dispatcher:
-    """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here."""
+    """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here.
+
+    `on_state_change` hears of this process's gradings only: the Celery workers' come by
+    Redis (app/grading/state_channel.py).
+    """
     if settings.broker_url:
         from app.grading.celery_queue import CeleryDispatcher
 
         return CeleryDispatcher(settings)
-    return ThreadPoolDispatcher(sessions, settings, runner=runner)
+    return ThreadPoolDispatcher(sessions, settings, runner=runner, on_state_change=on_state_change)
 
 
 def get_dispatcher(request: Request) -> Dispatcher:

@@ -181,6 +181,17 @@ def _check_text(field: str, value: str) -> None:
         )
 
 
+def check_code(code: str, max_code_bytes: int) -> None:
+    """Raise SubmissionRejected unless `code` is text (no NUL) of at most `max_code_bytes`."""
+    _check_text("code", code)
+    code_bytes = len(code.encode("utf-8"))
+    if code_bytes > max_code_bytes:
+        raise CodeTooLarge(
+            f"code is {code_bytes} bytes; the limit is {max_code_bytes} bytes "
+            f"({max_code_bytes // 1024} KiB)"
+        )
+
+
 def create_submission(
     session: Session,
     *,
@@ -211,13 +222,7 @@ def create_submission(
             f"unknown exercise {exercise_id[:100]!r}; known exercises: {known}"
         ) from None
 
-    _check_text("code", code)
-    code_bytes = len(code.encode("utf-8"))
-    if code_bytes > max_code_bytes:
-        raise CodeTooLarge(
-            f"code is {code_bytes} bytes; the limit is {max_code_bytes} bytes "
-            f"({max_code_bytes // 1024} KiB)"
-        )
+    check_code(code, max_code_bytes)
     if not code.strip():
         raise SubmissionRejected(f"code is empty: paste your {exercise.entry_point} function")
 

@@ -7,11 +7,14 @@ course and site admins only; to anyone else it does not exist (404).
 
 from __future__ import annotations
 
+import io
 import secrets
+import zipfile
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.courses.courses import (
@@ -22,9 +25,11 @@ from app.courses.courses import (
     courses_of,
     require_member,
 )
-from app.courses.gradebook import learner_cells, practice_assignment
-from app.db import SessionDep
-from app.grading.intake import Upload, accept_submission, submission_limits
+from app.courses.gradebook import learner_cells, practice_assignment, progress_of
+from app.db import SessionDep, keep_on_error_response
+from app.grading.drafts import opening_code, save_draft
+from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
+from app.grading.regrades import changed_by_regrade
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,
@@ -32,12 +37,17 @@ from app.grading.submissions import (
     get_submission,
     submissions_of,
 )
-from app.models import Course, CourseRole, User, utc_now
+from app.models import Course, CourseRole, Submission, User, utc_now
 from app.settings import Settings, SettingsDep
+from app.web.kept_submissions import (
+    forget_kept_submission,
+    keep_if_session_ended,
+    kept_submission_of,
+)
 from app.web.rendering import PageError, render
+from app.web.review import review_position
 from app.web.sessions import (
     LEARNER_COOKIE,
-    CsrfViewerDep,
     SignInRequired,
     Viewer,
     ViewerDep,
@@ -49,6 +59,11 @@ from app.web.submission_view import result_context, submission_context, viewable
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+# A learner's code in one course, as one zip: at most this many submissions (the newest).
+MAX_SUBMISSIONS_IN_ZIP = 2000
+# The course home lists the learner's results a regrade changed, at most this many (newest).
+MAX_REGRADE_CHANGES_SHOWN = 5
 
 
 def new_learner_id() -> str:
@@ -118,6 +133,7 @@ def exercise_context(
         "exercise": exercise,
         "course": course,
         "assigned": assigned,
+        "prompt_body": _without_title(exercise.prompt_markdown),
         "code": code,
         "action": base,
         "unit": _unit(session, viewer, request, course),
@@ -128,11 +144,36 @@ def exercise_context(
     }
 
 
+def _without_title(prompt_markdown: str) -> str:
+    """The prompt without its leading `# Title` line: the page puts the title first itself,
+    with the way to the editor right under it (on a phone the prompt is long)."""
+    first, _, rest = prompt_markdown.lstrip("\n").partition("\n")
+    return rest if first.startswith("# ") else prompt_markdown
+
+
 def _editable_code(
-    request: Request, session: Session, viewer: Viewer, exercise: Exercise, edit: str | None
-) -> str:
-    """The starter code, or the code of a submission of the viewer's to `edit`."""
-    if edit:
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    exercise: Exercise,
+    course: Course | None,
+    edit: str | None,
+) -> dict[str, Any]:
+    """What the editor opens on, as the page's context: code kept from a submission whose
+    session had ended, else a submission of the viewer's to `edit`, else their latest code
+    (draft, latest submission, starter); and what the page's draft script needs."""
+    user_id = viewer.user.id if viewer.user else None
+    opening = opening_code(
+        session,
+        user_id=user_id,
+        anonymous_learner=anonymous_learner(request, viewer),
+        course_id=course.id if course else None,
+        exercise=exercise,
+    )
+    code, kept = opening.code, kept_submission_of(request, session)
+    if kept is not None:
+        code = kept.code
+    elif edit:
         previous = get_submission(session, edit)
         if (
             previous is not None
@@ -141,8 +182,17 @@ def _editable_code(
                 session, viewer.user, anonymous_learner(request, viewer), previous
             )
         ):
-            return previous.code
-    return exercise.starter_code
+            code = previous.code
+    place = course.id if course else "practice"
+    return {
+        "code": code,
+        "kept": kept is not None,
+        "draft": {
+            "key": f"{user_id or 'anon'}:{place}:{exercise.id}",
+            "url": f"/drafts/{place}/{exercise.id}" if user_id else "",
+            "saved_at": opening.saved_at.isoformat() if opening.saved_at else "",
+        },
+    }
 
 
 @router.get("/exercises/{exercise_id}")
@@ -156,9 +206,11 @@ def practice_page(
 ) -> HTMLResponse:
     """Practice outside any course: the prompt and the editor."""
     exercise = find_exercise(exercise_id)
-    code = _editable_code(request, session, viewer, exercise, edit)
-    context = exercise_context(request, session, viewer, settings, exercise, None, None, code)
-    return render(request, viewer, "exercise.html", context)
+    opening = _editable_code(request, session, viewer, exercise, None, edit)
+    context = exercise_context(
+        request, session, viewer, settings, exercise, None, None, opening["code"]
+    )
+    return render(request, viewer, "exercise.html", {**context, **opening})
 
 
 @router.get("/courses/{course_id}/exercises/{exercise_id}")
@@ -174,11 +226,11 @@ def course_exercise_page(
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
-    code = _editable_code(request, session, viewer, assigned.exercise, edit)
+    opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
     context = exercise_context(
-        request, session, viewer, settings, assigned.exercise, course, assigned, code
+        request, session, viewer, settings, assigned.exercise, course, assigned, opening["code"]
     )
-    return render(request, viewer, "exercise.html", context)
+    return render(request, viewer, "exercise.html", {**context, **opening})
 
 
 def _submit(
@@ -202,6 +254,7 @@ def _submit(
         learner = anonymous_learner(request, viewer) or ""
         if not learner:
             learner = new_learner = new_learner_id()
+    in_place = _wants_json(request)
     try:
         accepted = accept_submission(
             session,
@@ -214,22 +267,58 @@ def _submit(
             course_id=course.id if course else None,
             assignment=assigned.assignment if assigned else None,
             client_address=client_address(request),
+            # The page's script sends one per click, so a retried post makes one submission.
+            idempotency=Idempotency.from_header(
+                f"user:{user.id}" if user else f"learner:{learner}",
+                request.headers.get("idempotency-key"),
+            ),
         )
     except SubmissionRejected as exc:
+        if in_place:
+            return JSONResponse(
+                {"detail": str(exc), **exc.json_fields()},
+                status_code=exc.status_code,
+                headers=exc.headers,
+            )
         # The form again, with the learner's code and what to fix; the status says why.
         context = exercise_context(
             request, session, viewer, settings, exercise, course, assigned, code
         )
+        opening = _editable_code(request, session, viewer, exercise, course, None)
         return render(
             request,
             viewer,
             "exercise.html",
-            {**context, "error": str(exc)},
+            {**context, **opening, "code": code, "kept": False, "error": str(exc)},
             status_code=exc.status_code,
             headers=exc.headers,
         )
     submission = accepted.submission
-    response = RedirectResponse(f"/submissions/{submission.id}", status_code=303)
+    if user is not None:
+        # The page opens on it next time; a body too large was refused above.
+        save_draft(
+            session,
+            user_id=user.id,
+            course_id=course.id if course else None,
+            exercise_id=exercise.id,
+            code=submission.code,
+            max_code_bytes=settings.max_code_bytes,
+        )
+    page_url = f"/submissions/{submission.id}"
+    response: Response
+    if in_place:
+        response = JSONResponse(
+            {
+                "id": submission.id,
+                "url": page_url,
+                "events": f"{page_url}/events",
+                "result": f"{page_url}/result",
+            },
+            status_code=202,
+        )
+    else:
+        response = RedirectResponse(page_url, status_code=303)
+    forget_kept_submission(request, session, response)
     if new_learner:
         # Lax: an LMS iframe may not send it, and then the learner is a new anonymous one.
         response.set_cookie(
@@ -238,17 +327,46 @@ def _submit(
     return response
 
 
+def _wants_json(request: Request) -> bool:
+    """The exercise page's script submits in the background and asks for JSON; a plain form
+    post (no JavaScript) is answered with a page, as always."""
+    return "application/json" in request.headers.get("accept", "")
+
+
+def _session_ended(request: Request, session: Session, kept: Response) -> Response:
+    """The code was kept (the session had ended); the page's script gets where to go in JSON,
+    a 401, instead of a redirect its fetch would follow out of sight. The code stays kept."""
+    if not _wants_json(request):
+        return kept
+    keep_on_error_response(session)
+    answer = JSONResponse(
+        {
+            "detail": "Your session had ended: your code is kept. Sign in to submit it.",
+            "location": kept.headers["location"],
+        },
+        status_code=401,
+    )
+    answer.raw_headers.extend(h for h in kept.raw_headers if h[0] == b"set-cookie")
+    return answer
+
+
 @router.post("/exercises/{exercise_id}", response_model=None)
 def submit_practice(
     request: Request,
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: CsrfViewerDep,
+    viewer: ViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
+    csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
     exercise = find_exercise(exercise_id)
+    ended = keep_if_session_ended(
+        request, session, settings, viewer, csrf_token=csrf_token, code=code
+    )
+    if ended is not None:
+        return _session_ended(request, session, ended)
     return _submit(request, session, settings, viewer, exercise, None, None, code, file)
 
 
@@ -259,10 +377,16 @@ def submit_in_course(
     exercise_id: str,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: CsrfViewerDep,
+    viewer: ViewerDep,
     code: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
+    csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
+    ended = keep_if_session_ended(
+        request, session, settings, viewer, csrf_token=csrf_token, code=code
+    )
+    if ended is not None:
+        return _session_ended(request, session, ended)
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
@@ -286,17 +410,88 @@ def course_home(
     """The course's exercises in order, with due dates, and the learner's state and score."""
     user = signed_in_user(viewer)
     course, role = require_member(session, user, course_id)
+    unit = _unit(session, viewer, request, course)
+    now = utc_now()
+    upcoming = [
+        assigned
+        for assigned, cell in unit
+        if assigned.assignment.due_at is not None
+        and assigned.assignment.due_at >= now
+        and cell.state != "solved"
+    ]
+    mine = submissions_of(session, user_id=user.id, course_id=course.id)
+    changes = changed_by_regrade(session, [s.id for s in mine])
+    titles = {a.exercise.id: a.exercise.title for a, _ in unit}
     return render(
         request,
         viewer,
         "course.html",
         {
+            "regrade_changes": [
+                (s, titles.get(s.exercise_id, s.exercise_id), changes[s.id])
+                for s in mine
+                if s.id in changes
+            ][:MAX_REGRADE_CHANGES_SHOWN],
             "course": course,
             "role": role,
             "is_instructor": role == CourseRole.INSTRUCTOR,
-            "unit": _unit(session, viewer, request, course),
-            "now": utc_now(),
+            "unit": unit,
+            "progress": progress_of([cell for _, cell in unit]),
+            "next_due": min(upcoming, key=lambda a: a.assignment.due_at or now, default=None),
+            "scoring_policies": sorted({a.assignment.scoring_policy for a, _ in unit}),
+            "now": now,
         },
+    )
+
+
+def _file_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d-%H%M%SZ")
+
+
+def _code_file_name(submission: Submission) -> str:
+    return f"{submission.exercise_id}-{_file_time(submission.created_at)}-{submission.id[:8]}.py"
+
+
+def _download_headers(filename: str) -> dict[str, str]:
+    return {
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
+@router.get("/submissions/{submission_id}/code.py", response_model=None)
+def submission_code_download(
+    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep
+) -> Response:
+    """The submitted code as a .py file, for whoever may see the submission."""
+    submission = viewable_submission(request, session, viewer, submission_id)
+    return Response(
+        submission.code,
+        media_type="text/x-python; charset=utf-8",
+        headers=_download_headers(_code_file_name(submission)),
+    )
+
+
+@router.get("/courses/{course_id}/my-code.zip", response_model=None)
+def course_code_download(course_id: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    """Every submission of the viewer's in the course, one .py per submission in a folder per
+    exercise, newest last."""
+    user = signed_in_user(viewer)
+    course, _ = require_member(session, user, course_id)
+    mine = submissions_of(
+        session, user_id=user.id, course_id=course.id, limit=MAX_SUBMISSIONS_IN_ZIP
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for submission in reversed(mine):
+            name = f"{submission.exercise_id}/{_code_file_name(submission)}"
+            archive.writestr(name, submission.code)
+    slug = "".join(c if c.isalnum() else "-" for c in course.name.lower()).strip("-") or "course"
+    return Response(
+        buffer.getvalue(),
+        media_type="application/zip",
+        headers=_download_headers(f"{slug}-my-code.zip"),
     )
 
 
@@ -310,11 +505,26 @@ DONE_MESSAGES = {
 
 @router.get("/submissions/{submission_id}")
 def submission_page(
-    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+    request: Request,
+    submission_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    done: str = "",
+    list_query: Annotated[str, Query(alias="list")] = "",
 ) -> HTMLResponse:
+    """A submission; `list` (the course submissions page's filter) when an instructor goes
+    through that list: the page then links the previous and the next submission in it."""
     context = submission_context(request, session, viewer, submission_id)
+    position = (
+        review_position(session, context["submission"], list_query)
+        if context["review"] is not None
+        else None
+    )
     return render(
-        request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
+        request,
+        viewer,
+        "submission.html",
+        {**context, "notice": DONE_MESSAGES.get(done), "position": position},
     )
 
 

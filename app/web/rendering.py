@@ -6,6 +6,7 @@ The pages embed in an LMS iframe, so no X-Frame-Options; scripts and styles are 
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from markupsafe import Markup
 from app.errors import AppError
 from app.settings import Settings
 from app.web.sessions import SignInRequired, Viewer, set_cookies
+from graders.report import diagnosis_name
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 # Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
@@ -49,7 +51,10 @@ def _markdown_filter(text: str | None) -> Markup:
 
 
 def _feedback_filter(text: str | None) -> Markup:
-    return Markup(_feedback_markdown.render(text or ""))
+    # A quoted traceback scrolls sideways: keyboard users reach it (tabindex). Safe to replace:
+    # with html off, a "<pre>" in the learner's text is rendered escaped, never as a tag.
+    html = _feedback_markdown.render(text or "")
+    return Markup(html.replace("<pre>", '<pre tabindex="0">'))
 
 
 def _when(value: datetime | None) -> Markup:
@@ -61,6 +66,37 @@ def _when(value: datetime | None) -> Markup:
     )
 
 
+def countdown_words(seconds: float) -> str:
+    """How long until (or since) a moment, in words: "in 2 days, 3 hours", "5 minutes ago".
+
+    static/time.js says the same in the reader's browser and keeps it current.
+    """
+    whole = int(abs(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+
+    def unit(count: int, name: str) -> str:
+        return f"{count} {name}{'' if count == 1 else 's'}"
+
+    if days:
+        span = unit(days, "day") + (f", {unit(hours, 'hour')}" if hours else "")
+    elif hours:
+        span = unit(hours, "hour") + (f", {unit(minutes, 'minute')}" if minutes else "")
+    else:
+        span = unit(max(minutes, 1), "minute")
+    return f"in {span}" if seconds >= 0 else f"{span} ago"
+
+
+def _countdown(value: datetime | None, now: datetime) -> Markup:
+    """The time left until `value` as of `now`, as a <time> that static/time.js keeps current."""
+    if value is None:
+        return Markup("")
+    return Markup('<time datetime="{}" data-countdown>{}</time>').format(
+        value.isoformat(), countdown_words((value - now).total_seconds())
+    )
+
+
 def _points(value: float | None) -> str:
     return "\u2014" if value is None else f"{value:g}"
 
@@ -69,6 +105,8 @@ templates.env.filters["markdown"] = _markdown_filter
 templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
+templates.env.filters["countdown"] = _countdown
+templates.env.filters["diagnosis_name"] = diagnosis_name
 
 
 class PageError(AppError):
@@ -89,12 +127,21 @@ def render(
     status_code: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HTMLResponse:
+    # The code editor (CodeMirror) adds <style> elements: each page allows only its own.
+    style_nonce = secrets.token_urlsafe(16)
+    policy = f"{PAGE_HEADERS['Content-Security-Policy']}; style-src 'self' 'nonce-{style_nonce}'"
     response = templates.TemplateResponse(
         request,
         template,
-        {"viewer": viewer, "user": viewer.user, "csrf_token": viewer.csrf_token, **context},
+        {
+            "viewer": viewer,
+            "user": viewer.user,
+            "csrf_token": viewer.csrf_token,
+            "style_nonce": style_nonce,
+            **context,
+        },
         status_code=status_code,
-        headers={**PAGE_HEADERS, **(headers or {})},
+        headers={**PAGE_HEADERS, "Content-Security-Policy": policy, **(headers or {})},
     )
     settings: Settings = request.app.state.settings
     set_cookies(response, request, settings, viewer)

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from fastapi import Depends, Form, Request, Response
+from fastapi import Depends, Form, Header, Request, Response
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -123,6 +123,13 @@ class Viewer:
 def get_secret_key(request: Request) -> bytes:
     secret_key: bytes = request.app.state.secret_key
     return secret_key
+
+
+def had_session(request: Request) -> bool:
+    """The browser holds a session cookie of ours (signed by us), live or not."""
+    return (
+        unsign(get_secret_key(request), "session", request.cookies.get(SESSION_COOKIE)) is not None
+    )
 
 
 def get_viewer(request: Request, session: SessionDep) -> Viewer:
@@ -229,14 +236,22 @@ class CsrfRejected(AppError):
     status_code = 403
     title = "Form expired"
 
-    def __init__(self) -> None:
+    def __init__(self, *, session_ended: bool = False) -> None:
+        if session_ended:
+            # The usual cause by far: the page was opened signed in, and the session ended.
+            self.title = "Signed out"
+            super().__init__(
+                "Your session ended before this form was sent, so nothing was saved. Sign in "
+                "again, then open the page and send it again."
+            )
+            return
         super().__init__(
             "This form was not sent from this site's page, or the page was open from before "
             "you signed in or out. Go back, reload the page and send it again."
         )
 
 
-def _same_origin(request: Request) -> bool:
+def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         # Old browsers send none; the token alone decides. "null" comes from sandboxed frames.
@@ -244,20 +259,40 @@ def _same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
+def csrf_is_valid(request: Request, viewer: Viewer, csrf_token: str) -> bool:
+    """The token is this browser's, and the Origin (if sent) ours."""
+    return same_origin(request) and hmac.compare_digest(
+        csrf_token.encode(), viewer.csrf_token.encode()
+    )
+
+
 def require_csrf(
     request: Request,
     viewer: ViewerDep,
     csrf_token: Annotated[str, Form()] = "",
 ) -> Viewer:
-    """Every form POST: the token must be this browser's, and the Origin (if sent) ours."""
-    if not _same_origin(request) or not hmac.compare_digest(
-        csrf_token.encode(), viewer.csrf_token.encode()
-    ):
-        raise CsrfRejected()
+    """Every form POST carries the page's CSRF token."""
+    if not csrf_is_valid(request, viewer, csrf_token):
+        raise CsrfRejected(session_ended=viewer.user is None and had_session(request))
     return viewer
 
 
 CsrfViewerDep = Annotated[Viewer, Depends(require_csrf)]
+CSRF_HEADER = "X-CSRF-Token"
+
+
+def require_csrf_header(
+    request: Request,
+    viewer: ViewerDep,
+    csrf_token: Annotated[str, Header(alias=CSRF_HEADER)] = "",
+) -> Viewer:
+    """Every JSON write from a page's script carries the page's CSRF token in a header."""
+    if not csrf_is_valid(request, viewer, csrf_token):
+        raise CsrfRejected()
+    return viewer
+
+
+CsrfHeaderViewerDep = Annotated[Viewer, Depends(require_csrf_header)]
 
 
 class SignInRequired(Exception):

@@ -9,6 +9,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.courses.courses import can_view_submission, course_role
+from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
 from app.models import Course, CourseRole, Submission, SubmissionStatus
@@ -17,6 +18,7 @@ from app.web.rendering import PageError
 from app.web.review import review_context
 from app.web.sessions import Viewer, anonymous_learner
 from graders.exercises import Exercise, UnknownExercise, get_exercise
+from graders.grading import failure_line
 
 FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
 
@@ -37,10 +39,13 @@ def viewable_submission(
 
 def result_context(submission: Submission) -> dict[str, Any]:
     shown = shown_result(submission)
+    runs = next((check for check in shown.checks if check.id == "runs"), None)
     return {
         "submission": submission,
         "finished": submission.status in FINISHED,
         "result": shown,
+        # The line a syntax error or an exception names, marked in the code shown.
+        "error_line": failure_line(runs.message, submission.code) if runs else None,
         # line_chart escapes every text it puts in the SVG.
         "charts": [Markup(line_chart(plot)) for plot in shown.plots],
     }
@@ -73,5 +78,6 @@ def submission_context(
         "course": course,
         "is_owner": is_owner,
         "review": review,
+        "regrade_change": changed_by_regrade(session, [submission.id]).get(submission.id),
         **result_context(submission),
     }

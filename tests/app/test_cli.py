@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from sqlalchemy import inspect, select
 from app.db import create_db_engine, create_session_factory, head_revision
 from app.models import ApiKey, User
 from app.settings import Settings
+from sandbox.capacity import default_pool_size, usable_cores
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE, loopgrade
 
 
@@ -211,12 +211,18 @@ def test_courses_create_prints_the_join_code_last_and_keys_can_name_the_course(
     assert scopes["canvas"] == course_id and scopes["legacy"] is None
 
 
-def test_worker_and_pool_defaults_follow_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    cores = os.cpu_count() or 2
+def test_worker_and_pool_defaults_follow_what_the_machine_carries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cores = usable_cores()
     for name in ("LOOPGRADE_WORKER_COUNT", "LOOPGRADE_SANDBOX_POOL_SIZE"):
         monkeypatch.delenv(name, raising=False)
     warm = Settings()
-    assert (warm.sandbox_pool_size, warm.worker_count) == (cores, cores)
+    assert warm.sandbox_pool_size == default_pool_size()
+    assert 1 <= warm.sandbox_pool_size <= cores
+    assert warm.worker_count == warm.sandbox_pool_size  # a worker per slot
+    monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "3")
+    assert Settings().worker_count == 3
     monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "0")
     assert Settings().worker_count == max(1, cores // 2)  # cold grades are CPU-bound
     monkeypatch.setenv("LOOPGRADE_WORKER_COUNT", "3")

@@ -6,12 +6,16 @@ import threading
 import uuid
 
 import httpx
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import func, select, update
 
 from app.api.keys import create_api_key
 from app.db import SessionFactory
-from app.models import IdempotencyKey, Submission
-from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE
+from app.grading.intake import CodeSyntaxError, check_syntax
+from app.models import IdempotencyKey, KeptSubmission, Submission, WebSession, utc_now
+from app.web.kept_submissions import KEPT_COOKIE
+from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE, csrf_token
+from tests.app.people import make_user, sign_in, token_of
 
 
 def post(
@@ -129,3 +133,114 @@ def test_an_upload_retried_with_its_key_is_one_submission(
     assert first.status_code == retry.status_code == 202, retry.text
     assert first.json()["id"] == retry.json()["id"]
     assert count_submissions(sessions) == 1
+
+
+SYNTAX_ERROR_CODE = (
+    "def train_step(model, optimizer, loss_fn, x, y):\n    loss = (1 +\n    return loss\n"
+)
+
+
+def test_code_that_does_not_compile_is_refused_with_its_line_and_never_stored(
+    client: httpx.Client, auth: dict[str, str], sessions: SessionFactory
+) -> None:
+    # The API: 422, the line, and the key not used up.
+    refused = post(client, auth, "syntax-1", code=SYNTAX_ERROR_CODE)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["line"] == 2
+    assert refused.json()["detail"].startswith("Syntax error on line 2: ")
+    assert "does not count as an attempt" in refused.json()["detail"]
+    upload = client.post(
+        "/api/v1/submissions/upload",
+        headers=auth,
+        data={"exercise": EXERCISE, "learner": "alice"},
+        files={"file": ("step.py", SYNTAX_ERROR_CODE.encode(), "text/x-python")},
+    )
+    assert upload.status_code == 422 and upload.json()["line"] == 2
+
+    # The page, as the exercise page's script posts it: JSON with the line.
+    page = f"/exercises/{EXERCISE}"
+    token = csrf_token(client, page)
+    in_place = client.post(
+        page,
+        data={"code": SYNTAX_ERROR_CODE, "csrf_token": token},
+        headers={"Accept": "application/json"},
+    )
+    assert in_place.status_code == 422
+    assert in_place.json()["line"] == 2
+    # Without JavaScript: the form again, the message, the code still in it.
+    plain = client.post(page, data={"code": SYNTAX_ERROR_CODE, "csrf_token": token})
+    assert plain.status_code == 422
+    assert "Syntax error on line 2: " in plain.text
+    assert "loss = (1 +" in plain.text
+
+    assert count_submissions(sessions) == 0
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(IdempotencyKey)) == 0
+    # And the same key then takes the fixed code.
+    assert post(client, auth, "syntax-1", code=MISSING_ZERO_GRAD_CODE).status_code == 202
+
+
+def test_the_page_script_gets_json_and_a_retry_with_its_key_is_one_submission(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    page = f"/exercises/{EXERCISE}"
+    token = csrf_token(client, page)
+    headers = {"Accept": "application/json", "Idempotency-Key": "click-1"}
+    answers = [
+        client.post(
+            page, data={"code": MISSING_ZERO_GRAD_CODE, "csrf_token": token}, headers=headers
+        )
+        for _ in range(2)
+    ]
+    assert [a.status_code for a in answers] == [202, 202]
+    first, retry = (a.json() for a in answers)
+    assert first == retry
+    assert first["url"] == f"/submissions/{first['id']}"
+    assert first["events"] == f"/submissions/{first['id']}/events"
+    assert count_submissions(sessions) == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("def f(:\n    pass\n", 1),
+        ("def f():\n\treturn 1\n        return 2\n", 3),  # TabError, a SyntaxError
+        ("(" * 60_000, 1),  # too deep for the parser: said, not crashed on
+        ("x = 1\x00\n", None),  # a NUL byte: no line
+    ],
+)
+def test_the_syntax_check_says_the_line_of_hostile_and_broken_code(
+    code: str, line: int | None
+) -> None:
+    with pytest.raises(CodeSyntaxError) as refused:
+        check_syntax(code)
+    assert refused.value.line == line
+    assert refused.value.status_code == 422
+
+
+def test_the_syntax_check_passes_code_that_compiles_however_deep() -> None:
+    check_syntax("x = " + "-" * 60_000 + "1\n")
+    check_syntax(CORRECT_CODE)
+
+
+def test_the_page_script_whose_session_ended_is_told_where_to_sign_in_and_the_code_is_kept(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "ann@example.org")
+    assert sign_in(client, "ann@example.org").status_code == 303
+    page = f"/exercises/{EXERCISE}"
+    token = token_of(client.get(page))
+    with sessions.begin() as session:
+        session.execute(update(WebSession).values(expires_at=utc_now()))
+
+    sent = client.post(
+        page,
+        data={"code": MISSING_ZERO_GRAD_CODE, "csrf_token": token},
+        headers={"Accept": "application/json", "Origin": str(client.base_url)},
+    )
+    assert sent.status_code == 401
+    assert sent.json()["location"].startswith("/sign-in?ended=1&next=")
+    assert KEPT_COOKIE in sent.cookies  # the browser that sent it gets it back
+    assert count_submissions(sessions) == 0
+    with sessions() as session:
+        assert [k.code for k in session.scalars(select(KeptSubmission))] == [MISSING_ZERO_GRAD_CODE]

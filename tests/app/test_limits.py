@@ -18,7 +18,8 @@ from tests.app.conftest import EXERCISE, csrf_token
 from tests.app.people import make_user, sign_in
 
 OWNER, STRANGER, OTHERS = "198.51.100.7", "203.0.113.9", "192.0.2.{}"
-BAD_CODE = "def train_step(:\n"  # a syntax error: graded at once, and cheaply
+# No train_step: graded at once, and cheaply (a syntax error is refused before grading).
+BAD_CODE = "def other_step(model, optimizer, loss_fn, x, y):\n    return 0.0\n"
 
 
 def from_address(address: str) -> dict[str, str]:

@@ -44,7 +44,7 @@ def test_exercise_page_has_prompt_editor_and_is_framed_only_by_registered_platfo
     textarea = re.search(r'<textarea id="code" name="code"[^>]*>(.*?)</textarea>', page.text, re.S)
     assert textarea is not None
     assert "def train_step(model, optimizer, loss_fn, x, y):" in textarea[1]
-    assert '<label for="code">' in page.text
+    assert '<label for="code" id="your-code">' in page.text
     assert '<button type="submit">' in page.text
     assert "<script>" not in page.text  # scripts are files, allowed by the CSP
 
@@ -108,7 +108,7 @@ def test_submit_from_the_page_and_see_the_result(
         assert row.code == CORRECT_CODE
     assert row.status == "graded"
     assert f"{row.score:g} / {row.max_score:g}" in fragment.text
-    assert 'class="diagnosis diagnosis-ok">correct</span>' in fragment.text
+    assert 'class="diagnosis diagnosis-ok" data-code="correct">Correct</span>' in fragment.text
     assert fragment.text.count('<tr class="passed">') == len(row.checks or [])
     assert fragment.text.count('<svg class="chart"') == len(row.plots or [])
 
@@ -140,7 +140,7 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
                     "passed": False,
                     "points": 0,
                     "max_points": 7,
-                    "message": "weights drift <from step 2>",
+                    "message": "weights drift <from step 2> in `w.grad <b>`",
                     "hidden": True,
                 },
             ],
@@ -159,11 +159,13 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
     page = client.get(f"/submissions/{submission_id}")
     assert page.status_code == 200
     assert "3 / 10" in page.text
-    assert "missing-zero-grad" in page.text
+    # The diagnosis in words, its code kept for scripts.
+    assert 'data-code="missing-zero-grad">Gradients never cleared</span>' in page.text
     assert "<strong><code>optimizer.zero_grad()</code></strong>" in page.text
     assert "<script>alert(1)</script>" not in page.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
-    assert "weights drift &lt;from step 2&gt;" in page.text
+    # A check's message: its code spans as code, everything escaped.
+    assert "weights drift &lt;from step 2&gt; in <code>w.grad &lt;b&gt;</code>" in page.text
     assert page.text.count(">hidden</span>") == 1
     assert "loss &lt;0.25&gt;" in page.text
     assert page.text.count('<svg class="chart"') == 1

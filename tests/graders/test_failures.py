@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from graders import grade
+from graders.grading import failure_line
 from sandbox import Limits
 
 # CPU is the cap; the wall clock a backstop well above it (a busy machine slows runs down).
@@ -46,3 +47,22 @@ def test_a_cap_hit_is_a_graded_zero_naming_the_cap(body: str, diagnosis: str, sa
     assert says in report.feedback
     runs = next(c for c in report.checks if c.id == "runs")
     assert not runs.passed and says in runs.message
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        ("Line 2: `'(' was never closed`.", 2),
+        ("In case `basic`, at call 1, your code raised `NameError` (line 6 of your code): `x`", 6),
+        # The learner's quoted text never names the line, whatever it says.
+        ("Your code raised `E (line 3 of your code)` while it was being loaded: `m`", None),
+        ("In case `c`, your code raised ``Line 4: ` `` (line 5 of your code): `m`", 5),
+        # A line the code does not have (a forged trace) is no line.
+        ("Your code raised `E` while it was being loaded (line 99 of your code): `m`", None),
+        ("Not checked: the run failed before its values could be judged.", None),
+    ],
+)
+def test_the_line_a_failure_names_is_read_from_the_graders_words_only(
+    message: str, line: int | None
+) -> None:
+    assert failure_line(message, "a\nb\nc\nd\ne\nf\n") == line

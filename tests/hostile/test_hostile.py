@@ -437,10 +437,6 @@ def test_two_submissions_at_once_cannot_see_or_signal_each_other(service: Servic
     submissions are there at once (the suite's server has two workers), so the two overlap
     whatever the machine's load; later runs of the same submissions are let through at once.
     """
-    if service.backend.endswith("-pool"):
-        # The barrier finds the waiting spies from the host (their scratch and their sigwait);
-        # it does not find the warm pool's children yet, and without it the two may not overlap.
-        pytest.skip("the barrier does not see the warm pool's children from the host yet")
     tokens = [f"beacon-{uuid.uuid4().hex}" for _ in range(2)]
     markers = [f"spy-{uuid.uuid4().hex}" for _ in range(2)]
 

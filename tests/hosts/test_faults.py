@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import pytest
 from sqlalchemy import func, select
 
 from app.api.keys import create_api_key
@@ -30,10 +29,14 @@ from tests.services import create_database, postgres_server
 
 # Graded on a small, shared machine: a queue of many grades behind two workers takes a while.
 GRADING_TIMEOUT_SECONDS = 300.0
+# How long a client waits for any answer while PostgreSQL is away: a request must fail
+# (503) well within it, not hang. Generous, for a busy machine; not a timing assertion.
+OUTAGE_ANSWER_TIMEOUT_SECONDS = 30.0
 # 200 by default; a smaller crowd (LOOPGRADE_TEST_CROWD_SIZE) for a quick run on a laptop.
 CROWD_SIZE = int(os.environ.get("LOOPGRADE_TEST_CROWD_SIZE", "200"))
-# A syntax error is the cheapest real grade (one short sandbox run): for the crowd.
-SYNTAX_ERROR_CODE = "def train_step(model, optimizer, loss_fn, x, y)\n    return 0.0\n"
+# A missing function is the cheapest real grade (one short sandbox run): for the crowd. (A
+# syntax error is refused before any grading.)
+MISSING_FUNCTION_CODE = "def other_step(model, optimizer, loss_fn, x, y):\n    return 0.0\n"
 
 
 def submit(api: httpx.Client, auth: dict[str, str], learner: str, code: str = CORRECT_CODE) -> str:
@@ -101,7 +104,7 @@ def test_a_crowd_of_concurrent_submissions_over_2_workers_is_each_graded_once(
     with ThreadPoolExecutor(max_workers=32) as pool:
         ids = list(
             pool.map(
-                lambda n: submit(api, auth, f"crowd-{n}", SYNTAX_ERROR_CODE), range(CROWD_SIZE)
+                lambda n: submit(api, auth, f"crowd-{n}", MISSING_FUNCTION_CODE), range(CROWD_SIZE)
             )
         )
     assert len(set(ids)) == CROWD_SIZE
@@ -110,13 +113,13 @@ def test_a_crowd_of_concurrent_submissions_over_2_workers_is_each_graded_once(
     graded = rows(sessions, ids)
     assert len(graded) == CROWD_SIZE
     assert {(row.status, row.diagnosis, row.attempts) for row in graded.values()} == {
-        ("graded", "syntax-error", 1)
+        ("graded", "missing-function", 1)
     }
     logs = [worker.log() for worker in workers]
     for submission_id in ids:
         assert sum(log.count(f"submission {submission_id}: grading") for log in logs) == 1
     # Both workers took part (each has one grading thread: neither can hold the whole crowd).
-    assert all("syntax-error" in log for log in logs)
+    assert all("missing-function" in log for log in logs)
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(Submission)) == CROWD_SIZE
 
@@ -128,7 +131,7 @@ def test_a_client_retry_with_the_same_idempotency_key_makes_one_submission(
     start_worker: Callable[..., Worker],
 ) -> None:
     start_worker()
-    body = {"exercise": EXERCISE, "learner": "retrier", "code": SYNTAX_ERROR_CODE}
+    body = {"exercise": EXERCISE, "learner": "retrier", "code": MISSING_FUNCTION_CODE}
     headers = {**auth, "Idempotency-Key": "lms-attempt-7f3a"}
 
     def post(_: int) -> httpx.Response:
@@ -146,11 +149,6 @@ def test_a_client_retry_with_the_same_idempotency_key_makes_one_submission(
     assert [(row.status, row.attempts) for row in stored] == [("graded", 1)]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug, open in issue 10: after PostgreSQL comes back, a request can hang past "
-    "60 s instead of reconnecting (seen on a fresh clone on 2026-12-01; the 503 half holds)",
-)
 def test_postgresql_away_means_503_with_retry_after_then_recovery(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -167,33 +165,39 @@ def test_postgresql_away_means_503_with_retry_after_then_recovery(
         engine.dispose()
         auth = {"Authorization": f"Bearer {secret}"}
 
+        # A request that hangs instead of failing fails the test with a read time-out.
         with (
             app_in_thread(create_app(settings)) as url,
-            httpx.Client(base_url=url, timeout=60) as api,
+            httpx.Client(base_url=url, timeout=OUTAGE_ANSWER_TIMEOUT_SECONDS) as api,
         ):
             submission_id = submit(api, auth, "before")
             location = f"/api/v1/submissions/{submission_id}"
             assert api.get(location, headers=auth).status_code == 200
 
-            postgres.stop()
-            for response in (
+            postgres.stop()  # like a crash: the pool's connections are dead sockets now
+            during_outage = [
                 api.get(location, headers=auth),
                 api.post(
                     "/api/v1/submissions",
                     headers=auth,
                     json={"exercise": EXERCISE, "learner": "during", "code": CORRECT_CODE},
                 ),
-            ):
+                api.get(location, headers=auth),
+            ]
+            for response in during_outage:
                 assert response.status_code == 503, response.text
                 assert int(response.headers["retry-after"]) > 0
                 assert "database" in response.json()["detail"]
 
             postgres.start()
-            # The same server process, not restarted: its pool reconnects by itself.
-            wait_for(
-                lambda: api.get(location, headers=auth).status_code == 200,
-                "the API to answer again",
-                timeout_seconds=60,
-            )
-            assert api.get(location, headers=auth).json()["id"] == submission_id
+            # The same server process, not restarted: the very next requests reconnect.
+            after = api.get(location, headers=auth)
+            assert after.status_code == 200, after.text
+            assert after.json()["id"] == submission_id, "accepted before the crash, kept"
             submit(api, auth, "after")
+            listed = api.get("/api/v1/submissions", headers=auth)
+            assert listed.status_code == 200, listed.text
+
+    # The submission refused with 503 was not stored; the others were.
+    learners = {item["learner"] for item in listed.json()}
+    assert learners == {"before", "after"}

@@ -50,9 +50,9 @@ def test_the_database_holds_no_private_key(
 
 
 def test_a_plain_key_from_before_sealing_is_sealed_at_start(settings: Settings) -> None:
-    """A database at migration 0006 held PEM; 0008 renames the column; the start seals it."""
+    """A database at migration 0007 held PEM; 0008 renames the column; the start seals it."""
     config = alembic_config(settings.database_url)
-    command.downgrade(config, "0006")
+    command.downgrade(config, "0007")
     engine = create_db_engine(settings.database_url)
     pem = RSAKey.generate_key(2048, private=True).as_pem(private=True).decode()
     with engine.begin() as connection:

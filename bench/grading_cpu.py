@@ -1,0 +1,95 @@
+"""CPU seconds of one warm grading, split into the server's side and the sandbox's side.
+
+    .venv/bin/python bench/grading_cpu.py [-n 60] [--profile 25]
+
+Opens the warm pool as the server does (`sandbox.open_runner`, `graders.grading.POOL_PROGRAM`),
+computes every exercise's trusted trajectories (cached once per exercise version, as on a
+server that has run a while), then grades, one after another, the mixed load (every exercise's
+solution and known bugs, and failing submissions) twice:
+
+- first: each submission once; none has been judged before (what a new bug costs);
+- again: `-n` more, cycling through the same ones; their judgments are cached (a bug that
+  other learners made before, to the bit: the common case in a class, the only case here);
+
+and prints, per grading of each pass:
+
+- server: this process's user + system CPU (`getrusage`), which is the grader's share: the
+  sandbox round trips' supervision, reading the trace, judging, diagnosis, the report;
+- sandbox: what the pool's slot cgroups count (cpuacct): the clone of the zygote, the child's
+  namespaces, mounts, seccomp, the harness and the learner's code, its exit.
+
+CPU time, not wall time: the machine may be shared. `--profile N` prints the N costliest
+functions of the server side (cProfile, cumulative), over a third pass of the repeats.
+It needs a root server (the pool's cgroups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import pstats
+import resource
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import sandbox  # noqa: E402
+from bench.grade_load import mixed_load  # noqa: E402  (the same load as through the server)
+from graders import grade  # noqa: E402
+from graders.exercises import get_exercise  # noqa: E402
+from graders.grading import POOL_PROGRAM, trusted_trajectories  # noqa: E402
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-n", type=int, default=60, help="gradings measured (default 60)")
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
+    args = parser.parse_args()
+    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
+    if not isinstance(runner, sandbox.PoolRunner):
+        sys.exit("the warm pool did not start (see the log): it needs a root server")
+    slots = runner.pool.slots
+
+    def measure(what: str, gradings: list[tuple[str, str]]) -> None:
+        server_before = own_cpu_seconds()
+        sandbox_before = sum(slot.counters()[0] for slot in slots)
+        wall_before = time.monotonic()
+        for exercise, code in gradings:
+            grade(exercise, code, runner=runner)
+        wall = time.monotonic() - wall_before
+        server = own_cpu_seconds() - server_before
+        in_sandbox = sum(slot.counters()[0] for slot in slots) - sandbox_before
+        count = len(gradings)
+        print(f"{what:6} {count:4} gradings {wall:5.1f} s wall   CPU s per grading: server "
+              f"{server / count:.4f}  sandbox {in_sandbox / count:.4f}  "
+              f"total {(server + in_sandbox) / count:.4f}")  # fmt: skip
+
+    try:
+        load = mixed_load()
+        for exercise_id in sorted({exercise for exercise, _ in load}):
+            trusted_trajectories(get_exercise(exercise_id))
+        measure("first", load)
+        measured = list(itertools.islice(itertools.cycle(load), args.n))
+        measure("again", measured)
+        if args.profile:
+            profiler = cProfile.Profile(timer=time.process_time)
+            profiler.enable()
+            for exercise, code in measured:
+                grade(exercise, code, runner=runner)
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":
+    main()
