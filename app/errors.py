@@ -21,3 +21,12 @@ class AppError(Exception):
     def json_fields(self) -> dict[str, object]:
         """Fields a JSON answer carries beside `detail` (a line number, say)."""
         return {}
+
+
+def as_sentence(message: str) -> str:
+    """A domain error's message ("the course needs a name", as the API says it) as a sentence
+    for a page: "The course needs a name."."""
+    message = message.strip()
+    if not message:
+        return message
+    return message[:1].upper() + message[1:] + ("" if message[-1] in ".!?" else ".")

@@ -31,6 +31,7 @@ from app.db import (
 )
 from app.errors import AppError
 from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
+from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
@@ -91,11 +92,27 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.outbox = outbox
         enqueue_after_commit(sessions, dispatcher)
         app.state.runner = runner
+        # The Celery workers' state changes, from Redis to this process's progress streams.
+        channel_url = state_channel_url(settings)
+        subscriber = (
+            StateSubscriber(
+                channel_url,
+                state_channel(settings),
+                on_state_change=progress_streams.state_changed,
+                on_reconnect=progress_streams.wake_all,
+            )
+            if channel_url is not None
+            else None
+        )
         dispatcher.start()
         outbox.start()
+        if subscriber is not None:
+            subscriber.start()
         try:
             yield
         finally:
+            if subscriber is not None:
+                await anyio.to_thread.run_sync(subscriber.stop)
             # Waits for the grades in progress; queued ones stay in the database (and broker).
             await anyio.to_thread.run_sync(dispatcher.stop)
             await anyio.to_thread.run_sync(outbox.stop)

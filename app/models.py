@@ -102,6 +102,25 @@ class ScoringPolicy(enum.StrEnum):
     LATEST = "latest"
 
 
+class RegradeReason(enum.StrEnum):
+    """Why an instructor had submissions graded again; the learner is told it in these words."""
+
+    EXERCISE_UPDATED = "exercise-updated"
+    GRADER_UPDATED = "grader-updated"
+    INSTRUCTOR_REQUEST = "instructor-request"
+
+    @property
+    def words(self) -> str:
+        return REGRADE_REASON_WORDS[self]
+
+
+REGRADE_REASON_WORDS = {
+    RegradeReason.EXERCISE_UPDATED: "the exercise was updated",
+    RegradeReason.GRADER_UPDATED: "the grader was corrected",
+    RegradeReason.INSTRUCTOR_REQUEST: "your instructor had it graded again",
+}
+
+
 class User(Base):
     """A person with a local account. Only the argon2 hash of the password is kept."""
 
@@ -286,6 +305,28 @@ class Regrade(Base):
     new_diagnosis: Mapped[str | None] = mapped_column(String(64))
     new_exercise_version: Mapped[str | None] = mapped_column(String(64))
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Why it was asked for (a RegradeReason), and the instructor's note; None before 0009.
+    reason: Mapped[str | None] = mapped_column(String(32))
+    note: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def changed(self) -> bool:
+        """Finished with another score or diagnosis than before."""
+        return self.finished_at is not None and (self.new_score, self.new_diagnosis) != (
+            self.old_score,
+            self.old_diagnosis,
+        )
+
+    @property
+    def reason_words(self) -> str:
+        """Why, in words for the learner."""
+        if self.reason in set(RegradeReason):
+            words = RegradeReason(self.reason).words
+        elif self.new_exercise_version and self.new_exercise_version != self.old_exercise_version:
+            words = RegradeReason.EXERCISE_UPDATED.words
+        else:
+            words = RegradeReason.INSTRUCTOR_REQUEST.words
+        return f"{words[:1].upper()}{words[1:]}" + (f": “{self.note}”" if self.note else "") + "."
 
 
 class AuditEvent(Base):
@@ -383,6 +424,8 @@ class KeptSubmission(Base):
     # The exercise page it was sent to (its form's action), where it is put back.
     page_path: Mapped[str] = mapped_column(String(300))
     code: Mapped[str] = mapped_column(Text)
+    # Who sent it (a session that ended is nobody's): at most a few are kept per address.
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 

@@ -181,8 +181,9 @@ class Settings(BaseSettings):
         default=2.0,
         gt=0,
         description="How often an open stream reads its submission from the database: the "
-        "fallback for results written by another host (a Celery worker). This process's own "
-        "workers wake the stream as soon as they change the submission.",
+        "fallback for a result whose push was lost (Redis away) or never sent (a RabbitMQ "
+        "broker). This process's own workers, and Celery workers through the broker's Redis, "
+        "wake the stream as soon as they change the submission.",
     )
     event_heartbeat_seconds: float = Field(
         default=15.0,

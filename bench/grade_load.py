@@ -187,7 +187,9 @@ def server(
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
     root = Path(tempfile.mkdtemp(prefix="grade-load-"))
     data_dir = root / "data"
-    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0"}
+    # No per-learner rate limit and no queue cap: a burst of 500 is the load being measured.
+    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0",
+           "LOOPGRADE_MAX_WAITING_SUBMISSIONS": "0"}  # fmt: skip
     if pool_size is not None:
         env["LOOPGRADE_SANDBOX_POOL_SIZE"] = str(pool_size)
     if worker_count is not None:

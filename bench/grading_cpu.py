@@ -38,26 +38,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import sandbox  # noqa: E402
+from bench.grade_load import mixed_load  # noqa: E402  (the same load as through the server)
 from graders import grade  # noqa: E402
 from graders.exercises import get_exercise  # noqa: E402
 from graders.grading import POOL_PROGRAM, trusted_trajectories  # noqa: E402
-
-EXERCISES = REPO / "exercises"
-FAILING = [
-    "def broken(:\n",
-    "raise RuntimeError('at import')\n",
-    "def not_the_entry_point():\n    return 0\n",
-]
-
-
-def mixed_load() -> list[tuple[str, str]]:
-    """(exercise, code): per exercise its solution, its bugs and the failing submissions."""
-    load = []
-    for folder in sorted(path for path in EXERCISES.iterdir() if (path / "exercise.toml").exists()):
-        codes = [(folder / "solution.py").read_text()]
-        codes += [path.read_text() for path in sorted(folder.glob("bugs/*.py"))]
-        load += [(folder.name, code) for code in codes + FAILING]
-    return load
 
 
 def own_cpu_seconds() -> float:

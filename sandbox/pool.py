@@ -43,7 +43,6 @@ from sandbox.result import RunResult
 from sandbox.supervise import (
     ENVIRONMENT,
     SANDBOX_DIR,
-    SCRATCH_DIR,
     TEARDOWN_TIMEOUT_SECONDS,
     Channel,
     Supervisor,
@@ -158,7 +157,7 @@ class _Slot:
             self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
             self.cgroups.attach(self.zygote_pid)
             os.write(block_w, b"go")
-            if self._receive(START_TIMEOUT_SECONDS) != {"ready": True}:
+            if self._receive(START_TIMEOUT_SECONDS)[0] != {"ready": True}:
                 raise SandboxError("the zygote did not warm up (its log says why)")
         except (OSError, SandboxError) as error:
             log.debug("slot start", exc_info=True)
@@ -256,17 +255,18 @@ class _Slot:
             time.sleep(0.001)
         return True
 
-    def _receive(self, timeout_seconds: float) -> dict[str, object] | None:
-        """The zygote's next message; None if it closed the socket or sent garbage."""
+    def _receive(self, timeout_seconds: float) -> tuple[dict[str, object] | None, list[int]]:
+        """The zygote's next message (None if it closed the socket or sent garbage), and the fds
+        that came with it, which the caller closes."""
         assert self.control is not None
         if not bwrap._readable(self.control.fileno(), timeout_seconds):
-            return None
-        message = self.control.recv(MESSAGE_BYTES)
+            return None, []
+        message, fds, _, _ = socket.recv_fds(self.control, MESSAGE_BYTES, 1)
         try:
             value = json.loads(message) if message else None
         except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+            value = None
+        return (value if isinstance(value, dict) else None), fds
 
     def _cgroup_read(self, controller: str, name: str) -> str:
         assert self.cgroups is not None
@@ -347,12 +347,15 @@ class _Job:
         os.close(fd)
 
     def _from_zygote(self) -> list[tuple[Channel, bytes]]:
-        message = self.slot._receive(0)
+        message, fds = self.slot._receive(0)
+        if message is not None and message.get("started") is True and len(fds) == 1:
+            # The job's /tmp, held to the end to check file sizes, whenever the job ends.
+            self.scratch_fd = fds.pop()
+        for fd in fds:
+            os.close(fd)
         if message is None:
             raise SandboxError(f"the zygote of warm pool slot {self.slot.index} died")
         if "started" in message:
-            if message["started"]:
-                self._open_scratch()
             return []
         status = message.get("status")
         if not isinstance(status, int):
@@ -360,15 +363,6 @@ class _Job:
         self.status = status
         self.kill()  # whatever the job left running dies with it
         return [(Channel.EXITED, b"")]
-
-    def _open_scratch(self) -> None:
-        """Held to the end, to check file sizes: the job's /tmp, through its root in /proc."""
-        for pid in self.slot.job_pids():
-            with contextlib.suppress(OSError):
-                self.scratch_fd = os.open(
-                    f"/proc/{pid}/root{SCRATCH_DIR}", os.O_RDONLY | os.O_DIRECTORY
-                )
-                return
 
     def usage(self) -> Usage:
         cpu, oom, refused = self.slot.counters()

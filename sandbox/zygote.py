@@ -124,9 +124,11 @@ def _copy_in(memfd: int, path: str) -> None:
     os.close(target)
 
 
-def _clone_into_namespaces() -> int:
-    """os.fork(), but the child is born in new namespaces: its pid there is 1."""
-    number = SYS_CLONE[os.uname().machine]
+def _clone_into_namespaces(number: int) -> int:
+    """os.fork(), but the child is born in new namespaces: its pid there is 1.
+
+    `number`: clone(2)'s syscall number here.
+    """
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = libc_holding_gil.syscall(number, NAMESPACES | signal.SIGCHLD, 0, 0, 0, 0)
     if pid == 0:
@@ -173,6 +175,10 @@ class Zygote:
         with open(PROGRAM_PATH) as program_file:
             self.source = program_file.read()
         self.code = compile(self.source, PROGRAM_PATH, "exec")
+        machine = os.uname().machine
+        if machine not in SYS_CLONE:  # before the warm-up: the pool does not start, runs go cold
+            raise OSError(f"the zygote does not know clone(2)'s number on {machine}")
+        self.clone_number = SYS_CLONE[machine]
 
     def warm_up(self) -> None:
         """Run the program once here on the trusted inputs in /sandbox: its imports stay loaded."""
@@ -204,6 +210,11 @@ class Zygote:
         gc.collect()
         gc.freeze()  # the warm objects stay in place: children share their pages
         _collapse_into_huge_pages()
+        # A job is cloned without the C library's fork handlers: another thread holding a lock
+        # (malloc's) at that moment would leave it held forever in the job's copy.
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:
+            raise RuntimeError(f"the zygote runs {threads} threads after its warm-up, not one")
 
     def serve(self) -> None:
         self.control.sendall(b'{"ready": true}')
@@ -214,17 +225,23 @@ class Zygote:
             job = json.loads(message)
             sys.stdout.flush()
             sys.stderr.flush()
-            started_r, started_w = os.pipe()
-            pid = _clone_into_namespaces()
+            started_r, started_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            pid = _clone_into_namespaces(self.clone_number)
             if pid == 0:
-                self._child(job, [started_w, *fds])  # never returns
-            for fd in [started_w, *fds]:
+                self._child(job, [started_w.detach(), *fds])  # never returns
+            started_w.close()
+            for fd in fds:
                 os.close(fd)
-            # The job says when its namespaces and mounts are made (EOF if it died first): the
-            # server may then look at its scratch.
-            started = os.read(started_r, 1) == b"1"
-            os.close(started_r)
-            self.control.sendall(json.dumps({"started": started}).encode())
+            # The job says when its namespaces and mounts are made (nothing if it died first),
+            # with its scratch directory: the server holds it to check file sizes, however soon
+            # the job ends.
+            said, scratch, _, _ = socket.recv_fds(started_r, 1, 1)
+            started_r.close()
+            started = said == b"1" and len(scratch) == 1
+            message = json.dumps({"started": started}).encode()
+            socket.send_fds(self.control, [message], scratch[:1] if started else [])
+            for fd in scratch:
+                os.close(fd)
             status = self._wait(pid)
             self.control.sendall(json.dumps({"status": status}).encode())
 
@@ -239,7 +256,7 @@ class Zygote:
     def _child(self, job: dict[str, Any], fds: list[int]) -> None:
         """Never returns: isolate, then run the job as PID 1 of its namespaces.
 
-        `fds`: the started pipe, then the write ends of fds 3 (payload), 4 (start), 1 and 2,
+        `fds`: the started socket, then the write ends of fds 3 (payload), 4 (start), 1 and 2,
         then the inputs' memfds.
         """
         try:
@@ -266,7 +283,9 @@ class Zygote:
             for name, memfd in zip(names, memfds, strict=True):
                 _copy_in(memfd, f"{SANDBOX_DIR}/{name}")
             _mount(None, SANDBOX_DIR, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-            os.write(started_w, b"1")
+            scratch = os.open(SCRATCH_DIR, os.O_RDONLY | os.O_DIRECTORY)
+            socket.send_fds(socket.socket(fileno=started_w), [b"1"], [scratch])
+            os.close(scratch)
             stdin = os.open(os.devnull, os.O_RDONLY)
             # Parked above every wanted number first, so that no move overwrites one to come.
             parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in [stdin, *pipes]]

@@ -142,6 +142,25 @@ def score_cell(assigned: AssignedExercise, submissions: list[Submission]) -> Cel
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A learner's standing over a unit: "2 of 5 solved, 27/50 points"."""
+
+    solved: int
+    exercises: int
+    points: float
+    max_points: float
+
+
+def progress_of(cells: list[Cell]) -> Progress:
+    return Progress(
+        solved=sum(1 for cell in cells if cell.state == "solved"),
+        exercises=len(cells),
+        points=round(sum(cell.score or 0.0 for cell in cells), 4),
+        max_points=sum(cell.max_score for cell in cells),
+    )
+
+
+@dataclass(frozen=True)
 class LearnerRow:
     """A learner in the gradebook: an enrolled user, or a learner id sent over the API."""
 
@@ -477,12 +496,17 @@ def learner_cells(
     user_id: str | None,
     anonymous_learner: str | None = None,
 ) -> list[Cell]:
-    """One learner's standing on each exercise: in a course, or in practice (no course)."""
+    """One learner's standing on each exercise: in a course, or in practice (no course).
+
+    In practice a signed-in learner's standing counts their submissions in every course too:
+    an exercise solved in a course is solved, and the practice strip says so.
+    """
     mine = submissions_of(
         session,
         user_id=user_id,
         anonymous_learner=anonymous_learner,
         course_id=course_id,
+        any_course=course_id is None and user_id is not None,
     )
     return [
         score_cell(assigned, [s for s in mine if s.exercise_id == assigned.id])

@@ -26,9 +26,11 @@ from app.grading.queue import (
     GradingOutcome,
     LeaseSweeper,
     enqueue_after_commit,
+    ignore_state_change,
     open_grading_runner,
     run_grading_job,
 )
+from app.grading.state_channel import StatePublisher
 from app.settings import Settings
 from sandbox import Runner
 
@@ -41,9 +43,13 @@ PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step"
 
 
 def create_celery(
-    settings: Settings, sessions: SessionFactory | None = None, runner: Runner | None = None
+    settings: Settings,
+    sessions: SessionFactory | None = None,
+    runner: Runner | None = None,
+    publisher: StatePublisher | None = None,
 ) -> Celery:
-    """The Celery app for `settings`; with `sessions` it can also run the grading task."""
+    """The Celery app for `settings`; with `sessions` it can also run the grading task, and
+    tell `publisher` of every change it commits."""
     celery = Celery("loopgrade", broker=settings.broker_url, set_as_current=False)
     celery.conf.update(
         task_acks_late=True,
@@ -68,7 +74,13 @@ def create_celery(
     def grade_submission(task: Task[Any, Any], submission_id: str) -> None:
         if sessions is None:
             raise RuntimeError("this Celery app only sends tasks")
-        run = run_grading_job(sessions, submission_id, settings, runner=runner)
+        run = run_grading_job(
+            sessions,
+            submission_id,
+            settings,
+            runner=runner,
+            on_state_change=ignore_state_change if publisher is None else publisher.state_changed,
+        )
         if run.outcome is GradingOutcome.RETRY:
             # The row is queued again; the retry is a new message, sent with a delay.
             raise task.retry(countdown=run.retry_in_seconds)
@@ -128,7 +140,9 @@ def run_worker(settings: Settings) -> int:
     runner = open_grading_runner(settings) if settings.worker_pool == "threads" else None
     if runner is not None:
         log.info("sandbox: %s", runner.status)
-    celery = create_celery(settings, sessions, runner)
+    # Every change a grading commits is told to the web processes' progress streams.
+    publisher = StatePublisher(settings)
+    celery = create_celery(settings, sessions, runner, publisher)
 
     @worker_process_init.connect(weak=False)  # type: ignore[untyped-decorator]
     def _fresh_connections(**_: object) -> None:
@@ -154,6 +168,7 @@ def run_worker(settings: Settings) -> int:
         )
     finally:
         sweeper.stop()
+        publisher.close()
         if runner is not None:
             runner.close()
         engine.dispose()

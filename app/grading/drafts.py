@@ -15,16 +15,22 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.grading.submissions import check_code, submissions_of
+from app.grading.submissions import SubmissionRejected, check_code, submissions_of
 from app.models import Draft, KeptSubmission, utc_now
 from graders.exercises import Exercise
 
 # Long enough to find a password and sign in again; the browser's own copy outlives it.
 KEPT_SUBMISSION_SECONDS = 24 * 3600
+# Kept code belongs to no account yet: one client address cannot fill the database with it.
+MAX_KEPT_PER_ADDRESS = 20
+
+
+class TooManyKept(SubmissionRejected):
+    """This address already has as many kept submissions as it may."""
 
 
 def find_draft(
@@ -107,18 +113,29 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def keep_submission(session: Session, *, page_path: str, code: str, max_code_bytes: int) -> str:
+def keep_submission(
+    session: Session, *, page_path: str, code: str, max_code_bytes: int, client_address: str
+) -> str:
     """Keep code sent to `page_path` by a browser whose session had ended; returns the token
-    its cookie carries. SubmissionRejected when the code could not have been submitted."""
+    its cookie carries. SubmissionRejected when the code could not have been submitted, or
+    (TooManyKept) when `client_address` has MAX_KEPT_PER_ADDRESS kept already."""
     check_code(code, max_code_bytes)
     now = utc_now()
     session.execute(delete(KeptSubmission).where(KeptSubmission.expires_at < now))
+    kept_here = session.scalar(
+        select(func.count())
+        .select_from(KeptSubmission)
+        .where(KeptSubmission.client_address == client_address)
+    )
+    if (kept_here or 0) >= MAX_KEPT_PER_ADDRESS:
+        raise TooManyKept(f"{kept_here} submissions from your address are kept already")
     token = secrets.token_urlsafe(32)
     session.add(
         KeptSubmission(
             token_hash=_token_hash(token),
             page_path=page_path[:300],
             code=code,
+            client_address=client_address,
             expires_at=now + timedelta(seconds=KEPT_SUBMISSION_SECONDS),
         )
     )

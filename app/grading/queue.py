@@ -40,7 +40,7 @@ from app.grading.submissions import (
     requeue_expired_leases,
     requeue_waiting,
 )
-from app.models import utc_now
+from app.models import SubmissionStatus, utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.grading import GRADING_LIMITS, POOL_PROGRAM
@@ -114,13 +114,22 @@ def open_grading_runner(settings: Settings) -> Runner:
     )
 
 
-# Told the id of a submission whose state this process just committed (running, queued again,
-# graded): the progress streams of this process wake on it (app/web/events.py).
-StateChanged = Callable[[str], None]
+# Told the id and new status of a submission whose change this process just committed: the
+# progress streams of this process wake on it (app/web/events.py), a Celery worker publishes it
+# to the web processes (app/grading/state_channel.py).
+StateChanged = Callable[[str, SubmissionStatus], None]
 
 
-def _nobody(submission_id: str) -> None:
+def ignore_state_change(submission_id: str, status: SubmissionStatus) -> None:
     pass
+
+
+# The status a submission is left in by each outcome (not claimed: whoever claimed it tells).
+STATUS_AFTER = {
+    GradingOutcome.GRADED: SubmissionStatus.GRADED,
+    GradingOutcome.ERROR: SubmissionStatus.ERROR,
+    GradingOutcome.RETRY: SubmissionStatus.QUEUED,
+}
 
 
 def run_grading_job(
@@ -129,19 +138,21 @@ def run_grading_job(
     settings: Settings,
     *,
     runner: Runner | None = None,
-    on_state_change: StateChanged = _nobody,
+    on_state_change: StateChanged = ignore_state_change,
 ) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
     A SandboxError (the sandbox failed, not the learner's code) puts the submission back in
     the queue for a retry until `grading_max_attempts` claims were spent, then stores an error.
-    Every log line meanwhile carries the submission id.
+    `on_state_change` is told each change once it is committed: the claim (running), then the
+    outcome. Every log line meanwhile carries the submission id.
     """
     with logging_submission(submission_id):
-        try:
-            return _grade(sessions, submission_id, settings, runner, on_state_change)
-        finally:
-            on_state_change(submission_id)
+        run = _grade(sessions, submission_id, settings, runner, on_state_change)
+        status = STATUS_AFTER.get(run.outcome)
+        if status is not None:
+            on_state_change(submission_id, status)
+        return run
 
 
 def _grade(
@@ -156,7 +167,7 @@ def _grade(
     if job is None:
         log.info("submission %s: not claimable (graded or being graded), skipped", submission_id)
         return GradingRun(GradingOutcome.NOT_CLAIMED)
-    on_state_change(submission_id)
+    on_state_change(submission_id, SubmissionStatus.RUNNING)
 
     log.info(
         "submission %s: grading (exercise %s, attempt %d)",
@@ -305,7 +316,7 @@ class ThreadPoolDispatcher:
         settings: Settings,
         *,
         runner: Runner | None = None,
-        on_state_change: StateChanged = _nobody,
+        on_state_change: StateChanged = ignore_state_change,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
@@ -378,11 +389,12 @@ def create_dispatcher(
     settings: Settings,
     *,
     runner: Runner | None,
-    on_state_change: StateChanged = _nobody,
+    on_state_change: StateChanged = ignore_state_change,
 ) -> Dispatcher:
     """Celery when LOOPGRADE_BROKER_URL is set (workers grade elsewhere), else threads here.
 
-    `on_state_change` hears of this process's gradings only: Celery's are on other hosts.
+    `on_state_change` hears of this process's gradings only: the Celery workers' come by
+    Redis (app/grading/state_channel.py).
     """
     if settings.broker_url:
         from app.grading.celery_queue import CeleryDispatcher

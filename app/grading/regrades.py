@@ -15,7 +15,15 @@ from sqlalchemy.orm import Session
 from app.courses.audit import record_event
 from app.errors import AppError
 from app.grading.submissions import queue_for_grading
-from app.models import Regrade, Submission, SubmissionStatus, User, new_id, utc_now
+from app.models import (
+    Regrade,
+    RegradeReason,
+    Submission,
+    SubmissionStatus,
+    User,
+    new_id,
+    utc_now,
+)
 from graders.exercises import get_exercise
 
 FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
@@ -28,10 +36,22 @@ class RegradeRejected(AppError, ValueError):
     title = "Nothing to regrade"
 
 
-def _queue_again(session: Session, submission: Submission, batch_id: str, by: User) -> None:
+MAX_NOTE_CHARS = 500
+
+
+def _queue_again(
+    session: Session,
+    submission: Submission,
+    batch_id: str,
+    by: User,
+    reason: RegradeReason,
+    note: str | None,
+) -> None:
     session.add(
         Regrade(
             batch_id=batch_id,
+            reason=reason,
+            note=note,
             submission_id=submission.id,
             requested_by_id=by.id,
             old_status=submission.status,
@@ -47,12 +67,18 @@ def _queue_again(session: Session, submission: Submission, batch_id: str, by: Us
     queue_for_grading(session, submission.id)
 
 
-def request_regrade(session: Session, submission: Submission, *, by: User) -> str:
+def request_regrade(
+    session: Session,
+    submission: Submission,
+    *,
+    by: User,
+    reason: RegradeReason = RegradeReason.INSTRUCTOR_REQUEST,
+) -> str:
     """Queue one graded submission again; returns the batch id."""
     if submission.status not in FINISHED:
         raise RegradeRejected("this submission is being graded already")
     batch_id = new_id()
-    _queue_again(session, submission, batch_id, by)
+    _queue_again(session, submission, batch_id, by, reason, None)
     record_event(
         session,
         actor=by,
@@ -67,11 +93,11 @@ def request_regrade(session: Session, submission: Submission, *, by: User) -> st
     return batch_id
 
 
-def request_exercise_regrade(
-    session: Session, *, course_id: str, exercise_id: str, only_outdated: bool, by: User
-) -> tuple[str, list[str]]:
-    """Queue every finished submission of an exercise in a course again (or only those graded
-    against an older version of it); returns the batch id and the submission ids."""
+def regrade_candidates(
+    session: Session, *, course_id: str, exercise_id: str, only_outdated: bool
+) -> list[Submission]:
+    """What a regrade of the exercise would run: its finished submissions in the course (or
+    only those graded against an older version of it), oldest first."""
     current = get_exercise(exercise_id).version
     query = select(Submission).where(
         Submission.course_id == course_id,
@@ -80,7 +106,28 @@ def request_exercise_regrade(
     )
     if only_outdated:
         query = query.where(Submission.exercise_version != current)
-    submissions = list(session.scalars(query.order_by(Submission.created_at)))
+    return list(session.scalars(query.order_by(Submission.created_at)))
+
+
+def request_exercise_regrade(
+    session: Session,
+    *,
+    course_id: str,
+    exercise_id: str,
+    only_outdated: bool,
+    by: User,
+    reason: RegradeReason,
+    note: str = "",
+) -> tuple[str, list[str]]:
+    """Queue every finished submission of an exercise in a course again (or only those graded
+    against an older version of it); returns the batch id and the submission ids."""
+    note = note.strip()
+    if len(note) > MAX_NOTE_CHARS:
+        raise RegradeRejected(f"the note may have at most {MAX_NOTE_CHARS} characters")
+    current = get_exercise(exercise_id).version
+    submissions = regrade_candidates(
+        session, course_id=course_id, exercise_id=exercise_id, only_outdated=only_outdated
+    )
     if not submissions:
         raise RegradeRejected(
             "every submission is already graded against the current version"
@@ -89,7 +136,7 @@ def request_exercise_regrade(
         )
     batch_id = new_id()
     for submission in submissions:
-        _queue_again(session, submission, batch_id, by)
+        _queue_again(session, submission, batch_id, by, reason, note or None)
     record_event(
         session,
         actor=by,
@@ -100,6 +147,8 @@ def request_exercise_regrade(
         submissions=len(submissions),
         only_outdated=only_outdated,
         version=current,
+        reason=reason,
+        note=note or None,
     )
     session.flush()
     return batch_id, [submission.id for submission in submissions]
@@ -147,9 +196,7 @@ def regrade_progress(session: Session, batch_id: str) -> RegradeProgress | None:
         return None
     pairs = [(regrade, submission) for regrade, submission in rows]
     finished = [r for r, _ in pairs if r.finished_at is not None]
-    changed = [
-        r for r in finished if (r.new_score, r.new_diagnosis) != (r.old_score, r.old_diagnosis)
-    ]
+    changed = [r for r in finished if r.changed]
     return RegradeProgress(batch_id, len(pairs), len(finished), len(changed), pairs)
 
 
@@ -161,3 +208,17 @@ def regrades_of(session: Session, submission_id: str) -> list[Regrade]:
             .order_by(Regrade.requested_at.desc())
         )
     )
+
+
+def changed_by_regrade(session: Session, submission_ids: list[str]) -> dict[str, Regrade]:
+    """The latest finished regrade of each of these submissions, where it changed the result."""
+    if not submission_ids:
+        return {}
+    latest: dict[str, Regrade] = {}
+    for regrade in session.scalars(
+        select(Regrade)
+        .where(Regrade.submission_id.in_(submission_ids), Regrade.finished_at.is_not(None))
+        .order_by(Regrade.finished_at)
+    ):
+        latest[regrade.submission_id] = regrade
+    return {sid: regrade for sid, regrade in latest.items() if regrade.changed}

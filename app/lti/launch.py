@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import base64
 import enum
+import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from joserfc import jwt
 from joserfc.errors import BadSignatureError, JoseError
@@ -47,6 +49,7 @@ class LaunchCheck(enum.StrEnum):
 
     LOGIN_REQUEST = "login request"
     STATE = "state"
+    PLATFORM_STORAGE = "platform storage"
     TOKEN_FORMAT = "token format"
     SIGNING_KEY = "signing key (kid)"
     PLATFORM_KEYS = "platform keys (JWKS)"
@@ -91,19 +94,48 @@ def _text(value: object, name: str, *, required: bool = True) -> str:
     return value
 
 
+# A frame name, or "_parent" (LTI Platform Storage's lti_storage_target).
+STORAGE_TARGET = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+@dataclass(frozen=True)
+class BegunLogin:
+    """A login recorded here: where to send the browser, and, when the platform offers LTI
+    Platform Storage, what to put there first (through postMessage, in the LMS's page)."""
+
+    auth_redirect: str
+    storage_target: str | None
+    storage_key: str
+    storage_value: str | None
+    platform_origin: str
+
+
+def storage_key(state: str) -> str:
+    return f"state_{state}"
+
+
 def begin_login(
     session: Session,
     params: Mapping[str, str],
     *,
     redirect_uri: str,
     state_max_age_seconds: int,
-) -> str:
-    """Record a new state and nonce; the URL of the platform's auth endpoint to redirect to."""
+) -> BegunLogin:
+    """Record a new state and nonce, and the platform's auth URL to send the browser to."""
     issuer = _text(params.get("iss"), "iss")
     login_hint = _text(params.get("login_hint"), "login_hint")
     target_link_uri = _text(params.get("target_link_uri"), "target_link_uri")
     client_id = _text(params.get("client_id"), "client_id", required=False) or None
     message_hint = _text(params.get("lti_message_hint"), "lti_message_hint", required=False)
+    storage_target = (
+        _text(params.get("lti_storage_target"), "lti_storage_target", required=False) or None
+    )
+    if storage_target is not None and not STORAGE_TARGET.fullmatch(storage_target):
+        raise LaunchRejected(
+            LaunchCheck.LOGIN_REQUEST,
+            "lti_storage_target is not a frame name",
+            "The platform's lti_storage_target must be _parent or the name of its storage frame.",
+        )
     platform = find_platform(session, issuer, client_id)
     if platform is None:
         raise LaunchRejected(
@@ -115,6 +147,7 @@ def begin_login(
             "(the admin page /lti/admin lists what is registered).",
         )
     state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    storage_value = secrets.token_urlsafe(32) if storage_target else None
     now = utc_now()
     session.add(
         LtiLoginState(
@@ -123,6 +156,8 @@ def begin_login(
             platform_id=platform.id,
             target_link_uri=target_link_uri[:1000],
             expires_at=now + timedelta(seconds=state_max_age_seconds),
+            storage_target=storage_target,
+            storage_value=storage_value,
         )
     )
     # Logins that were never finished are only clutter.
@@ -142,7 +177,46 @@ def begin_login(
     if message_hint:
         query["lti_message_hint"] = message_hint
     separator = "&" if "?" in platform.auth_url else "?"
-    return f"{platform.auth_url}{separator}{urlencode(query)}"
+    auth = urlsplit(platform.auth_url)
+    return BegunLogin(
+        auth_redirect=f"{platform.auth_url}{separator}{urlencode(query)}",
+        storage_target=storage_target,
+        storage_key=storage_key(state),
+        storage_value=storage_value,
+        platform_origin=f"{auth.scheme}://{auth.netloc}",
+    )
+
+
+def login_awaiting_storage(session: Session, state: str) -> LtiLoginState | None:
+    """The unused login of `state` when it put its state in the platform's storage: the
+    launch must read it back from there before it is checked."""
+    row = session.get(LtiLoginState, state) if state and len(state) <= 64 else None
+    if row is None or row.storage_target is None or row.used_at is not None:
+        return None
+    return row
+
+
+def _check_platform_storage(
+    row: LtiLoginState, storage_value: str | None, *, same_origin: bool
+) -> None:
+    """The value read back from the platform's storage, posted by this tool's own page: the
+    launch comes from the browser (and LMS page) that started the login."""
+    if row.storage_target is None or row.storage_value is None:
+        return
+    if storage_value is None or not same_origin:
+        raise LaunchRejected(
+            LaunchCheck.PLATFORM_STORAGE,
+            "the launch did not come back through this tool's platform storage page",
+            "Open the link in the platform again; if it keeps happening, the launch was "
+            "posted from another site (a forged launch).",
+        )
+    if not hmac.compare_digest(storage_value.encode(), row.storage_value.encode()):
+        raise LaunchRejected(
+            LaunchCheck.PLATFORM_STORAGE,
+            "the LMS page does not hold this login's state (this browser did not start it, "
+            "or the LMS lost it)",
+            "Open the link in the platform again, in the same browser window.",
+        )
 
 
 @dataclass(frozen=True)
@@ -354,13 +428,18 @@ def validate_launch(
     id_token: str,
     state: str,
     leeway_seconds: int,
+    storage_value: str | None = None,
+    same_origin: bool = False,
 ) -> ValidatedLaunch:
     """Check a launch (the platform's form post) and consume its state.
 
     The state is marked used before any other check, so a refused launch cannot be retried
-    with it either; the caller commits that even when this raises.
+    with it either; the caller commits that even when this raises. A login that used
+    platform storage needs `storage_value`, read back from there by this tool's own page
+    (`same_origin`).
     """
     login = _consume_state(session, state)
+    _check_platform_storage(login, storage_value, same_origin=same_origin)
     if not id_token or len(id_token) > MAX_ID_TOKEN_CHARS:
         raise LaunchRejected(
             LaunchCheck.TOKEN_FORMAT,

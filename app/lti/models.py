@@ -69,6 +69,10 @@ class LtiLoginState(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # LTI Platform Storage: the frame the platform named (lti_storage_target), and the value
+    # put there at login, which the launch must read back from the same LMS page.
+    storage_target: Mapped[str | None] = mapped_column(String(100))
+    storage_value: Mapped[str | None] = mapped_column(String(64))
 
 
 class LtiUser(Base):

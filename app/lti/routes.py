@@ -24,14 +24,28 @@ from app.lti import ags, integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.framing import FrameAncestors
 from app.lti.keys import key_sealing, published_keys, tool_jwks
-from app.lti.launch import LaunchRejected, MessageType, begin_login, validate_launch
+from app.lti.launch import (
+    LaunchRejected,
+    MessageType,
+    begin_login,
+    login_awaiting_storage,
+    storage_key,
+    validate_launch,
+)
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
 from app.lti.platforms import PlatformKeyCache, deployments_of, list_platforms
 from app.lti.provisioning import exercise_named, provision
 from app.lti.tickets import create_ticket, redeem_ticket, set_framed_session_cookie
 from app.models import CourseRole, User
 from app.settings import Settings, SettingsDep
-from app.web.rendering import PAGE_HEADERS, PageError, render, safe_next, templates
+from app.web.rendering import (
+    PAGE_HEADERS,
+    PageError,
+    error_page,
+    render,
+    safe_next,
+    templates,
+)
 from app.web.sessions import (
     CsrfViewerDep,
     ViewerDep,
@@ -63,13 +77,7 @@ def install_lti(app: FastAPI, settings: Settings) -> None:
 
     @app.exception_handler(LaunchRejected)
     async def on_launch_rejected(request: Request, exc: LaunchRejected) -> Response:
-        return templates.TemplateResponse(
-            request,
-            "lti/rejected.html",
-            {"error": exc, "viewer": None, "user": None, "csrf_token": ""},
-            status_code=400,
-            headers=PAGE_HEADERS,
-        )
+        return rejected_page(request, exc)
 
     app.add_middleware(FrameAncestors)
     app.include_router(router)
@@ -91,16 +99,63 @@ def tool_urls(request: Request, settings: Settings) -> dict[str, str]:
     }
 
 
+def rejected_page(request: Request, exc: LaunchRejected) -> Response:
+    """A refused login or launch: the check that failed and what to fix."""
+    return templates.TemplateResponse(
+        request,
+        "lti/rejected.html",
+        {"error": exc, "viewer": None, "user": None, "csrf_token": ""},
+        status_code=400,
+        headers=PAGE_HEADERS,
+    )
+
+
+def platform_storage_page(request: Request, **context: Any) -> Response:
+    """The page that talks to the LMS page's storage (static/lti-storage.js), then goes on."""
+    return templates.TemplateResponse(
+        request,
+        "lti/platform_storage.html",
+        {**context, "viewer": None, "user": None, "csrf_token": ""},
+        headers=PAGE_HEADERS,
+    )
+
+
+def from_this_origin(request: Request, settings: Settings) -> bool:
+    """The request was sent by one of this tool's own pages (not posted from another site)."""
+    if request.headers.get("sec-fetch-site") == "same-origin":
+        return True
+    return request.headers.get("origin") == tool_url(request, settings, "")
+
+
+def platform_origin(session: Session, platform_id: str) -> str:
+    """Where platform storage messages go: the origin of the platform's OIDC auth URL."""
+    platform = session.get(LtiPlatform, platform_id)
+    assert platform is not None  # a foreign key
+    auth = urlsplit(platform.auth_url)
+    return f"{auth.scheme}://{auth.netloc}"
+
+
 def _login(
     request: Request, session: Session, settings: Settings, params: dict[str, str]
 ) -> Response:
-    auth_redirect = begin_login(
+    login = begin_login(
         session,
         params,
         redirect_uri=tool_url(request, settings, "/lti/launch"),
         state_max_age_seconds=settings.lti_state_max_age_seconds,
     )
-    return RedirectResponse(auth_redirect, status_code=302)
+    if login.storage_target is None:
+        return RedirectResponse(login.auth_redirect, status_code=302)
+    # LTI Platform Storage: the state goes into the LMS page first (lti.put_data), then on.
+    return platform_storage_page(
+        request,
+        action="put",
+        target=login.storage_target,
+        key=login.storage_key,
+        value=login.storage_value,
+        next_url=login.auth_redirect,
+        platform_origin=login.platform_origin,
+    )
 
 
 @router.get("/lti/login")
@@ -120,6 +175,7 @@ def login_post(
     lti_message_hint: Annotated[str, Form()] = "",
     lti_deployment_id: Annotated[str, Form()] = "",
     client_id: Annotated[str, Form()] = "",
+    lti_storage_target: Annotated[str, Form()] = "",
 ) -> Response:
     """OIDC login initiation (third-party initiated), by form POST."""
     params = {
@@ -129,6 +185,7 @@ def login_post(
         "lti_message_hint": lti_message_hint,
         "lti_deployment_id": lti_deployment_id,
         "client_id": client_id,
+        "lti_storage_target": lti_storage_target,
     }
     return _login(request, session, settings, params)
 
@@ -140,9 +197,22 @@ def launch(
     settings: SettingsDep,
     id_token: Annotated[str, Form()] = "",
     state: Annotated[str, Form()] = "",
+    lti_storage_value: Annotated[str | None, Form()] = None,
 ) -> Response:
     """The platform's form post of the id_token: check it, provision, hand the browser on."""
     key_cache: PlatformKeyCache = request.app.state.platform_keys
+    awaiting = login_awaiting_storage(session, state) if lti_storage_value is None else None
+    if awaiting is not None:
+        # The login put its state in the LMS page: this page reads it back (lti.get_data)
+        # and posts the launch again, from this origin, with what it read.
+        return platform_storage_page(
+            request,
+            action="get",
+            target=awaiting.storage_target,
+            key=storage_key(state),
+            platform_origin=platform_origin(session, awaiting.platform_id),
+            launch={"id_token": id_token, "state": state},
+        )
     try:
         validated = validate_launch(
             session,
@@ -150,11 +220,14 @@ def launch(
             id_token=id_token,
             state=state,
             leeway_seconds=settings.lti_leeway_seconds,
+            storage_value=lti_storage_value,
+            same_origin=from_this_origin(request, settings),
         )
-    except LaunchRejected:
-        # The state stays used: a refused launch cannot be replayed either.
+    except LaunchRejected as exc:
+        # The state stays used: a refused launch cannot be replayed either. Answered here,
+        # not raised: a raised error would close the request's session before its commit.
         keep_on_error_response(session)
-        raise
+        return rejected_page(request, exc)
     provisioned = provision(session, validated)
     if provisioned.new_frame_origin:
         request.app.state.frame_ancestors.forget()
@@ -164,7 +237,8 @@ def launch(
     if validated.message_type is MessageType.DEEP_LINKING:
         if provisioned.role is not CourseRole.INSTRUCTOR:
             keep_on_error_response(session)
-            raise PageError(
+            return error_page(
+                request,
                 403,
                 "Only instructors choose exercises",
                 "Adding loopgrade content to the course is for its instructors.",

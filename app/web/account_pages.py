@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -10,6 +11,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.courses.courses import CourseError, courses_of, create_course, join_course
 from app.courses.gradebook import practice_cells
 from app.db import SessionDep
+from app.errors import as_sentence
 from app.models import SiteRole, User
 from app.people.accounts import (
     MIN_PASSWORD_CHARS,
@@ -24,12 +26,13 @@ from app.people.accounts import (
 from app.settings import SettingsDep
 from app.web.rendering import render, safe_next
 from app.web.sessions import (
-    LEARNER_COOKIE,
     CsrfViewerDep,
     ViewerDep,
+    anonymous_learner,
     clear_session_cookie,
     client_address,
     end_session,
+    had_session,
     is_known_browser,
     set_known_browser_cookie,
     set_session_cookie,
@@ -58,7 +61,7 @@ def home_context(request: Request, session: SessionDep, viewer: ViewerDep) -> di
         session,
         exercises,
         user_id=user.id if user else None,
-        anonymous_learner=request.cookies.get(LEARNER_COOKIE) if user is None else None,
+        anonymous_learner=anonymous_learner(request, viewer),
     )
     return {
         "courses": courses_of(session, user) if user else [],
@@ -69,9 +72,19 @@ def home_context(request: Request, session: SessionDep, viewer: ViewerDep) -> di
 
 
 @router.get("/")
-def home(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
+def home(
+    request: Request, session: SessionDep, viewer: ViewerDep, unknown_join_code: str = ""
+) -> HTMLResponse:
     """Signed in: your courses, join one, create one; everyone: the unit to practise."""
-    return render(request, viewer, "home.html", home_context(request, session, viewer))
+    context = home_context(request, session, viewer)
+    if unknown_join_code and viewer.user is not None:
+        # Straight after signing up with a join code that matched no course.
+        context["join_error"] = (
+            f"Your account is ready, but no course has the join code “{unknown_join_code}”. "
+            "Check it with your instructor and enter it again here."
+        )
+        context["join_code"] = unknown_join_code
+    return render(request, viewer, "home.html", context)
 
 
 @router.get("/sign-in")
@@ -81,12 +94,23 @@ def sign_in_page(
     """`ended`: sent here by a submission whose session had ended (its code is kept)."""
     if viewer.user is not None:
         return RedirectResponse(safe_next(next), status_code=303)
-    return render(
+    # A session cookie of ours that names no live session: it ended (timed out, or signed out
+    # from another browser). Say so, and forget the cookie.
+    session_ended = had_session(request)
+    response = render(
         request,
         viewer,
         "sign_in.html",
-        {"next": safe_next(next), "email": "", "submission_kept": ended},
+        {
+            "next": safe_next(next),
+            "email": "",
+            "submission_kept": ended,
+            "session_ended": session_ended,
+        },
     )
+    if session_ended:
+        clear_session_cookie(response, request, request.app.state.settings)
+    return response
 
 
 @router.post("/sign-in", response_model=None)
@@ -170,13 +194,22 @@ def sign_up_form(
         return render(request, viewer, "sign_up.html", context, status_code=403)
     try:
         user = create_user(session, email=email, name=name, password=password)
-        target = "/"
-        if join_code.strip():
-            target = f"/courses/{join_course(session, user=user, join_code=join_code).id}"
-    except (AccountError, CourseError) as exc:
+    except AccountError as exc:
         return render(
-            request, viewer, "sign_up.html", {**context, "error": str(exc)}, status_code=422
+            request,
+            viewer,
+            "sign_up.html",
+            {**context, "error": as_sentence(str(exc))},
+            status_code=422,
         )
+    target = "/"
+    if join_code.strip():
+        # The code is optional: one that matches no course never costs the account. The home
+        # page says so and offers its join form with the code as typed.
+        try:
+            target = f"/courses/{join_course(session, user=user, join_code=join_code).id}"
+        except CourseError:
+            target = "/?" + urlencode({"unknown_join_code": join_code.strip()[:64]})
     return _signed_in_response(request, settings, session, user, target)
 
 
@@ -186,7 +219,7 @@ def sign_out(
 ) -> Response:
     if viewer.web_session is not None:
         end_session(session, viewer.web_session)
-        response = RedirectResponse("/", status_code=303)
+    response = RedirectResponse("/", status_code=303)
     clear_session_cookie(response, request, settings)
     return response
 
@@ -202,7 +235,9 @@ def join(
     try:
         course = join_course(session, user=user, join_code=join_code)
     except CourseError as exc:
-        return _home_with_error(request, session, viewer, "join_error", str(exc))
+        return _home_with_error(
+            request, session, viewer, "join_error", as_sentence(str(exc)), join_code=join_code
+        )
     return RedirectResponse(f"/courses/{course.id}", status_code=303)
 
 
@@ -226,7 +261,7 @@ def create_course_form(
     try:
         course = create_course(session, name=name, instructor=user)
     except CourseError as exc:
-        return _home_with_error(request, session, viewer, "create_error", str(exc))
+        return _home_with_error(request, session, viewer, "create_error", as_sentence(str(exc)))
     return RedirectResponse(f"/courses/{course.id}/settings?done=created", status_code=303)
 
 
@@ -238,6 +273,7 @@ def _home_with_error(
     message: str,
     *,
     status_code: int = 422,
+    join_code: str = "",
 ) -> HTMLResponse:
-    context = {**home_context(request, session, viewer), field: message}
+    context = {**home_context(request, session, viewer), field: message, "join_code": join_code}
     return render(request, viewer, "home.html", context, status_code=status_code)

@@ -7,10 +7,12 @@ result, then closes. A stream for a finished submission sends `done` at once.
 
 Pushed, not polled by the browser: the grading threads of this process wake the streams of a
 submission as soon as they commit a change to it (`ProgressStreams.state_changed`, hooked into
-the dispatcher). A result written by another host (a Celery worker) is seen by a cheap read
-of the row every `event_check_interval_seconds`. Streams are bounded in number
-(`max_event_streams`, then 503) and in lifetime (`event_stream_max_seconds`, then the browser
-reconnects), and all of them end when the server shuts down (`StreamClosingServer`), so
+the dispatcher). A Celery worker on another host publishes its changes on Redis, and this
+process's subscriber thread wakes the streams the same way (app/grading/state_channel.py).
+Whatever wakes a stream, it re-reads the row, and it reads it every
+`event_check_interval_seconds` anyway: the fallback for a message lost. Streams are bounded
+in number (`max_event_streams`, then 503) and in lifetime (`event_stream_max_seconds`, then
+the browser reconnects), and all of them end when the server shuts down (`StreamClosingServer`), so
 that uvicorn does not wait on them.
 """
 
@@ -93,20 +95,24 @@ class ProgressStreams:
     def open_count(self) -> int:
         return self._open
 
-    def state_changed(self, submission_id: str) -> None:
-        """From any thread: the submission changed; wake its streams."""
+    def state_changed(self, submission_id: str, status: SubmissionStatus) -> None:
+        """From any thread: the submission changed; wake its streams. They re-read the row:
+        `status` (what the changer says, perhaps a message from another host) is not used."""
         with self._lock:
             waiters = list(self._waiters.get(submission_id, ()))
-        for loop, event in waiters:
-            loop.call_soon_threadsafe(event.set)
+        _wake(waiters)
+
+    def wake_all(self) -> None:
+        """Every open stream re-reads its row (news from other hosts may have been lost)."""
+        with self._lock:
+            waiters = [waiter for group in self._waiters.values() for waiter in group]
+        _wake(waiters)
 
     def close_all(self) -> None:
         """End every stream (the server is shutting down) and refuse new ones."""
         with self._lock:
             self._closing = True
-            waiters = [waiter for group in self._waiters.values() for waiter in group]
-        for loop, event in waiters:
-            loop.call_soon_threadsafe(event.set)
+        self.wake_all()
 
     def check_room(self) -> None:
         """Refuse a new stream (503) when `max_event_streams` are open or the server stops."""
@@ -174,6 +180,11 @@ class ProgressStreams:
                     if not group:
                         del self._waiters[submission_id]
                 self._open -= 1
+
+
+def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]) -> None:
+    for loop, event in waiters:
+        loop.call_soon_threadsafe(event.set)
 
 
 def message(event: ProgressEvent, data: dict[str, Any]) -> str:

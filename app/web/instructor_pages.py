@@ -5,20 +5,21 @@ A learner of the course gets 403 on every one of them; anyone not in the course,
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from markupsafe import Markup
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.courses.audit import events, record_event
 from app.courses.courses import (
+    AssignedExercise,
     CourseError,
     Forbidden,
     NotFound,
@@ -33,18 +34,22 @@ from app.courses.courses import (
 from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
+from app.errors import as_sentence
 from app.grading.regrades import (
     RegradeRejected,
     outdated_count,
+    regrade_candidates,
     regrade_progress,
     request_exercise_regrade,
     request_regrade,
 )
 from app.grading.submissions import get_submission
 from app.models import (
+    Assignment,
     Course,
     CourseRole,
     LatePolicy,
+    RegradeReason,
     ScoringPolicy,
     Submission,
     User,
@@ -52,9 +57,15 @@ from app.models import (
 from app.people.accounts import find_user_by_email
 from app.web.charts import bar_chart
 from app.web.rendering import PageError, render
+from app.web.review import (
+    MAX_LISTED_SUBMISSIONS,
+    SubmissionFilter,
+    diagnosis_counts,
+    filtered_submissions,
+)
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from app.web.submission_view import submission_context
-from graders.exercises import list_exercises
+from graders.exercises import Exercise, list_exercises
 from graders.report import diagnosis_name
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -209,33 +220,33 @@ def course_submissions_page(
 ) -> HTMLResponse:
     """Every submission in the course, newest first, filtered by exercise, diagnosis, learner."""
     _, course = instructor_course(session, viewer, course_id)
-    query = select(Submission, User).outerjoin(User, User.id == Submission.user_id)
-    query = query.where(Submission.course_id == course.id)
-    if exercise:
-        query = query.where(Submission.exercise_id == exercise)
-    if diagnosis:
-        query = query.where(Submission.diagnosis == diagnosis)
-    if learner:
-        query = query.where(Submission.learner == learner)
-    rows = session.execute(query.order_by(Submission.created_at.desc()).limit(500)).all()
+    chosen = SubmissionFilter(exercise=exercise, diagnosis=diagnosis, learner=learner)
     return render(
         request,
         viewer,
         "course_submissions.html",
         {
             "course": course,
-            "rows": rows,
+            "rows": filtered_submissions(session, course.id, chosen),
+            "max_rows": MAX_LISTED_SUBMISSIONS,
             "exercises": assignments_of(session, course.id),
             "titles": {e.id: e.title for e in list_exercises()},
-            "exercise_filter": exercise,
-            "diagnosis_filter": diagnosis,
-            "learner_filter": learner,
+            "diagnoses": diagnosis_counts(session, course.id, exercise),
+            "chosen": chosen,
+            "list_query": chosen.query_string(),
+            "everyone_query": replace(chosen, learner="").query_string(),
         },
     )
 
 
-def _done(submission_id: str, done: str) -> Response:
-    return RedirectResponse(f"/submissions/{submission_id}?done={done}", status_code=303)
+def _done(submission_id: str, done: str, list_query: str) -> Response:
+    """Back to the submission, saying what was done (and still in the list it was opened from)."""
+    query = urlencode({"done": done, **({"list": list_query} if list_query else {})})
+    return RedirectResponse(f"/submissions/{submission_id}?{query}", status_code=303)
+
+
+# Each review form sends back the list the submission was opened from (see review_position).
+ListQueryForm = Annotated[str, Form(alias="list")]
 
 
 def _refused(
@@ -255,6 +266,7 @@ def override_form(
     viewer: CsrfViewerDep,
     score: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
+    list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
@@ -265,19 +277,23 @@ def override_form(
         return _refused(
             request, session, viewer, submission_id, f"The override was not set: {message}."
         )
-    return _done(submission_id, "override-set")
+    return _done(submission_id, "override-set", list_query)
 
 
 @router.post("/submissions/{submission_id}/override/remove", response_model=None)
 def remove_override_form(
-    request: Request, submission_id: str, session: SessionDep, viewer: CsrfViewerDep
+    request: Request,
+    submission_id: str,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Nothing removed: {exc}.")
-    return _done(submission_id, "override-removed")
+    return _done(submission_id, "override-removed", list_query)
 
 
 @router.post("/submissions/{submission_id}/regrade", response_model=None)
@@ -286,13 +302,64 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         request_regrade(session, submission, by=user)
     except RegradeRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
-    return _done(submission_id, "regrade")
+    return _done(submission_id, "regrade", list_query)
+
+
+def _regrade_confirmation(
+    request: Request,
+    session: Session,
+    viewer: Viewer,
+    course: Course,
+    assigned: AssignedExercise,
+    which: str,
+    *,
+    notice: str = "",
+    status_code: int = 200,
+) -> HTMLResponse:
+    only_outdated = which != "all"
+    candidates = regrade_candidates(
+        session, course_id=course.id, exercise_id=assigned.id, only_outdated=only_outdated
+    )
+    return render(
+        request,
+        viewer,
+        "regrade_confirm.html",
+        {
+            "course": course,
+            "assigned": assigned,
+            "which": "outdated" if only_outdated else "all",
+            "count": len(candidates),
+            "learners": len({s.user_id or s.learner for s in candidates}),
+            "reasons": list(RegradeReason),
+            "default_reason": (
+                RegradeReason.EXERCISE_UPDATED if only_outdated else RegradeReason.GRADER_UPDATED
+            ),
+            "notice": notice,
+        },
+        status_code=status_code,
+    )
+
+
+@router.get("/courses/{course_id}/exercises/{exercise_id}/regrade")
+def regrade_confirm_page(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    which: str = "outdated",
+) -> HTMLResponse:
+    """Before a regrade of an exercise: how many submissions it will run, and why."""
+    _, course = instructor_course(session, viewer, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    return _regrade_confirmation(request, session, viewer, course, assigned, which)
 
 
 @router.post("/courses/{course_id}/exercises/{exercise_id}/regrade", response_model=None)
@@ -303,9 +370,43 @@ def regrade_exercise_form(
     session: SessionDep,
     viewer: CsrfViewerDep,
     which: Annotated[str, Form()] = "outdated",
+    expected_count: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+    note: Annotated[str, Form()] = "",
 ) -> Response:
     user, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
+    count = len(
+        regrade_candidates(
+            session, course_id=course.id, exercise_id=assigned.id, only_outdated=which != "all"
+        )
+    )
+    if expected_count != str(count):
+        # Confirmed for another number (submissions came or were regraded since): ask again.
+        return _regrade_confirmation(
+            request,
+            session,
+            viewer,
+            course,
+            assigned,
+            which,
+            notice=f"The number of submissions changed since the page was opened "
+            f"(now {count}): check it and confirm again.",
+            status_code=409,
+        )
+    try:
+        why = RegradeReason(reason)
+    except ValueError:
+        return _regrade_confirmation(
+            request,
+            session,
+            viewer,
+            course,
+            assigned,
+            which,
+            notice="Say why you regrade: the learners whose result changes are told.",
+            status_code=422,
+        )
     try:
         batch_id, _ = request_exercise_regrade(
             session,
@@ -313,9 +414,11 @@ def regrade_exercise_form(
             exercise_id=assigned.id,
             only_outdated=which != "all",
             by=user,
+            reason=why,
+            note=note,
         )
     except RegradeRejected as exc:
-        raise PageError(409, "Nothing to regrade", f"Nothing to regrade: {exc}.") from None
+        raise PageError(409, "Nothing to regrade", f"Nothing was regraded: {exc}.") from None
     return RedirectResponse(f"/courses/{course.id}/regrades/{batch_id}", status_code=303)
 
 
@@ -357,132 +460,221 @@ def _parse_due(value: str, timezone: str) -> datetime | None:
     return local.astimezone(UTC)
 
 
-def settings_context(session: Session, course: Course) -> dict[str, object]:
-    assigned = {a.id: a for a in assignments_of(session, course.id)}
+@dataclass(frozen=True)
+class AssignmentFields:
+    """One exercise's fieldset on the settings page: as saved, or as sent (with its error)."""
+
+    exercise: Exercise
+    assigned: bool
+    due_at: str  # the datetime-local value: UTC as saved, or as typed in the sender's zone
+    due_at_utc: str  # ISO UTC for time.js to show in the reader's zone ("" for typed values)
+    late_policy: str
+    late_penalty_percent_per_day: str
+    scoring_policy: str
+    error: str = ""
+
+
+def saved_fields(session: Session, course: Course) -> list[AssignmentFields]:
+    assigned = {a.id: a.assignment for a in assignments_of(session, course.id)}
+    rows = []
+    for exercise in list_exercises():
+        row = assigned.get(exercise.id)
+        due = row.due_at if row else None
+        rows.append(
+            AssignmentFields(
+                exercise=exercise,
+                assigned=row is not None,
+                due_at=due.strftime("%Y-%m-%dT%H:%M") if due else "",
+                due_at_utc=due.isoformat() if due else "",
+                late_policy=row.late_policy if row else LatePolicy.PENALTY,
+                late_penalty_percent_per_day=f"{row.late_penalty_percent_per_day:g}"
+                if row
+                else "0",
+                scoring_policy=row.scoring_policy if row else ScoringPolicy.BEST,
+            )
+        )
+    return rows
+
+
+def settings_context(
+    session: Session, course: Course, fields: list[AssignmentFields] | None = None
+) -> dict[str, object]:
     return {
         "course": course,
-        "exercises": [(e, assigned.get(e.id)) for e in list_exercises()],
+        "fields": fields if fields is not None else saved_fields(session, course),
         "instructors": members(session, course.id, CourseRole.INSTRUCTOR),
         "learner_count": len(members(session, course.id, CourseRole.LEARNER)),
-        "late_policies": [p.value for p in LatePolicy],
-        "scoring_policies": [p.value for p in ScoringPolicy],
     }
 
 
 SETTINGS_DONE = {
     "created": "Course created, with the unit's five exercises set (no due dates yet). "
     "Give your learners the join code below.",
-    "join-code": "New join code made: the old one no longer works; enrolled learners stay.",
-    "instructor": "Instructor added.",
-    "saved": "Saved.",
+    "saved": "Settings saved.",
+    "unchanged": "Nothing had changed: nothing was saved.",
 }
 
 
 @router.get("/courses/{course_id}/settings")
 def settings_page(
-    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+    request: Request,
+    course_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    done: str = "",
+    changed: str = "",
 ) -> HTMLResponse:
     _, course = instructor_course(session, viewer, course_id)
-    context = {**settings_context(session, course), "notice": SETTINGS_DONE.get(done)}
+    titles = {e.id: e.title for e in list_exercises()}
+    changes = [titles.get(part, part) for part in changed.split(",") if part in titles]
+    notice = SETTINGS_DONE.get(done)
+    if notice and changes:
+        notice = f"{notice} Changed: {', '.join(changes)}."
+    context = {**settings_context(session, course), "notice": notice}
     return render(request, viewer, "settings.html", context)
 
 
-def _settings_done(course_id: str, done: str, anchor: str = "") -> Response:
-    return RedirectResponse(f"/courses/{course_id}/settings?done={done}{anchor}", status_code=303)
-
-
-def _settings_refused(
-    request: Request, session: Session, viewer: Viewer, course: Course, message: str
-) -> Response:
-    context = {**settings_context(session, course), "error": message}
-    return render(request, viewer, "settings.html", context, status_code=422)
-
-
-@router.post("/courses/{course_id}/settings/exercises/{exercise_id}", response_model=None)
-def assignment_form(
-    request: Request,
-    course_id: str,
-    exercise_id: str,
-    session: SessionDep,
-    viewer: CsrfViewerDep,
-    assigned: Annotated[str, Form()] = "",
-    due_at: Annotated[str, Form()] = "",
-    timezone: Annotated[str, Form()] = "",
-    late_policy: Annotated[str, Form()] = "penalty",
-    late_penalty_percent_per_day: Annotated[str, Form()] = "0",
-    scoring_policy: Annotated[str, Form()] = "best",
-) -> Response:
-    user, course = instructor_course(session, viewer, course_id)
+def _sent_fields(
+    exercise: Exercise,
+    *,
+    assigned: bool,
+    due_at: str,
+    late_policy: str,
+    late_penalty_percent_per_day: str,
+    scoring_policy: str,
+    timezone: str,
+) -> tuple[AssignmentFields, dict[str, Any] | None]:
+    """One fieldset as sent, and the values to save (None when it has an error)."""
+    fields = AssignmentFields(
+        exercise,
+        assigned,
+        due_at.strip(),
+        "",
+        late_policy,
+        late_penalty_percent_per_day.strip(),
+        scoring_policy,
+    )
     try:
         try:
             penalty = float(late_penalty_percent_per_day or 0)
-            late = LatePolicy(late_policy)
-            scoring = ScoringPolicy(scoring_policy)
         except ValueError:
             raise CourseError(
-                "choose a late policy, a penalty from 0 to 100, and a scoring policy"
+                f"the late penalty {late_penalty_percent_per_day.strip()!r} is not a number"
             ) from None
-        row = set_assignment(
-            session,
-            course_id=course.id,
-            exercise_id=exercise_id,
-            assigned=bool(assigned),
-            due_at=_parse_due(due_at, timezone),
-            late_policy=late,
-            late_penalty_percent_per_day=penalty,
-            scoring_policy=scoring,
-        )
+        if not math.isfinite(penalty) or not 0 <= penalty <= 100:
+            raise CourseError("the late penalty is a percentage per day, from 0 to 100")
+        try:
+            late, scoring = LatePolicy(late_policy), ScoringPolicy(scoring_policy)
+        except ValueError:
+            raise CourseError("choose what happens after the due date, and what counts") from None
+        values = {
+            "assigned": assigned,
+            "due_at": _parse_due(due_at, timezone),
+            "late_policy": late,
+            "late_penalty_percent_per_day": penalty,
+            "scoring_policy": scoring,
+        }
     except CourseError as exc:
-        return _settings_refused(request, session, viewer, course, f"{exercise_id}: {exc}.")
-    record_event(
-        session,
-        actor=user,
-        action="assignment.set" if row else "assignment.removed",
-        course_id=course.id,
-        exercise=exercise_id,
-        due_at=row.due_at.isoformat() if row and row.due_at else None,
-        late_policy=row.late_policy if row else None,
-        late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
-        scoring_policy=row.scoring_policy if row else None,
-    )
-    return _settings_done(course.id, "saved", f"#ex-{exercise_id}")
+        return replace(fields, error=as_sentence(str(exc))), None
+    return fields, values
 
 
-@router.post("/courses/{course_id}/settings/join-code", response_model=None)
-def join_code_form(course_id: str, session: SessionDep, viewer: CsrfViewerDep) -> Response:
-    user, course = instructor_course(session, viewer, course_id)
-    new_course_join_code(session, course)
-    record_event(session, actor=user, action="course.join-code", course_id=course.id)
-    return _settings_done(course.id, "join-code")
+def _assignment_state(row: Assignment | None) -> tuple[object, ...] | None:
+    if row is None:
+        return None
+    return (row.due_at, row.late_policy, row.late_penalty_percent_per_day, row.scoring_policy)
 
 
-@router.post("/courses/{course_id}/settings/instructors", response_model=None)
-def add_instructor_form(
+@router.post("/courses/{course_id}/settings", response_model=None)
+def settings_form(
     request: Request,
     course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    email: Annotated[str, Form()] = "",
+    exercise: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    due_at: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    late_policy: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    late_penalty_percent_per_day: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    scoring_policy: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    assigned: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    timezone: Annotated[str, Form()] = "",
+    instructor_email: Annotated[str, Form()] = "",
+    new_join_code: Annotated[str, Form()] = "",
 ) -> Response:
+    """The whole settings page is one form: every exercise's fields are saved together (or,
+    when one has an error, none is, and the page comes back with everything as it was sent)."""
     user, course = instructor_course(session, viewer, course_id)
-    other = find_user_by_email(session, email)
-    if other is None:
-        return _settings_refused(
-            request,
-            session,
-            viewer,
-            course,
-            f"No account has the email {email.strip()!r}: they need to sign up first.",
+    columns = (exercise, due_at, late_policy, late_penalty_percent_per_day, scoring_policy)
+    if not exercise or len({len(column) for column in columns}) != 1:
+        raise PageError(422, "Not accepted", "The settings form was incomplete: reload the page.")
+    known = {e.id: e for e in list_exercises()}
+    sent: list[tuple[AssignmentFields, dict[str, Any] | None]] = []
+    for exercise_id, due, late, penalty, scoring in zip(*columns, strict=True):
+        if exercise_id not in known:
+            raise PageError(422, "Not accepted", f"There is no exercise called “{exercise_id}”.")
+        sent.append(
+            _sent_fields(
+                known[exercise_id],
+                assigned=exercise_id in assigned,
+                due_at=due,
+                late_policy=late,
+                late_penalty_percent_per_day=penalty,
+                scoring_policy=scoring,
+                timezone=timezone,
+            )
         )
-    add_instructor(session, course=course, user=other)
-    record_event(
-        session,
-        actor=user,
-        action="course.instructor-added",
-        course_id=course.id,
-        email=other.email,
-    )
-    return _settings_done(course.id, "instructor")
+    fields = [f for f, _ in sent]
+    errors = [f"{f.exercise.title}: {f.error}" for f in fields if f.error]
+    other = find_user_by_email(session, instructor_email) if instructor_email.strip() else None
+    if instructor_email.strip() and other is None:
+        errors.append(
+            f"No account has the email {instructor_email.strip()!r}: they need to sign up "
+            "before you can add them as an instructor."
+        )
+    if errors:
+        context = {
+            **settings_context(session, course, fields),
+            "error": "Nothing was saved. " + " ".join(errors),
+            "instructor_email": instructor_email,
+            "new_join_code": bool(new_join_code),
+        }
+        return render(request, viewer, "settings.html", context, status_code=422)
+
+    before = {a.id: _assignment_state(a.assignment) for a in assignments_of(session, course.id)}
+    changed = []
+    for fields_sent, values in sent:
+        assert values is not None
+        exercise_id = fields_sent.exercise.id
+        row = set_assignment(session, course_id=course.id, exercise_id=exercise_id, **values)
+        if _assignment_state(row) == before.get(exercise_id):
+            continue
+        changed.append(exercise_id)
+        record_event(
+            session,
+            actor=user,
+            action="assignment.set" if row else "assignment.removed",
+            course_id=course.id,
+            exercise=exercise_id,
+            due_at=row.due_at.isoformat() if row and row.due_at else None,
+            late_policy=row.late_policy if row else None,
+            late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
+            scoring_policy=row.scoring_policy if row else None,
+        )
+    if other is not None:
+        add_instructor(session, course=course, user=other)
+        record_event(
+            session,
+            actor=user,
+            action="course.instructor-added",
+            course_id=course.id,
+            email=other.email,
+        )
+    if new_join_code:
+        new_course_join_code(session, course)
+        record_event(session, actor=user, action="course.join-code", course_id=course.id)
+    done = "saved" if changed or other is not None or new_join_code else "unchanged"
+    query = urlencode({"done": done, **({"changed": ",".join(changed)} if changed else {})})
+    return RedirectResponse(f"/courses/{course.id}/settings?{query}", status_code=303)
 
 
 @router.get("/courses/{course_id}/audit")

@@ -7,10 +7,13 @@ course and site admins only; to anyone else it does not exist (404).
 
 from __future__ import annotations
 
+import io
 import secrets
+import zipfile
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
@@ -22,10 +25,11 @@ from app.courses.courses import (
     courses_of,
     require_member,
 )
-from app.courses.gradebook import learner_cells, practice_assignment
+from app.courses.gradebook import learner_cells, practice_assignment, progress_of
 from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
+from app.grading.regrades import changed_by_regrade
 from app.grading.submissions import (
     AssignmentClosed,
     SubmissionRejected,
@@ -33,15 +37,15 @@ from app.grading.submissions import (
     get_submission,
     submissions_of,
 )
-from app.models import Course, CourseRole, User, utc_now
+from app.models import Course, CourseRole, Submission, User, utc_now
 from app.settings import Settings, SettingsDep
-from app.web.drafts import (
-    draft_url,
+from app.web.kept_submissions import (
     forget_kept_submission,
     keep_if_session_ended,
     kept_submission_of,
 )
 from app.web.rendering import PageError, render
+from app.web.review import review_position
 from app.web.sessions import (
     LEARNER_COOKIE,
     SignInRequired,
@@ -55,6 +59,11 @@ from app.web.submission_view import result_context, submission_context, viewable
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+# A learner's code in one course, as one zip: at most this many submissions (the newest).
+MAX_SUBMISSIONS_IN_ZIP = 2000
+# The course home lists the learner's results a regrade changed, at most this many (newest).
+MAX_REGRADE_CHANGES_SHOWN = 5
 
 
 def new_learner_id() -> str:
@@ -174,12 +183,13 @@ def _editable_code(
             )
         ):
             code = previous.code
+    place = course.id if course else "practice"
     return {
         "code": code,
         "kept": kept is not None,
         "draft": {
-            "key": f"{user_id or 'anon'}:{course.id if course else 'practice'}:{exercise.id}",
-            "url": draft_url(course.id if course else None, exercise.id) if user_id else "",
+            "key": f"{user_id or 'anon'}:{place}:{exercise.id}",
+            "url": f"/drafts/{place}/{exercise.id}" if user_id else "",
             "saved_at": opening.saved_at.isoformat() if opening.saved_at else "",
         },
     }
@@ -400,17 +410,88 @@ def course_home(
     """The course's exercises in order, with due dates, and the learner's state and score."""
     user = signed_in_user(viewer)
     course, role = require_member(session, user, course_id)
+    unit = _unit(session, viewer, request, course)
+    now = utc_now()
+    upcoming = [
+        assigned
+        for assigned, cell in unit
+        if assigned.assignment.due_at is not None
+        and assigned.assignment.due_at >= now
+        and cell.state != "solved"
+    ]
+    mine = submissions_of(session, user_id=user.id, course_id=course.id)
+    changes = changed_by_regrade(session, [s.id for s in mine])
+    titles = {a.exercise.id: a.exercise.title for a, _ in unit}
     return render(
         request,
         viewer,
         "course.html",
         {
+            "regrade_changes": [
+                (s, titles.get(s.exercise_id, s.exercise_id), changes[s.id])
+                for s in mine
+                if s.id in changes
+            ][:MAX_REGRADE_CHANGES_SHOWN],
             "course": course,
             "role": role,
             "is_instructor": role == CourseRole.INSTRUCTOR,
-            "unit": _unit(session, viewer, request, course),
-            "now": utc_now(),
+            "unit": unit,
+            "progress": progress_of([cell for _, cell in unit]),
+            "next_due": min(upcoming, key=lambda a: a.assignment.due_at or now, default=None),
+            "scoring_policies": sorted({a.assignment.scoring_policy for a, _ in unit}),
+            "now": now,
         },
+    )
+
+
+def _file_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d-%H%M%SZ")
+
+
+def _code_file_name(submission: Submission) -> str:
+    return f"{submission.exercise_id}-{_file_time(submission.created_at)}-{submission.id[:8]}.py"
+
+
+def _download_headers(filename: str) -> dict[str, str]:
+    return {
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
+@router.get("/submissions/{submission_id}/code.py", response_model=None)
+def submission_code_download(
+    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep
+) -> Response:
+    """The submitted code as a .py file, for whoever may see the submission."""
+    submission = viewable_submission(request, session, viewer, submission_id)
+    return Response(
+        submission.code,
+        media_type="text/x-python; charset=utf-8",
+        headers=_download_headers(_code_file_name(submission)),
+    )
+
+
+@router.get("/courses/{course_id}/my-code.zip", response_model=None)
+def course_code_download(course_id: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    """Every submission of the viewer's in the course, one .py per submission in a folder per
+    exercise, newest last."""
+    user = signed_in_user(viewer)
+    course, _ = require_member(session, user, course_id)
+    mine = submissions_of(
+        session, user_id=user.id, course_id=course.id, limit=MAX_SUBMISSIONS_IN_ZIP
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for submission in reversed(mine):
+            name = f"{submission.exercise_id}/{_code_file_name(submission)}"
+            archive.writestr(name, submission.code)
+    slug = "".join(c if c.isalnum() else "-" for c in course.name.lower()).strip("-") or "course"
+    return Response(
+        buffer.getvalue(),
+        media_type="application/zip",
+        headers=_download_headers(f"{slug}-my-code.zip"),
     )
 
 
@@ -424,11 +505,26 @@ DONE_MESSAGES = {
 
 @router.get("/submissions/{submission_id}")
 def submission_page(
-    request: Request, submission_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+    request: Request,
+    submission_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    done: str = "",
+    list_query: Annotated[str, Query(alias="list")] = "",
 ) -> HTMLResponse:
+    """A submission; `list` (the course submissions page's filter) when an instructor goes
+    through that list: the page then links the previous and the next submission in it."""
     context = submission_context(request, session, viewer, submission_id)
+    position = (
+        review_position(session, context["submission"], list_query)
+        if context["review"] is not None
+        else None
+    )
     return render(
-        request, viewer, "submission.html", {**context, "notice": DONE_MESSAGES.get(done)}
+        request,
+        viewer,
+        "submission.html",
+        {**context, "notice": DONE_MESSAGES.get(done), "position": position},
     )
 
 

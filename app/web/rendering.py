@@ -66,6 +66,37 @@ def _when(value: datetime | None) -> Markup:
     )
 
 
+def countdown_words(seconds: float) -> str:
+    """How long until (or since) a moment, in words: "in 2 days, 3 hours", "5 minutes ago".
+
+    static/time.js says the same in the reader's browser and keeps it current.
+    """
+    whole = int(abs(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+
+    def unit(count: int, name: str) -> str:
+        return f"{count} {name}{'' if count == 1 else 's'}"
+
+    if days:
+        span = unit(days, "day") + (f", {unit(hours, 'hour')}" if hours else "")
+    elif hours:
+        span = unit(hours, "hour") + (f", {unit(minutes, 'minute')}" if minutes else "")
+    else:
+        span = unit(max(minutes, 1), "minute")
+    return f"in {span}" if seconds >= 0 else f"{span} ago"
+
+
+def _countdown(value: datetime | None, now: datetime) -> Markup:
+    """The time left until `value` as of `now`, as a <time> that static/time.js keeps current."""
+    if value is None:
+        return Markup("")
+    return Markup('<time datetime="{}" data-countdown>{}</time>').format(
+        value.isoformat(), countdown_words((value - now).total_seconds())
+    )
+
+
 def _points(value: float | None) -> str:
     return "\u2014" if value is None else f"{value:g}"
 
@@ -74,6 +105,7 @@ templates.env.filters["markdown"] = _markdown_filter
 templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
+templates.env.filters["countdown"] = _countdown
 templates.env.filters["diagnosis_name"] = diagnosis_name
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.courses.audit import events
@@ -73,3 +75,82 @@ def review_context(session: Session, settings: Settings, submission: Submission)
         "outdated": current_version is not None and submission.exercise_version != current_version,
         "overridden_by": overridden_by,
     }
+
+
+# The course's submissions page lists at most this many (the newest).
+MAX_LISTED_SUBMISSIONS = 500
+
+
+@dataclass(frozen=True)
+class SubmissionFilter:
+    """Which of a course's submissions an instructor is going through, newest first."""
+
+    exercise: str = ""
+    diagnosis: str = ""
+    learner: str = ""
+
+    def query_string(self) -> str:
+        """The filter as the list page's query (kept by the submission pages it links to).
+        Every key is in it, so that even the unfiltered list's query is not empty."""
+        return urlencode(asdict(self))
+
+    @classmethod
+    def from_query_string(cls, text: str) -> SubmissionFilter:
+        values = {k: v[0] for k, v in parse_qs(text).items() if k in cls.__dataclass_fields__}
+        return cls(**values)
+
+
+def filtered_submissions(
+    session: Session, course_id: str, chosen: SubmissionFilter
+) -> list[tuple[Submission, User | None]]:
+    query = select(Submission, User).outerjoin(User, User.id == Submission.user_id)
+    query = query.where(Submission.course_id == course_id)
+    if chosen.exercise:
+        query = query.where(Submission.exercise_id == chosen.exercise)
+    if chosen.diagnosis:
+        query = query.where(Submission.diagnosis == chosen.diagnosis)
+    if chosen.learner:
+        query = query.where(Submission.learner == chosen.learner)
+    query = query.order_by(Submission.created_at.desc(), Submission.id)
+    return [(s, u) for s, u in session.execute(query.limit(MAX_LISTED_SUBMISSIONS)).all()]
+
+
+def diagnosis_counts(session: Session, course_id: str, exercise: str) -> list[tuple[str, int]]:
+    """Each diagnosis among the course's submissions (of one exercise, if given), most first."""
+    query = select(Submission.diagnosis, func.count()).where(
+        Submission.course_id == course_id, Submission.diagnosis.is_not(None)
+    )
+    if exercise:
+        query = query.where(Submission.exercise_id == exercise)
+    rows = session.execute(query.group_by(Submission.diagnosis)).all()
+    return sorted(((code, count) for code, count in rows if code), key=lambda r: (-r[1], r[0]))
+
+
+@dataclass(frozen=True)
+class ReviewPosition:
+    """Where a submission is in the list an instructor came from, and its neighbours."""
+
+    index: int  # from 1
+    total: int
+    newer_id: str | None
+    older_id: str | None
+    list_query: str
+
+
+def review_position(
+    session: Session, submission: Submission, list_query: str
+) -> ReviewPosition | None:
+    if submission.course_id is None or not list_query:
+        return None
+    chosen = SubmissionFilter.from_query_string(list_query)
+    ids = [s.id for s, _ in filtered_submissions(session, submission.course_id, chosen)]
+    if submission.id not in ids:
+        return None
+    at = ids.index(submission.id)
+    return ReviewPosition(
+        index=at + 1,
+        total=len(ids),
+        newer_id=ids[at - 1] if at > 0 else None,
+        older_id=ids[at + 1] if at + 1 < len(ids) else None,
+        list_query=chosen.query_string(),
+    )

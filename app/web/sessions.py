@@ -125,6 +125,13 @@ def get_secret_key(request: Request) -> bytes:
     return secret_key
 
 
+def had_session(request: Request) -> bool:
+    """The browser holds a session cookie of ours (signed by us), live or not."""
+    return (
+        unsign(get_secret_key(request), "session", request.cookies.get(SESSION_COOKIE)) is not None
+    )
+
+
 def get_viewer(request: Request, session: SessionDep) -> Viewer:
     secret_key = get_secret_key(request)
     token = unsign(secret_key, "session", request.cookies.get(SESSION_COOKIE))
@@ -229,7 +236,15 @@ class CsrfRejected(AppError):
     status_code = 403
     title = "Form expired"
 
-    def __init__(self) -> None:
+    def __init__(self, *, session_ended: bool = False) -> None:
+        if session_ended:
+            # The usual cause by far: the page was opened signed in, and the session ended.
+            self.title = "Signed out"
+            super().__init__(
+                "Your session ended before this form was sent, so nothing was saved. Sign in "
+                "again, then open the page and send it again."
+            )
+            return
         super().__init__(
             "This form was not sent from this site's page, or the page was open from before "
             "you signed in or out. Go back, reload the page and send it again."
@@ -258,7 +273,7 @@ def require_csrf(
 ) -> Viewer:
     """Every form POST carries the page's CSRF token."""
     if not csrf_is_valid(request, viewer, csrf_token):
-        raise CsrfRejected()
+        raise CsrfRejected(session_ended=viewer.user is None and had_session(request))
     return viewer
 
 

@@ -9,6 +9,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.courses.courses import can_view_submission, course_role
+from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
 from app.models import Course, CourseRole, Submission, SubmissionStatus
@@ -77,5 +78,6 @@ def submission_context(
         "course": course,
         "is_owner": is_owner,
         "review": review,
+        "regrade_change": changed_by_regrade(session, [submission.id]).get(submission.id),
         **result_context(submission),
     }

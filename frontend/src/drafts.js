@@ -101,6 +101,9 @@ export function startDrafts(textarea, editor) {
       keepLocally();
       savedText = editor.getValue();
       if (timer) clearTimeout(timer);
+      // "Your session had ended ..." is about the code now sent.
+      const kept = document.getElementById("kept-notice");
+      if (kept) kept.hidden = true;
     });
   }
 

@@ -25,7 +25,13 @@
 // Drafts (./drafts.js) are kept from this module's changes.
 
 import { closeBrackets, closeBracketsKeymap } from "@codemirror/autocomplete";
-import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
+import {
+  defaultKeymap,
+  history,
+  historyKeymap,
+  indentWithTab,
+  isolateHistory,
+} from "@codemirror/commands";
 import { python } from "@codemirror/lang-python";
 import {
   bracketMatching,
@@ -177,7 +183,11 @@ function mount(textarea, styleNonce) {
   return {
     getValue: () => view.state.doc.toString(),
     setValue(text) {
-      view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: String(text) } });
+      // Its own undo step, never merged with the typing just before it.
+      view.dispatch({
+        changes: { from: 0, to: view.state.doc.length, insert: String(text) },
+        annotations: isolateHistory.of("full"),
+      });
     },
     markLine(lineNumber, message) {
       marks = [...marks.filter((m) => m.line !== lineNumber), { line: lineNumber, message: String(message) }];

@@ -49,14 +49,19 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(64), nullable=False),
         sa.Column("page_path", sa.String(300), nullable=False),
         sa.Column("code", sa.Text(), nullable=False),
+        sa.Column("client_address", sa.String(64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("token_hash", name=op.f("pk_kept_submissions")),
     )
     op.create_index("ix_kept_submissions_expires_at", "kept_submissions", ["expires_at"])
+    op.create_index(
+        "ix_kept_submissions_client_address", "kept_submissions", ["client_address"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_kept_submissions_client_address", table_name="kept_submissions")
     op.drop_index("ix_kept_submissions_expires_at", table_name="kept_submissions")
     op.drop_table("kept_submissions")
     op.drop_index("uq_drafts_practice", table_name="drafts")

@@ -103,8 +103,15 @@ def test_a_learner_gets_403_on_instructor_pages_and_outsiders_404(
         f"/submissions/{course['submission']}/override": {"score": "10", "reason": "mine now"},
         f"/submissions/{course['submission']}/regrade": {},
         f"/courses/{course['course']}/exercises/{EXERCISE}/regrade": {"which": "all"},
-        f"/courses/{course['course']}/settings/join-code": {},
-        f"/courses/{course['course']}/settings/instructors": {"email": "ben@example.org"},
+        f"/courses/{course['course']}/settings": {
+            "exercise": EXERCISE,
+            "due_at": "",
+            "late_policy": "penalty",
+            "late_penalty_percent_per_day": "0",
+            "scoring_policy": "best",
+            "instructor_email": "ben@example.org",
+            "new_join_code": "1",
+        },
     }
     for path, data in posts.items():
         assert ben.post(path, data={**data, "csrf_token": token}).status_code in (403, 404), path

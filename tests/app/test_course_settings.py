@@ -1,4 +1,5 @@
-"""An instructor sets due dates and policies, makes a new join code, adds an instructor."""
+"""An instructor sets due dates and policies, makes a new join code, adds an instructor: one
+form, saved together, so a change in one part is never dropped by saving another."""
 
 from __future__ import annotations
 
@@ -8,11 +9,44 @@ import httpx
 
 from app.db import SessionFactory
 from app.models import Assignment, AuditEvent, Course, SiteRole
+from graders.exercises import list_exercises
 from tests.app.conftest import EXERCISE
 from tests.app.people import make_course, make_user, sign_in, token_of
 
+EXERCISES = [e.id for e in list_exercises()]
 
-def test_due_dates_policies_join_code_and_instructors(
+
+def post(client: httpx.Client, path: str, fields: list[tuple[str, str]]) -> httpx.Response:
+    """Post repeated fields (each key's values in their order, as a browser sends them)."""
+    data: dict[str, list[str]] = {}
+    for key, value in fields:
+        data.setdefault(key, []).append(value)
+    return client.post(path, data=data)
+
+
+def form_of(
+    token: str, changes: dict[str, dict[str, str]] | None = None, **extra: str
+) -> list[tuple[str, str]]:
+    """The settings form as a browser sends it: every exercise's fields, in order, with the
+    given changes per exercise (unset exercises are left as the course made them: set)."""
+    fields = [("csrf_token", token), ("timezone", "UTC")]
+    for exercise_id in EXERCISES:
+        values = {
+            "assigned": "1",
+            "due_at": "",
+            "late_policy": "penalty",
+            "late_penalty_percent_per_day": "0",
+            "scoring_policy": "best",
+            **(changes or {}).get(exercise_id, {}),
+        }
+        fields.append(("exercise", exercise_id))
+        if values.pop("assigned"):
+            fields.append(("assigned", exercise_id))
+        fields.extend(values.items())
+    return [*fields, *extra.items()]
+
+
+def test_one_form_saves_every_section_together(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
     make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
@@ -21,74 +55,104 @@ def test_due_dates_policies_join_code_and_instructors(
     teacher = httpx.Client(base_url=str(client.base_url))
     sign_in(teacher, "tess@example.org")
     path = f"/courses/{course_id}/settings"
-    action = f"{path}/exercises/{EXERCISE}"
+    main = teacher.get(path).text.split('<main id="main">')[1]
+    assert main.count("<form ") == 1 and main.count('type="submit"') == 1
+    with sessions() as session:
+        old_code = session.get(Course, course_id).join_code  # type: ignore[union-attr]
 
-    saved = teacher.post(
-        action,
-        data={
-            "csrf_token": token_of(teacher.get(path)),
-            "assigned": "1",
+    # Two exercises changed, an instructor added and a new join code, in one save.
+    changes = {
+        EXERCISE: {
             "due_at": "2026-12-01T17:30",
-            "timezone": "Europe/Paris",  # what time.js sends
-            "late_policy": "penalty",
             "late_penalty_percent_per_day": "12.5",
             "scoring_policy": "latest",
         },
+        "fix-the-loop": {"assigned": "", "late_policy": "lock"},
+    }
+    form = form_of(token_of(teacher.get(path)), changes, instructor_email="uma@example.org")
+    form = [(k, "Europe/Paris" if k == "timezone" else v) for k, v in form]  # as time.js sends
+    saved = post(teacher, path, [*form, ("new_join_code", "1")])
+    assert saved.status_code == 303
+    notice = teacher.get(saved.headers["location"]).text
+    assert "Settings saved. Changed: One training step: zero, backward, step, Fix the loop." in (
+        notice
     )
-    assert saved.status_code == 303 and "done=saved" in saved.headers["location"]
+    assert old_code not in notice
     with sessions() as session:
-        row = session.query(Assignment).filter_by(course_id=course_id, exercise_id=EXERCISE).one()
-        assert row.due_at == datetime(2026, 12, 1, 16, 30, tzinfo=UTC)
-        assert (row.late_penalty_percent_per_day, row.scoring_policy) == (12.5, "latest")
-    home = teacher.get(f"/courses/{course_id}").text
-    assert "2026-12-01 16:30 UTC" in home and "12.5% per day late" in home
-
-    bad = teacher.post(
-        action,
-        data={
-            "csrf_token": token_of(teacher.get(path)),
-            "assigned": "1",
-            "late_policy": "penalty",
-            "late_penalty_percent_per_day": "150",
-            "scoring_policy": "best",
-        },
-    )
-    assert bad.status_code == 422 and "from 0 to 100" in bad.text
-
-    unset = teacher.post(
-        f"{path}/exercises/fix-the-loop",
-        data={"csrf_token": token_of(teacher.get(path)), "late_policy": "lock"},
-    )
-    assert unset.status_code == 303
-    assert teacher.get(f"/courses/{course_id}").text.count("/exercises/") >= 4
-    assert "Fix the loop" not in teacher.get(f"/courses/{course_id}").text
-
-    with sessions() as session:
-        old_code = session.get(Course, course_id).join_code  # type: ignore[union-attr]
-    new = teacher.post(f"{path}/join-code", data={"csrf_token": token_of(teacher.get(path))})
-    assert new.status_code == 303
-    page = teacher.get(new.headers["location"]).text
-    assert "New join code made" in page and old_code not in page
-
-    added = teacher.post(
-        f"{path}/instructors",
-        data={"csrf_token": token_of(teacher.get(path)), "email": "uma@example.org"},
-    )
-    assert added.status_code == 303
-    uma = httpx.Client(base_url=str(client.base_url))
-    sign_in(uma, "uma@example.org")
-    assert uma.get(f"/courses/{course_id}/gradebook").status_code == 200
-    nobody = teacher.post(
-        f"{path}/instructors",
-        data={"csrf_token": token_of(teacher.get(path)), "email": "nobody@example.org"},
-    )
-    assert nobody.status_code == 422 and "sign up first" in nobody.text
-
-    with sessions() as session:
+        rows = {a.exercise_id: a for a in session.query(Assignment).filter_by(course_id=course_id)}
+        assert rows[EXERCISE].due_at == datetime(2026, 12, 1, 16, 30, tzinfo=UTC)
+        assert (rows[EXERCISE].late_penalty_percent_per_day, rows[EXERCISE].scoring_policy) == (
+            12.5,
+            "latest",
+        )
+        assert "fix-the-loop" not in rows and len(rows) == 4
         actions = [e.action for e in session.query(AuditEvent).order_by(AuditEvent.id)]
+    # Only what changed is logged.
     assert actions == [
         "assignment.set",
         "assignment.removed",
-        "course.join-code",
         "course.instructor-added",
+        "course.join-code",
     ]
+    home = teacher.get(f"/courses/{course_id}").text
+    assert "2026-12-01 16:30 UTC" in home
+    assert "loses 12.5% of its score for each started day" in home
+    assert "Fix the loop" not in home
+    uma = httpx.Client(base_url=str(client.base_url))
+    sign_in(uma, "uma@example.org")
+    assert uma.get(f"/courses/{course_id}/gradebook").status_code == 200
+
+    # Saving again with nothing changed says so.
+    same = form_of(token_of(teacher.get(path)), changes)
+    same = [(k, "Europe/Paris" if k == "timezone" else v) for k, v in same]
+    unchanged = post(teacher, path, same)
+    assert "Nothing had changed" in teacher.get(unchanged.headers["location"]).text
+
+
+def test_an_error_saves_nothing_and_keeps_every_field_as_sent(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@example.org")
+    teacher = httpx.Client(base_url=str(client.base_url))
+    sign_in(teacher, "tess@example.org")
+    path = f"/courses/{course_id}/settings"
+    changes = {
+        "prove-accumulation": {"due_at": "2026-11-30T09:15", "scoring_policy": "latest"},
+        EXERCISE: {"late_penalty_percent_per_day": "150"},
+        "fix-the-loop": {"assigned": ""},
+    }
+    form = form_of(token_of(teacher.get(path)), changes, instructor_email="nobody@example.org")
+    bad = post(teacher, path, [*form, ("new_join_code", "1")])
+    assert bad.status_code == 422
+    assert "Nothing was saved." in bad.text
+    assert "from 0 to 100" in bad.text and "they need to sign up" in bad.text
+    # What was typed is all still there: the other exercise's date and policy, the unticked
+    # box, the bad penalty, the email and the join-code box.
+    assert 'value="2026-11-30T09:15"' in bad.text
+    assert 'name="late_penalty_percent_per_day" type="number"' in bad.text and 'value="150"' in (
+        bad.text
+    )
+    assert 'value="fix-the-loop" >' in bad.text or 'value="fix-the-loop"  >' in bad.text
+    assert 'value="nobody@example.org"' in bad.text
+    assert 'name="new_join_code" value="1" checked' in bad.text
+    assert bad.text.count('<option value="latest" selected>') == 1
+    with sessions() as session:
+        rows = session.query(Assignment).filter_by(course_id=course_id).all()
+        assert len(rows) == 5 and all(r.due_at is None for r in rows)
+        assert session.query(AuditEvent).count() == 0
+
+
+def test_an_incomplete_form_is_refused(client: httpx.Client, sessions: SessionFactory) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@example.org")
+    teacher = httpx.Client(base_url=str(client.base_url))
+    sign_in(teacher, "tess@example.org")
+    path = f"/courses/{course_id}/settings"
+    token = token_of(teacher.get(path))
+    short = teacher.post(path, data={"csrf_token": token, "exercise": EXERCISE})
+    assert short.status_code == 422 and "incomplete" in short.text
+    unknown = form_of(token, {})
+    unknown = [(k, "no-such" if (k, v) == ("exercise", EXERCISE) else v) for k, v in unknown]
+    refused = post(teacher, path, unknown)
+    assert refused.status_code == 422 and "no-such" in refused.text

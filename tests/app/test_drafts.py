@@ -10,6 +10,7 @@ import httpx
 from sqlalchemy import select, update
 
 from app.db import SessionFactory
+from app.grading.drafts import MAX_KEPT_PER_ADDRESS
 from app.models import Draft, KeptSubmission, Submission, WebSession, utc_now
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE, REPO
@@ -225,3 +226,15 @@ def test_a_stale_form_from_elsewhere_is_still_refused(
         assert refused.status_code == 403 and "Form expired" in refused.text
     with sessions() as session:
         assert session.scalars(select(KeptSubmission)).all() == []
+
+
+def test_one_address_keeps_only_so_many(client: httpx.Client, sessions: SessionFactory) -> None:
+    page_path = f"/exercises/{EXERCISE}"
+    origin = {"Origin": str(client.base_url)}
+    for _ in range(MAX_KEPT_PER_ADDRESS):
+        kept = client.post(page_path, data={"code": MY_CODE, "csrf_token": "x"}, headers=origin)
+        assert kept.status_code == 303
+    refused = client.post(page_path, data={"code": MY_CODE, "csrf_token": "x"}, headers=origin)
+    assert refused.status_code == 403 and "Form expired" in refused.text
+    with sessions() as session:
+        assert len(session.scalars(select(KeptSubmission)).all()) == MAX_KEPT_PER_ADDRESS

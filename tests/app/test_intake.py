@@ -13,7 +13,7 @@ from app.api.keys import create_api_key
 from app.db import SessionFactory
 from app.grading.intake import CodeSyntaxError, check_syntax
 from app.models import IdempotencyKey, KeptSubmission, Submission, WebSession, utc_now
-from app.web.drafts import KEPT_COOKIE
+from app.web.kept_submissions import KEPT_COOKIE
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE, csrf_token
 from tests.app.people import make_user, sign_in, token_of
 

@@ -76,6 +76,19 @@ def new_page(browser: Browser, base_url: str, *, phone: bool = False) -> Page:
     return context.new_page()
 
 
+def signed_in_page(
+    browser: Browser, base_url: str, email: str, password: str, *, phone: bool = False
+) -> Page:
+    """A new page (its own context) signed in through the sign-in form, on the home page."""
+    page = new_page(browser, base_url, phone=phone)
+    page.goto("/sign-in")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base_url}/")
+    return page
+
+
 def screenshot(page: Page, name: str) -> Path:
     """A full-page screenshot under build/screenshots (or $LOOPGRADE_SCREENSHOTS), to look at."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

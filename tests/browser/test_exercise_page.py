@@ -150,8 +150,8 @@ def grade_while_watching(
     """Grade as the server's threads do; stop after the claim until the page says "running"."""
     claimed, go_on = threading.Event(), threading.Event()
 
-    def on_state_change(changed_id: str) -> None:
-        app.state.progress_streams.state_changed(changed_id)
+    def on_state_change(changed_id: str, status: SubmissionStatus) -> None:
+        app.state.progress_streams.state_changed(changed_id, status)
         if not claimed.is_set():
             claimed.set()
             go_on.wait(GRADING_MS / 1000)

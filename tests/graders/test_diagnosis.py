@@ -9,14 +9,17 @@ from __future__ import annotations
 import shutil
 import textwrap
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
+from graders import grading
 from graders.exercises import get_exercise, load_exercise
 from graders.explanation import agrees
 from graders.proving import judge_source
 from graders.report import DIAGNOSIS_NAMES, Diagnosis, GradeReport, diagnosis_name
+from sandbox import Limits
+from tests.graders.sandbox_results import groups, harness_result
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 
@@ -218,3 +221,40 @@ def test_every_diagnosis_code_has_words_and_a_line_in_the_docs() -> None:
     assert diagnosis_name("step-before-backward") == "Step before backward"
     # A code from a newer version (a stored row, say) is shown as it is, not dropped.
     assert diagnosis_name("some-new-code") == "some-new-code"
+
+
+def test_a_judgment_is_made_once_for_the_same_recorded_values_and_handed_out_as_a_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exercise = get_exercise("train-step")
+    bug = (EXERCISES_DIR / "train-step" / "bugs" / "no_zero_grad.py").read_text()
+    judged: list[str] = []
+    real_judge = grading.judge
+
+    def counting_judge(*args: Any, **kwargs: Any) -> GradeReport:
+        judged.append(args[0].id)
+        return real_judge(*args, **kwargs)
+
+    monkeypatch.setattr(grading, "judge", counting_judge)
+
+    def graded(source: str, printed: bytes) -> GradeReport:
+        runs = [
+            (cases, harness_result(exercise, source, cases, stdout=printed))
+            for cases in groups(exercise)
+        ]
+        return grading.grade_runs(exercise, runs, Limits())
+
+    first = graded(bug, b"first learner\n")
+    assert first.diagnosis == "missing-zero-grad" and first.output == "first learner\n"
+    expected = first.model_copy(deep=True)
+    first.checks[0].message = "changed by a caller"
+    first.feedback = "changed by a caller"
+    judged.clear()
+    second = graded(bug, b"second learner\n")
+    assert judged == []  # the same numbers: judged once
+    assert second.output == "second learner\n"
+    assert second.model_copy(update={"output": expected.output}) == expected
+    # Other numbers are judged afresh.
+    solution = (EXERCISES_DIR / "train-step" / "solution.py").read_text()
+    assert graded(solution, b"").diagnosis == "correct"
+    assert judged == ["train-step"]

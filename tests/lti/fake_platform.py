@@ -39,6 +39,41 @@ RESULT_CONTAINER_TYPE = "application/vnd.ims.lis.v2.resultcontainer+json"
 PAGE_SIZE = 2
 
 
+# The LMS page's side of LTI Platform Storage, with the specs' message shapes: lti.capabilities,
+# lti.put_data and lti.get_data, each answered "<subject>.response" with the request's
+# message_id, to the asking frame's origin; values are kept per origin. `ltiStorageLog` lists
+# the subjects received, for the tests.
+PLATFORM_STORAGE_RESPONDER = """
+window.ltiStorageLog = [];
+const ltiStorage = {};
+window.addEventListener("message", (event) => {
+  const message = event.data;
+  if (!message || typeof message.subject !== "string") return;
+  window.ltiStorageLog.push(message.subject);
+  const space = (ltiStorage[event.origin] = ltiStorage[event.origin] || {});
+  const reply = (body) =>
+    event.source.postMessage(
+      { subject: message.subject + ".response", message_id: message.message_id, ...body },
+      event.origin
+    );
+  if (message.subject === "lti.capabilities") {
+    reply({ supported_messages: [{ subject: "lti.put_data" }, { subject: "lti.get_data" }] });
+  } else if (message.subject === "lti.put_data") {
+    space[message.key] = message.value;
+    reply({ key: message.key, value: message.value });
+  } else if (message.subject === "lti.get_data") {
+    if (message.key in space) {
+      reply({ key: message.key, value: space[message.key] });
+    } else {
+      reply({ key: message.key, error: { code: "bad_request", message: "no value for this key" } });
+    }
+  } else {
+    reply({ error: { code: "unsupported_subject", message: "not supported here" } });
+  }
+});
+"""
+
+
 def new_key() -> RSAKey:
     return RSAKey.generate_key(2048, parameters={"kid": secrets.token_hex(6)}, private=True)
 
@@ -68,6 +103,8 @@ class FakePlatform:
     roles: list[str] = field(default_factory=lambda: [LEARNER])
     subject: str = "learner-1"
     custom: dict[str, str] = field(default_factory=lambda: {"exercise": "train-step"})
+    # LTI Platform Storage: the login names this target, and /course answers postMessages.
+    storage_target: str | None = None
     # scores[lineitem] = the stored score per user (Moodle keeps one, the newest).
     scores: dict[str, dict[str, RecordedScore]] = field(default_factory=dict)
     score_posts: int = 0
@@ -120,7 +157,7 @@ class FakePlatform:
         }
 
     def login_params(self) -> dict[str, str]:
-        return {
+        params = {
             "iss": self.issuer,
             "login_hint": self.subject,
             "target_link_uri": f"{self.tool_url}/lti/launch",
@@ -128,6 +165,9 @@ class FakePlatform:
             "client_id": self.client_id,
             "lti_deployment_id": self.deployment_id,
         }
+        if self.storage_target is not None:
+            params["lti_storage_target"] = self.storage_target
+        return params
 
     def id_token_claims(self, nonce: str) -> dict[str, Any]:
         now = int(time.time())
@@ -200,6 +240,7 @@ class FakePlatform:
             login = f"{platform.tool_url}/lti/login?{urlencode(platform.login_params())}"
             return HTMLResponse(
                 "<!doctype html><title>LMS course</title><h1>LMS course</h1>"
+                f"<script>{PLATFORM_STORAGE_RESPONDER}</script>"
                 f'<iframe id="tool" src="{html.escape(login)}" width="1000" height="700"></iframe>'
             )
 

@@ -1,6 +1,8 @@
 """The LMS frames the tool from another site, in Chromium with third-party cookies blocked:
 the launch signs the learner in with a Partitioned cookie and Submit works inside the frame;
-where no cookie is kept at all, the page offers a new window, which works."""
+the login's state goes through LTI Platform Storage (postMessage to the LMS page) when the
+platform offers it; where no cookie is kept at all, the page offers a new window, which
+works."""
 
 from __future__ import annotations
 
@@ -8,11 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
+from sqlalchemy import select
 
 from app.db import SessionFactory
+from app.lti.models import LtiLoginState
 from app.lti.platforms import add_platform
 from tests.app.conftest import CORRECT_CODE
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, screenshot
+from tests.browser.conftest import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    assert_no_axe_violations,
+    screenshot,
+)
 from tests.lti.fake_platform import FakePlatform
 from tests.servers import app_in_thread
 
@@ -58,7 +67,28 @@ def test_a_framed_launch_keeps_its_session_and_submits(
     (cookie,) = [c for c in context.cookies() if c["name"] == "loopgrade_session"]
     assert cookie["sameSite"] == "None" and cookie["secure"]
     assert cookie.get("partitionKey"), cookie  # CHIPS: kept per embedding site
+    assert_no_axe_violations(page.frames[1])
     screenshot(page, "lti-framed-exercise")
+    context.close()
+
+
+def test_the_login_state_goes_through_the_lms_page_s_storage(
+    browser: Browser, framing_platform: FakePlatform, sessions: SessionFactory
+) -> None:
+    framing_platform.storage_target = "_parent"
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.goto(f"{framing_platform.url}/course")
+    frame = page.frame_locator("#tool")
+    frame.get_by_role("button", name="Submit for grading").wait_for()
+    # The tool's pages put the state in the LMS page and read it back, by postMessage.
+    assert page.evaluate("window.ltiStorageLog") == ["lti.put_data", "lti.get_data"]
+    with sessions() as session:
+        (login,) = session.scalars(select(LtiLoginState))
+        assert login.storage_target == "_parent" and login.used_at is not None
+    assert page.frames[1].url.endswith("/exercises/train-step")
+    assert_no_axe_violations(page.frames[1])
     context.close()
 
 
@@ -78,6 +108,7 @@ def test_without_any_cookie_the_frame_offers_a_new_window(
         frame = page.frame_locator("#tool")
         link = frame.get_by_role("link", name="Open in a new window")
         link.wait_for()
+        assert_no_axe_violations(page.frames[1])
         screenshot(page, "lti-framed-no-cookie")
         with context.expect_page() as popup_info:
             link.click()

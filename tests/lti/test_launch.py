@@ -16,8 +16,8 @@ from app.lti.launch import LaunchCheck
 from app.lti.models import LtiPlatform, LtiResourceLink, LtiUser
 from app.lti.provisioning import LIS
 from app.models import Course, CourseRole, Enrolment, User
-from tests.lti.conftest import LEEWAY_SECONDS, Launch
-from tests.lti.fake_platform import LTI, FakePlatform, new_key
+from tests.lti.conftest import LEEWAY_SECONDS, Launch, form_fields
+from tests.lti.fake_platform import LTI, FakePlatform, follow_login, new_key
 
 
 def claims_of(token: str) -> dict[str, Any]:
@@ -170,6 +170,18 @@ def test_a_replayed_launch_is_refused(
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert_refused(replay, LaunchCheck.STATE)
+
+
+def test_a_refused_launch_uses_up_its_state(
+    browser_client: httpx.Client, platform: FakePlatform
+) -> None:
+    fields = form_fields(follow_login(browser_client, platform).text)
+    altered = {**fields, "id_token": fields["id_token"][:-4] + "AAAA"}
+    refused = browser_client.post(f"{platform.tool_url}/lti/launch", data=altered)
+    assert_refused(refused, LaunchCheck.SIGNATURE)
+    # The state was used by the refused try (kept although the answer is an error).
+    again = browser_client.post(f"{platform.tool_url}/lti/launch", data=fields)
+    assert_refused(again, LaunchCheck.STATE)
 
 
 def test_a_replayed_id_token_with_a_new_state_is_refused(

@@ -17,6 +17,27 @@
     });
   }
 
+  // The same words as app/web/rendering.py's countdown_words, kept current every minute.
+  function unit(count, name) { return count + " " + name + (count === 1 ? "" : "s"); }
+  function countdownWords(seconds) {
+    const whole = Math.floor(Math.abs(seconds));
+    const days = Math.floor(whole / 86400);
+    const hours = Math.floor((whole % 86400) / 3600);
+    const minutes = Math.floor((whole % 3600) / 60);
+    let span;
+    if (days) span = unit(days, "day") + (hours ? ", " + unit(hours, "hour") : "");
+    else if (hours) span = unit(hours, "hour") + (minutes ? ", " + unit(minutes, "minute") : "");
+    else span = unit(Math.max(minutes, 1), "minute");
+    return seconds >= 0 ? "in " + span : span + " ago";
+  }
+  function countdowns(root) {
+    root.querySelectorAll("time[data-countdown]").forEach(function (element) {
+      const when = new Date(element.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      element.textContent = countdownWords((when - Date.now()) / 1000);
+    });
+  }
+
   document.querySelectorAll("input[data-utc]").forEach(function (input) {
     if (!input.dataset.utc) return;
     const when = new Date(input.dataset.utc);
@@ -26,5 +47,10 @@
   });
   document.querySelectorAll("input[data-timezone]").forEach(function (input) { input.value = zone; });
   localize(document);
-  document.addEventListener("loopgrade:updated", function (event) { localize(event.detail); });
+  countdowns(document);
+  setInterval(function () { countdowns(document); }, 60 * 1000);
+  document.addEventListener("loopgrade:updated", function (event) {
+    localize(event.detail);
+    countdowns(event.detail);
+  });
 })();

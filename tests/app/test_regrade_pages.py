@@ -1,0 +1,109 @@
+"""A regrade of an exercise says how many submissions it runs and asks first; a learner whose
+result it changed is told the old and new score and why. The grading itself is not run here
+(tests/app/test_gradebook.py and the browser course flow regrade for real): the rows are
+written as the worker leaves them."""
+
+from __future__ import annotations
+
+import html
+
+import httpx
+from sqlalchemy import update
+
+from app.db import SessionFactory
+from app.grading.regrades import request_exercise_regrade
+from app.models import Regrade, RegradeReason, SiteRole, Submission, User, utc_now
+from tests.app.conftest import EXERCISE
+from tests.app.people import graded, make_course, make_user, sign_in, token_of
+
+
+def _browser(client: httpx.Client, email: str) -> httpx.Client:
+    browser = httpx.Client(base_url=str(client.base_url))
+    assert sign_in(browser, email).status_code == 303
+    return browser
+
+
+def test_regrade_all_says_how_many_and_asks_first(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    lee = make_user(sessions, "lee@example.org")
+    ann = make_user(sessions, "ann@example.org")
+    course_id = make_course(sessions, "tess@example.org", "lee@example.org", "ann@example.org")
+    for user_id in (lee, lee, ann):
+        graded(sessions, user_id=user_id, course_id=course_id, score=4.0)
+    graded(sessions, user_id=ann, course_id=course_id, score=4.0, exercise="fix-the-loop")
+    teacher = _browser(client, "tess@example.org")
+
+    stats = teacher.get(f"/courses/{course_id}/exercises/{EXERCISE}/stats").text
+    assert "regrade?which=all" in stats and 'method="post"' not in stats.split("Regrade")[-1]
+    confirm = teacher.get(f"/courses/{course_id}/exercises/{EXERCISE}/regrade?which=all")
+    assert confirm.status_code == 200
+    text = " ".join(confirm.text.split())
+    assert "This will grade <strong>3 submissions</strong> by 2 learners again" in text
+    assert "Regrade 3 submissions</button>" in text
+    # Confirmed for another number (one more came in since): asked again, nothing queued.
+    graded(sessions, user_id=ann, course_id=course_id, score=5.0)
+    stale = teacher.post(
+        f"/courses/{course_id}/exercises/{EXERCISE}/regrade",
+        data={
+            "csrf_token": token_of(confirm),
+            "which": "all",
+            "expected_count": "3",
+            "reason": "grader-updated",
+        },
+    )
+    assert stale.status_code == 409
+    assert "changed since the page was opened (now 4)" in stale.text
+    assert "Regrade 4 submissions</button>" in stale.text
+    with sessions() as session:
+        assert session.query(Regrade).count() == 0
+        assert session.query(Submission).filter_by(status="queued").count() == 0
+
+
+def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    lee = make_user(sessions, "lee@example.org")
+    course_id = make_course(sessions, "tess@example.org", "lee@example.org")
+    submission_id = graded(sessions, user_id=lee, course_id=course_id, score=4.0)
+    with sessions.begin() as session:
+        tess = session.query(User).filter_by(email="tess@example.org").one()
+        request_exercise_regrade(
+            session,
+            course_id=course_id,
+            exercise_id=EXERCISE,
+            only_outdated=False,
+            by=tess,
+            reason=RegradeReason.GRADER_UPDATED,
+            note="the step check now allows a float32 rounding",
+        )
+        # As the worker leaves it.
+        session.execute(
+            update(Regrade).values(
+                finished_at=utc_now(),
+                new_status="graded",
+                new_score=7.0,
+                new_max_score=10.0,
+                new_diagnosis="wrong-learning-rate",
+                new_exercise_version="v-test",
+            )
+        )
+        session.execute(
+            update(Submission).values(status="graded", score=7.0, diagnosis="wrong-learning-rate")
+        )
+    learner = _browser(client, "lee@example.org")
+    page = " ".join(learner.get(f"/submissions/{submission_id}").text.split())
+    assert "the score went from 4 to <strong>7</strong> of 10" in page
+    assert "Gradients never cleared → Wrong learning rate" in page
+    assert "Why: The grader was corrected: “the step check now allows a float32 rounding”." in page
+    home = " ".join(learner.get(f"/courses/{course_id}").text.split())
+    assert "A regrade changed 1 of your results:" in home
+    assert "4 → <strong>7</strong>. The grader was corrected" in home
+    teacher = _browser(client, "tess@example.org")
+    log = html.unescape(" ".join(teacher.get(f"/courses/{course_id}/audit").text.split()))
+    assert (
+        "Tess had 1 submission of One training step: zero, backward, step graded again: the "
+        "grader was corrected (“the step check now allows a float32 rounding”)." in log
+    )

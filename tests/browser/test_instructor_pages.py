@@ -1,0 +1,208 @@
+"""The instructor's pages and the errors people meet, in Chromium, on a desktop and a phone:
+one settings form that keeps every section's change, the regrade confirmation with its count,
+the counted score after an override, the diagnosis list and "next submission", the audit log
+as sentences, tables as cards on a phone, the 404 page, sign-up with an unknown join code, an
+ended session. Graded rows are written as a worker leaves them: no grading runs here."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from sqlalchemy import update
+
+from app.db import SessionFactory
+from app.models import SiteRole, WebSession, utc_now
+from tests.app.conftest import EXERCISE
+from tests.app.people import PASSWORD, graded, make_course, make_user
+from tests.browser.conftest import (
+    PHONE,
+    assert_accessible_basics,
+    new_page,
+    screenshot,
+    signed_in_page,
+)
+
+TEACHER = "tess@example.edu"
+
+
+@pytest.fixture(scope="module")
+def course(module_sessions: SessionFactory) -> dict[str, str]:
+    make_user(module_sessions, TEACHER, SiteRole.INSTRUCTOR, name="Tess Teacher")
+    alice = make_user(module_sessions, "alice@example.edu", name="Alice Adams")
+    bob = make_user(module_sessions, "bob@example.edu", name="Bob Brown")
+    course_id = make_course(module_sessions, TEACHER, "alice@example.edu", "bob@example.edu")
+    start = utc_now() - timedelta(hours=2)
+    ids = {}
+    for minute, (user, score, diagnosis) in enumerate(
+        [
+            (alice, 4.0, "missing-zero-grad"),
+            (bob, 4.0, "missing-zero-grad"),
+            (alice, 10.0, "correct"),
+            (bob, 0.0, "step-before-backward"),
+            (bob, 4.0, "missing-zero-grad"),
+        ]
+    ):
+        ids[f"s{minute}"] = graded(
+            module_sessions,
+            user_id=user,
+            course_id=course_id,
+            score=score,
+            diagnosis=diagnosis,
+            created_at=start + timedelta(minutes=minute),
+        )
+    return {"course": course_id, **ids}
+
+
+def signed_in(browser: Browser, base_url: str, email: str = TEACHER, **options: bool) -> Page:
+    page = signed_in_page(browser, base_url, email, PASSWORD, **options)
+    expect(page.get_by_role("heading", level=1)).to_have_text("Your courses")
+    return page
+
+
+def test_settings_one_form_keeps_every_section(
+    browser: Browser, base_url: str, course: dict[str, str]
+) -> None:
+    page = signed_in(browser, base_url)
+    page.goto(f"/courses/{course['course']}/settings")
+    assert_accessible_basics(page)
+    # A change in two exercises and an error in another section: nothing is lost.
+    page.get_by_label("Due").first.fill("2026-12-24T18:00")
+    page.locator("#scoring-fix-the-loop").select_option("latest")
+    page.locator("#penalty-train-step").fill("10")
+    page.get_by_label(re.compile("Add an instructor")).fill("nobody@example.edu")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".form-error").first).to_contain_text("Nothing was saved")
+    expect(page.get_by_label("Due").first).to_have_value("2026-12-24T18:00")
+    expect(page.locator("#scoring-fix-the-loop")).to_have_value("latest")
+    expect(page.locator("#penalty-train-step")).to_have_value("10")
+    expect(page.locator(".form-error").first).to_contain_text("they need to sign up")
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-settings-error")
+    page.get_by_label(re.compile("Add an instructor")).fill("")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".notice")).to_contain_text("Settings saved. Changed:")
+    expect(page.locator(".notice")).to_contain_text("Fix the loop")
+    expect(page.locator("#scoring-fix-the-loop")).to_have_value("latest")
+    expect(page.locator("#penalty-train-step")).to_have_value("10")
+    expect(page.get_by_label("Due").first).to_have_value("2026-12-24T18:00")  # in this zone
+    screenshot(page, "desktop-settings-saved")
+
+
+def test_regrade_override_review_and_audit(
+    browser: Browser, base_url: str, course: dict[str, str]
+) -> None:
+    page = signed_in(browser, base_url)
+    course_url = f"/courses/{course['course']}"
+    page.goto(f"{course_url}/exercises/{EXERCISE}/stats")
+    assert_accessible_basics(page)
+    page.get_by_role("link", name="Regrade all…").click()
+    expect(page.locator(".lede")).to_have_text(
+        re.compile(r"This will grade 5 submissions\s+by 2 learners again")
+    )
+    expect(page.get_by_role("button", name="Regrade 5 submissions")).to_be_visible()
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-regrade-confirm")
+    page.get_by_role("link", name="Cancel").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("One training step")
+
+    # The diagnosis filter: names and counts; then through the list with "Next submission".
+    page.goto(f"{course_url}/submissions?exercise={EXERCISE}")
+    diagnosis = page.get_by_label("Diagnosis")
+    expect(diagnosis.locator("option")).to_have_text(
+        ["Any", "Gradients never cleared (3)", "Correct (1)", "Step before backward (1)"]
+    )
+    diagnosis.select_option("missing-zero-grad")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("table tbody tr")).to_have_count(3)
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-course-submissions")
+    page.locator("table tbody tr").first.get_by_role("link").click()
+    nav = page.get_by_role("navigation", name="Submissions in the list")
+    expect(nav).to_contain_text("Submission 1 of 3")
+    nav.get_by_role("link", name="Next submission →").click()
+    expect(nav).to_contain_text("Submission 2 of 3")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Submission by Bob Brown")
+
+    # Override: the big score is the counted one, the graded one beside it.
+    page.get_by_label(re.compile("^Score")).fill("7")
+    page.get_by_label("Reason").fill("Explained the fix in the lab")
+    page.get_by_role("button", name="Set override").click()
+    expect(page.locator("#result .score-value")).to_have_text("7 / 10")
+    expect(page.locator("#result .graded-score")).to_contain_text("graded 4 / 10")
+    expect(nav).to_contain_text("Submission 2 of 3")  # still in the list
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-submission-override")
+
+    page.goto(f"{course_url}/audit")
+    expect(page.locator(".audit-log li").first).to_contain_text(
+        "Tess Teacher overrode Bob Brown's One training step: zero, backward, step score "
+        "4 → 7: “Explained the fix in the lab”."
+    )
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-audit")
+
+
+def test_instructor_pages_on_a_phone(
+    browser: Browser, base_url: str, course: dict[str, str]
+) -> None:
+    page = signed_in(browser, base_url, phone=True)
+    course_url = f"/courses/{course['course']}"
+    for name, url in (
+        ("phone-gradebook-cards", f"{course_url}/gradebook"),
+        ("phone-course-submissions", f"{course_url}/submissions"),
+        ("phone-statistics-cards", f"{course_url}/exercises/{EXERCISE}/stats"),
+        ("phone-settings", f"{course_url}/settings"),
+        ("phone-audit", f"{course_url}/audit"),
+        ("phone-submission-review", f"/submissions/{course['s1']}"),
+    ):
+        page.goto(url)
+        box = page.get_by_role("heading", level=1).bounding_box()
+        assert box is not None and box["y"] < PHONE["height"] / 3, (url, box)
+        assert_accessible_basics(page)  # includes: nothing wider than the viewport
+        screenshot(page, name)
+    # Cards: a learner's scores are all on the screen, labelled by exercise.
+    page.goto(f"{course_url}/gradebook")
+    total = page.locator("table.gradebook tbody tr").first.locator('td[data-label="Total"]')
+    expect(total).to_be_visible()
+    total_box = total.bounding_box()
+    assert total_box is not None and total_box["x"] + total_box["width"] <= PHONE["width"]
+
+
+def test_errors_people_meet(
+    browser: Browser, base_url: str, module_sessions: SessionFactory
+) -> None:
+    page = new_page(browser, base_url)
+    missing = page.goto("/no/such/page")
+    assert missing is not None and missing.status == 404
+    expect(page.get_by_role("heading", level=1)).to_have_text("Not Found")
+    expect(page.locator("main")).to_contain_text("There is no page at this address")
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-404")
+    api = page.request.get("/api/v1/no-such-thing")
+    assert api.status == 404 and api.json() == {"detail": "Not Found"}
+
+    # Sign-up with a join code that matches no course: the account is made anyway.
+    page.goto("/sign-up?code=NOPE2345")
+    page.get_by_label("Your name").fill("Cy Cole")
+    page.get_by_label("Email").fill("cy@example.edu")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Your courses")
+    expect(page.locator("#join-error")).to_contain_text(
+        "Your account is ready, but no course has the join code “NOPE2345”"
+    )
+    expect(page.get_by_label("Join a course with its code")).to_have_value("NOPE2345")
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-sign-up-unknown-code")
+
+    # The session ends (here: expires): the sign-in page says so.
+    with module_sessions.begin() as session:
+        session.execute(update(WebSession).values(expires_at=utc_now() - timedelta(seconds=1)))
+    page.goto("/courses/any-course")  # a page that needs a signed-in user
+    expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
+    expect(page.locator("#ended-notice")).to_contain_text("Your session has ended")
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-session-ended")
