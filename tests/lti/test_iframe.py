@@ -75,10 +75,12 @@ def open_lms_course(
     page.goto(f"{platform.url}/course")
     frame = page.frame_locator("#tool")
     try:
-        frame.get_by_role("button", name="Submit for grading").wait_for()
+        # Up to seven pages load in the frame (login, platform, launch, storage, ticket,
+        # cookie check, exercise): a loaded machine needs more than the default 30 s.
+        frame.get_by_role("button", name="Submit for grading").wait_for(timeout=90_000)
     except PlaywrightTimeout:
-        shown = [(f.url, f.inner_text("body")[:500]) for f in page.frames[1:]]
-        raise AssertionError(f"the frames show {page.url} and {shown}") from None
+        shown = page.frames[-1].evaluate("() => document.body ? document.body.innerText : ''")
+        raise AssertionError(f"the frames show {[f.url for f in page.frames]}: {shown}") from None
     return context, page, frame
 
 
