@@ -30,6 +30,8 @@ else
 fi
 export LOOPGRADE_POSTGRES_PASSWORD=${LOOPGRADE_POSTGRES_PASSWORD:-check-$RANDOM$RANDOM}
 export LOOPGRADE_SECRET_KEY=${LOOPGRADE_SECRET_KEY:-check-$RANDOM$RANDOM$RANDOM}
+# A Fernet key: 32 random bytes, URL-safe base64.
+export LOOPGRADE_LTI_KEY_ENCRYPTION_KEYS=${LOOPGRADE_LTI_KEY_ENCRYPTION_KEYS:-$(head -c 32 /dev/urandom | base64 | tr '+/' '-_')}
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-loopgrade-check}
 
 files=(-f docker-compose.yml -f docker-compose.override.yml)
