@@ -5,14 +5,22 @@ Chromium comes from apt (./dev installs it); Playwright never downloads a browse
 
 from __future__ import annotations
 
+import html
 import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
 from playwright.sync_api import Browser, Frame, Page, sync_playwright
 
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.lti.framing import CACHE_SECONDS
+from app.lti.platforms import add_platform
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import REPO
@@ -87,6 +95,50 @@ def signed_in_page(
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{base_url}/")
     return page
+
+
+def wait_until_framing_allowed(app_url: str, origin: str) -> None:
+    """The app reads the registered platforms for its frame-ancestors at most every
+    CACHE_SECONDS: a platform added behind its back (here straight into the database) may
+    frame it only once the app has read them again, and a refused frame is not retried."""
+    deadline = time.monotonic() + 6 * CACHE_SECONDS
+    policy = ""
+    while time.monotonic() < deadline:
+        policy = httpx.get(f"{app_url}/", timeout=30).headers.get("content-security-policy", "")
+        if origin in policy:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the app's pages never named {origin} in frame-ancestors: {policy}")
+
+
+@contextmanager
+def framing_lms(app_url: str, sessions: SessionFactory) -> Iterator[str]:
+    """An LMS on another loopback origin, registered as a platform, whose page
+    `/frame?src=PATH` frames PATH of the app as an LMS frames a tool; yields its origin once
+    the app may be framed by it."""
+    lms = FastAPI()
+
+    @lms.get("/frame", response_class=HTMLResponse)
+    def frame(src: str) -> str:
+        return (
+            '<!doctype html><html lang="en"><title>LMS</title><main><h1>LMS</h1>'
+            f'<iframe title="loopgrade" src="{html.escape(app_url + src)}" '
+            'width="900" height="700"></iframe></main></html>'
+        )
+
+    with app_in_thread(lms) as origin:
+        with sessions.begin() as session:
+            add_platform(
+                session,
+                issuer=origin,
+                client_id="loopgrade",
+                deployment_ids=["1"],
+                auth_url=f"{origin}/auth",
+                token_url=f"{origin}/token",
+                jwks_url=f"{origin}/jwks",
+            )
+        wait_until_framing_allowed(app_url, origin)
+        yield origin
 
 
 def screenshot(page: Page, name: str) -> Path:

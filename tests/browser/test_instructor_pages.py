@@ -20,6 +20,8 @@ from tests.app.people import PASSWORD, graded, make_course, make_user
 from tests.browser.conftest import (
     PHONE,
     assert_accessible_basics,
+    assert_no_axe_violations,
+    framing_lms,
     new_page,
     screenshot,
     signed_in_page,
@@ -169,6 +171,32 @@ def test_instructor_pages_on_a_phone(
     expect(total).to_be_visible()
     total_box = total.bounding_box()
     assert total_box is not None and total_box["x"] + total_box["width"] <= PHONE["width"]
+
+
+def test_instructor_pages_framed_by_an_lms(
+    browser: Browser, base_url: str, course: dict[str, str], module_sessions: SessionFactory
+) -> None:
+    """Inside the LMS's frame (900 px wide), every instructor page is shown (not refused by
+    frame-ancestors, not the sign-in page), accessible, and no wider than the frame."""
+    page = signed_in(browser, base_url)
+    course_url = f"/courses/{course['course']}"
+    with framing_lms(base_url, module_sessions) as lms_origin:
+        for name, url, heading in (
+            ("framed-gradebook", f"{course_url}/gradebook", "Gradebook"),
+            ("framed-course-submissions", f"{course_url}/submissions", "All submissions"),
+            ("framed-statistics", f"{course_url}/exercises/{EXERCISE}/stats", "One training"),
+            ("framed-settings", f"{course_url}/settings", "Course settings"),
+            ("framed-audit", f"{course_url}/audit", "Audit log"),
+            ("framed-submission-review", f"/submissions/{course['s1']}", "Submission by"),
+        ):
+            page.goto(f"{lms_origin}/frame?src={url}")
+            frame = page.frame_locator("iframe")
+            expect(frame.get_by_role("heading", level=1)).to_contain_text(heading)
+            inner = page.frames[1]
+            assert inner.url == base_url + url
+            assert_no_axe_violations(inner)
+            assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth"), url
+            screenshot(page, name)
 
 
 def test_errors_people_meet(

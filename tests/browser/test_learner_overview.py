@@ -13,14 +13,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
 from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import update
 
 from app.db import SessionFactory
-from app.lti.framing import CACHE_SECONDS
-from app.lti.platforms import add_platform
 from app.models import Assignment, SiteRole, utc_now
 from tests.app.conftest import EXERCISE
 from tests.app.people import PASSWORD, graded, make_course, make_user
@@ -28,14 +24,12 @@ from tests.browser.conftest import (
     PHONE,
     assert_accessible_basics,
     assert_no_axe_violations,
+    framing_lms,
     screenshot,
     signed_in_page,
 )
-from tests.servers import app_in_thread
 
 LEARNER = "lee@example.edu"
-# The framing middleware reads the registered platforms at most this often.
-FRAMING_CACHE_MS = CACHE_SECONDS * 1000 + 500
 
 
 @pytest.fixture(scope="module")
@@ -153,34 +147,20 @@ def test_framed_by_another_origin(
     browser: Browser, base_url: str, course_id: str, module_sessions: SessionFactory
 ) -> None:
     page = signed_in(browser, base_url)
-    lms_app = FastAPI()
-
-    @lms_app.get("/course", response_class=HTMLResponse)
-    def lms_course() -> str:
-        return (
-            '<!doctype html><html lang="en"><title>LMS</title><main><h1>LMS</h1>'
-            f'<iframe title="loopgrade" src="{base_url}/courses/{course_id}" '
-            'width="900" height="700"></iframe></main></html>'
-        )
-
-    # Another loopback origin (another port) whose page frames the course home.
-    with app_in_thread(lms_app) as lms_origin:
-        # Only this site and registered platforms may frame the pages: the LMS is one.
-        with module_sessions.begin() as session:
-            add_platform(
-                session,
-                issuer=lms_origin,
-                client_id="loopgrade",
-                deployment_ids=["1"],
-                auth_url=f"{lms_origin}/auth",
-                token_url=f"{lms_origin}/token",
-                jwks_url=f"{lms_origin}/jwks",
-            )
-        page.wait_for_timeout(FRAMING_CACHE_MS)
-        page.goto(f"{lms_origin}/course")
+    # Another loopback origin (another port), registered as a platform: only this site and
+    # registered platforms may frame the pages.
+    with framing_lms(base_url, module_sessions) as lms_origin:
+        page.goto(f"{lms_origin}/frame?src=/courses/{course_id}")
         frame = page.frame_locator("iframe")
         expect(frame.locator(".progress-summary")).to_contain_text("1 of 5 solved")
         inner = page.frames[1]
         assert_no_axe_violations(inner)
         assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth")
         screenshot(page, "framed-learner-overview")
+        # The learner's own history, in the frame too.
+        page.goto(f"{lms_origin}/frame?src=/history")
+        expect(page.frame_locator("iframe").get_by_role("heading", level=1)).to_be_visible()
+        inner = page.frames[1]
+        assert inner.url == f"{base_url}/history"
+        assert_no_axe_violations(inner)
+        assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import sandbox
-from graders import grade
+from graders import grade, grading
 from graders.report import GradeReport
 from sandbox import Limits
 
@@ -20,6 +20,14 @@ from sandbox import Limits
 SHARED_LIMITS = Limits(wall_timeout_seconds=120.0, cpu_seconds=20.0, memory_bytes=768 * 2**20)
 
 ColdGrade = Callable[[str, str], GradeReport]
+
+
+@pytest.fixture(autouse=True)
+def judgments_made_afresh() -> None:
+    """Each test judges afresh. The judgment cache is keyed by the exercise's folder hash and
+    the recorded values: an exercise a test changed in place, or a judge it patched, keeps that
+    key and would be answered what an earlier test was."""
+    grading._judgments.clear()
 
 
 @pytest.fixture(scope="session")

@@ -6,17 +6,14 @@ works."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.framing import CACHE_SECONDS
 from app.lti.models import LtiLoginState
 from app.lti.platforms import add_platform
 from tests.app.conftest import CORRECT_CODE
@@ -25,6 +22,7 @@ from tests.browser.conftest import (
     CHROMIUM_ARGS,
     assert_no_axe_violations,
     screenshot,
+    wait_until_framing_allowed,
 )
 from tests.lti.fake_platform import FakePlatform
 from tests.servers import app_in_thread
@@ -48,21 +46,8 @@ def framing_platform(tool_url: str, sessions: SessionFactory) -> Iterator[FakePl
         fake.url = url.replace("127.0.0.1", "localhost")
         with sessions.begin() as session:
             add_platform(session, **fake.registration())
-        wait_until_the_tool_may_be_framed_by(tool_url, fake.url)
+        wait_until_framing_allowed(tool_url, fake.url)
         yield fake
-
-
-def wait_until_the_tool_may_be_framed_by(tool_url: str, origin: str) -> None:
-    """The tool reads the registered platforms for its frame-ancestors at most every
-    CACHE_SECONDS: a platform added behind its back (here straight into the database) may
-    frame it only once the tool has read it again, and a refused frame is not retried."""
-    deadline = time.monotonic() + 6 * CACHE_SECONDS
-    while time.monotonic() < deadline:
-        policy = httpx.get(f"{tool_url}/", timeout=30).headers.get("content-security-policy", "")
-        if origin in policy:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the tool's pages never named {origin} in frame-ancestors: {policy}")
 
 
 def open_lms_course(
