@@ -9,6 +9,7 @@ may come first, and each has its own message).
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -75,11 +76,13 @@ def warm() -> Iterator[sandbox.Runner]:
     runner.close()
 
 
-# Known failure, open in issue 9: in the whole suite on a fresh clone this comparison found a
-# difference on every run this session (alone, and after test_corpus, it passes); the
-# assertion names the submissions and fields that differ, for whoever takes it up.
+# Known failure, open in issue 9: a pool job's private /tmp hides an interpreter installed
+# under /tmp (a checkout in /tmp: its .venv), so torch's lazy imports fail in the warm child
+# only ('prints' imports torch._subclasses.schema_check_mode when it formats a tensor).
 @pytest.mark.xfail(
-    strict=False, reason="cold and warm reports differ in the full suite on a fresh clone"
+    sys.prefix.startswith("/tmp/"),
+    strict=False,
+    reason="the pool's private /tmp hides a Python installed under /tmp",
 )
 def test_every_test_submission_gets_the_same_report_cold_and_warm(
     cold_grade: ColdGrade, warm: sandbox.Runner
