@@ -5,8 +5,10 @@ A kind of delivery is one function registered with `@delivery_kind("name")`: it 
 session factory (to read what it needs in short transactions of its own: a platform's URLs,
 the tool's signing key), the settings (what may be reached, the key that unseals the tool's
 signing key) and the message's payload, and either returns (delivered), raises
-`PermanentFailure` (recorded as failed, never retried: the receiver refused for good) or
-raises anything else (tried again after a wait that doubles, up to `outbox_max_attempts`).
+`PermanentFailure` (recorded as failed, never retried: the receiver refused for good), raises
+`DeliveryDeferred` (not yet: it waits on another delivery; tried again after the wait it names,
+which is neither an attempt nor a failure) or raises anything else (tried again after a wait
+that doubles, up to `outbox_max_attempts`).
 LTI grade passback and webhooks are kinds. A change that must be reported calls
 `add_to_outbox(session, kind, payload)`; the message exists only if that transaction
 commits, and the delivery loop is woken then.
@@ -41,6 +43,15 @@ Deliver = Callable[[SessionFactory, Settings, dict[str, Any]], None]
 
 class PermanentFailure(Exception):
     """The receiver refused the message for good (a 4xx that retrying cannot change)."""
+
+
+class DeliveryDeferred(Exception):
+    """The message cannot go yet: it waits on another delivery (one making the LMS line item
+    it must go to). Tried again after `retry_after_seconds`; not an attempt, not a failure."""
+
+    def __init__(self, reason: str, *, retry_after_seconds: float) -> None:
+        super().__init__(reason)
+        self.retry_after_seconds = retry_after_seconds
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,26 @@ def deliver_one(sessions: SessionFactory, settings: Settings) -> bool:
         if kind is None:
             raise PermanentFailure(f"no delivery kind {claimed.kind!r} is registered")
         kind.deliver(sessions, settings, claimed.payload)
+    except DeliveryDeferred as exc:
+        log.info(
+            "outbox %d (%s): not yet, again in %.1f s: %s",
+            claimed.id,
+            claimed.kind,
+            exc.retry_after_seconds,
+            exc,
+        )
+        with sessions.begin() as session:
+            # The claim is given back uncounted. Fenced on the attempt as ever; a host whose
+            # claim lapsed and that finishes later may then still record its own outcome,
+            # which is true of the message all the same.
+            _record(
+                session,
+                claimed,
+                attempts=claimed.attempt - 1,
+                next_attempt_at=utc_now() + timedelta(seconds=exc.retry_after_seconds),
+                last_error=f"waiting: {exc}"[:2000],
+            )
+        return True
     except PermanentFailure as exc:
         OUTBOX_DELIVERY_FAILURES.labels(claimed.kind).inc()
         log.warning("outbox %d (%s): refused for good: %s", claimed.id, claimed.kind, exc)

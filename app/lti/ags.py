@@ -32,7 +32,13 @@ from app.db import SessionFactory
 from app.lti.keys import SIGNED_TOKEN_LIFETIME, key_sealing, sign_jwt
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
-from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
+from app.outbox import (
+    DeliveryDeferred,
+    PermanentFailure,
+    add_to_outbox,
+    delivery_kind,
+    on_graded,
+)
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,15 @@ class PlatformRefused(Exception):
 
 class PlatformUnavailable(Exception):
     """The platform could not be reached or answered a transient error; retry later."""
+
+
+class LineItemBeingMade(Exception):
+    """Another delivery holds the claim to make this link's line item, until `claimed_until`:
+    a score for the link waits for it rather than make a second column."""
+
+    def __init__(self, claimed_until: datetime) -> None:
+        super().__init__(f"another delivery is making the link's LMS column, until {claimed_until}")
+        self.claimed_until = claimed_until
 
 
 @dataclass
@@ -250,7 +265,10 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
 def deliver_score(
     session: Session, sealing: MultiFernet, tokens: AccessTokens, payload: dict[str, Any]
 ) -> DeliveryOutcome:
-    """POST one score. Raises PlatformUnavailable (retry) or PlatformRefused (give up)."""
+    """POST one score. Raises PlatformUnavailable (retry), PlatformRefused (give up) or
+    LineItemBeingMade (wait: another delivery is making the link's line item). Writes only in
+    transactions of its own (a line item it makes is kept on the link at once), so the
+    caller's session may be one that only reads."""
     platform = session.get(LtiPlatform, payload["platform_id"])
     if platform is None:
         raise PlatformRefused("the platform is no longer registered")
@@ -382,11 +400,20 @@ def deliver_lti_score(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:
     """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
-    with sessions.begin() as session:  # a line item it makes is kept on the link
+    with sessions() as session:  # reads only: no write lock is held across the POSTs
         try:
             outcome = deliver_score(session, key_sealing(settings), ACCESS_TOKENS, payload)
         except PlatformRefused as exc:
             raise PermanentFailure(str(exc)) from None
+        except LineItemBeingMade as exc:
+            # Look again soon, and at the latest when the claim lapses (its holder died).
+            lapses_in_seconds = (exc.claimed_until - utc_now()).total_seconds()
+            raise DeliveryDeferred(
+                str(exc),
+                retry_after_seconds=max(
+                    0.0, min(lapses_in_seconds, settings.outbox_retry_base_seconds)
+                ),
+            ) from None
     log.info(
         "submission %s: score %s/%s for the LMS: %s",
         payload.get("submission_id"),

@@ -12,28 +12,36 @@ pages, the next named by `Link: <...>; rel="next"`.
 
 from __future__ import annotations
 
+import logging
+import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from cryptography.fernet import MultiFernet
-from sqlalchemy import select
+from sqlalchemy import Connection, Engine, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
 from app.lti.ags import (
     AGS_SCOPE,
+    HTTP_TIMEOUT_SECONDS,
     LINEITEM_SCOPE,
     AccessTokens,
+    LineItemBeingMade,
     PlatformRefused,
+    PlatformUnavailable,
     call_platform,
     fetch_all_pages,
     raise_for_reply,
     service_url,
 )
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
-from app.models import User
+from app.models import User, utc_now
 from graders.exercises import get_exercise
+
+log = logging.getLogger(__name__)
 
 RESULT_READ_SCOPE = AGS_SCOPE + "result.readonly"
 LINEITEM_MEDIA_TYPE = "application/vnd.ims.lis.v2.lineitem+json"
@@ -156,48 +164,172 @@ def create_line_item(
     return _line_item(created, what)
 
 
+def delete_line_item(
+    session: Session,
+    sealing: MultiFernet,
+    tokens: AccessTokens,
+    platform: LtiPlatform,
+    lineitem_url: str,
+) -> None:
+    """DELETE a line item (the spec's line item service); one already gone is fine."""
+    reply = call_platform(
+        session, sealing, tokens, platform, "DELETE", lineitem_url, scope=LINEITEM_SCOPE,
+        headers={"Accept": LINEITEM_MEDIA_TYPE},
+    )  # fmt: skip
+    if reply.status_code != 404:
+        raise_for_reply(reply, f"DELETE {lineitem_url}")
+
+
+# How long a delivery may take to find or make a link's line item before its claim lapses and
+# it is presumed dead: a token request, a few pages of the list and the POST, each given
+# HTTP_TIMEOUT_SECONDS.
+LINE_ITEM_CLAIM_SECONDS = 4 * HTTP_TIMEOUT_SECONDS
+
+
+def _claim_link(bind: Engine | Connection, link_id: str) -> tuple[str | None, str | None]:
+    """Claim the making of a link's line item, in a committed transaction of its own:
+    (the claim's token, None), or (None, its URL) when the link has its line item by now.
+    Raises LineItemBeingMade while another delivery holds the claim.
+
+    One UPDATE whose WHERE is the test: it is the transaction's first statement, so on SQLite it
+    waits for the write lock (busy timeout) instead of failing on a stale read, and on
+    PostgreSQL a second claimer waits on the first's row lock and then sees its claim."""
+    token = secrets.token_hex(16)
+    with Session(bind) as own, own.begin():
+        now = utc_now()
+        claimed = own.execute(
+            update(LtiResourceLink)
+            .where(
+                LtiResourceLink.id == link_id,
+                LtiResourceLink.lineitem_url.is_(None),
+                or_(
+                    LtiResourceLink.lineitem_claimed_until.is_(None),
+                    LtiResourceLink.lineitem_claimed_until <= now,
+                ),
+            )
+            .values(
+                lineitem_claim=token,
+                lineitem_claimed_until=now + timedelta(seconds=LINE_ITEM_CLAIM_SECONDS),
+            )
+            .returning(LtiResourceLink.id)
+            .execution_options(synchronize_session=False)
+        ).first()
+        if claimed is not None:
+            return token, None
+        row = own.execute(
+            select(LtiResourceLink.lineitem_url, LtiResourceLink.lineitem_claimed_until).where(
+                LtiResourceLink.id == link_id
+            )
+        ).one_or_none()
+    if row is None:
+        raise PlatformRefused("the LMS link is no longer known here")
+    if row.lineitem_url is not None:
+        return None, row.lineitem_url
+    assert row.lineitem_claimed_until is not None  # else the UPDATE would have claimed it
+    raise LineItemBeingMade(row.lineitem_claimed_until)
+
+
+def _keep_line_item(bind: Engine | Connection, link_id: str, lineitem_url: str) -> str | None:
+    """Keep `lineitem_url` on the link unless one is kept already (the first kept wins, even
+    over a claim taken after this delivery's lapsed); the link's line item URL after it."""
+    with Session(bind) as own, own.begin():
+        own.execute(
+            update(LtiResourceLink)
+            .where(LtiResourceLink.id == link_id, LtiResourceLink.lineitem_url.is_(None))
+            .values(lineitem_url=lineitem_url, lineitem_claim=None, lineitem_claimed_until=None)
+            .execution_options(synchronize_session=False)
+        )
+        return own.scalars(
+            select(LtiResourceLink.lineitem_url).where(LtiResourceLink.id == link_id)
+        ).one_or_none()
+
+
+def _release_claim(bind: Engine | Connection, link_id: str, token: str) -> None:
+    """Give the claim back after a failed try, so the next delivery need not wait for it to
+    lapse; a claim taken since by another is not touched."""
+    with Session(bind) as own, own.begin():
+        own.execute(
+            update(LtiResourceLink)
+            .where(LtiResourceLink.id == link_id, LtiResourceLink.lineitem_claim == token)
+            .values(lineitem_claim=None, lineitem_claimed_until=None)
+            .execution_options(synchronize_session=False)
+        )
+
+
 def ensure_line_item(
     session: Session, sealing: MultiFernet, tokens: AccessTokens, link: LtiResourceLink
 ) -> str:
-    """The link's line item URL; one is found (made by an earlier try whose answer was lost)
-    or made when the link came without, and kept on the link. Flushes."""
+    """The link's line item URL; when the link came without one, it is found (made by an
+    earlier try whose answer was lost) or made, and kept on the link, by one delivery at a
+    time: the one holding the link's claim. Raises LineItemBeingMade while another holds it.
+
+    `session` only reads, across the platform's answers; the claim and the URL are written
+    in short transactions of their own, committed at once, so other hosts see them."""
     if link.lineitem_url is not None:
         return link.lineitem_url
     context = session.get(LtiContext, link.lti_context_id)
     if context is None or link.exercise_id is None:
         raise PlatformRefused("the link names no exercise, or its LMS course is gone")
+    platform, _ = _container(session, context)
     exercise = get_exercise(link.exercise_id)
-    # Deliveries are at least once: look for the one a lost answer made before making one.
-    existing = [
-        item
-        for item in list_line_items(
-            session,
-            sealing,
-            tokens,
-            context,
-            resource_link_id=link.resource_link_id,
-            resource_id=exercise.id,
+    bind = session.get_bind()
+    claim, kept_meanwhile = _claim_link(bind, link.id)
+    if claim is None:
+        assert kept_meanwhile is not None
+        session.refresh(link)
+        return kept_meanwhile
+    try:
+        # Deliveries are at least once: look for the one a lost answer made before making one.
+        existing = [
+            item
+            for item in list_line_items(
+                session,
+                sealing,
+                tokens,
+                context,
+                resource_link_id=link.resource_link_id,
+                resource_id=exercise.id,
+            )
+            # A platform may ignore the filters.
+            if item.resource_link_id == link.resource_link_id and item.resource_id == exercise.id
+        ]
+        made = None
+        if not existing:
+            made = create_line_item(
+                session,
+                sealing,
+                tokens,
+                context,
+                label=link.title or exercise.title,
+                score_maximum=exercise.max_score,
+                resource_id=exercise.id,
+                resource_link_id=link.resource_link_id,
+            )
+        url = existing[0].url if made is None else made.url
+        kept = _keep_line_item(bind, link.id, url)
+    except BaseException:
+        _release_claim(bind, link.id, claim)
+        raise
+    if kept is None:
+        raise PlatformRefused("the LMS link is no longer known here")
+    if made is not None and kept != made.url:
+        # This delivery's claim lapsed while its POST was on the way, and another made and
+        # kept the column meanwhile: the one made here has no score (no delivery knew its
+        # URL), so it is removed, and the score goes to the kept one.
+        log.warning(
+            "link %s: claim lapsed while making a line item; removing %s, keeping %s",
+            link.resource_link_id,
+            made.url,
+            kept,
         )
-        # A platform may ignore the filters.
-        if item.resource_link_id == link.resource_link_id and item.resource_id == exercise.id
-    ]
-    item = (
-        existing[0]
-        if existing
-        else create_line_item(
-            session,
-            sealing,
-            tokens,
-            context,
-            label=link.title or exercise.title,
-            score_maximum=exercise.max_score,
-            resource_id=exercise.id,
-            resource_link_id=link.resource_link_id,
-        )
-    )
-    link.lineitem_url = item.url
-    session.flush()
-    return item.url
+        try:
+            delete_line_item(session, sealing, tokens, platform, made.url)
+        except (PlatformRefused, PlatformUnavailable) as exc:
+            log.warning(
+                "link %s: the extra LMS column %s stays: %s", link.resource_link_id, made.url, exc
+            )
+    session.refresh(link)
+    return kept
 
 
 def read_results(

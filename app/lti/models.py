@@ -123,6 +123,10 @@ class LtiResourceLink(Base):
     # Assignment and Grade Services: the column scores go to, and the scopes granted.
     lineitem_url: Mapped[str | None] = mapped_column(String(1000))
     ags_scopes: Mapped[list[str] | None] = mapped_column(JSON)
+    # While a delivery makes the line item of a link that came without one: its random token
+    # and when the claim lapses (its holder is presumed dead then). app/lti/line_items.py.
+    lineitem_claim: Mapped[str | None] = mapped_column(String(32))
+    lineitem_claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 

@@ -1,7 +1,7 @@
 """A fake LMS that speaks LTI 1.3 for real: its own RSA keys and JWKS over HTTP, an OIDC auth
 endpoint that signs id_tokens, a token endpoint that verifies the tool's client assertion
 against the tool's own JWKS, AGS score endpoints with Moodle's rules, AGS line items (a paged
-container with the spec's filters, creation) and results, and NRPS.
+container with the spec's filters, creation, deletion) and results, and NRPS.
 
 Tests change `claims_override` (or sign with another key) to make bad launches.
 """
@@ -120,7 +120,12 @@ class FakePlatform:
     deep_link_responses: list[dict[str, Any]] = field(default_factory=list)
     # The line items of course 7, by their number in the URL; "1" is the launch's.
     line_items: dict[str, dict[str, Any]] = field(default_factory=dict)
-    line_item_posts: int = 0
+    line_item_posts: int = 0  # received, counted before any stall
+    line_item_deletes: int = 0
+    # Hold the next line item POST, before making anything, until `release_stalled` is set;
+    # then make it and answer as ever (a slow platform, or a request still on the way).
+    stall_next_line_item_post: bool = False
+    _line_items_made: int = 0
     _access_tokens: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -397,6 +402,14 @@ class FakePlatform:
 
         @app.post("/lineitems")
         async def create_line_item(request: Request) -> Response:
+            with platform._lock:
+                platform.line_item_posts += 1
+                stall, platform.stall_next_line_item_post = (
+                    platform.stall_next_line_item_post,
+                    False,
+                )
+            if stall:
+                await anyio.to_thread.run_sync(platform.release_stalled.wait)
             require_scope(request, AGS + "scope/lineitem")
             if request.headers.get("content-type") != LINEITEM_TYPE:
                 return JSONResponse({"error": "wrong content type"}, status_code=415)
@@ -405,11 +418,21 @@ class FakePlatform:
             if not isinstance(maximum, int | float) or maximum <= 0 or not body.get("label"):
                 return JSONResponse({"error": "scoreMaximum > 0 and label"}, status_code=400)
             with platform._lock:
-                platform.line_item_posts += 1
-                number = str(len(platform.line_items) + 1)
+                platform._line_items_made += 1
+                number = str(platform._line_items_made)
                 item = {**body, "id": platform.lineitem_url(number)}
                 platform.line_items[number] = item
             return JSONResponse(item, status_code=201, media_type=LINEITEM_TYPE)
+
+        @app.delete("/lineitems/{item}/lineitem")
+        def delete_line_item(item: str, request: Request) -> Response:
+            require_scope(request, AGS + "scope/lineitem")
+            with platform._lock:
+                platform.line_item_deletes += 1
+                if platform.line_items.pop(item, None) is None:
+                    return JSONResponse({"error": "no such line item"}, status_code=404)
+                platform.scores.pop(item, None)
+            return Response(status_code=204)
 
         @app.get("/lineitems/{item}/lineitem/results")
         def results(item: str, request: Request) -> Response:

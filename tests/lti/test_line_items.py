@@ -3,23 +3,29 @@ media types checked, pages of at most two with Link: rel="next", the spec's filt
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.ags import AccessTokens, DeliveryOutcome, deliver_score
+from app.lti.ags import AccessTokens, DeliveryOutcome, deliver_lti_score, deliver_score
 from app.lti.keys import key_sealing
 from app.lti.line_items import (
+    LINE_ITEM_CLAIM_SECONDS,
     LINE_ITEM_TAG,
     create_line_item,
     list_line_items,
     read_results,
 )
-from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
+from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
+from app.models import utc_now
+from app.outbox import DeliveryDeferred
 from app.settings import Settings
 from tests.app.conftest import loopgrade
+from tests.app.people import graded
 from tests.lti.conftest import Launch
 from tests.lti.fake_platform import AGS, FakePlatform, RecordedScore
 from tests.lti.test_ags import graded_submission, message_for
@@ -198,3 +204,137 @@ def add_scores(platform: FakePlatform, item: str, scores: dict[str, float]) -> N
         platform.scores.setdefault(item, {})[user_id] = RecordedScore(
             user_id, score, 10.0, datetime.now(UTC), "FullyGraded", "Completed"
         )
+
+
+@pytest.fixture
+def two_learners_without_line_item(
+    launched_without_line_item: None, launch: Launch, platform: FakePlatform
+) -> None:
+    """A second learner launched the same hand-placed link."""
+    platform.subject = "learner-2"
+    assert launch().status_code == 303
+
+
+def first_scores(sessions: SessionFactory) -> list[dict[str, object]]:
+    """The score messages of one graded submission each of learner-1 and learner-2, without a
+    line item URL: the link has none yet."""
+    with sessions() as session:
+        course_id = session.scalars(select(LtiContext.course_id)).one()
+        users = {
+            subject: user_id
+            for subject, user_id in session.execute(select(LtiUser.subject, LtiUser.user_id))
+        }
+    messages = []
+    for subject, score in (("learner-1", 6.0), ("learner-2", 8.0)):
+        message = message_for(
+            sessions, graded(sessions, user_id=users[subject], course_id=course_id, score=score)
+        )
+        assert message["lineitem_url"] is None
+        messages.append(message)
+    return messages
+
+
+def wait_for_line_item_post(platform: FakePlatform) -> None:
+    deadline = time.monotonic() + 60
+    while platform.line_item_posts == 0:
+        assert time.monotonic() < deadline, "the first delivery never POSTed its line item"
+        time.sleep(0.05)
+
+
+def scores_by_column(platform: FakePlatform) -> dict[str, dict[str, float]]:
+    return {
+        number: {user: score.score_given for user, score in platform.scores.get(number, {}).items()}
+        for number in platform.line_items
+    }
+
+
+def set_claim(
+    sessions: SessionFactory, *, lapses_in_seconds: float, token: str | None = None
+) -> None:
+    """Move the link's claim's lapse (time passing), or leave one (a host that died)."""
+    with sessions.begin() as session:
+        (link,) = session.scalars(select(LtiResourceLink))
+        link.lineitem_claim = token or link.lineitem_claim
+        assert link.lineitem_claim is not None
+        link.lineitem_claimed_until = utc_now() + timedelta(seconds=lapses_in_seconds)
+
+
+# The outbox's delivery of a score, as each host's delivery loop calls it. The tests call it
+# themselves, each call standing for another host: the tool server's own loop is left out
+# (the messages are not in its outbox).
+
+
+def test_two_first_scores_at_once_make_one_column_with_both_scores(
+    two_learners_without_line_item: None,
+    platform: FakePlatform,
+    sessions: SessionFactory,
+    settings: Settings,
+) -> None:
+    """Two hosts deliver the first scores of two learners for one link at the same time: the
+    first is held in its line item POST while the second runs. The second is deferred (the
+    outbox tries it again, not counted as an attempt) and then goes to the first's column."""
+    first, second = first_scores(sessions)
+    platform.stall_next_line_item_post = True
+    with ThreadPoolExecutor(1) as other_host:
+        held = other_host.submit(deliver_lti_score, sessions, settings, first)
+        wait_for_line_item_post(platform)
+        with pytest.raises(DeliveryDeferred, match="making the link's LMS column") as deferred:
+            deliver_lti_score(sessions, settings, second)
+        assert 0 < deferred.value.retry_after_seconds <= settings.outbox_retry_base_seconds
+        assert platform.line_item_posts == 1 and platform.line_items == {}
+        platform.release_stalled.set()
+        held.result(timeout=60)
+    deliver_lti_score(sessions, settings, second)  # tried again
+    assert scores_by_column(platform) == {"1": {"learner-1": 6.0, "learner-2": 8.0}}
+    assert platform.line_item_posts == 1
+    with sessions() as session:
+        (link,) = session.scalars(select(LtiResourceLink))
+        assert link.lineitem_url == platform.lineitem_url("1")
+        assert (link.lineitem_claim, link.lineitem_claimed_until) == (None, None)
+
+
+def test_a_lapsed_claim_still_ends_with_one_column_and_both_scores(
+    two_learners_without_line_item: None,
+    platform: FakePlatform,
+    sessions: SessionFactory,
+    settings: Settings,
+) -> None:
+    """The first delivery's POST is held so long that its claim lapses (its host is presumed
+    dead): the second makes and keeps the column. When the first's POST is made after all, it
+    finds the column kept, deletes the one it made, and puts its score in the kept one."""
+    first, second = first_scores(sessions)
+    platform.stall_next_line_item_post = True
+    with ThreadPoolExecutor(1) as other_host:
+        held = other_host.submit(deliver_lti_score, sessions, settings, first)
+        wait_for_line_item_post(platform)
+        set_claim(sessions, lapses_in_seconds=-1)
+        deliver_lti_score(sessions, settings, second)
+        assert scores_by_column(platform) == {"1": {"learner-2": 8.0}}
+        platform.release_stalled.set()
+        held.result(timeout=60)
+    # The held POST made line item 2, then deleted it: one column, both scores.
+    assert (platform.line_item_posts, platform.line_item_deletes) == (2, 1)
+    assert scores_by_column(platform) == {"1": {"learner-1": 6.0, "learner-2": 8.0}}
+    with sessions() as session:
+        (link,) = session.scalars(select(LtiResourceLink))
+        assert link.lineitem_url == platform.lineitem_url("1")
+
+
+def test_a_claim_left_by_a_dead_delivery_holds_until_it_lapses(
+    two_learners_without_line_item: None,
+    platform: FakePlatform,
+    sessions: SessionFactory,
+    settings: Settings,
+) -> None:
+    """A host died holding the link's claim, before its POST reached the platform: scores wait
+    while the claim stands and, once it has lapsed, the next delivery makes the one column."""
+    first, second = first_scores(sessions)
+    set_claim(sessions, lapses_in_seconds=LINE_ITEM_CLAIM_SECONDS, token="a-host-that-died")
+    with pytest.raises(DeliveryDeferred):
+        deliver_lti_score(sessions, settings, first)
+    assert platform.line_item_posts == 0
+    set_claim(sessions, lapses_in_seconds=-1)
+    deliver_lti_score(sessions, settings, first)
+    deliver_lti_score(sessions, settings, second)
+    assert scores_by_column(platform) == {"1": {"learner-1": 6.0, "learner-2": 8.0}}
+    assert platform.line_item_posts == 1
