@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -19,6 +20,7 @@ from app.db import SessionFactory
 from app.grading.submissions import claim_submission, create_submission, record_report
 from app.models import OutboxMessage, OutboxStatus
 from app.outbox import (
+    DeliveryDeferred,
     OutboxDelivery,
     PermanentFailure,
     add_to_outbox,
@@ -155,6 +157,47 @@ def test_after_its_last_attempt_a_failing_delivery_is_given_up(
     assert (row.status, row.attempts) == (OutboxStatus.FAILED, 2)
     assert "503" in (row.last_error or "")
     assert len(receiver.received) == 2
+
+
+WAITING_KIND = "tests.waits-once"
+WAITED: set[str] = set()  # the receivers a waits-once message has waited for
+
+
+@delivery_kind(WAITING_KIND)
+def wait_once_then_deliver(
+    sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
+) -> None:
+    """As a score waits for the line item another delivery is making: not yet, then done."""
+    if payload["url"] not in WAITED:
+        WAITED.add(payload["url"])
+        raise DeliveryDeferred("another delivery goes first", retry_after_seconds=0.05)
+    post_to_receiver(sessions, settings, payload)
+
+
+def test_a_deferred_delivery_is_tried_again_uncounted(
+    sessions: SessionFactory, settings: Settings
+) -> None:
+    """Deferred is neither an attempt nor a failure: after the wait it names, it goes."""
+    failures = REGISTRY.get_sample_value(
+        "loopgrade_outbox_delivery_failures_total", {"kind": WAITING_KIND}
+    )
+    with Receiver([]) as receiver:
+        with sessions.begin() as session:
+            message_id = add_to_outbox(session, WAITING_KIND, {"url": receiver.url}).id
+        assert deliver_one(sessions, settings)
+        waiting = message(sessions, message_id)
+        assert (waiting.status, waiting.attempts) == (OutboxStatus.PENDING, 0)
+        assert waiting.last_error == "waiting: another delivery goes first"
+        assert receiver.received == []
+        wait_until_due(sessions, message_id)
+        assert deliver_one(sessions, settings)
+    row = message(sessions, message_id)
+    assert (row.status, row.attempts) == (OutboxStatus.DELIVERED, 1)
+    assert len(receiver.received) == 1
+    after = REGISTRY.get_sample_value(
+        "loopgrade_outbox_delivery_failures_total", {"kind": WAITING_KIND}
+    )
+    assert after == failures  # None both times: never counted
 
 
 def wait_until_due(sessions: SessionFactory, message_id: int) -> None:
