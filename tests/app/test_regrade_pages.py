@@ -23,6 +23,14 @@ def _browser(client: httpx.Client, email: str) -> httpx.Client:
     return browser
 
 
+def _lees_graded_submission(sessions: SessionFactory) -> tuple[str, str]:
+    """Tess's course, with Lee's submission graded 4/10 in it: (course id, submission id)."""
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    lee = make_user(sessions, "lee@example.org")
+    course_id = make_course(sessions, "tess@example.org", "lee@example.org")
+    return course_id, graded(sessions, user_id=lee, course_id=course_id, score=4.0)
+
+
 def test_regrade_all_says_how_many_and_asks_first(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
@@ -64,10 +72,7 @@ def test_regrade_all_says_how_many_and_asks_first(
 def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
-    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
-    lee = make_user(sessions, "lee@example.org")
-    course_id = make_course(sessions, "tess@example.org", "lee@example.org")
-    submission_id = graded(sessions, user_id=lee, course_id=course_id, score=4.0)
+    course_id, submission_id = _lees_graded_submission(sessions)
     with sessions.begin() as session:
         tess = session.query(User).filter_by(email="tess@example.org").one()
         request_exercise_regrade(
@@ -112,10 +117,7 @@ def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
 def test_one_submission_is_regraded_with_its_reason_and_note(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
-    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
-    lee = make_user(sessions, "lee@example.org")
-    course_id = make_course(sessions, "tess@example.org", "lee@example.org")
-    submission_id = graded(sessions, user_id=lee, course_id=course_id, score=4.0)
+    course_id, submission_id = _lees_graded_submission(sessions)
     teacher = _browser(client, "tess@example.org")
     page = teacher.get(f"/submissions/{submission_id}")
     form = page.text.split(f'action="/submissions/{submission_id}/regrade"')[1].split("</form>")[0]

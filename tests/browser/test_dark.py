@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from app.db import SessionFactory
 from app.models import SiteRole
-from tests.app.conftest import EXERCISE
+from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.app.people import PASSWORD, make_course, make_user
 from tests.browser.conftest import assert_accessible_basics, new_page, screenshot, signed_in_page
 
@@ -20,14 +20,6 @@ LEARNER, INSTRUCTOR = "dana@example.edu", "tess@example.edu"
 DARK_BACKGROUND = "rgb(13, 17, 23)"  # --bg of style.css's dark scheme
 DARK_BAD = "rgb(255, 123, 114)"  # --bad of the dark scheme: the learner's line in a chart
 GRADING_MS = 180_000
-# Gradients pile up: graded, partly wrong, with charts of the loss against the reference.
-NO_ZERO_GRAD = """\
-def train_step(model, optimizer, loss_fn, x, y):
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +59,7 @@ def test_a_learner_and_an_instructor_read_results_in_the_dark(
     assert_dark(page)
     page.goto(f"/courses/{course_id}/exercises/{EXERCISE}")
     page.wait_for_function("() => window.loopgradeEditor")
-    page.evaluate("code => window.loopgradeEditor.setValue(code)", NO_ZERO_GRAD)
+    page.evaluate("code => window.loopgradeEditor.setValue(code)", MISSING_ZERO_GRAD_CODE)
     page.get_by_role("button", name="Submit").click()
     result = page.locator("#live-result #result")
     expect(result.locator(".score-value")).to_be_visible(timeout=GRADING_MS)
