@@ -400,7 +400,11 @@ def deliver_lti_score(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:
     """The outbox's delivery of a score: a refusal for good is recorded, not retried."""
-    with sessions() as session:  # reads only: no write lock is held across the POSTs
+    with sessions() as session:
+        # Reads only, each committed at once (DBAPI autocommit): no transaction, let alone a
+        # write lock, stays open while the platform answers. What it writes (the link's claim
+        # and line item) goes in transactions of its own.
+        session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         try:
             outcome = deliver_score(session, key_sealing(settings), ACCESS_TOKENS, payload)
         except PlatformRefused as exc:
