@@ -320,21 +320,32 @@ def test_a_lapsed_claim_still_ends_with_one_column_and_both_scores(
         assert link.lineitem_url == platform.lineitem_url("1")
 
 
+@pytest.mark.parametrize("its_post_arrived", [False, True], ids=["before-post", "answer-lost"])
 def test_a_claim_left_by_a_dead_delivery_holds_until_it_lapses(
+    its_post_arrived: bool,
     two_learners_without_line_item: None,
     platform: FakePlatform,
     sessions: SessionFactory,
     settings: Settings,
 ) -> None:
-    """A host died holding the link's claim, before its POST reached the platform: scores wait
-    while the claim stands and, once it has lapsed, the next delivery makes the one column."""
+    """A host died holding the link's claim, before its POST left or after the platform made
+    the line item: scores wait while the claim stands and, once it has lapsed, the next
+    delivery finds that line item or makes one. One column either way, both scores on it."""
     first, second = first_scores(sessions)
+    if its_post_arrived:
+        with sessions() as session:
+            (context,) = session.scalars(select(LtiContext))
+            create_line_item(
+                session, key_sealing(settings), AccessTokens(), context,
+                label="Train step", score_maximum=10.0, resource_id="train-step",
+                resource_link_id="link-1",
+            )  # fmt: skip
     set_claim(sessions, lapses_in_seconds=LINE_ITEM_CLAIM_SECONDS, token="a-host-that-died")
     with pytest.raises(DeliveryDeferred):
         deliver_lti_score(sessions, settings, first)
-    assert platform.line_item_posts == 0
+    posts_before = platform.line_item_posts
     set_claim(sessions, lapses_in_seconds=-1)
     deliver_lti_score(sessions, settings, first)
     deliver_lti_score(sessions, settings, second)
     assert scores_by_column(platform) == {"1": {"learner-1": 6.0, "learner-2": 8.0}}
-    assert platform.line_item_posts == 1
+    assert platform.line_item_posts == posts_before + (0 if its_post_arrived else 1)
