@@ -218,6 +218,7 @@ def service(
         pytest.skip(f"no {backend} sandbox on this host: {reason}")
     root = tmp_path_factory.mktemp(f"hostile-{backend}")
     data_dir = root / "data"
+    data_dir.mkdir()  # for the planted secret (a server on PostgreSQL keeps no database in it)
     env_secret, file_secret = f"env-secret-{uuid.uuid4().hex}", f"file-secret-{uuid.uuid4().hex}"
     with scope_database(data_dir) as database_url:
         env = {
