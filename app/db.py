@@ -33,14 +33,30 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # default 5 + 10, forty pollers at once waited 30 s for a connection and got a 500.
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 50
+# libpq waits forever by default for a server that takes the connection and never answers, or
+# for a host that drops packets instead of refusing them: a request would hang instead of
+# getting its 503. Bounded here unless the database URL sets its own.
+POSTGRES_CONNECTION_DEFAULTS = {
+    "connect_timeout": 10,  # seconds, for the whole connection start-up
+    "keepalives": 1,  # an idle pooled connection to a vanished host is found dead
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms: data left unacknowledged that long ends the connection
+}
 
 
 def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -> Engine:
     """An engine for `database_url`; SQLite gets WAL, a busy timeout and foreign keys."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
+        defaults = {k: v for k, v in POSTGRES_CONNECTION_DEFAULTS.items() if k not in url.query}
         return create_engine(
-            url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_MAX_OVERFLOW
+            url,
+            connect_args=defaults,
+            pool_pre_ping=True,
+            pool_size=POOL_SIZE,
+            max_overflow=POOL_MAX_OVERFLOW,
         )
 
     if url.database and url.database != ":memory:":

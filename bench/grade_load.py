@@ -18,9 +18,10 @@ trajectories are then cached, as on a server that has run a while), and measures
 - peak memory: the server process's resident peak (VmHWM), and the peak over the burst of the
   proportional set size (PSS) of the server and everything under it, sampled every 0.2 s.
 
-The load is mixed: every exercise's solution and known bugs, and failing submissions (a syntax
-error, an exception while loading, a missing function). Cold backends take seconds per grade,
-so they get smaller counts (`--cold-paced`, `--cold-burst`).
+The load is mixed: every exercise's solution and known bugs, and failing submissions (an exit
+while loading, an exception while loading, a missing function; not a syntax error, which the
+server refuses before grading). Cold backends take seconds per grade, so they get smaller
+counts (`--cold-paced`, `--cold-burst`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from tests.servers import running_server  # noqa: E402  (the repo's one way to s
 
 EXERCISES = REPO / "exercises"
 FAILING = [
-    "def broken(:\n",
+    "import sys\nsys.exit(3)\n",
     "raise RuntimeError('at import')\n",
     "def not_the_entry_point():\n    return 0\n",
 ]

@@ -15,6 +15,7 @@ values, the returned value and its type, and the calls the step made.
 from __future__ import annotations
 
 import json
+import linecache
 import math
 import os
 import time
@@ -140,9 +141,17 @@ def _parameters(model: nn.Linear) -> Record:
 def _error_record(error: BaseException, filename: str) -> Record:
     """Describe an exception raised by learner code: type, message, the line in their file."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
+    # The traceback from the learner's first frame on (what their code called stays: torch's
+    # frames say where a shape went wrong); the harness's own frames above it are not theirs.
+    learners = error.__traceback__
+    while learners is not None and learners.tb_frame.f_code.co_filename != filename:
+        learners = learners.tb_next
     try:  # the learner's exception may define a __str__ that raises
         message = str(error)
-        formatted = "".join(traceback.format_exception(error))
+        if learners is None:  # raised outside their code: only what it was
+            formatted = "".join(traceback.format_exception_only(error))
+        else:
+            formatted = "".join(traceback.format_exception(type(error), error, learners))
     except Exception:
         message = formatted = "(the exception's message could not be read)"
     return {
@@ -335,6 +344,8 @@ def load_function(source: str, entry_point: str, filename: str) -> Callable[...,
     point is missing or not callable.
     """
     code = compile_submission(source, filename)
+    # Their lines in their tracebacks: the file is nowhere on disk for `linecache` to read.
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     module = types.ModuleType(os.path.splitext(os.path.basename(filename))[0])
     module.__file__ = filename
     exec(code, module.__dict__)

@@ -43,6 +43,7 @@ from sandbox.result import RunResult
 from sandbox.supervise import (
     ENVIRONMENT,
     SANDBOX_DIR,
+    SCRATCH_DIR,
     TEARDOWN_TIMEOUT_SECONDS,
     Channel,
     Supervisor,
@@ -118,8 +119,10 @@ class _Slot:
         # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
         args.remove("--disable-userns")
         del args[args.index("--seccomp") : args.index("--seccomp") + 2]
+        under_scratch = [path for path in python_dirs if path.startswith(f"{SCRATCH_DIR}/")]
         config = {"control_fd": CONTROL_FD, "environment": ENVIRONMENT,
-                  "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}"}  # fmt: skip
+                  "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}",
+                  "kept_under_scratch": under_scratch}  # fmt: skip
         args = [
             *args[: args.index("--") + 1],
             sys.executable,

@@ -39,7 +39,7 @@ from typing import Any
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_REC, MS_PRIVATE = 0x20, 0x4000, 1 << 18
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 22, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 4, 2
@@ -170,6 +170,9 @@ class Zygote:
         os.close(config["control_fd"])
         self.uid, self.gid = os.getuid(), os.getgid()
         self.environment: dict[str, str] = config["environment"]
+        # The interpreter's directories that live under /tmp (a checkout there, as in CI): a
+        # job's fresh /tmp would hide them, so they are mounted again on top of it.
+        self.kept_under_scratch: list[str] = config["kept_under_scratch"]
         with open(config["seccomp_path"], "rb") as filter_file:
             self.seccomp = filter_file.read()
         with open(PROGRAM_PATH) as program_file:
@@ -274,8 +277,15 @@ class Zygote:
             _write_file("/proc/self/gid_map", f"{self.gid} {self.gid} 1")
             _mount(None, "/", None, MS_REC | MS_PRIVATE)
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            kept = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in self.kept_under_scratch]
             _mount("tmpfs", SCRATCH_DIR, "tmpfs", MS_NOSUID | MS_NODEV,
                    f"mode=0755,size={int(job['scratch_bytes'])}")  # fmt: skip
+            for path, fd in zip(self.kept_under_scratch, kept, strict=True):
+                # Bound from the fd opened before the tmpfs covered it: the same read-only
+                # mount as the zygote's, on a directory of the job's scratch.
+                os.makedirs(path)
+                _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                os.close(fd)
             _mount("tmpfs", SANDBOX_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
             names = job["input_names"]
             with open(PROGRAM_PATH, "x") as program_copy:  # as in a cold run, for parity

@@ -72,19 +72,14 @@ class AuditEntry:
             text = (
                 f"{who} had {whose} submission graded again "
                 f"(it had {_number(details.get('old_score'))})"
-            )
+            ) + _regrade_why(details)
         elif action == "regrade.exercise":
             count = details.get("submissions", 0)
             which = "outdated " if details.get("only_outdated") else ""
             text = (
                 f"{who} had {count} {which}submission{'s' if count != 1 else ''} of {exercise} "
                 "graded again"
-            )
-            reason = details.get("reason")
-            if reason in set(RegradeReason) and reason != RegradeReason.INSTRUCTOR_REQUEST:
-                text += f": {RegradeReason(reason).words}"
-            if details.get("note"):
-                text += f" (“{details['note']}”)"
+            ) + _regrade_why(details)
         elif action == "assignment.set":
             due = details.get("due_at")
             due_words = (
@@ -154,3 +149,14 @@ def events(
         query = query.where(AuditEvent.submission_id == submission_id)
     rows = session.execute(query.order_by(AuditEvent.id.desc()).limit(limit)).all()
     return [AuditEntry(*row) for row in rows]
+
+
+def _regrade_why(details: dict[str, Any]) -> str:
+    """The end of a regrade's sentence: its reason and note, as far as they were given."""
+    text = ""
+    reason = details.get("reason")
+    if reason in set(RegradeReason) and reason != RegradeReason.INSTRUCTOR_REQUEST:
+        text += f": {RegradeReason(reason).words}"
+    if details.get("note"):
+        text += f" (“{details['note']}”)"
+    return text

@@ -67,18 +67,27 @@ def _queue_again(
     queue_for_grading(session, submission.id)
 
 
+def _checked_note(note: str) -> str:
+    note = note.strip()
+    if len(note) > MAX_NOTE_CHARS:
+        raise RegradeRejected(f"the note may have at most {MAX_NOTE_CHARS} characters")
+    return note
+
+
 def request_regrade(
     session: Session,
     submission: Submission,
     *,
     by: User,
     reason: RegradeReason = RegradeReason.INSTRUCTOR_REQUEST,
+    note: str = "",
 ) -> str:
     """Queue one graded submission again; returns the batch id."""
+    note = _checked_note(note)
     if submission.status not in FINISHED:
         raise RegradeRejected("this submission is being graded already")
     batch_id = new_id()
-    _queue_again(session, submission, batch_id, by, reason, None)
+    _queue_again(session, submission, batch_id, by, reason, note or None)
     record_event(
         session,
         actor=by,
@@ -88,6 +97,8 @@ def request_regrade(
         batch_id=batch_id,
         old_score=submission.score,
         old_exercise_version=submission.exercise_version,
+        reason=reason,
+        note=note or None,
     )
     session.flush()
     return batch_id
@@ -121,9 +132,7 @@ def request_exercise_regrade(
 ) -> tuple[str, list[str]]:
     """Queue every finished submission of an exercise in a course again (or only those graded
     against an older version of it); returns the batch id and the submission ids."""
-    note = note.strip()
-    if len(note) > MAX_NOTE_CHARS:
-        raise RegradeRejected(f"the note may have at most {MAX_NOTE_CHARS} characters")
+    note = _checked_note(note)
     current = get_exercise(exercise_id).version
     submissions = regrade_candidates(
         session, course_id=course_id, exercise_id=exercise_id, only_outdated=only_outdated

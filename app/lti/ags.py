@@ -106,6 +106,43 @@ def raise_for_reply(reply: httpx.Response, what: str) -> None:
     raise PlatformRefused(f"{what}: {_problem(reply)}")
 
 
+def call_platform(
+    session: Session,
+    sealing: MultiFernet,
+    tokens: AccessTokens,
+    platform: LtiPlatform,
+    method: str,
+    url: str,
+    *,
+    scope: str,
+    headers: dict[str, str],
+    json_body: dict[str, Any] | None = None,
+) -> httpx.Response:
+    """One request to a platform's service with an access token for `scope`; a token the
+    platform dropped before its time (HTTP 401) is replaced once. Raises PlatformUnavailable
+    when the platform cannot be reached or refuses the fresh token too; any other answer is
+    the caller's to read."""
+    what = f"{method} {url}"
+    for attempt in range(2):
+        token = tokens.get(session, sealing, platform, [scope])
+        try:
+            reply = httpx.request(
+                method,
+                url,
+                json=json_body,
+                headers={**headers, "Authorization": f"Bearer {token}"},
+                timeout=HTTP_TIMEOUT_SECONDS,
+            )
+        except httpx.HTTPError as exc:
+            raise PlatformUnavailable(f"{what}: {exc}") from None
+        if reply.status_code != 401 or attempt == 1:
+            break
+        tokens.forget(platform)
+    if reply.status_code == 401:
+        raise PlatformUnavailable(f"{what}: refused a fresh token (HTTP 401)")
+    return reply
+
+
 def client_assertion(session: Session, sealing: MultiFernet, platform: LtiPlatform) -> str:
     """The RS256 JWT that authenticates this tool at the platform's token URL."""
     now = int(time.time())
@@ -238,29 +275,14 @@ def deliver_score(
             raise PlatformRefused("the LMS link is no longer known here")
         lineitem_url = ensure_line_item(session, sealing, tokens, link)
     url = service_url(lineitem_url, "scores")
-    for attempt in range(2):
-        token = tokens.get(session, sealing, platform, [SCORE_SCOPE])
-        try:
-            reply = httpx.post(
-                url,
-                json=body,
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    "Content-Type": SCORE_MEDIA_TYPE,
-                },
-                timeout=HTTP_TIMEOUT_SECONDS,
-            )
-        except httpx.HTTPError as exc:
-            raise PlatformUnavailable(f"score POST to {url}: {exc}") from None
-        if reply.status_code == 401 and attempt == 0:
-            # The platform dropped the token before its time: one more with a fresh one.
-            tokens.forget(platform)
-            continue
-        if reply.status_code == 409:
-            return DeliveryOutcome.ALREADY_APPLIED
-        raise_for_reply(reply, f"score POST to {url}")
-        return DeliveryOutcome.DELIVERED
-    raise PlatformUnavailable(f"score POST to {url}: refused a fresh token (HTTP 401)")
+    reply = call_platform(
+        session, sealing, tokens, platform, "POST", url,
+        scope=SCORE_SCOPE, headers={"Content-Type": SCORE_MEDIA_TYPE}, json_body=body,
+    )  # fmt: skip
+    if reply.status_code == 409:
+        return DeliveryOutcome.ALREADY_APPLIED
+    raise_for_reply(reply, f"POST {url}")
+    return DeliveryOutcome.DELIVERED
 
 
 def fetch_all_pages(
@@ -282,15 +304,10 @@ def fetch_all_pages(
     for _ in range(MAX_PAGES):
         if next_url is None:
             break
-        token = tokens.get(session, sealing, platform, [scope])
-        try:
-            reply = httpx.get(
-                next_url,
-                headers={"Authorization": f"Bearer {token}", "Accept": accept},
-                timeout=HTTP_TIMEOUT_SECONDS,
-            )
-        except httpx.HTTPError as exc:
-            raise PlatformUnavailable(f"GET {next_url}: {exc}") from None
+        reply = call_platform(
+            session, sealing, tokens, platform, "GET", next_url,
+            scope=scope, headers={"Accept": accept},
+        )  # fmt: skip
         raise_for_reply(reply, f"GET {next_url}")
         try:
             page = entries_of(reply.json())

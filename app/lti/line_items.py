@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from cryptography.fernet import MultiFernet
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -24,11 +23,10 @@ from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
 from app.lti.ags import (
     AGS_SCOPE,
-    HTTP_TIMEOUT_SECONDS,
     LINEITEM_SCOPE,
     AccessTokens,
     PlatformRefused,
-    PlatformUnavailable,
+    call_platform,
     fetch_all_pages,
     raise_for_reply,
     service_url,
@@ -144,26 +142,18 @@ def create_line_item(
     }
     if resource_link_id is not None:
         body["resourceLinkId"] = resource_link_id
-    token = tokens.get(session, sealing, platform, [LINEITEM_SCOPE])
-    try:
-        reply = httpx.post(
-            url,
-            json=body,
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": LINEITEM_MEDIA_TYPE,
-                "Accept": LINEITEM_MEDIA_TYPE,
-            },
-            timeout=HTTP_TIMEOUT_SECONDS,
-        )
-    except httpx.HTTPError as exc:
-        raise PlatformUnavailable(f"line item POST to {url}: {exc}") from None
-    raise_for_reply(reply, f"line item POST to {url}")
+    reply = call_platform(
+        session, sealing, tokens, platform, "POST", url, scope=LINEITEM_SCOPE,
+        headers={"Content-Type": LINEITEM_MEDIA_TYPE, "Accept": LINEITEM_MEDIA_TYPE},
+        json_body=body,
+    )  # fmt: skip
+    what = f"line item POST to {url}"
+    raise_for_reply(reply, what)
     try:
         created = reply.json()
     except ValueError:
-        raise PlatformRefused(f"line item POST to {url} answered no JSON") from None
-    return _line_item(created, f"line item POST to {url}")
+        raise PlatformRefused(f"{what} answered no JSON") from None
+    return _line_item(created, what)
 
 
 def ensure_line_item(

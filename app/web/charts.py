@@ -122,16 +122,17 @@ def line_chart(series: PlotSeries) -> str:
         f"{ticks}"
         f'<text x="4" y="14" class="chart-title" font-weight="bold">{escape(series.label)}, '
         f"case {escape(series.case)}</text>"
-        f'<line x1="{WIDTH - 150}" y1="26" x2="{WIDTH - 130}" y2="26" stroke="#b3261e" '
-        f'stroke-width="2.5"/><text x="{WIDTH - 126}" y="30">yours</text>'
-        f'<line x1="{WIDTH - 84}" y1="26" x2="{WIDTH - 64}" y2="26" stroke="#555" '
-        f'stroke-width="2" stroke-dasharray="5 4"/><text x="{WIDTH - 60}" y="30">reference</text>'
+        f'<line x1="{WIDTH - 150}" y1="26" x2="{WIDTH - 130}" y2="26" class="learner" '
+        f'stroke="#b3261e" stroke-width="2.5"/><text x="{WIDTH - 126}" y="30">yours</text>'
+        f'<line x1="{WIDTH - 84}" y1="26" x2="{WIDTH - 64}" y2="26" class="reference" '
+        f'stroke="#555" stroke-width="2" stroke-dasharray="5 4"/>'
+        f'<text x="{WIDTH - 60}" y="30">reference</text>'
         f'<path d="{path(reference)}" class="reference" fill="none" '
         f'stroke="#555" stroke-width="2" stroke-dasharray="5 4"/>'
         f'<path d="{path(learner)}" class="learner" fill="none" '
         f'stroke="#b3261e" stroke-width="2.5"/>'
         + "".join(
-            f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3" fill="#b3261e"/>'
+            f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3" class="learner" fill="#b3261e"/>'
             for step, value in (dots if len(dots) <= MAX_DOTS else [])
         )
         + "</svg>"

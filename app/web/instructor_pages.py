@@ -302,11 +302,18 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    reason: Annotated[str, Form()] = RegradeReason.INSTRUCTOR_REQUEST,
+    note: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
-        request_regrade(session, submission, by=user)
+        why = RegradeReason(reason)
+    except ValueError:
+        message = "Not regraded: say why you regrade; the learner is told if the result changes."
+        return _refused(request, session, viewer, submission_id, message)
+    try:
+        request_regrade(session, submission, by=user, reason=why, note=note)
     except RegradeRejected as exc:
         return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
     return _done(submission_id, "regrade", list_query)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.courses.audit import events
 from app.grading.queue import grading_limits
 from app.grading.regrades import regrades_of
-from app.models import Submission, User
+from app.models import RegradeReason, Submission, User
 from app.settings import Settings
 from graders.exercises import UnknownExercise, get_exercise
 from graders.grading import GRADING_LIMITS
@@ -70,6 +70,7 @@ def review_context(session: Session, settings: Settings, submission: Submission)
         "limits": sandbox_limits(settings, submission),
         "limit_hit": any(limit.hit for limit in sandbox_limits(settings, submission)),
         "regrades": regrades_of(session, submission.id),
+        "regrade_reasons": list(RegradeReason),
         "events": events(session, submission_id=submission.id),
         "current_version": current_version,
         "outdated": current_version is not None and submission.exercise_version != current_version,

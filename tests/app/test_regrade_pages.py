@@ -23,6 +23,14 @@ def _browser(client: httpx.Client, email: str) -> httpx.Client:
     return browser
 
 
+def _lees_graded_submission(sessions: SessionFactory) -> tuple[str, str]:
+    """Tess's course, with Lee's submission graded 4/10 in it: (course id, submission id)."""
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    lee = make_user(sessions, "lee@example.org")
+    course_id = make_course(sessions, "tess@example.org", "lee@example.org")
+    return course_id, graded(sessions, user_id=lee, course_id=course_id, score=4.0)
+
+
 def test_regrade_all_says_how_many_and_asks_first(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
@@ -64,10 +72,7 @@ def test_regrade_all_says_how_many_and_asks_first(
 def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
-    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
-    lee = make_user(sessions, "lee@example.org")
-    course_id = make_course(sessions, "tess@example.org", "lee@example.org")
-    submission_id = graded(sessions, user_id=lee, course_id=course_id, score=4.0)
+    course_id, submission_id = _lees_graded_submission(sessions)
     with sessions.begin() as session:
         tess = session.query(User).filter_by(email="tess@example.org").one()
         request_exercise_regrade(
@@ -107,3 +112,41 @@ def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
         "Tess had 1 submission of One training step: zero, backward, step graded again: the "
         "grader was corrected (“the step check now allows a float32 rounding”)." in log
     )
+
+
+def test_one_submission_is_regraded_with_its_reason_and_note(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    course_id, submission_id = _lees_graded_submission(sessions)
+    teacher = _browser(client, "tess@example.org")
+    page = teacher.get(f"/submissions/{submission_id}")
+    form = page.text.split(f'action="/submissions/{submission_id}/regrade"')[1].split("</form>")[0]
+    # The same choice of reasons as a regrade of the whole exercise, "on request" first.
+    assert form.count('type="radio" name="reason"') == len(RegradeReason)
+    assert 'value="instructor-request" checked' in form
+    assert 'name="note"' in form
+    regrade = f"/submissions/{submission_id}/regrade"
+
+    # A reason that is not one, or a note too long: said on the page, nothing queued.
+    for data, said in (
+        ({"reason": "because"}, "say why you regrade"),
+        ({"reason": "grader-updated", "note": "x" * 501}, "at most 500 characters"),
+    ):
+        refused = teacher.post(regrade, data={"csrf_token": token_of(page), **data})
+        assert refused.status_code == 422, refused.text
+        assert said in refused.text
+        with sessions() as session:
+            assert session.query(Regrade).count() == 0
+            assert session.get(Submission, submission_id).status == "graded"
+
+    done = teacher.post(
+        regrade,
+        data={"csrf_token": token_of(page), "reason": "grader-updated", "note": " a fix "},
+    )
+    assert done.status_code == 303, done.text
+    with sessions() as session:
+        (row,) = session.query(Regrade).all()
+        assert (row.reason, row.note) == (RegradeReason.GRADER_UPDATED, "a fix")
+        assert row.submission_id == submission_id
+    log = html.unescape(" ".join(teacher.get(f"/courses/{course_id}/audit").text.split()))
+    assert "graded again (it had 4): the grader was corrected (“a fix”)" in log

@@ -6,11 +6,13 @@ ended session. Graded rows are written as a worker leaves them: no grading runs 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import timedelta
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Dialog, Page, expect
+from playwright.sync_api import Error as PlaywrightError
 from sqlalchemy import update
 
 from app.db import SessionFactory
@@ -91,6 +93,49 @@ def test_settings_one_form_keeps_every_section(
     expect(page.locator("#penalty-train-step")).to_have_value("10")
     expect(page.get_by_label("Due").first).to_have_value("2026-12-24T18:00")  # in this zone
     screenshot(page, "desktop-settings-saved")
+
+
+def leaving_asks(page: Page) -> bool:
+    """Whether leaving the page now asks first (a beforeunload dialog), staying if it does."""
+    asked: list[str] = []
+
+    def stay(dialog: Dialog) -> None:
+        asked.append(dialog.type)
+        dialog.dismiss()
+
+    page.once("dialog", stay)
+    with contextlib.suppress(PlaywrightError):  # a dismissed dialog cancels the navigation
+        page.goto("/", timeout=5_000)
+    if not asked:
+        page.remove_listener("dialog", stay)
+    return asked == ["beforeunload"]
+
+
+def test_settings_ask_before_changes_are_left_unsaved(
+    browser: Browser, base_url: str, course: dict[str, str]
+) -> None:
+    page = signed_in(browser, base_url)
+    settings = f"/courses/{course['course']}/settings"
+    page.goto(settings)
+    page.wait_for_load_state("load")
+    assert not leaving_asks(page), "nothing changed, yet leaving asked"
+    page.goto(settings)
+    page.wait_for_load_state("load")
+    page.locator("#penalty-train-step").fill("15")
+    assert leaving_asks(page), "a changed field was left without a question"
+    expect(page).to_have_url(re.compile("/settings$"))
+    # Saving is not leaving; the saved page has nothing unsaved.
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".notice")).to_contain_text("Settings saved")
+    page.wait_for_load_state("load")
+    assert not leaving_asks(page), "the saved settings asked before leaving"
+    # Sent back refused: what it shows was not saved, changed since or not.
+    page.goto(settings)
+    page.get_by_label(re.compile("Add an instructor")).fill("nobody@example.edu")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".form-error").first).to_contain_text("Nothing was saved")
+    page.wait_for_load_state("load")
+    assert leaving_asks(page), "a refused form was left without a question"
 
 
 def test_regrade_override_review_and_audit(

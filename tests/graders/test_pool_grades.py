@@ -9,7 +9,6 @@ may come first, and each has its own message).
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -76,14 +75,6 @@ def warm() -> Iterator[sandbox.Runner]:
     runner.close()
 
 
-# Known failure, open in issue 9: a pool job's private /tmp hides an interpreter installed
-# under /tmp (a checkout in /tmp: its .venv), so torch's lazy imports fail in the warm child
-# only ('prints' imports torch._subclasses.schema_check_mode when it formats a tensor).
-@pytest.mark.xfail(
-    sys.prefix.startswith("/tmp/"),
-    strict=False,
-    reason="the pool's private /tmp hides a Python installed under /tmp",
-)
 def test_every_test_submission_gets_the_same_report_cold_and_warm(
     cold_grade: ColdGrade, warm: sandbox.Runner
 ) -> None:

@@ -141,6 +141,37 @@ def test_runtime_error_gives_type_and_message() -> None:
     assert "line 2" in report.feedback
 
 
+def test_the_traceback_shown_starts_in_the_learners_code() -> None:
+    report = grade(
+        "train-step",
+        code("""
+            def forward(model, x):
+                return model(x.t())
+
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = loss_fn(forward(model, x), y)
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+        """),
+    )
+    assert report.diagnosis == "runtime-error"
+    (block,) = re.findall(r"```text\n(Traceback.*?)```", report.feedback, re.DOTALL)
+    files = re.findall(r'File "([^"]+)", line (\d+), in (\w+)', block)
+    # Their two frames first, in call order, then torch's; nothing of the harness (main.py).
+    assert [(name, int(line), where) for name, line, where in files[:2]] == [
+        ("submission.py", 6, "train_step"),
+        ("submission.py", 2, "forward"),
+    ]
+    assert all(name == "submission.py" or "/torch/" in name for name, _, _ in files), files
+    assert "main.py" not in report.feedback
+    # Their lines are quoted under their frames, as for a file on disk.
+    assert "    loss = loss_fn(forward(model, x), y)\n" in block
+    assert "    return model(x.t())\n" in block
+    assert block.rstrip().splitlines()[-1].startswith("RuntimeError: mat1 and mat2 shapes")
+
+
 def test_grad_none_error_offers_both_fixes() -> None:
     report = grade(
         "train-step",

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import textwrap
 import threading
 import time
@@ -434,10 +433,6 @@ def test_two_submissions_at_once_cannot_see_or_signal_each_other(service: Servic
     submissions are there at once (the suite's server has two workers), so the two overlap
     whatever the machine's load; later runs of the same submissions are let through at once.
     """
-    if service.backend == "bwrap-pool" and sys.prefix.startswith("/tmp/"):
-        # Known failure, open in issue 9: a pool job's private /tmp hides an interpreter
-        # installed under /tmp, which this test's submissions start.
-        pytest.xfail("the pool's private /tmp hides a Python installed under /tmp")
     tokens = [f"beacon-{uuid.uuid4().hex}" for _ in range(2)]
     markers = [f"spy-{uuid.uuid4().hex}" for _ in range(2)]
 

@@ -9,6 +9,8 @@ claim stores its result (`attempts` counts the claims), whatever died on the way
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
@@ -201,3 +204,32 @@ def test_postgresql_away_means_503_with_retry_after_then_recovery(
     # The submission refused with 503 was not stored; the others were.
     learners = {item["learner"] for item in listed.json()}
     assert learners == {"before", "after"}
+
+
+def test_a_database_that_takes_the_connection_and_never_answers_is_given_up_on() -> None:
+    """A PostgreSQL host that black-holes (or a server hung at start-up) must fail a
+    connection attempt, so that the request gets its 503, instead of holding it forever."""
+    with socket.socket() as silent:
+        # The kernel completes the handshake for the listen backlog; nobody ever speaks.
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        engine = create_db_engine(f"postgresql+psycopg://loopgrade@127.0.0.1:{port}/loopgrade")
+        outcome: list[object] = []
+
+        def connect() -> None:
+            try:
+                with engine.connect():
+                    outcome.append("connected")
+            except OperationalError as exc:
+                outcome.append(exc)
+
+        attempt = threading.Thread(target=connect, daemon=True)
+        attempt.start()
+        attempt.join(2 * OUTAGE_ANSWER_TIMEOUT_SECONDS)  # a hang fails here, not a slow answer
+        # Read while the silent server still holds the connection (closing it ends any wait).
+        answered = list(outcome)
+        engine.dispose()
+    assert answered, "the connection attempt was still waiting for the silent server"
+    assert isinstance(answered[0], OperationalError), answered
+    assert "timeout" in str(answered[0]).lower(), answered[0]

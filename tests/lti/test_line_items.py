@@ -132,6 +132,41 @@ def test_results_are_read_through_every_page(
         assert only.result_score == 10.0
 
 
+def test_every_service_call_gets_a_fresh_token_once_when_the_platform_dropped_its_own(
+    launched_without_line_item: None,
+    platform: FakePlatform,
+    sessions: SessionFactory,
+    settings: Settings,
+) -> None:
+    """A platform may revoke access tokens before they expire (a restart, a key rotation):
+    the tool's cached token is then refused with 401, and each call asks for a new one once,
+    for line items, results and scores alike."""
+    tokens, sealing = AccessTokens(), key_sealing(settings)
+    message = message_for(sessions, graded_submission(sessions, 5.0))
+    with sessions.begin() as session:
+        (context,) = session.scalars(select(LtiContext))
+        lms = session.scalars(select(LtiPlatform)).one()
+        assert deliver_score(session, sealing, tokens, message) is DeliveryOutcome.DELIVERED
+        (number,) = platform.line_items
+        calls = [
+            lambda: create_line_item(
+                session, sealing, tokens, context,
+                label="Extra", score_maximum=5.0, resource_id="extra", resource_link_id=None,
+            ),
+            lambda: list_line_items(session, sealing, tokens, context),
+            lambda: read_results(session, sealing, tokens, lms, platform.lineitem_url(number)),
+            lambda: deliver_score(session, sealing, tokens, message),
+        ]  # fmt: skip
+        for call in calls:
+            call()  # the scopes' tokens are cached now
+            with platform._lock:
+                platform._access_tokens.clear()
+            issued = len(platform.token_scopes)
+            assert call(), "the call answered nothing after its token was dropped"
+            assert len(platform.token_scopes) == issued + 1
+    assert {item["label"] for item in platform.line_items.values()} >= {"Extra"}
+
+
 def test_the_cli_lists_line_items_and_reconciles_the_gradebook(
     launched_without_line_item: None,
     platform: FakePlatform,

@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 import sandbox
-from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable
+from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap
 from sandbox.pool import Pool
 from tests.sandbox.conftest import fast
 
@@ -97,8 +100,13 @@ def test_nothing_a_child_writes_is_seen_by_the_next(runner: sandbox.PoolRunner) 
     )
     for _ in runner.pool.slots:  # sequential runs take the slots in turn
         reported(run_job(runner, write))
+    # In a job's fresh /tmp stand only the mount points of an interpreter installed under /tmp.
+    interpreter = [f"/tmp/{Path(path).parts[2]}" for path in bwrap._python_dirs()
+                   if path.startswith("/tmp/")]  # fmt: skip
     for _ in runner.pool.slots:
-        assert reported(run_job(runner, look)) == ["/sandbox/job.py", "/sandbox/main.py"]
+        assert reported(run_job(runner, look)) == sorted(
+            [*interpreter, "/sandbox/job.py", "/sandbox/main.py"]
+        )
 
 
 def test_a_child_cannot_see_signal_or_trace_a_sibling_or_the_zygote(
@@ -186,6 +194,39 @@ def test_a_zygote_that_dies_is_started_again(runner: sandbox.PoolRunner) -> None
     assert "0 of 2 slots ready" in runner.status
     assert reported(run_job(runner, "report('again')\n")) == "again"
     assert runner.pool.ready_slots >= 1
+
+
+def test_an_interpreter_under_tmp_stays_visible_under_each_jobs_fresh_tmp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkout under /tmp (as a CI clone is) has its venv there: a job's own /tmp must not
+    hide it, nor make it writable, nor keep what the job before wrote beside it."""
+    interpreter_dir = Path(tempfile.mkdtemp(prefix="loopgrade-interpreter-", dir="/tmp"))
+    try:
+        interpreter_dir.chmod(0o755)
+        (interpreter_dir / "marker").write_text("interpreter file")
+        real_dirs = bwrap._python_dirs()
+        monkeypatch.setattr(bwrap, "_python_dirs", lambda: [*real_dirs, str(interpreter_dir)])
+        opened = sandbox.open_runner(
+            "bwrap", pool=PoolProgram(PROGRAM, {"job.py": WARM_UP.encode()}), pool_size=1
+        )
+        assert isinstance(opened, sandbox.PoolRunner), opened.status
+        look = (
+            f"import glob\ndirectory = {str(interpreter_dir)!r}\n"
+            "try:\n    open(directory + '/planted', 'w').write('x')\n    planted = True\n"
+            "except OSError:\n    planted = False\n"
+            "left = glob.glob('/tmp/left-behind')\nopen('/tmp/left-behind', 'w').write('x')\n"
+            "report({'marker': open(directory + '/marker').read(), 'planted': planted,"
+            " 'left': left})\n"
+        )
+        try:
+            first, second = (reported(run_job(opened, look)) for _ in range(2))
+        finally:
+            opened.close()
+        assert first == second == {"marker": "interpreter file", "planted": False, "left": []}
+        assert sorted(path.name for path in interpreter_dir.iterdir()) == ["marker"]
+    finally:
+        shutil.rmtree(interpreter_dir)
 
 
 def test_a_pool_that_cannot_start_leaves_the_runner_cold(caplog: pytest.LogCaptureFixture) -> None:
