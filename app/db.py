@@ -3,14 +3,14 @@
 A request's session is committed by `RequestTransaction` once, when the response starts: a
 response under 400 commits, an error (a 4xx or 5xx answer, or an exception) rolls back. A
 worker task opens `sessions.begin()`, which does the same for its block. What must follow a
-commit (handing a submission to a worker, waking the outbox) is done by `after_commit` hooks
-on the session factory, so no route places it by hand.
+commit (handing a submission to a worker, waking the outbox) is done by `on_commit` hooks on
+the session factory, so no route places it by hand.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -85,6 +85,29 @@ def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -
 def create_session_factory(engine: Engine) -> SessionFactory:
     """Sessions whose objects stay readable after commit (routes answer from them)."""
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def on_commit(sessions: SessionFactory, info_key: str, action: Callable[[Any], None]) -> None:
+    """Once a transaction of `sessions` commits, `action(value)` with what it left under
+    `session.info[info_key]` (if anything); a rollback drops it.
+
+    Only the transaction's own commit or rollback counts. SQLAlchemy sends `after_commit` and
+    `after_rollback` for a savepoint (`begin_nested`) too, but a released savepoint is not a
+    commit: on PostgreSQL its rows stay invisible to every other connection until the
+    transaction commits (a worker handed a submission then found no row to claim, and the
+    submission waited for the sweep); and a savepoint rolled back leaves the rest of the
+    transaction, and what it recorded, to commit.
+    """
+
+    @event.listens_for(sessions, "after_commit")
+    def _committed(session: Session) -> None:
+        if not session.in_nested_transaction() and info_key in session.info:
+            action(session.info.pop(info_key))
+
+    @event.listens_for(sessions, "after_rollback")
+    def _rolled_back(session: Session) -> None:
+        if not session.in_nested_transaction():
+            session.info.pop(info_key, None)
 
 
 # session.info key: this transaction's writes stand even if the request is answered with an error.

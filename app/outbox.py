@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.db import SessionFactory
+from app.db import SessionFactory, on_commit
 from app.models import OutboxMessage, OutboxStatus, utc_now
 from app.operations import OUTBOX_DELIVERY_FAILURES
 from app.settings import Settings
@@ -275,14 +275,7 @@ class OutboxDelivery:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-        @event.listens_for(sessions, "after_commit")
-        def _wake_after_commit(session: Session) -> None:
-            if session.info.pop(_OUTBOX_WRITTEN, False):
-                self._wake.set()
-
-        @event.listens_for(sessions, "after_rollback")
-        def _forget_rolled_back(session: Session) -> None:
-            session.info.pop(_OUTBOX_WRITTEN, None)
+        on_commit(sessions, _OUTBOX_WRITTEN, lambda _written: self._wake.set())
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)

@@ -254,7 +254,7 @@ class Settings(BaseSettings):
         # Resolved once, so that a later chdir cannot move the database.
         self.data_dir = self.data_dir.expanduser().resolve()
         if not self.database_url:
-            self.database_url = f"sqlite:///{self.data_dir / 'loopgrade.db'}"
+            self.database_url = sqlite_database_url(self.data_dir)
         self.database_url = with_psycopg_driver(self.database_url)
         return self
 
@@ -286,6 +286,11 @@ class Settings(BaseSettings):
     def request_body_bytes(self) -> int:
         """Cap on a whole request body: the code JSON-escaped (up to 6x), or an uploaded file."""
         return max(6 * self.max_code_bytes, self.max_upload_bytes) + 64 * 1024
+
+
+def sqlite_database_url(data_dir: Path) -> str:
+    """The default database: SQLite in the data directory."""
+    return f"sqlite:///{data_dir.expanduser().resolve() / 'loopgrade.db'}"
 
 
 def with_psycopg_driver(database_url: str) -> str:

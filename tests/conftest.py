@@ -4,7 +4,9 @@ LOOPGRADE_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:PORT/postgres (a ser
 tests may create databases; .ci/run starts one) runs the tests on PostgreSQL: the session
 migrates a template database once, and each test gets a database of its own, empty, named by
 LOOPGRADE_DATABASE_URL for the test and every process it starts. `migrated_database` fills it
-from the template (as fast as a copy), or migrates the SQLite file.
+from the template (as fast as a copy), or migrates the SQLite file. A server that outlives one
+test (a module's or the session's) cannot use that database, dropped after the test: its
+fixture takes one of its own from `scope_database`.
 
 Tests of many hosts need PostgreSQL whatever the mode: `postgres_admin_url` is the server of
 LOOPGRADE_TEST_DATABASE_URL or LOOPGRADE_TEST_POSTGRES_URL (./dev test and .ci/run start one
@@ -18,13 +20,14 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
 from app.db import upgrade_database
-from app.settings import with_psycopg_driver
+from app.settings import sqlite_database_url, with_psycopg_driver
 from tests.services import (
     create_database,
     drop_database,
@@ -78,6 +81,36 @@ def test_database(postgres_template: None, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("LOOPGRADE_DATABASE_URL", url)
     yield url
     drop_database(TEST_DATABASE_URL, name)
+
+
+ScopeDatabase = Callable[[Path], AbstractContextManager[str]]
+
+
+@pytest.fixture(scope="session")
+def scope_database(postgres_template: None) -> ScopeDatabase:
+    """`with scope_database(data_dir) as url:` a migrated database for a fixture wider than one
+    test, until the block ends: on PostgreSQL a copy of the template of its own, dropped at
+    the end; on SQLite the data directory's file. Give the URL to the server explicitly
+    (`Settings(database_url=...)`, LOOPGRADE_DATABASE_URL in a process's environment) and to
+    the commands a test runs against that server: LOOPGRADE_DATABASE_URL in the environment
+    names the current test's database, made after a wider fixture's and dropped before the
+    next test."""
+
+    @contextmanager
+    def database(data_dir: Path) -> Iterator[str]:
+        if not TEST_DATABASE_URL:
+            url = sqlite_database_url(data_dir)
+            upgrade_database(url)
+            yield url
+            return
+        name = f"loopgrade_scope_{os.getpid()}_{next(_database_numbers)}"
+        url = create_database(TEST_DATABASE_URL, name, template=TEMPLATE_DATABASE)
+        try:
+            yield url
+        finally:
+            drop_database(TEST_DATABASE_URL, name)
+
+    return database
 
 
 @pytest.fixture(scope="session")

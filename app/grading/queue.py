@@ -1,7 +1,7 @@
 """Grading jobs and how they reach a worker: threads in this process, or Celery on many hosts.
 
 A job is only a submission id; the submission row is the job's record. Jobs are handed over
-by an `after_commit` hook once the transaction that queued them commits
+by an `on_commit` hook once the transaction that queued them commits
 (`submissions.queue_for_grading`), and `run_grading_job` may run any number of times for one
 id: only the run that claims the row grades it, and only its claim may store a result.
 A claim is a lease the worker renews while it grades; `LeaseSweeper` puts back submissions
@@ -23,12 +23,10 @@ from datetime import timedelta
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
-from sqlalchemy import event
-from sqlalchemy.orm import Session
 
 import graders
 import sandbox
-from app.db import SessionFactory
+from app.db import SessionFactory, on_commit
 from app.grading.submissions import (
     SUBMISSIONS_TO_GRADE,
     GradingJob,
@@ -67,14 +65,11 @@ def enqueue_after_commit(sessions: SessionFactory, dispatcher: Dispatcher) -> No
     """Hand every submission a transaction queued to `dispatcher` once it commits; a rolled-back
     transaction's are dropped."""
 
-    @event.listens_for(sessions, "after_commit")
-    def _enqueue_committed(session: Session) -> None:
-        for submission_id in session.info.pop(SUBMISSIONS_TO_GRADE, []):
+    def enqueue_all(submission_ids: list[str]) -> None:
+        for submission_id in submission_ids:
             dispatcher.enqueue(submission_id)
 
-    @event.listens_for(sessions, "after_rollback")
-    def _drop_rolled_back(session: Session) -> None:
-        session.info.pop(SUBMISSIONS_TO_GRADE, None)
+    on_commit(sessions, SUBMISSIONS_TO_GRADE, enqueue_all)
 
 
 class GradingOutcome(enum.Enum):

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.db import SessionDep, SessionFactory, create_db_engine
 from app.errors import AppError
+from app.grading.drafts import save_draft
 from app.grading.queue import enqueue_after_commit
 from app.grading.submissions import create_submission, requeue_waiting
 from app.main import create_app
@@ -76,6 +77,30 @@ def test_a_rolled_back_submission_never_reaches_a_worker(
         kept = _submit(session).id
         assert session.scalars(select(Submission.id)).all() == [kept]
     assert dispatcher.enqueued == [kept]
+
+
+def test_a_savepoint_inside_the_transaction_is_not_its_commit(
+    sessions: SessionFactory, dispatcher: RecordingDispatcher
+) -> None:
+    """The first draft's insert runs in a savepoint, which SQLAlchemy reports released as a
+    commit: a worker handed the submission then would find no row on PostgreSQL. A savepoint
+    rolled back leaves the transaction's submission to go out with its commit."""
+    user_id = make_user(sessions, "drafter@example.edu")
+    with sessions.begin() as session:
+        submission_id = _submit(session).id
+        save_draft(
+            session,
+            user_id=user_id,
+            course_id=None,
+            exercise_id=EXERCISE,
+            code=CORRECT_CODE,
+            max_code_bytes=65536,
+        )
+        assert dispatcher.enqueued == []
+        with contextlib.suppress(RuntimeError), session.begin_nested():
+            raise RuntimeError("a conflict inside a savepoint, as two tabs saving at once")
+        assert dispatcher.enqueued == []
+    assert dispatcher.enqueued == [submission_id]
 
 
 def test_requeued_submissions_are_handed_over_by_the_same_hook(

@@ -18,12 +18,13 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from playwright.sync_api import Browser, Frame, Page, sync_playwright
 
-from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.lti.framing import CACHE_SECONDS
 from app.lti.platforms import add_platform
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import REPO
+from tests.conftest import ScopeDatabase
 from tests.servers import app_in_thread
 
 CHROMIUM = os.environ.get("LOOPGRADE_CHROMIUM", "/usr/bin/chromium")
@@ -42,10 +43,13 @@ PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="module")
-def server_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    settings = Settings(data_dir=tmp_path_factory.mktemp("browser") / "data")
-    upgrade_database(settings.database_url)
-    return settings
+def server_settings(
+    tmp_path_factory: pytest.TempPathFactory, scope_database: ScopeDatabase
+) -> Iterator[Settings]:
+    """The module's server's settings, on a database of the module's own."""
+    data_dir = tmp_path_factory.mktemp("browser") / "data"
+    with scope_database(data_dir) as database_url:
+        yield Settings(data_dir=data_dir, database_url=database_url)
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,8 @@ def test_learner_and_instructor_through_the_course(
     browser: Browser, base_url: str, server_settings: Settings
 ) -> None:
     data_dir = server_settings.data_dir
+    # The server's database, not this test's (LOOPGRADE_DATABASE_URL on PostgreSQL).
+    server_database = {"LOOPGRADE_DATABASE_URL": server_settings.database_url}
     made = loopgrade(
         "users",
         "create",
@@ -66,11 +68,17 @@ def test_learner_and_instructor_through_the_course(
         "--name",
         "Tess Teacher",
         data_dir=data_dir,
-        env={"LOOPGRADE_PASSWORD": TEACHER_PASSWORD},
+        env={**server_database, "LOOPGRADE_PASSWORD": TEACHER_PASSWORD},
     )
     assert made.returncode == 0, made.stderr
     course = loopgrade(
-        "courses", "create", "Deep Learning 101", "--instructor", TEACHER, data_dir=data_dir
+        "courses",
+        "create",
+        "Deep Learning 101",
+        "--instructor",
+        TEACHER,
+        data_dir=data_dir,
+        env=server_database,
     )
     assert course.returncode == 0, course.stderr
     join_code = course.stdout.strip().splitlines()[-1]

@@ -19,13 +19,14 @@ from fastapi import FastAPI
 from playwright.sync_api import Browser, Frame, Page, expect
 from sqlalchemy import func, select
 
-from app.db import SessionFactory, upgrade_database
+from app.db import SessionFactory
 from app.grading.queue import run_grading_job
 from app.lti.models import LtiPlatform
 from app.main import create_app
 from app.models import Submission, SubmissionStatus
 from app.settings import Settings
 from tests.browser.conftest import assert_no_axe_violations, screenshot
+from tests.conftest import ScopeDatabase
 from tests.servers import app_in_thread, free_port
 
 EXERCISE_PATH = "/exercises/train-step"
@@ -75,14 +76,17 @@ def framing_origin() -> str:
 
 
 @pytest.fixture(scope="module")
-def server_settings(tmp_path_factory: pytest.TempPathFactory, framing_origin: str) -> Settings:
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("exercise-page") / "data",
-        broker_url=NOWHERE_BROKER,
-        sandbox_pool_size=0,
-    )
-    upgrade_database(settings.database_url)
-    return settings
+def server_settings(
+    tmp_path_factory: pytest.TempPathFactory, scope_database: ScopeDatabase
+) -> Iterator[Settings]:
+    data_dir = tmp_path_factory.mktemp("exercise-page") / "data"
+    with scope_database(data_dir) as database_url:
+        yield Settings(
+            data_dir=data_dir,
+            database_url=database_url,
+            broker_url=NOWHERE_BROKER,
+            sandbox_pool_size=0,
+        )
 
 
 @pytest.fixture(scope="module")

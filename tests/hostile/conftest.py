@@ -1,9 +1,14 @@
 """A real grading service per sandbox backend, for the hostile submissions to be sent to.
 
-Each backend gets one `loopgrade serve` process on 127.0.0.1 with a fresh data directory, short
-grading limits (LOOPGRADE_GRADING_*), an API key from `loopgrade keys create`, and two secrets
-planted where learner code must never reach: one in the server's environment, one in a file in
-its data directory. A backend this host does not have is skipped with the reason.
+Each backend gets one `loopgrade serve` process on 127.0.0.1 with a fresh data directory and a
+database of its own (`scope_database`: on PostgreSQL too, in LOOPGRADE_TEST_DATABASE_URL mode),
+short grading limits (LOOPGRADE_GRADING_*), an API key from `loopgrade keys create`, and two
+secrets planted where learner code must never reach: one in the server's environment, one in a
+file in its data directory. A backend this host does not have is skipped with the reason.
+
+LOOPGRADE_TEST_HOSTILE_BACKENDS=bwrap-pool (comma-separated names of BACKENDS) runs the suite
+on those backends only; unset, on all of them. .ci/run's PostgreSQL pass takes bwrap-pool, the
+production path: what a server stores is the same whichever sandbox ran the code.
 """
 
 from __future__ import annotations
@@ -20,8 +25,12 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 import sandbox
+from app.db import create_db_engine
+from app.models import Submission
+from tests.conftest import ScopeDatabase
 from tests.servers import running_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +40,21 @@ CORRECT_CODE = (REPO / "exercises" / EXERCISE / "solution.py").read_text()
 HONEST_BUG_CODE = (REPO / "exercises" / EXERCISE / "bugs" / "no_zero_grad.py").read_text()
 # bwrap-pool: the bwrap backend with a warm pool in front, which grades the harness.
 BACKENDS = ("bwrap", "bwrap-pool", "docker")
+
+
+def chosen_backends() -> tuple[str, ...]:
+    """The backends of LOOPGRADE_TEST_HOSTILE_BACKENDS, or all of them when it is unset."""
+    given = os.environ.get("LOOPGRADE_TEST_HOSTILE_BACKENDS", "")
+    chosen = tuple(name.strip() for name in given.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in BACKENDS]
+    if unknown:
+        raise pytest.UsageError(
+            f"LOOPGRADE_TEST_HOSTILE_BACKENDS names {', '.join(unknown)}; "
+            f"the backends are {', '.join(BACKENDS)}"
+        )
+    return chosen or BACKENDS
+
+
 # A slot per run the suite's 2 workers can have at once (visible and hidden cases apart): the
 # test of two overlapping submissions needs all four running together.
 POOL_SIZE = 4
@@ -59,6 +83,7 @@ class Service:
     headers: dict[str, str]
     process: subprocess.Popen[bytes]
     data_dir: Path
+    database_url: str
     log_path: Path
     env_secret: str
     file_secret: str
@@ -93,6 +118,20 @@ class Service:
         started = time.monotonic()
         body = self.wait(self.submit(code, learner))
         return body, time.monotonic() - started
+
+    def stored_text(self, submission_id: str) -> tuple[str | None, str | None]:
+        """The output and feedback stored for a submission (what its owner's page shows)."""
+        engine = create_db_engine(self.database_url)
+        try:
+            with engine.connect() as connection:
+                row = connection.execute(
+                    select(Submission.output, Submission.feedback).where(
+                        Submission.id == submission_id
+                    )
+                ).one()
+        finally:
+            engine.dispose()
+        return row.output, row.feedback
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -167,9 +206,11 @@ def backend_unavailable_reason(backend: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="session", params=chosen_backends())
 def service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    scope_database: ScopeDatabase,
 ) -> Iterator[Service]:
     backend: str = request.param
     reason = backend_unavailable_reason(backend)
@@ -177,39 +218,45 @@ def service(
         pytest.skip(f"no {backend} sandbox on this host: {reason}")
     root = tmp_path_factory.mktemp(f"hostile-{backend}")
     data_dir = root / "data"
+    data_dir.mkdir()  # for the planted secret (a server on PostgreSQL keeps no database in it)
     env_secret, file_secret = f"env-secret-{uuid.uuid4().hex}", f"file-secret-{uuid.uuid4().hex}"
-    env = {
-        **os.environ,
-        "LOOPGRADE_SANDBOX": backend.removesuffix("-pool"),
-        "LOOPGRADE_SANDBOX_POOL_SIZE": str(POOL_SIZE if backend.endswith("-pool") else 0),
-        "LOOPGRADE_GRADING_WALL_TIMEOUT_SECONDS": str(WALL_TIMEOUT_SECONDS),
-        "LOOPGRADE_GRADING_CPU_SECONDS": str(CPU_SECONDS),
-        "LOOPGRADE_WORKER_COUNT": "2",
-        "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0",  # the suite submits far more than a learner
-        "LOOPGRADE_HOSTILE_TEST_SECRET": env_secret,
-        "LOOPGRADE_SANDBOX_UIDS": f"{SANDBOX_UIDS[0]}-{SANDBOX_UIDS[-1]}",
-    }
-    created = subprocess.run(
-        [sys.executable, "-m", "app.cli", "keys", "create", f"hostile-{backend}",
-         "--data-dir", str(data_dir)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert created.returncode == 0, created.stderr
-    (data_dir / "secret.txt").write_text(file_secret)
-    with running_server(data_dir, root / "server.log", env) as (process, url):
-        if backend.endswith("-pool"):  # the pool grades, not a cold fallback
-            assert f"{POOL_SIZE} of {POOL_SIZE} slots ready" in (root / "server.log").read_text()
-        service = Service(
-            backend=backend,
-            url=url,
-            headers={"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"},
-            process=process,
-            data_dir=data_dir,
-            log_path=root / "server.log",
-            env_secret=env_secret,
-            file_secret=file_secret,
-        )
-        try:
-            yield service
-        finally:
-            service.client.close()
+    with scope_database(data_dir) as database_url:
+        env = {
+            **os.environ,
+            # The service's own database: the environment's is the first test's (on PostgreSQL).
+            "LOOPGRADE_DATABASE_URL": database_url,
+            "LOOPGRADE_SANDBOX": backend.removesuffix("-pool"),
+            "LOOPGRADE_SANDBOX_POOL_SIZE": str(POOL_SIZE if backend.endswith("-pool") else 0),
+            "LOOPGRADE_GRADING_WALL_TIMEOUT_SECONDS": str(WALL_TIMEOUT_SECONDS),
+            "LOOPGRADE_GRADING_CPU_SECONDS": str(CPU_SECONDS),
+            "LOOPGRADE_WORKER_COUNT": "2",
+            "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0",  # the suite submits far more than a learner
+            "LOOPGRADE_HOSTILE_TEST_SECRET": env_secret,
+            "LOOPGRADE_SANDBOX_UIDS": f"{SANDBOX_UIDS[0]}-{SANDBOX_UIDS[-1]}",
+        }
+        created = subprocess.run(
+            [sys.executable, "-m", "app.cli", "keys", "create", f"hostile-{backend}",
+             "--data-dir", str(data_dir)],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        (data_dir / "secret.txt").write_text(file_secret)
+        with running_server(data_dir, root / "server.log", env) as (process, url):
+            if backend.endswith("-pool"):  # the pool grades, not a cold fallback
+                log = (root / "server.log").read_text()
+                assert f"{POOL_SIZE} of {POOL_SIZE} slots ready" in log
+            service = Service(
+                backend=backend,
+                url=url,
+                headers={"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"},
+                process=process,
+                data_dir=data_dir,
+                database_url=database_url,
+                log_path=root / "server.log",
+                env_secret=env_secret,
+                file_secret=file_secret,
+            )
+            try:
+                yield service
+            finally:
+                service.client.close()

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import textwrap
 import threading
 import time
@@ -293,11 +292,8 @@ def test_reading_the_servers_secrets(service: Service) -> None:
     # Every response about it, and what the owner's page would show (its stored output).
     listing = service.client.get("/api/v1/submissions", headers=service.headers)
     assert listing.status_code == 200, listing.text
-    with sqlite3.connect(service.data_dir / "loopgrade.db") as database:
-        stored = database.execute(
-            "SELECT output, feedback FROM submissions WHERE id = ?", (result["id"],)
-        ).fetchone()
-    assert stored is not None and "found: []" in stored[0]
+    stored = service.stored_text(result["id"])
+    assert "found: []" in (stored[0] or "")
     for text in (json.dumps(result), listing.text, repr(stored)):
         assert service.env_secret not in text
         assert service.file_secret not in text

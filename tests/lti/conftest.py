@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
+from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.lti.platforms import add_platform
 from app.main import create_app
 from app.settings import Settings
+from tests.conftest import migrated_database
 from tests.lti.fake_platform import FakePlatform, follow_login
 from tests.lti.receiver import Receiver
 from tests.servers import app_in_thread
@@ -32,7 +33,7 @@ def settings(tmp_path: Path) -> Settings:
         lti_jwks_refetch_interval_seconds=0,
         submission_rate_limit=0,
     )
-    upgrade_database(settings.database_url)
+    migrated_database(settings.database_url)
     return settings
 
 
