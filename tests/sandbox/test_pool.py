@@ -21,7 +21,7 @@ import pytest
 
 import sandbox
 from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap
-from sandbox.pool import Pool
+from sandbox.pool import BwrapOuter, Pool
 from tests.sandbox.conftest import fast
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
@@ -244,7 +244,7 @@ def test_a_pool_that_cannot_start_leaves_the_runner_cold(caplog: pytest.LogCaptu
 
 def test_a_pool_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
-        Pool("/usr/bin/bwrap", PROGRAM, {}, b"", size=0)
+        Pool(BwrapOuter("/usr/bin/bwrap"), PROGRAM, {}, b"", size=0)
 
 
 def test_an_unknown_backend_is_refused_before_any_pool() -> None:
