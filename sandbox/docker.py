@@ -564,8 +564,8 @@ class ContainerOuter:
 
     def start(
         self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
-    ) -> _ContainerZygote:
-        zygote = _ContainerZygote(self.settings, index, uid)
+    ) -> SlotContainer:
+        zygote = SlotContainer(self.settings, index, uid)
         try:
             zygote.start(files, config)
         except BaseException:
@@ -577,7 +577,7 @@ class ContainerOuter:
         pass
 
 
-class _ContainerZygote:
+class SlotContainer:
     """A zygote in its slot container (sandbox.pool.StartedZygote)."""
 
     def __init__(self, settings: DockerSettings, index: int, uid: int) -> None:

@@ -170,10 +170,11 @@ class _Slot:
 
     def run_job(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
         assert self.control is not None and self.cgroups is not None
-        self._set_limits(limits)
-        self._cgroup_write("memory", "memory.max_usage_in_bytes", 0)
-        job = _Job(self, limits)
+        job: _Job | None = None
         try:
+            self._set_limits(limits)
+            self._cgroup_write("memory", "memory.max_usage_in_bytes", 0)
+            job = _Job(self, limits)
             job.start(inputs)
             job.supervisor.watch(job)
             job.supervisor.finish(job.final_usage())
@@ -181,7 +182,8 @@ class _Slot:
             self.stop()  # started again for the next job
             raise
         finally:
-            job.close()
+            if job is not None:
+                job.close()
             clean = self.control is None or self._clear()
         if not clean:
             self.stop()
@@ -204,7 +206,10 @@ class _Slot:
 
     def job_pids(self) -> set[int]:
         assert self.cgroups is not None
-        return self.cgroups.pids() - {self.zygote_pid}
+        try:
+            return self.cgroups.pids() - {self.zygote_pid}
+        except FileNotFoundError:  # a slot container's cgroups go with it, once nothing is left
+            return set()
 
     def kill_job(self) -> None:
         """SIGKILL every process of the slot but the zygote: the job's tree, whatever it forked."""
@@ -244,20 +249,33 @@ class _Slot:
 
     def _cgroup_read(self, controller: str, name: str) -> str:
         assert self.cgroups is not None
-        return (self.cgroups.dirs[controller] / name).read_text()
+        try:
+            return (self.cgroups.dirs[controller] / name).read_text()
+        except OSError as error:
+            raise self._cgroups_gone(error) from error
 
     def _cgroup_write(self, controller: str, name: str, value: object) -> None:
         assert self.cgroups is not None
-        (self.cgroups.dirs[controller] / name).write_text(str(value))
+        try:
+            (self.cgroups.dirs[controller] / name).write_text(str(value))
+        except OSError as error:
+            raise self._cgroups_gone(error) from error
 
     def counters(self) -> tuple[float, int, int]:
         """CPU seconds, OOM kills and refused forks of the slot so far (the zygote's included)."""
         assert self.cgroups is not None
-        return (
-            self.cgroups.cpu_seconds(),
-            self.cgroups.oom_kills(),
-            self.cgroups.process_limit_hits(),
-        )
+        try:
+            return (
+                self.cgroups.cpu_seconds(),
+                self.cgroups.oom_kills(),
+                self.cgroups.process_limit_hits(),
+            )
+        except OSError as error:
+            raise self._cgroups_gone(error) from error
+
+    def _cgroups_gone(self, error: OSError) -> SandboxError:
+        # A slot container's cgroups go with it: its zygote has died.
+        return SandboxError(f"warm pool slot {self.index} lost its cgroups: {error}")
 
 
 class _Job:
