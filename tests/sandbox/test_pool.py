@@ -27,8 +27,7 @@ import sandbox
 from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap
 from sandbox import docker as docker_backend
 from sandbox.pool import BwrapOuter, Pool
-from tests.sandbox.conftest import fast
-from tests.sandbox.test_docker import docker_unavailable_reason
+from tests.sandbox.conftest import docker_unavailable_reason, fast
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
 
