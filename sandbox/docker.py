@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import bwrap, host_view, pool, seccomp
-from sandbox.cgroups import CGROUP_ROOT, RunCgroups
+from sandbox.cgroups import CGROUP_ROOT, RunCgroups, own_path
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -672,6 +672,7 @@ class SlotContainer:
             log_config=LogConfig(type=LogConfig.types.NONE),  # attached to, and logged here
             auto_remove=True,  # if this server dies, the zygote sees its socket close and ends
             runtime=self.settings.runtime,
+            cgroup_parent=self._cgroup_parent(),
         )
         host_config["MaskedPaths"] = SLOT_MASKED_PATHS
         host_config["ReadonlyPaths"] = []  # all of the engine's are under /proc
@@ -690,6 +691,17 @@ class SlotContainer:
             use_config_proxy=False,
         )
         self.container_id = str(container["Id"])
+
+    def _cgroup_parent(self) -> str | None:
+        """Beside the server's own CPU group, as a bwrap slot's groups are; None: the engine's.
+
+        Under the engine's /docker every slot would share that one group's CPU weight (with
+        every other container too): on the loaded machine a pool of two slots got half the
+        gradings per second of a bwrap pool of two, for the same CPU per grading.
+        """
+        if self.api.info().get("CgroupDriver") != "cgroupfs":
+            return None  # systemd's driver takes a slice name: the engine's default stands
+        return own_path("cpu")
 
     def _accept(self) -> None:
         """Wait for the zygote to connect to its control socket; check that it is the slot's."""

@@ -26,6 +26,7 @@ import pytest
 import sandbox
 from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap
 from sandbox import docker as docker_backend
+from sandbox.cgroups import own_path
 from sandbox.pool import BwrapOuter, Pool
 from tests.sandbox.conftest import docker_unavailable_reason, fast
 
@@ -173,6 +174,8 @@ def test_a_slot_container_holds_its_zygote_without_privilege(runner: sandbox.Poo
             )  # fmt: skip
             assert "no-new-privileges:true" in host["SecurityOpt"]
             assert (host["MaskedPaths"], host["ReadonlyPaths"]) == (["/sys/firmware"], [])
+            # Beside the server's own CPU group, as a bwrap slot: a CPU weight of its own.
+            assert host["CgroupParent"] == own_path("cpu")
             assert container["Config"]["User"] == f"{slot.lease.uid}:{slot.lease.uid}"
             assert container["State"]["Pid"] == slot.zygote_pid
             # As the kernel holds the zygote: the container's profile, no capability at all.
