@@ -714,6 +714,8 @@ class SlotContainer:
         self.control, _ = self.listener.accept()
         self.listener.close()
         self.listener = None
+        assert self.stage is not None
+        (self.stage / "control" / CONTROL_SOCKET).unlink()  # nothing else may connect
         peer = self.control.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
         _, peer_uid, _ = struct.unpack("3i", peer)
         if peer_uid != self.uid:

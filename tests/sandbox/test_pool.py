@@ -318,6 +318,12 @@ def test_a_pool_that_cannot_start_leaves_the_runner_cold(
         opened.close()
 
 
+def test_a_docker_pool_is_not_offered_under_gvisor() -> None:
+    settings = docker_backend.DockerSettings(runtime=docker_backend.GVISOR_RUNTIME)
+    with pytest.raises(SandboxUnavailable, match="gVisor"):
+        docker_backend.ContainerOuter(settings)
+
+
 def test_a_pool_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         Pool(BwrapOuter("/usr/bin/bwrap"), PROGRAM, {}, b"", size=0)
