@@ -13,12 +13,16 @@ attaches to its output before starting it and gives the shared supervisor (sandb
 the init's frames (the program's stdout, stderr, result channel and end of set-up), the
 container's cgroups as this host sees them (when it can), and the kill.
 
+In front of it, a warm pool (sandbox.pool) can keep its slots in long-lived containers of the
+same image, each running the pool's zygote: ContainerOuter, below.
+
 Settings (environment):
     LOOPGRADE_DOCKER_IMAGE      grading runtime image (default loopgrade-runtime:latest), built by
                                 scripts/build-images.sh
     LOOPGRADE_DOCKER_RUNTIME    OCI runtime registered with the engine, e.g. runsc for gVisor
                                 (default: the engine's default, runc)
-    LOOPGRADE_DOCKER_USER       uid:gid the program runs as (default 65534:65534); never root
+    LOOPGRADE_DOCKER_USER       uid:gid a cold run's program runs as (default 65534:65534); never
+                                root (a pool's slot runs as its uid of LOOPGRADE_SANDBOX_UIDS)
     LOOPGRADE_DOCKER_STAGE_DIR  where run directories are staged (default: the temp directory);
                                 the engine must see it at the same path
     DOCKER_HOST, ...            which engine, as for the docker command
@@ -632,7 +636,13 @@ class SlotContainer:
             raise SandboxError(
                 f"the Docker engine could not start a slot container: {error}"
             ) from None
-        cgroups = container_cgroups(self.zygote_pid, str(self.container_id))
+        # Read through the pid just opened: if it names this container, it is its zygote.
+        try:
+            cgroups = container_cgroups(self.zygote_pid, str(self.container_id))
+        except OSError:  # no such process any more
+            cgroups = None
+        if cgroups is None and bwrap._readable(self.zygote_pidfd, 0):
+            raise SandboxError("the slot container ended at once (its log says why)")
         if cgroups is None:
             raise SandboxUnavailable(
                 "the docker warm pool needs the containers' cgroup v1 memory, pids and cpuacct "
