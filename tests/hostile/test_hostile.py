@@ -192,8 +192,16 @@ def test_disk_fill_of_every_writable_place(service: Service) -> None:
         + textwrap.dedent(TRAIN)
     )
     expect(service, step(body, prelude), "correct", full_score=True)
-    for place in ["/tmp", "/var/tmp", "/dev/shm", service.data_dir, REPO, Path.home()]:
-        assert not list(Path(place).glob(f"{marker}*")), place
+    host_places: list[str | Path] = [
+        "/tmp",
+        "/var/tmp",
+        "/dev/shm",
+        service.data_dir,
+        REPO,
+        Path.home(),
+    ]
+    for host_place in map(Path, host_places):
+        assert not list(host_place.glob(f"{marker}*")), host_place
 
 
 def test_deep_recursion_crash(service: Service) -> None:

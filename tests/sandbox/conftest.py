@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pyseccomp
 import pytest
@@ -36,7 +37,7 @@ BACKENDS = ("bwrap", "docker")
 RT_SIGTIMEDWAIT = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "rt_sigtimedwait")
 
 
-def fast(**changes: float) -> Limits:
+def fast(**changes: Any) -> Limits:
     """FAST with `changes`. The test programs mark no end of set-up (sandbox/supervise.py), so
     a CPU cap given alone holds for their whole run."""
     if "cpu_seconds" in changes:

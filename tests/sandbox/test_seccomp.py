@@ -160,7 +160,7 @@ def test_a_filter_built_once_loads_in_a_forked_child_with_the_pools_extra_rules(
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
-        outcome = {}
+        outcome: dict[str, str | int | None] = {}
         try:
             strict.load()
             for name, attempt in (
