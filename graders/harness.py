@@ -18,6 +18,7 @@ import json
 import linecache
 import math
 import os
+import sys
 import time
 import traceback
 import types
@@ -384,7 +385,12 @@ def warm_up() -> None:
 
     The first optimizer step imports torch._dynamo (about a second of CPU): paid here, it never
     counts against the learner. It draws no random numbers, so the learner's get the same ones.
+    A process that has stepped already has nothing left to import: a warm pool's child, whose
+    zygote ran this harness once before forking it, skips the step (its first touch of torch's
+    memory costs the child copy-on-write faults, a few milliseconds of every run).
     """
+    if "torch._dynamo" in sys.modules:
+        return
     weight = nn.Parameter(torch.zeros(1, 2))
     optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
     for _ in range(2):
