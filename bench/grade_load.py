@@ -1,6 +1,7 @@
-"""Grading under load through a real server: cold bwrap, the warm pool and docker, side by side.
+"""Grading under load through a real server: cold bwrap, the warm pool, docker and the docker
+pool (its slots in containers), side by side.
 
-    python bench/grade_load.py                        # all three, default counts
+    python bench/grade_load.py                        # all four, default counts
     python bench/grade_load.py --backends pool --burst 500 --paced 200
 
 For each backend it starts `loopgrade serve` (embedded default: SQLite, in-process workers) on
@@ -14,9 +15,11 @@ trajectories are then cached, as on a server that has run a while), and measures
   the time from the first POST to the last `graded_at`;
 - CPU seconds per grading over the burst: user + system time of the server and every process
   under it (sandboxes, zygotes, their reaped children); docker's containers run under the
-  engine, not the server, so for docker only the server's own share is counted;
+  engine, not the server, so for docker only the server's own share is counted, and for the
+  docker pool its slot containers' CPU is read from their cgroups (cpuacct) and added;
 - peak memory: the server process's resident peak (VmHWM), and the peak over the burst of the
-  proportional set size (PSS) of the server and everything under it, sampled every 0.2 s.
+  proportional set size (PSS) of the server and everything under it (for the docker pool: and
+  of its slot containers' processes), sampled every 0.2 s.
 
 The load is mixed: every exercise's solution and known bugs, and failing submissions (an exit
 while loading, an exception while loading, a missing function; not a syntax error, which the
@@ -60,7 +63,9 @@ BACKENDS = {  # name: (LOOPGRADE_SANDBOX, pool size or None for the settings' de
     "cold-bwrap": ("bwrap", 0),
     "pool": ("bwrap", None),
     "docker": ("docker", 0),
+    "docker-pool": ("docker", None),  # the warm pool, its slots in containers
 }
+WARM = ("pool", "docker-pool")
 
 
 def mixed_load() -> list[tuple[str, str]]:
@@ -121,6 +126,28 @@ def tree_pss_bytes(root: int) -> int:
         except OSError:
             continue
     return total
+
+
+def slot_containers(server_pid: int) -> list[tuple[int, Path]]:
+    """The docker pool's slot containers of a server: their zygote's pid and cpuacct group."""
+    from sandbox import docker as docker_backend
+
+    client = docker_backend.connect()
+    try:
+        label = [f"{docker_backend.LABEL}=pool", f"{docker_backend.PID_LABEL}={server_pid}"]
+        found = []
+        for container in client.api.containers(filters={"label": label}):
+            pid = int(client.api.inspect_container(container["Id"])["State"]["Pid"])
+            cgroups = docker_backend.container_cgroups(pid, container["Id"])
+            if cgroups is not None:
+                found.append((pid, cgroups.dirs["cpuacct"]))
+        return found
+    finally:
+        client.close()
+
+
+def slot_cpu_seconds(slots: list[tuple[int, Path]]) -> float:
+    return sum(int((path / "cpuacct.usage").read_text()) / 1e9 for _, path in slots)
 
 
 def peak_rss_bytes(pid: int) -> int:
@@ -226,21 +253,25 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         # Burst: everything posted at once; CPU and memory measured over it.
         jobs = list(itertools.islice(itertools.cycle(load), burst))
         peak_pss, sampling = 0, True
+        # The docker pool's slots run under the engine: counted from their containers. A slot
+        # started again during the burst would be missed (the log says if one was).
+        slots = slot_containers(process.pid) if name == "docker-pool" else []
 
         def sample() -> None:
             nonlocal peak_pss
             while sampling:
-                peak_pss = max(peak_pss, tree_pss_bytes(process.pid))
+                roots = [process.pid] + [pid for pid, _ in slots]
+                peak_pss = max(peak_pss, sum(tree_pss_bytes(root) for root in roots))
                 time.sleep(0.2)
 
         sampler = threading.Thread(target=sample)
         sampler.start()
-        cpu_before = tree_cpu_seconds(process.pid)
+        cpu_before = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots)
         burst_started = time.time()
         with ThreadPoolExecutor(32) as threads:
             posted = list(threads.map(lambda job: client.submit(*job), jobs))
         burst_seconds = max(graded for _, graded in client.wait_all(posted, 1800)) - burst_started
-        cpu_seconds = tree_cpu_seconds(process.pid) - cpu_before
+        cpu_seconds = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots) - cpu_before
         sampling = False
         sampler.join()
         return Measured(
@@ -273,7 +304,7 @@ def main() -> None:
 
     results: dict[str, Measured] = {}
     for name in args.backends:
-        cold = name != "pool"
+        cold = name not in WARM
         paced, burst = (args.cold_paced, args.cold_burst) if cold else (args.paced, args.burst)
         print(
             f"{name}: {paced} paced at {args.rate:g}/s, then a burst of {burst} ...",

@@ -168,15 +168,19 @@ def open_runner(
     cold = _cold_runner(backend)
     if pool is None or pool_size == 0:
         return cold
-    if not isinstance(cold, BwrapRunner):
-        log.warning(
-            "sandbox: no warm pool in front of the %s backend yet; every run is cold", cold.name
-        )
-        return cold
     from sandbox import seccomp
 
+    try:
+        outer: pool_module.Outer = (
+            pool_module.BwrapOuter(cold.binary)
+            if isinstance(cold, BwrapRunner)
+            else docker_backend.ContainerOuter(cold.settings)
+        )
+    except SandboxUnavailable as error:
+        log.warning("sandbox: %s; every run is cold", error)
+        return cold
     warm = pool_module.Pool(
-        cold.binary,
+        outer,
         pool.source,
         pool.warm_up_inputs,
         # The cold runs' own filter, so that the same code meets the same refusals either way.

@@ -38,6 +38,7 @@ import signal
 import socket
 import struct
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox import host_view, seccomp
+from sandbox import bwrap, host_view, pool, seccomp
 from sandbox.cgroups import CGROUP_ROOT, RunCgroups
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
@@ -87,6 +88,14 @@ CPU_CORES = 1.0  # like bwrap's cpu cgroup: a run cannot starve the runs beside 
 GVISOR_RUNTIME = "runsc"
 STACK_BYTES = 8 << 20
 GVISOR_PIDS_BACKSTOP = 4096
+# A warm pool's slot container: its control socket's directory, the engine's masks it keeps (none
+# under /proc: see ContainerOuter), its pids cap while the zygote warms up (the pool sets each
+# job's), and how long its zygote may take to reach the socket (before it imports torch).
+CONTROL_DIR = "/opt/loopgrade/control"
+CONTROL_SOCKET = "zygote.sock"
+SLOT_MASKED_PATHS = ["/sys/firmware"]
+ZYGOTE_PIDS = 4096
+SLOT_CONNECT_TIMEOUT_SECONDS = 60.0
 USER_PATTERN = re.compile(r"[1-9][0-9]{0,9}:[1-9][0-9]{0,9}")
 # The init's frames, by their channel byte.
 FRAME_CHANNELS = {
@@ -369,16 +378,7 @@ class _Run:
             self.init_pid = int(state.get("Pid") or 0)
             if self.init_pid <= 0:
                 return
-            dirs: dict[str, Path] = {}
-            for line in Path(f"/proc/{self.init_pid}/cgroup").read_text().splitlines():
-                _, controllers, path = line.split(":", 2)
-                for controller in ("memory", "pids", "cpuacct"):
-                    if controller in controllers.split(",") and str(self.container_id) in path:
-                        dirs[controller] = Path(
-                            os.path.realpath(CGROUP_ROOT / controller / path.lstrip("/"))
-                        )
-            if len(dirs) == 3 and all(path.is_dir() for path in dirs.values()):
-                self.cgroups = RunCgroups(dirs)
+            self.cgroups = container_cgroups(self.init_pid, str(self.container_id))
             # Under runc the init pid is the container's init, whose root is the container's;
             # under gVisor it is the sandbox kernel, and its processes are not host processes.
             root = f"/proc/{self.init_pid}/root"
@@ -518,47 +518,16 @@ class _Run:
 
     def close(self) -> bool:
         """Kill and remove the container, drop the staged files; False if the container lives."""
-        import docker.errors
-        import requests
-
         clean = True
         self._hang_up()
         if self.scratch_fd >= 0:
             os.close(self.scratch_fd)
             self.scratch_fd = -1
         if self.container_id is not None:
-            try:
-                self.api.remove_container(self.container_id, force=True)
-            except docker.errors.NotFound:
-                pass  # removed by the engine already (auto_remove)
-            except docker.errors.APIError as error:
-                if "already in progress" not in str(error):
-                    log.error("sandbox container %s: removal failed: %s", self.name, error)
-                    clean = False
-            except requests.RequestException as error:
-                log.error("sandbox container %s: removal hung: %s", self.name, error)
-                clean = False
-            if clean:
-                clean = self._wait_until_removed()
+            clean = remove_container(self.api, self.container_id, self.name)
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
         return clean
-
-    def _wait_until_removed(self) -> bool:
-        import docker.errors
-
-        deadline = time.monotonic() + API_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                self.api.inspect_container(self.container_id)
-            except docker.errors.NotFound:
-                return True
-            except Exception as error:  # the engine itself is in trouble
-                log.error("sandbox container %s: cannot check removal: %s", self.name, error)
-                return False
-            time.sleep(0.02)
-        log.error("sandbox container %s is still there after its removal", self.name)
-        return False
 
     def result(self) -> RunResult:
         status = _number(self.report.get("status")) if self.report is not None else -1.0
@@ -567,6 +536,250 @@ class _Run:
         if os.WIFSIGNALED(int(status)):
             return self.supervisor.result(None, os.WTERMSIG(int(status)))
         return self.supervisor.result(os.WEXITSTATUS(int(status)), None)
+
+
+class ContainerOuter:
+    """A warm pool's slots (sandbox.pool) in long-lived containers of the grading image.
+
+    Each slot container runs the pool's zygote as its PID 1, as the slot's leased uid, with no
+    network, a read-only root, no capability, no-new-privileges, no /dev/shm, a memory and a
+    pids cap (set per job by the pool, through the container's cgroups as this host sees them)
+    and a one-core CPU cap. Its seccomp profile is sandbox.seccomp.SLOT_CONTAINER: every run's
+    refusals but clone with namespace flags and mount, which the zygote needs to make a job's
+    namespaces; each job then loads the run filter itself. The engine masks parts of /proc with
+    mounts over them, and the kernel then refuses a fresh /proc in a job's own pid namespace:
+    the slot container has no masked or read-only path under /proc (/sys/firmware stays
+    masked). The zygote reaches its control socket through a directory bind-mounted from the
+    host (SCM_RIGHTS works across the mount namespace).
+    """
+
+    name = "docker"
+
+    def __init__(self, settings: DockerSettings) -> None:
+        if settings.runtime == GVISOR_RUNTIME:
+            # gVisor's fork of a torch process took ~200 ms and its nested namespaces failed: it
+            # is an outer layer per cold container, not a home for a fork-server.
+            raise SandboxUnavailable("the warm pool does not run under gVisor (runsc)")
+        self.settings = settings
+
+    def start(
+        self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
+    ) -> SlotContainer:
+        zygote = SlotContainer(self.settings, index, uid)
+        try:
+            zygote.start(files, config)
+        except BaseException:
+            zygote.stop()
+            raise
+        return zygote
+
+    def close(self) -> None:
+        pass
+
+
+class SlotContainer:
+    """A zygote in its slot container (sandbox.pool.StartedZygote)."""
+
+    def __init__(self, settings: DockerSettings, index: int, uid: int) -> None:
+        self.settings = settings
+        self.index = index
+        self.uid = uid
+        self.client = connect()
+        self.api = self.client.api
+        self.name = f"loopgrade-pool-{index}-{uuid.uuid4().hex[:12]}"
+        self.stage: Path | None = None
+        self.container_id: str | None = None
+        self.listener: socket.socket | None = None
+        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # replaced at start
+        self.zygote_pid = 0
+        self.zygote_pidfd = -1
+        self.cgroups = RunCgroups({})
+
+    def start(self, files: Mapping[str, bytes], config: dict[str, object]) -> None:
+        import docker.errors
+        import requests
+
+        base = Path(self.settings.stage_dir)
+        base.mkdir(parents=True, exist_ok=True)
+        self.stage = Path(tempfile.mkdtemp(prefix="loopgrade-pool-", dir=base))
+        self.stage.chmod(0o755)
+        for directory in ("sandbox", "control"):
+            (self.stage / directory).mkdir(mode=0o755)
+            (self.stage / directory).chmod(0o755)  # whatever the umask
+        for name, data in files.items():
+            (self.stage / "sandbox" / name).write_bytes(data)
+            (self.stage / "sandbox" / name).chmod(0o444)
+        # Only the slot's uid may connect (and the zygote is checked to be that uid).
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        socket_path = self.stage / "control" / CONTROL_SOCKET
+        self.listener.bind(str(socket_path))
+        os.chown(socket_path, self.uid, self.uid)
+        socket_path.chmod(0o600)
+        self.listener.listen(1)
+        config = {**config, "control_path": f"{CONTROL_DIR}/{CONTROL_SOCKET}",
+                  "kept_under_scratch": []}  # fmt: skip
+        try:
+            self._create(config, pool.ZYGOTE_LIMITS)
+            output = self.api.attach(self.container_id, stdout=True, stderr=True, stream=True)
+            threading.Thread(target=self._log, args=(output,), daemon=True).start()
+            self.api.start(self.container_id)
+            state = self.api.inspect_container(self.container_id)["State"]
+            self.zygote_pid = int(state.get("Pid") or 0)
+            if self.zygote_pid <= 0:
+                raise SandboxError("the slot container ended at once (its log says why)")
+            self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
+        except (docker.errors.DockerException, requests.RequestException) as error:
+            raise SandboxError(
+                f"the Docker engine could not start a slot container: {error}"
+            ) from None
+        cgroups = container_cgroups(self.zygote_pid, str(self.container_id))
+        if cgroups is None:
+            raise SandboxUnavailable(
+                "the docker warm pool needs the containers' cgroup v1 memory, pids and cpuacct "
+                "on this host (the engine on this machine, cgroup v1)"
+            )
+        self.cgroups = cgroups
+        self._accept()
+
+    def _create(self, config: dict[str, object], limits: Limits) -> None:
+        from docker.types import LogConfig, Mount, Ulimit
+
+        assert self.stage is not None
+        host_config = self.api.create_host_config(
+            mounts=[
+                Mount(SANDBOX_DIR, str(self.stage / "sandbox"), type="bind", read_only=True),
+                Mount(CONTROL_DIR, str(self.stage / "control"), type="bind", read_only=True),
+            ],
+            network_mode="none",
+            ipc_mode="none",
+            read_only=True,
+            # The zygote's own /tmp (its warm-up's cwd); each job gets a fresh one of its size.
+            tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,noexec,size={limits.scratch_bytes},mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=[
+                "no-new-privileges:true",
+                "seccomp=" + json.dumps(seccomp.docker_profile(seccomp.SLOT_CONTAINER)),
+            ],
+            pids_limit=ZYGOTE_PIDS,
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,
+            nano_cpus=int(CPU_CORES * 1e9),
+            ulimits=[
+                Ulimit(name="core", soft=0, hard=0),
+                Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
+                Ulimit(name="msgqueue", soft=0, hard=0),
+            ],
+            log_config=LogConfig(type=LogConfig.types.NONE),  # attached to, and logged here
+            auto_remove=True,  # if this server dies, the zygote sees its socket close and ends
+            runtime=self.settings.runtime,
+        )
+        host_config["MaskedPaths"] = SLOT_MASKED_PATHS
+        host_config["ReadonlyPaths"] = []  # all of the engine's are under /proc
+        container = self.api.create_container(
+            self.settings.image,
+            command=[PYTHON, "-I", pool.ZYGOTE_PATH, json.dumps(config)],
+            entrypoint=[],
+            user=f"{self.uid}:{self.uid}",
+            hostname="sandbox",
+            working_dir=SCRATCH_DIR,
+            environment=ENVIRONMENT,  # as bwrap gives its zygote (one OpenMP thread)
+            network_disabled=True,
+            labels={LABEL: "pool", PID_LABEL: str(os.getpid())},
+            name=self.name,
+            host_config=host_config,
+            use_config_proxy=False,
+        )
+        self.container_id = str(container["Id"])
+
+    def _accept(self) -> None:
+        """Wait for the zygote to connect to its control socket; check that it is the slot's."""
+        assert self.listener is not None
+        deadline = time.monotonic() + SLOT_CONNECT_TIMEOUT_SECONDS
+        while not bwrap._readable(self.listener.fileno(), 0.05):
+            if bwrap._readable(self.zygote_pidfd, 0) or time.monotonic() > deadline:
+                raise SandboxError("the zygote never reached its control socket (see the log)")
+        self.control.close()
+        self.control, _ = self.listener.accept()
+        self.listener.close()
+        self.listener = None
+        peer = self.control.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        _, peer_uid, _ = struct.unpack("3i", peer)
+        if peer_uid != self.uid:
+            raise SandboxError(f"uid {peer_uid}, not the slot's, reached its control socket")
+
+    def _log(self, output: Any) -> None:
+
+        pending = b""
+        with contextlib.suppress(Exception):  # the stream ends with the container
+            for chunk in output:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    pool.log_zygote_line(self.index, line)
+        if pending:
+            pool.log_zygote_line(self.index, pending)
+
+    def stop(self) -> None:
+        self.control.close()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        if self.container_id is not None:
+            remove_container(self.api, self.container_id, self.name)
+            self.container_id = None
+        if self.zygote_pidfd >= 0:
+            os.close(self.zygote_pidfd)
+            self.zygote_pidfd = -1
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = None
+        self.client.close()
+
+
+def container_cgroups(pid: int, container_id: str) -> RunCgroups | None:
+    """The cgroups (v1 memory, pids, cpuacct) of the container whose process `pid` is, as this
+    host sees them; None where it cannot."""
+    dirs: dict[str, Path] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in ("memory", "pids", "cpuacct"):
+            if controller in controllers.split(",") and container_id in path:
+                dirs[controller] = Path(
+                    os.path.realpath(CGROUP_ROOT / controller / path.lstrip("/"))
+                )
+    if len(dirs) == 3 and all(path.is_dir() for path in dirs.values()):
+        return RunCgroups(dirs)
+    return None
+
+
+def remove_container(api: Any, container_id: str, name: str) -> bool:
+    """Kill and remove a container, and wait until it is gone; False if it is not."""
+    import docker.errors
+    import requests
+
+    try:
+        api.remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        return True  # removed by the engine already (auto_remove)
+    except docker.errors.APIError as error:
+        if "already in progress" not in str(error):
+            log.error("sandbox container %s: removal failed: %s", name, error)
+            return False
+    except requests.RequestException as error:
+        log.error("sandbox container %s: removal hung: %s", name, error)
+        return False
+    deadline = time.monotonic() + API_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return True
+        except Exception as error:  # the engine itself is in trouble
+            log.error("sandbox container %s: cannot check removal: %s", name, error)
+            return False
+        time.sleep(0.02)
+    log.error("sandbox container %s is still there after its removal", name)
+    return False
 
 
 def _report(data: bytes) -> dict[str, Any]:

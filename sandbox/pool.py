@@ -1,16 +1,19 @@
 """The warm pool: slots of forked, isolated children from zygotes that imported torch once.
 
-    pool = Pool(bwrap_binary, program, warm_up_inputs, seccomp_filter, size=2)
+    pool = Pool(BwrapOuter(bwrap_binary), program, warm_up_inputs, seccomp_filter, size=2)
     pool.start()                                 # SandboxUnavailable if no slot starts
     result = pool.run_program(inputs, limits)    # the same RunResult as a cold run
 
-A slot is one zygote (sandbox/zygote.py) inside its own bubblewrap sandbox, started like a cold
-run's (its own leased host uid, no network, read-only root) and held in the slot's cgroups, so
-every job it forks is born there: memory, pids and a one-core CPU cap per slot, without joining
-a cgroup per job. A slot runs one job at a time; the server supervises it from outside exactly
-as a cold run (pipes read and capped, limits polled, wall clock, SIGKILL of the whole tree) and
-waits until nothing but the zygote is left in the slot's cgroups before the next job. A zygote
-that dies is started again; a job that finds no slot able to start fails with SandboxError.
+A slot is one zygote (sandbox/zygote.py) inside its own outer sandbox, which holds it in the
+slot's cgroups: a bubblewrap sandbox started like a cold run's (BwrapOuter: its own leased host
+uid, no network, read-only root, cgroups made here), or a long-lived container of the grading
+image (sandbox.docker.ContainerOuter: the same uid lease, the container's own cgroups). Either
+way every job the zygote forks is born in the slot's cgroups: memory, pids and a one-core CPU
+cap per slot, without joining a cgroup per job. A slot runs one job at a time; the server
+supervises it from outside exactly as a cold run (pipes read and capped, limits polled, wall
+clock, SIGKILL of the whole tree) and waits until nothing but the zygote is left in the slot's
+cgroups before the next job. A zygote that dies is started again; a job that finds no slot able
+to start fails with SandboxError.
 
 The zygote runs one program only (the one it warmed up); the caller runs any other cold.
 """
@@ -34,6 +37,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 from sandbox import bwrap, host_view, uids
 from sandbox.cgroups import RunCgroups
@@ -69,24 +73,51 @@ ZYGOTE_LIMITS = Limits(
 POOL_PROCESSES = 1
 
 
+class StartedZygote(Protocol):
+    """A slot's outer sandbox, started: its zygote, and the cgroups that hold it and its jobs."""
+
+    zygote_pid: int  # as this host sees it
+    zygote_pidfd: int
+    control: socket.socket  # the zygote's control socket (sandbox/zygote.py)
+    cgroups: RunCgroups
+
+    def stop(self) -> None:
+        """Kill the zygote and everything of its sandbox; close the pidfd and the socket."""
+
+
+class Outer(Protocol):
+    """How a pool's slots get their outer sandbox: BwrapOuter, or sandbox.docker.ContainerOuter."""
+
+    name: str
+
+    def start(
+        self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
+    ) -> StartedZygote:
+        """Start `python -I /sandbox/zygote.py CONFIG` as `uid`, `files` in /sandbox, in the slot's
+        cgroups; `config` is the zygote's, and the outer adds how it reaches its control socket.
+        Raises SandboxError (SandboxUnavailable when this host cannot do it at all)."""
+
+    def close(self) -> None:
+        """Once every slot has stopped."""
+
+
 class _Slot:
-    """One zygote in its sandbox and cgroups, and the one job it runs at a time."""
+    """One zygote in its outer sandbox and cgroups, and the one job it runs at a time."""
 
     def __init__(self, pool: Pool, index: int) -> None:
         self.pool = pool
         self.index = index
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.zygote: StartedZygote | None = None
         self.lease: uids.UidLease | None = None
         self.cgroups: RunCgroups | None = None
         self.control: socket.socket | None = None
         self.zygote_pid = 0
-        self.zygote_pidfd = -1
         self.baseline_memory_bytes = 0
         self.limits: Limits | None = None  # the limits its cgroups are set to
 
     @property
     def alive(self) -> bool:
-        return self.control is not None and not bwrap._readable(self.zygote_pidfd, 0)
+        return self.zygote is not None and not bwrap._readable(self.zygote.zygote_pidfd, 0)
 
     # -- start and stop --------------------------------------------------------------------------
 
@@ -96,101 +127,41 @@ class _Slot:
         if os.geteuid() != 0:
             raise SandboxUnavailable("the warm pool needs the server to run as root (cgroups)")
         self.lease = uids.lease_uid(uids.uid_range())
-        uid = self.lease.uid
-        self.cgroups = RunCgroups.create(f"loopgrade-pool-{uid}", ZYGOTE_LIMITS, pids_max=4096)
-        if self.cgroups is None:
-            raise SandboxUnavailable("the warm pool needs cgroup v1 memory, pids and cpuacct")
-        bwrap.STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
         files = {
             "main.py": self.pool.program.encode(),
             "zygote.py": ZYGOTE_SOURCE.encode(),
             SECCOMP_NAME: self.pool.seccomp_filter,
             **self.pool.warm_up_inputs,
         }
-        file_fds = [bwrap.memfd(data) for data in files.values()]
-        control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        log_r, log_w = os.pipe()
-        info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()
-        python_dirs = bwrap._python_dirs()
-        binds = [(f"{bwrap.STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs)]
-        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], binds)
-        # The zygote makes namespaces for every job, and each job loads the filter itself: no
-        # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
-        args.remove("--disable-userns")
-        del args[args.index("--seccomp") : args.index("--seccomp") + 2]
-        under_scratch = [path for path in python_dirs if path.startswith(f"{SCRATCH_DIR}/")]
-        config = {"control_fd": CONTROL_FD, "environment": ENVIRONMENT,
-                  "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}",
-                  "kept_under_scratch": under_scratch}  # fmt: skip
-        args = [
-            *args[: args.index("--") + 1],
-            sys.executable,
-            "-I",
-            ZYGOTE_PATH,
-            json.dumps(config),
-        ]
-        moves = [[zygote_end.fileno(), CONTROL_FD], [info_w, bwrap.INFO_FD],
-                 [block_r, bwrap.BLOCK_FD]]  # fmt: skip
-        moves += [[fd, number] for number, fd in enumerate(file_fds, start=bwrap.FIRST_FILE_FD)]
-        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=True)
-        launch = {
-            "bwrap": self.pool.bwrap_binary, "args": args, "fds": moves, "uid": uid,
-            "rlimits": [[limit, *value] for limit, value in rlimits.items()],
-            "stage_dir": str(bwrap.STAGE_DIR), "stage_sources": python_dirs,
+        config: dict[str, object] = {
+            "environment": ENVIRONMENT, "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}",
         }  # fmt: skip
         try:
-            # From the pool's own thread: bwrap dies with the thread that spawned it
-            # (--die-with-parent), and a grading thread may end before the zygote should.
-            self.proc = self.pool.spawner.submit(
-                subprocess.Popen,
-                [sys.executable, "-I", "-S", str(bwrap.LAUNCHER), json.dumps(launch)],
-                stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w,
-                pass_fds=[fd for fd, _ in moves], start_new_session=True,
-                env={"LANG": "C.UTF-8"},
-            ).result()  # fmt: skip
-        finally:
-            for fd in [log_w, info_w, block_r, *file_fds]:
-                os.close(fd)
-            zygote_end.close()
-        threading.Thread(target=_log_lines, args=(log_r, self.index), daemon=True).start()
-        self.control = control
-        try:
-            self.zygote_pid = _read_child_pid(info_r)
-            self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
-            self.cgroups.attach(self.zygote_pid)
-            os.write(block_w, b"go")
+            self.zygote = self.pool.outer.start(self.index, self.lease.uid, files, config)
+            self.control, self.cgroups = self.zygote.control, self.zygote.cgroups
+            self.zygote_pid = self.zygote.zygote_pid
             if self._receive(START_TIMEOUT_SECONDS)[0] != {"ready": True}:
                 raise SandboxError("the zygote did not warm up (its log says why)")
+            self.baseline_memory_bytes = int(self._cgroup_read("memory", "memory.usage_in_bytes"))
         except (OSError, SandboxError) as error:
             log.debug("slot start", exc_info=True)
             self.stop()
+            if isinstance(error, SandboxUnavailable):
+                raise
             raise SandboxError(f"warm pool slot {self.index} did not start: {error}") from error
-        finally:
-            os.close(block_w)
-        self.baseline_memory_bytes = int(self._cgroup_read("memory", "memory.usage_in_bytes"))
         self.limits = None
         log.info(
-            "warm pool slot %d ready: zygote pid %d, uid %d, %d MiB",
-            self.index, self.zygote_pid, uid, self.baseline_memory_bytes >> 20,
+            "warm pool slot %d ready (%s): zygote pid %d, uid %d, %d MiB",
+            self.index, self.pool.outer.name, self.zygote_pid, self.lease.uid,
+            self.baseline_memory_bytes >> 20,
         )  # fmt: skip
 
     def stop(self) -> None:
-        """Kill the zygote and everything of its slot; free the uid and the cgroups."""
-        if self.control is not None:
-            self.control.close()
-            self.control = None
-        if self.cgroups is not None:
-            self.cgroups.remove(TEARDOWN_TIMEOUT_SECONDS)
-            self.cgroups = None
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(TEARDOWN_TIMEOUT_SECONDS)
-            self.proc = None
-        if self.zygote_pidfd >= 0:
-            os.close(self.zygote_pidfd)
-            self.zygote_pidfd = -1
+        """Kill the zygote and everything of its slot; free the uid."""
+        if self.zygote is not None:
+            self.zygote.stop()
+            self.zygote = None
+        self.control = self.cgroups = None
         if self.lease is not None:
             self.lease.release()
             self.lease = None
@@ -199,10 +170,11 @@ class _Slot:
 
     def run_job(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
         assert self.control is not None and self.cgroups is not None
-        self._set_limits(limits)
-        self._cgroup_write("memory", "memory.max_usage_in_bytes", 0)
-        job = _Job(self, limits)
+        job: _Job | None = None
         try:
+            self._set_limits(limits)
+            self._cgroup_write("memory", "memory.max_usage_in_bytes", 0)
+            job = _Job(self, limits)
             job.start(inputs)
             job.supervisor.watch(job)
             job.supervisor.finish(job.final_usage())
@@ -210,7 +182,8 @@ class _Slot:
             self.stop()  # started again for the next job
             raise
         finally:
-            job.close()
+            if job is not None:
+                job.close()
             clean = self.control is None or self._clear()
         if not clean:
             self.stop()
@@ -233,7 +206,10 @@ class _Slot:
 
     def job_pids(self) -> set[int]:
         assert self.cgroups is not None
-        return self.cgroups.pids() - {self.zygote_pid}
+        try:
+            return self.cgroups.pids() - {self.zygote_pid}
+        except FileNotFoundError:  # a slot container's cgroups go with it, once nothing is left
+            return set()
 
     def kill_job(self) -> None:
         """SIGKILL every process of the slot but the zygote: the job's tree, whatever it forked."""
@@ -273,20 +249,33 @@ class _Slot:
 
     def _cgroup_read(self, controller: str, name: str) -> str:
         assert self.cgroups is not None
-        return (self.cgroups.dirs[controller] / name).read_text()
+        try:
+            return (self.cgroups.dirs[controller] / name).read_text()
+        except OSError as error:
+            raise self._cgroups_gone(error) from error
 
     def _cgroup_write(self, controller: str, name: str, value: object) -> None:
         assert self.cgroups is not None
-        (self.cgroups.dirs[controller] / name).write_text(str(value))
+        try:
+            (self.cgroups.dirs[controller] / name).write_text(str(value))
+        except OSError as error:
+            raise self._cgroups_gone(error) from error
 
     def counters(self) -> tuple[float, int, int]:
         """CPU seconds, OOM kills and refused forks of the slot so far (the zygote's included)."""
         assert self.cgroups is not None
-        return (
-            self.cgroups.cpu_seconds(),
-            self.cgroups.oom_kills(),
-            self.cgroups.process_limit_hits(),
-        )
+        try:
+            return (
+                self.cgroups.cpu_seconds(),
+                self.cgroups.oom_kills(),
+                self.cgroups.process_limit_hits(),
+            )
+        except OSError as error:
+            raise self._cgroups_gone(error) from error
+
+    def _cgroups_gone(self, error: OSError) -> SandboxError:
+        # A slot container's cgroups go with it: its zygote has died.
+        return SandboxError(f"warm pool slot {self.index} lost its cgroups: {error}")
 
 
 class _Job:
@@ -400,7 +389,7 @@ class Pool:
 
     def __init__(
         self,
-        bwrap_binary: str,
+        outer: Outer,
         program: str,
         warm_up_inputs: Mapping[str, bytes],
         seccomp_filter: bytes,
@@ -408,12 +397,11 @@ class Pool:
     ) -> None:
         if size < 1:
             raise ValueError(f"a warm pool needs at least one slot, not {size}")
-        self.bwrap_binary = bwrap_binary
+        self.outer = outer
         self.program = program
         self.warm_up_inputs = dict(warm_up_inputs)
         self.seccomp_filter = seccomp_filter
         self.slots = [_Slot(self, index) for index in range(size)]
-        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
         self.idle: queue.Queue[_Slot] = queue.Queue()
 
     def start(self) -> None:
@@ -459,7 +447,120 @@ class Pool:
     def close(self) -> None:
         for slot in self.slots:
             slot.stop()
+        self.outer.close()
+
+
+class BwrapOuter:
+    """Slots in bubblewrap sandboxes started like a cold run's, in cgroups made for each slot."""
+
+    name = "bwrap"
+
+    def __init__(self, bwrap_binary: str) -> None:
+        self.bwrap_binary = bwrap_binary
+        # bwrap dies with the thread that spawned it (--die-with-parent), and a grading thread
+        # may end before the zygote should: they are all spawned from this one.
+        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
+
+    def start(
+        self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
+    ) -> _BwrapZygote:
+        cgroups = RunCgroups.create(f"loopgrade-pool-{uid}", ZYGOTE_LIMITS, pids_max=4096)
+        if cgroups is None:
+            raise SandboxUnavailable("the warm pool needs cgroup v1 memory, pids and cpuacct")
+        zygote = _BwrapZygote(cgroups)
+        try:
+            zygote.start(self, index, uid, files, config)
+        except BaseException:
+            zygote.stop()
+            raise
+        return zygote
+
+    def close(self) -> None:
         self.spawner.shutdown()
+
+
+class _BwrapZygote:
+    """A zygote in its bubblewrap sandbox (StartedZygote)."""
+
+    def __init__(self, cgroups: RunCgroups) -> None:
+        self.cgroups = cgroups
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # replaced at start
+        self.zygote_pid = 0
+        self.zygote_pidfd = -1
+
+    def start(
+        self,
+        outer: BwrapOuter,
+        index: int,
+        uid: int,
+        files: Mapping[str, bytes],
+        config: dict[str, object],
+    ) -> None:
+        bwrap.STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        file_fds = [bwrap.memfd(data) for data in files.values()]
+        self.control.close()
+        self.control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log_r, log_w = os.pipe()
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        python_dirs = bwrap._python_dirs()
+        binds = [(f"{bwrap.STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs)]
+        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], binds)
+        # The zygote makes namespaces for every job, and each job loads the filter itself: no
+        # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
+        args.remove("--disable-userns")
+        del args[args.index("--seccomp") : args.index("--seccomp") + 2]
+        under_scratch = [path for path in python_dirs if path.startswith(f"{SCRATCH_DIR}/")]
+        config = {**config, "control_fd": CONTROL_FD, "kept_under_scratch": under_scratch}
+        args = [
+            *args[: args.index("--") + 1],
+            sys.executable,
+            "-I",
+            ZYGOTE_PATH,
+            json.dumps(config),
+        ]
+        moves = [[zygote_end.fileno(), CONTROL_FD], [info_w, bwrap.INFO_FD],
+                 [block_r, bwrap.BLOCK_FD]]  # fmt: skip
+        moves += [[fd, number] for number, fd in enumerate(file_fds, start=bwrap.FIRST_FILE_FD)]
+        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=True)
+        launch = {
+            "bwrap": outer.bwrap_binary, "args": args, "fds": moves, "uid": uid,
+            "rlimits": [[limit, *value] for limit, value in rlimits.items()],
+            "stage_dir": str(bwrap.STAGE_DIR), "stage_sources": python_dirs,
+        }  # fmt: skip
+        try:
+            self.proc = outer.spawner.submit(
+                subprocess.Popen,
+                [sys.executable, "-I", "-S", str(bwrap.LAUNCHER), json.dumps(launch)],
+                stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w,
+                pass_fds=[fd for fd, _ in moves], start_new_session=True,
+                env={"LANG": "C.UTF-8"},
+            ).result()  # fmt: skip
+        finally:
+            for fd in [log_w, info_w, block_r, *file_fds]:
+                os.close(fd)
+            zygote_end.close()
+        threading.Thread(target=_log_lines, args=(log_r, index), daemon=True).start()
+        try:
+            self.zygote_pid = _read_child_pid(info_r)
+            self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
+            self.cgroups.attach(self.zygote_pid)
+            os.write(block_w, b"go")
+        finally:
+            os.close(block_w)
+
+    def stop(self) -> None:
+        self.control.close()
+        self.cgroups.remove(TEARDOWN_TIMEOUT_SECONDS)
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(TEARDOWN_TIMEOUT_SECONDS)
+            self.proc = None
+        if self.zygote_pidfd >= 0:
+            os.close(self.zygote_pidfd)
+            self.zygote_pidfd = -1
 
 
 def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
@@ -500,4 +601,9 @@ def _log_lines(fd: int, index: int) -> None:
     """Log what a zygote (or bubblewrap around it) prints: only its own failures."""
     with open(fd, "rb") as stream:
         for line in stream:
-            log.warning("warm pool slot %d: %s", index, line.decode(errors="replace").rstrip())
+            log_zygote_line(index, line)
+
+
+def log_zygote_line(index: int, line: bytes) -> None:
+    """One line a slot's zygote (or its outer sandbox) printed: only its own failures."""
+    log.warning("warm pool slot %d: %s", index, line.decode(errors="replace").rstrip())

@@ -117,6 +117,39 @@ NO_EXEC = _refuse("execve", "execveat")
 UNIX_SOCKETS_ONLY = (Rule("socket", conditions=(Arg(0, AF_UNIX, negate=True),)),)
 
 
+# A warm pool's slot container (Docker's JSON profile, docker_profile()): every run's refusals
+# but the two its zygote needs to make each job's namespaces, clone with namespace flags and
+# mount (the job's /proc, /tmp and /sandbox, inside the job's own user namespace, before the job
+# loads EVERY_RUN on top). Without a capability in the container, neither reaches further.
+SLOT_CONTAINER = (
+    *(rule for rule in CROSS_RUN_CHANNELS + KERNEL_INTERFACES if rule.syscall != "mount"),
+    Rule("clone3", error=errno.ENOSYS),
+)
+
+
+def docker_profile(rules: Iterable[Rule]) -> dict[str, object]:
+    """`rules` as a Docker seccomp profile (`--security-opt seccomp=<JSON>`): allow the rest."""
+
+    def condition(arg: Arg) -> dict[str, object]:
+        if arg.negate:  # as Filter compiles it: != on the whole value
+            return {"index": arg.index, "value": arg.value, "valueTwo": 0, "op": "SCMP_CMP_NE"}
+        return {"index": arg.index, "value": arg.mask, "valueTwo": arg.value,
+                "op": "SCMP_CMP_MASKED_EQ"}  # fmt: skip
+
+    return {
+        "defaultAction": "SCMP_ACT_ALLOW",  # other architectures' calls: killed, as by Filter
+        "syscalls": [
+            {
+                "names": [rule.syscall],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": rule.error,
+                "args": [condition(arg) for arg in rule.conditions],
+            }
+            for rule in rules
+        ],
+    }
+
+
 class Filter:
     """A seccomp filter compiled once from `rules`; everything not refused is allowed."""
 

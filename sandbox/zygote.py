@@ -1,11 +1,11 @@
-"""The warm pool's zygote: `python -I zygote.py CONFIG_JSON`, run inside a bwrap sandbox.
+"""The warm pool's zygote: `python -I zygote.py CONFIG_JSON`, run inside a slot's outer sandbox.
 
 It is started by sandbox.pool, one per slot, inside the same bubblewrap sandbox as a cold run
-(its own host uid, the slot's cgroups, no network, read-only root) but allowed to make nested
-user namespaces. Once, it compiles the program (/sandbox/main.py), runs it as `__main__` on the
-trusted warm-up inputs beside it (so that `import torch` and the optimizer's lazy imports are
-done), and loads the seccomp filter's bytes. It holds no secret and no expected value: a child
-is a copy of its memory.
+(its own host uid, the slot's cgroups, no network, read-only root), or a long-lived container
+(sandbox/docker.py), but allowed to make nested user namespaces. Once, it compiles the program
+(/sandbox/main.py), runs it as `__main__` on the trusted warm-up inputs beside it (so that
+`import torch` and the optimizer's lazy imports are done), and loads the seccomp filter's bytes.
+It holds no secret and no expected value: a child is a copy of its memory.
 
 Then, for every job on the control socket (a JSON header and fds: payload, stdout, stderr and one
 memfd per input), it clones a child straight into new user, mount, pid, net, ipc and uts
@@ -165,9 +165,15 @@ def _end_warm_up(status: int) -> None:
 
 class Zygote:
     def __init__(self, config: dict[str, Any]) -> None:
+        if "control_path" in config:  # in a container: the server listens on a bind-mounted path
+            connected = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            connected.connect(config["control_path"])
+            control_fd = connected.detach()
+        else:
+            control_fd = config["control_fd"]
         # Moved far from fds 3 and 4, which the program writes to.
-        self.control = socket.socket(fileno=fcntl.fcntl(config["control_fd"], fcntl.F_DUPFD, 100))
-        os.close(config["control_fd"])
+        self.control = socket.socket(fileno=fcntl.fcntl(control_fd, fcntl.F_DUPFD, 100))
+        os.close(control_fd)
         self.uid, self.gid = os.getuid(), os.getgid()
         self.environment: dict[str, str] = config["environment"]
         # The interpreter's directories that live under /tmp (a checkout there, as in CI): a

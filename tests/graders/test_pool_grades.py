@@ -1,4 +1,5 @@
-"""The warm pool grades exactly as cold sandboxes do: every test submission, report for report.
+"""The warm pool grades exactly as cold sandboxes do: every test submission, report for report,
+whether its slots are bubblewrap sandboxes or containers (the cold grades are bwrap's, shared).
 
 The submissions: every exercise's solution, starter and known bugs, the learner corpus
 (tests/graders/corpus), and learner failures whose
@@ -21,6 +22,7 @@ from graders import grade
 from graders.exercises import get_exercise
 from graders.grading import POOL_PROGRAM, trusted_trajectories
 from tests.graders.conftest import SHARED_LIMITS, ColdGrade
+from tests.sandbox.conftest import docker_unavailable_reason
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
 
@@ -67,9 +69,14 @@ def submissions() -> list[tuple[str, str, str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def warm() -> Iterator[sandbox.Runner]:
-    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=2)
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def warm(request: pytest.FixtureRequest) -> Iterator[sandbox.Runner]:
+    """A warm pool in bubblewrap, and one in the docker backend's slot containers."""
+    if request.param == "docker":
+        reason = docker_unavailable_reason()
+        if reason:
+            pytest.skip(f"no docker sandbox on this host: {reason}")
+    runner = sandbox.open_runner(request.param, pool=POOL_PROGRAM, pool_size=2)
     assert isinstance(runner, sandbox.PoolRunner), runner.status
     yield runner
     runner.close()

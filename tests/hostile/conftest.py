@@ -6,9 +6,10 @@ short grading limits (LOOPGRADE_GRADING_*), an API key from `loopgrade keys crea
 secrets planted where learner code must never reach: one in the server's environment, one in a
 file in its data directory. A backend this host does not have is skipped with the reason.
 
-LOOPGRADE_TEST_HOSTILE_BACKENDS=bwrap-pool (comma-separated names of BACKENDS) runs the suite
-on those backends only; unset, on all of them. .ci/run's PostgreSQL pass takes bwrap-pool, the
-production path: what a server stores is the same whichever sandbox ran the code.
+LOOPGRADE_TEST_HOSTILE_BACKENDS=bwrap-pool (comma-separated names of BACKENDS) runs the suite on
+those backends only; unset, on all of them (docker-pool on the FOCUSED tests only). .ci/run's
+PostgreSQL pass takes bwrap-pool, the production path: what a server stores is the same
+whichever sandbox ran the code.
 """
 
 from __future__ import annotations
@@ -38,8 +39,44 @@ EXERCISE = "train-step"
 CORRECT_CODE = (REPO / "exercises" / EXERCISE / "solution.py").read_text()
 # A known bug (gradients pile up: no zero_grad), which honestly earns part of the points.
 HONEST_BUG_CODE = (REPO / "exercises" / EXERCISE / "bugs" / "no_zero_grad.py").read_text()
-# bwrap-pool: the bwrap backend with a warm pool in front, which grades the harness.
-BACKENDS = ("bwrap", "bwrap-pool", "docker")
+# bwrap-pool: the bwrap backend with a warm pool in front, which grades the harness;
+# docker-pool: the same pool, its slots in containers of the docker backend.
+BACKENDS = ("bwrap", "bwrap-pool", "docker", "docker-pool")
+# docker-pool's jobs are isolated by the same zygote as bwrap-pool's: it runs the tests of what
+# its outer layer holds (the slot container's cgroups, files, network and processes), not the
+# time, output and forgery tests again.
+FOCUSED = {
+    "docker-pool": {
+        "test_fork_bomb",
+        "test_memory_bomb_of_a_huge_tensor",
+        "test_disk_fill_of_every_writable_place",
+        "test_killing_the_parent_pid_1_and_the_process_group",
+        "test_connecting_to_a_tcp_listener_on_the_host",
+        "test_reading_the_servers_secrets",
+        "test_a_file_planted_by_one_submission_is_invisible_to_the_next",
+        "test_writing_to_host_paths",
+        "test_two_submissions_at_once_cannot_see_or_signal_each_other",
+    },
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out of a focused backend's run the tests of this suite it does not need."""
+
+    def left_out(item: pytest.Item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("service") if callspec else None
+        return (
+            isinstance(item, pytest.Function)
+            and item.path.parent == Path(__file__).parent
+            and backend in FOCUSED
+            and item.originalname not in FOCUSED[backend]
+        )
+
+    deselected = [item for item in items if left_out(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not left_out(item)]
 
 
 def chosen_backends() -> tuple[str, ...]:
@@ -158,16 +195,19 @@ class Service:
 
 def leftover_sandboxes(backend: str, server_pid: int) -> list[str]:
     """The server's sandboxes still there after their grade was stored (there must be none)."""
-    if backend == "docker":
+    containers = []
+    if backend.startswith("docker"):
         from sandbox import docker as docker_backend
 
         client = docker_backend.connect()
         try:
-            filters = {"label": [docker_backend.LABEL, f"{docker_backend.PID_LABEL}={server_pid}"]}
-            containers = client.api.containers(all=True, filters=filters)
+            # Cold runs' containers; a pool's slot containers stay between grades.
+            label = [f"{docker_backend.LABEL}=run", f"{docker_backend.PID_LABEL}={server_pid}"]
+            containers = client.api.containers(all=True, filters={"label": label})
         finally:
             client.close()
-        return [str(container["Names"][0]) for container in containers]
+        if backend == "docker":
+            return [str(container["Names"][0]) for container in containers]
     found = {}  # processes of the suite's sandbox uids (only a root server has them)
     for entry in os.listdir("/proc"):
         try:
@@ -180,15 +220,18 @@ def leftover_sandboxes(backend: str, server_pid: int) -> list[str]:
         # the orphans of a child killed at a cap while it waits for its next job.
         if uid in SANDBOX_UIDS and not fields["State"].strip().startswith("Z"):
             found[int(entry)] = fields
-    # A warm pool's zygotes (PID 1 of their bwrap) and their bwraps stay between grades.
+    # A warm pool's zygotes (PID 1 of their bwrap or container) and their bwraps stay between
+    # grades.
     zygotes = {
         pid
         for pid, fields in found.items()
-        if backend == "bwrap-pool" and fields["NSpid"].split()[1:] == ["1"]
+        if backend.endswith("-pool") and fields["NSpid"].split()[1:] == ["1"]
     }
     bwraps = {int(found[pid]["PPid"]) for pid in zygotes}
-    return [f"pid {pid} (uid {fields['Uid'].split()[0]})" for pid, fields in found.items()
-            if pid not in zygotes | bwraps]  # fmt: skip
+    return [str(container["Names"][0]) for container in containers] + [
+        f"pid {pid} (uid {fields['Uid'].split()[0]})" for pid, fields in found.items()
+        if pid not in zygotes | bwraps
+    ]  # fmt: skip
 
 
 def backend_unavailable_reason(backend: str) -> str | None:

@@ -137,6 +137,24 @@ def host_pids_of_uid(uid: int) -> list[int]:
     return pids
 
 
+def docker_unavailable_reason(runtime: str | None = None) -> str | None:
+    """Why docker runs cannot be tested here, or None when they can."""
+    settings = docker_backend.DockerSettings.from_environment()
+    if runtime:
+        settings = docker_backend.DockerSettings(
+            image=settings.image, runtime=runtime, user=settings.user, stage_dir=settings.stage_dir
+        )
+    try:
+        client = docker_backend.connect()
+        try:
+            docker_backend.check_engine(client, settings)
+        finally:
+            client.close()
+    except sandbox.SandboxUnavailable as error:
+        return str(error)
+    return None
+
+
 def sandbox_containers() -> list[str]:
     """Names of the sandbox containers this test process started that still exist."""
     client = docker_backend.connect()

@@ -22,29 +22,11 @@ import pytest
 import sandbox
 from sandbox import RunResult, SandboxError, SandboxUnavailable, run
 from sandbox import docker as docker_backend
-from tests.sandbox.conftest import FAST, fast, sandbox_containers
+from tests.sandbox.conftest import FAST, docker_unavailable_reason, fast, sandbox_containers
 
 REPO = Path(__file__).resolve().parents[2]
 MARGIN_SECONDS = 1.5
 SANDBOX_USER = 65534
-
-
-def docker_unavailable_reason(runtime: str | None = None) -> str | None:
-    """Why docker runs cannot be tested here, or None when they can."""
-    settings = docker_backend.DockerSettings.from_environment()
-    if runtime:
-        settings = docker_backend.DockerSettings(
-            image=settings.image, runtime=runtime, user=settings.user, stage_dir=settings.stage_dir
-        )
-    try:
-        client = docker_backend.connect()
-        try:
-            docker_backend.check_engine(client, settings)
-        finally:
-            client.close()
-    except SandboxUnavailable as error:
-        return str(error)
-    return None
 
 
 @pytest.fixture(autouse=True)

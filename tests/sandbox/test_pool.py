@@ -1,7 +1,11 @@
 """The warm pool: isolation of every child, limits, siblings, the zygote's restart, fallback.
 
-One pool of two slots serves the module. Its program runs whatever /sandbox/job.py holds, so
-each test sends its own code; the zygotes warm up on a trusted torch loop.
+One pool of two slots per outer sandbox serves the module: bubblewrap, and the docker backend's
+slot containers (where the engine and the grading image are here). Its program runs whatever
+/sandbox/job.py holds, so each test sends its own code; the zygotes warm up on a trusted torch
+loop. The jobs' isolation is the zygote's, the same in both; the docker pool gets the tests of
+what its outer layer holds (the container's cgroups, its processes, its files), not every cap
+again.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import pytest
 
 import sandbox
 from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap
-from sandbox.pool import Pool
-from tests.sandbox.conftest import fast
+from sandbox import docker as docker_backend
+from sandbox.pool import BwrapOuter, Pool
+from tests.sandbox.conftest import docker_unavailable_reason, fast
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
 
@@ -38,10 +43,22 @@ LIMITS = fast(wall_timeout_seconds=20.0)
 REPORT = "import os, json\ndef report(value):\n    os.write(3, json.dumps(value).encode())\n"
 
 
-@pytest.fixture(scope="module")
-def runner() -> Iterator[sandbox.PoolRunner]:
+OUTERS = ("bwrap", "docker")  # the pool's outer sandboxes, by the backend that fronts them
+BWRAP_ONLY = pytest.mark.parametrize("runner", ["bwrap"], indirect=True)
+
+
+def skip_without_docker(backend: str) -> None:
+    if backend == "docker":
+        reason = docker_unavailable_reason()
+        if reason:
+            pytest.skip(f"no docker sandbox on this host: {reason}")
+
+
+@pytest.fixture(scope="module", params=OUTERS)
+def runner(request: pytest.FixtureRequest) -> Iterator[sandbox.PoolRunner]:
+    skip_without_docker(request.param)
     opened = sandbox.open_runner(
-        "bwrap", pool=PoolProgram(PROGRAM, {"job.py": WARM_UP.encode()}), pool_size=2
+        request.param, pool=PoolProgram(PROGRAM, {"job.py": WARM_UP.encode()}), pool_size=2
     )
     assert isinstance(opened, sandbox.PoolRunner), opened.status
     yield opened
@@ -81,6 +98,7 @@ def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunne
     assert result.limit_hit is None
 
 
+@BWRAP_ONLY
 def test_a_program_other_than_the_pools_runs_cold(runner: sandbox.PoolRunner) -> None:
     result = runner.run("import os\nos.write(3, str(os.getpid()).encode())\n", {}, LIMITS)
     assert result.payload == b"1"
@@ -100,9 +118,10 @@ def test_nothing_a_child_writes_is_seen_by_the_next(runner: sandbox.PoolRunner) 
     )
     for _ in runner.pool.slots:  # sequential runs take the slots in turn
         reported(run_job(runner, write))
-    # In a job's fresh /tmp stand only the mount points of an interpreter installed under /tmp.
+    # In a job's fresh /tmp stand only the mount points of an interpreter installed under /tmp
+    # (the image's is under /opt).
     interpreter = [f"/tmp/{Path(path).parts[2]}" for path in bwrap._python_dirs()
-                   if path.startswith("/tmp/")]  # fmt: skip
+                   if path.startswith("/tmp/") and runner.name == "bwrap"]  # fmt: skip
     for _ in runner.pool.slots:
         assert reported(run_job(runner, look)) == sorted(
             [*interpreter, "/sandbox/job.py", "/sandbox/main.py"]
@@ -140,6 +159,48 @@ def test_a_child_cannot_see_signal_or_trace_a_sibling_or_the_zygote(
     assert runner.pool.ready_slots == 2
 
 
+@pytest.mark.parametrize("runner", ["docker"], indirect=True)
+def test_a_slot_container_holds_its_zygote_without_privilege(runner: sandbox.PoolRunner) -> None:
+    client = docker_backend.connect()
+    try:
+        for slot in runner.pool.slots:
+            assert isinstance(slot.zygote, docker_backend.SlotContainer) and slot.lease
+            container = client.api.inspect_container(slot.zygote.container_id)
+            host = container["HostConfig"]
+            assert (host["CapDrop"], host["CapAdd"], host["Privileged"]) == (["ALL"], None, False)
+            assert (host["NetworkMode"], host["IpcMode"], host["ReadonlyRootfs"]) == (
+                "none", "none", True,
+            )  # fmt: skip
+            assert "no-new-privileges:true" in host["SecurityOpt"]
+            assert (host["MaskedPaths"], host["ReadonlyPaths"]) == (["/sys/firmware"], [])
+            assert container["Config"]["User"] == f"{slot.lease.uid}:{slot.lease.uid}"
+            assert container["State"]["Pid"] == slot.zygote_pid
+            # As the kernel holds the zygote: the container's profile, no capability at all.
+            status = dict(
+                line.split(":\t", 1)
+                for line in Path(f"/proc/{slot.zygote_pid}/status").read_text().splitlines()
+            )
+            assert (status["Seccomp"], status["Seccomp_filters"], status["NoNewPrivs"]) == (
+                "2", "1", "1",
+            )  # fmt: skip
+            assert {status[name] for name in ("CapEff", "CapPrm", "CapBnd")} == {"0" * 16}
+    finally:
+        client.close()
+    # What the container allows the zygote (namespaces, mounts), the job's own filter refuses.
+    code = (
+        "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def refused(result):\n    return result == -1 and ctypes.get_errno() == errno.EPERM\n"
+        "status = open('/proc/self/status').read()\n"
+        "report({'unshare': refused(libc.unshare(0x10000000)),"
+        " 'clone': refused(libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)),"
+        " 'mount': refused(libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 0, None)),"
+        " 'filters': status.split('Seccomp_filters:')[1].split()[0]})\n"
+    )
+    assert reported(run_job(runner, code)) == {
+        "unshare": True, "clone": True, "mount": True, "filters": "2",
+    }  # fmt: skip
+
+
 # Each attack and the cap that stops it. A fork bomb's copies of a torch process fill the
 # memory cap about as fast as the process cap: which comes first depends on the machine.
 HOSTILE: dict[str, tuple[str, str | set[str]]] = {
@@ -161,7 +222,13 @@ HOSTILE: dict[str, tuple[str, str | set[str]]] = {
 }
 
 
-@pytest.mark.parametrize("attack", sorted(HOSTILE))
+@pytest.mark.parametrize(
+    ("runner", "attack"),
+    [("bwrap", attack) for attack in sorted(HOSTILE)]
+    # What the slot container's cgroups hold; the rest is the zygote's, as under bwrap.
+    + [("docker", "fork bomb"), ("docker", "memory bomb")],
+    indirect=["runner"],
+)
 def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
     runner: sandbox.PoolRunner, attack: str
 ) -> None:
@@ -229,14 +296,20 @@ def test_an_interpreter_under_tmp_stays_visible_under_each_jobs_fresh_tmp(
         shutil.rmtree(interpreter_dir)
 
 
-def test_a_pool_that_cannot_start_leaves_the_runner_cold(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("backend", OUTERS)
+def test_a_pool_that_cannot_start_leaves_the_runner_cold(
+    caplog: pytest.LogCaptureFixture, backend: str
+) -> None:
+    skip_without_docker(backend)
     with caplog.at_level(logging.WARNING):
         opened = sandbox.open_runner(
-            "bwrap", pool=PoolProgram("raise SystemExit(3)\n"), pool_size=1
+            backend, pool=PoolProgram("raise SystemExit(3)\n"), pool_size=1
         )
     try:
-        assert isinstance(opened, sandbox.BwrapRunner)
+        assert isinstance(opened, sandbox.BwrapRunner | sandbox.DockerRunner)
+        assert opened.name == backend
         assert "every run is cold" in caplog.text
+        assert "a cold" in opened.status
         assert opened.run("import os\nos.write(3, b'cold')\n", {}, LIMITS).payload == b"cold"
     finally:
         opened.close()
@@ -244,7 +317,7 @@ def test_a_pool_that_cannot_start_leaves_the_runner_cold(caplog: pytest.LogCaptu
 
 def test_a_pool_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
-        Pool("/usr/bin/bwrap", PROGRAM, {}, b"", size=0)
+        Pool(BwrapOuter("/usr/bin/bwrap"), PROGRAM, {}, b"", size=0)
 
 
 def test_an_unknown_backend_is_refused_before_any_pool() -> None:
