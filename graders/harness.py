@@ -23,7 +23,6 @@ import time
 import traceback
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,17 +47,25 @@ LOOP_RECORDS_PER_STEP = 4
 Record = dict[str, Any]
 
 
-@dataclass
 class Case:
     """One fixed-seed problem, ready to hand to the learner's function.
 
     `inputs[t]` is what call t gets: one `(x, y)` batch, or for micro-batch cases a list of them.
+    A plain class, not a dataclass: this module is executed afresh in every sandbox run, and a
+    dataclass compiles its generated methods each time it is made.
     """
 
-    model: nn.Linear
-    optimizer: torch.optim.Optimizer
-    loss_fn: nn.Module
-    inputs: list[Any]
+    def __init__(
+        self,
+        model: nn.Linear,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: nn.Module,
+        inputs: list[Any],
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.inputs = inputs
 
 
 def build_case(spec: dict[str, Any]) -> Case:
