@@ -51,7 +51,7 @@ class Settings(BaseSettings):
         default_factory=default_pool_size,
         ge=0,
         le=64,
-        description="Warm sandbox pool slots in front of the bwrap backend; 0: cold runs only.",
+        description="Warm sandbox pool slots in front of the backend; 0: cold runs only.",
     )
     # Empty means the grader's own limits (graders.grading.GRADING_LIMITS).
     grading_wall_timeout_seconds: float | None = Field(

@@ -26,7 +26,7 @@ OPTIONAL = ("cpu",)
 CPU_PERIOD_US = 100_000
 
 
-def _own_path(controller: str) -> str | None:
+def own_path(controller: str) -> str | None:
     """The server's own group in `controller`'s hierarchy, from /proc/self/cgroup."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
@@ -47,7 +47,7 @@ class RunCgroups:
         cgroups = cls({})
         try:
             for controller in REQUIRED + OPTIONAL:
-                own = _own_path(controller)
+                own = own_path(controller)
                 hierarchy = CGROUP_ROOT / controller
                 if own is None or not hierarchy.is_dir():
                     if controller in OPTIONAL:

@@ -15,6 +15,12 @@ def paths(svg: str) -> dict[str, str]:
     return {p.get("class", ""): p.get("d", "") for p in root.iter(f"{SVG}path")}
 
 
+def text_of(root: ElementTree.Element, tag: str) -> str:
+    element = root.find(f"{SVG}{tag}")
+    assert element is not None and element.text is not None, f"the chart has no <{tag}> text"
+    return element.text
+
+
 def test_chart_draws_both_series_with_a_point_per_step() -> None:
     svg = line_chart(
         PlotSeries(case="basic", label="loss", learner=[3.0, 2.0, 1.5], reference=[3.0, 1.0, 0.5])
@@ -24,8 +30,8 @@ def test_chart_draws_both_series_with_a_point_per_step() -> None:
     assert drawn["reference"].count("L") == 2
     root = ElementTree.fromstring(svg)
     assert root.get("role") == "img"
-    assert "case basic" in root.find(f"{SVG}title").text
-    assert "Your loss: 3, 2, 1.5" in root.find(f"{SVG}desc").text
+    assert "case basic" in text_of(root, "title")
+    assert "Your loss: 3, 2, 1.5" in text_of(root, "desc")
 
 
 def test_missing_and_infinite_values_leave_gaps() -> None:
@@ -56,7 +62,7 @@ def test_a_long_series_is_drawn_small_and_keeps_its_spike() -> None:
     assert drawn.count("M") == 2  # the missing value breaks the line once
     # The spike is the highest point: at the top of the chart, and labelled.
     assert any(text.text == "50" for text in root.iter(f"{SVG}text"))
-    assert "1800000 values, from 1 to 50" in root.find(f"{SVG}desc").text
+    assert "1800000 values, from 1 to 50" in text_of(root, "desc")
     ticks = [t for t in root.iter(f"{SVG}text") if t.get("y") == str(HEIGHT - 10)]
     assert 2 <= len(ticks) <= 10
 

@@ -16,7 +16,7 @@ HEADER_LINE = re.compile(r"// sha256 (frontend/\S+) ([0-9a-f]{64})")
 
 def recorded_hashes() -> dict[str, str]:
     header = BUNDLE.read_text(encoding="utf-8").split("\n", 12)[:12]
-    return dict(m.groups() for line in header if (m := HEADER_LINE.fullmatch(line)))
+    return {m[1]: m[2] for line in header if (m := HEADER_LINE.fullmatch(line))}
 
 
 def test_the_bundle_was_built_from_the_current_lock_and_sources() -> None:

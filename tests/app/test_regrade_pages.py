@@ -137,7 +137,8 @@ def test_one_submission_is_regraded_with_its_reason_and_note(
         assert said in refused.text
         with sessions() as session:
             assert session.query(Regrade).count() == 0
-            assert session.get(Submission, submission_id).status == "graded"
+            submission = session.get(Submission, submission_id)
+            assert submission is not None and submission.status == "graded"
 
     done = teacher.post(
         regrade,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
-from playwright.sync_api import Browser, Frame, Page, sync_playwright
+from playwright.sync_api import Browser, Frame, Page, ViewportSize, sync_playwright
 
 from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.lti.framing import CACHE_SECONDS
@@ -38,8 +38,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCREENSHOTS = Path(os.environ.get("LOOPGRADE_SCREENSHOTS", REPO / "build" / "screenshots"))
-DESKTOP = {"width": 1280, "height": 860}
-PHONE = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 860}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="module")

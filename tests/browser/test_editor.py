@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Dialog, Page, ViewportSize, expect
 from sqlalchemy import select, update
 
 from app.db import SessionFactory
@@ -21,8 +21,8 @@ from tests.browser.conftest import assert_accessible_basics, assert_no_axe_viola
 
 STARTER = (REPO / "exercises" / EXERCISE / "starter.py").read_text()
 PAGE = f"/exercises/{EXERCISE}"
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture

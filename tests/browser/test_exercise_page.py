@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fastapi import FastAPI
-from playwright.sync_api import Browser, Frame, Page, expect
+from playwright.sync_api import Browser, Frame, Page, ViewportSize, expect
 from sqlalchemy import func, select
 
 from app.db import SessionFactory
@@ -30,8 +30,8 @@ from tests.conftest import ScopeDatabase
 from tests.servers import app_in_thread, free_port
 
 EXERCISE_PATH = "/exercises/train-step"
-DESKTOP_800 = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+DESKTOP_800: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 GRADING_MS = 180_000
 # Raises on line 6, after a correct step: graded runtime-error, line 6 marked.
 RAISES_ON_LINE_6 = """\
@@ -115,7 +115,7 @@ def base_url(served_app: FastAPI) -> Iterator[str]:
 
 
 def open_page(
-    browser: Browser, base_url: str, viewport: dict[str, int], *, phone: bool = False
+    browser: Browser, base_url: str, viewport: ViewportSize, *, phone: bool = False
 ) -> Page:
     context = browser.new_context(
         base_url=base_url, viewport=viewport, is_mobile=phone, has_touch=phone

@@ -92,6 +92,7 @@ def test_a_worker_killed_mid_grade_loses_nothing_and_grades_once(
     wait_for(lambda: all_finished(sessions, [submission_id]), "the grade after the kill")
     row = rows(sessions, [submission_id])[submission_id]
     assert (row.status, row.diagnosis, row.attempts) == ("graded", "correct", 2)
+    assert row.max_score is not None, "a graded row has a maximum score"
     assert row.score == row.max_score > 0
     assert row.lease_expires_at is None
     assert survivor.log().count(f"submission {submission_id}: grading") == 1

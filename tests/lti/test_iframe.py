@@ -64,7 +64,11 @@ def open_lms_course(
         # cookie check, exercise): a loaded machine needs more than the default 30 s.
         frame.get_by_role("button", name="Submit for grading").wait_for(timeout=90_000)
     except PlaywrightTimeout:
-        shown = page.frames[-1].evaluate("() => document.body ? document.body.innerText : ''")
+        # Bounded: a frame stuck in its navigation would keep an evaluate() waiting forever.
+        try:
+            shown = page.frames[-1].locator("body").inner_text(timeout=5_000)
+        except PlaywrightTimeout:
+            shown = "(the last frame shows no body)"
         raise AssertionError(f"the frames show {[f.url for f in page.frames]}: {shown}") from None
     return context, page, frame
 

@@ -4,6 +4,7 @@ media types checked, pages of at most two with Link: rel="next", the spec's filt
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -154,7 +155,7 @@ def test_every_service_call_gets_a_fresh_token_once_when_the_platform_dropped_it
         lms = session.scalars(select(LtiPlatform)).one()
         assert deliver_score(session, sealing, tokens, message) is DeliveryOutcome.DELIVERED
         (number,) = platform.line_items
-        calls = [
+        calls: list[Callable[[], object]] = [
             lambda: create_line_item(
                 session, sealing, tokens, context,
                 label="Extra", score_maximum=5.0, resource_id="extra", resource_link_id=None,

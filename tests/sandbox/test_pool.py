@@ -10,6 +10,7 @@ again.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -21,11 +22,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyseccomp
 import pytest
 
 import sandbox
-from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap
+from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, seccomp
 from sandbox import docker as docker_backend
+from sandbox.cgroups import own_path
 from sandbox.pool import BwrapOuter, Pool
 from tests.sandbox.conftest import docker_unavailable_reason, fast
 
@@ -173,6 +176,8 @@ def test_a_slot_container_holds_its_zygote_without_privilege(runner: sandbox.Poo
             )  # fmt: skip
             assert "no-new-privileges:true" in host["SecurityOpt"]
             assert (host["MaskedPaths"], host["ReadonlyPaths"]) == (["/sys/firmware"], [])
+            # Beside the server's own CPU group, as a bwrap slot: a CPU weight of its own.
+            assert host["CgroupParent"] == own_path("cpu")
             assert container["Config"]["User"] == f"{slot.lease.uid}:{slot.lease.uid}"
             assert container["State"]["Pid"] == slot.zygote_pid
             # As the kernel holds the zygote: the container's profile, no capability at all.
@@ -198,6 +203,46 @@ def test_a_slot_container_holds_its_zygote_without_privilege(runner: sandbox.Poo
     )
     assert reported(run_job(runner, code)) == {
         "unshare": True, "clone": True, "mount": True, "filters": "2",
+    }  # fmt: skip
+
+
+def test_the_slot_containers_profile_allows_namespaces_and_refuses_the_rest() -> None:
+    """The profile, as the engine loads it, in a container of its own: a namespace clone and
+    mount pass (the zygote's needs), every other refusal of a run stands."""
+    skip_without_docker("docker")
+    profile = json.dumps(seccomp.docker_profile(seccomp.SLOT_CONTAINER))
+    number = {name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+              for name in ("clone", "keyctl", "clone3")}  # fmt: skip
+    program = (
+        "import ctypes, errno, fcntl, json, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def error(result):\n    return 0 if result >= 0 else ctypes.get_errno()\n"
+        "flags = 0x10000000 | 0x20000000 | 0x20000 | 17\n"  # user, PID, mount; SIGCHLD
+        f"pid = libc.syscall({number['clone']}, flags, 0, 0, 0, 0)\n"
+        "if pid == 0:\n"  # the child, in its own user, PID and mount namespaces
+        "    os._exit(0 if libc.mount(b'none', b'/', None, 0x4000 | 1 << 18, None) == 0 else 3)\n"
+        "cloned = pid > 0 and os.waitpid(pid, 0)[1] == 0\n"
+        "lock = error(libc.flock(os.open('/tmp', os.O_RDONLY), fcntl.LOCK_EX))\n"
+        "print(json.dumps({'cloned and mounted': cloned, 'flock': lock,"
+        " 'unshare': error(libc.unshare(0x10000000)),"
+        f" 'keyctl': error(libc.syscall({number['keyctl']}, 0)),"
+        f" 'clone3': error(libc.syscall({number['clone3']}, 0, 0))}}))\n"
+    )
+    client = docker_backend.connect()
+    try:
+        output = client.containers.run(
+            docker_backend.DockerSettings.from_environment().image,
+            [docker_backend.PYTHON, "-I", "-c", program],
+            entrypoint=[], user="65534:65534", network_mode="none", read_only=True,
+            tmpfs={"/tmp": "size=1m"}, cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true", f"seccomp={profile}"],
+            labels={docker_backend.LABEL: "test", docker_backend.PID_LABEL: str(os.getpid())},
+            remove=True,
+        )  # fmt: skip
+    finally:
+        client.close()
+    assert json.loads(output) == {
+        "cloned and mounted": True, "flock": errno.EPERM, "unshare": errno.EPERM,
+        "keyctl": errno.EPERM, "clone3": errno.ENOSYS,
     }  # fmt: skip
 
 
@@ -313,6 +358,12 @@ def test_a_pool_that_cannot_start_leaves_the_runner_cold(
         assert opened.run("import os\nos.write(3, b'cold')\n", {}, LIMITS).payload == b"cold"
     finally:
         opened.close()
+
+
+def test_a_docker_pool_is_not_offered_under_gvisor() -> None:
+    settings = docker_backend.DockerSettings(runtime=docker_backend.GVISOR_RUNTIME)
+    with pytest.raises(SandboxUnavailable, match="gVisor"):
+        docker_backend.ContainerOuter(settings)
 
 
 def test_a_pool_needs_a_slot() -> None:
