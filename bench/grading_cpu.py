@@ -16,7 +16,11 @@ and prints, per grading of each pass:
 - server: this process's user + system CPU (`getrusage`), which is the grader's share: the
   sandbox round trips' supervision, reading the trace, judging, diagnosis, the report;
 - sandbox: what the pool's slot cgroups count (cpuacct): the clone of the zygote, the child's
-  namespaces, mounts, seccomp, the harness and the learner's code, its exit.
+  namespaces, mounts, seccomp, the harness and the learner's code, its exit;
+- faults: minor page faults of the zygote and its reaped children per grading (from
+  /proc/PID/stat): a child's first write to each page it shares with its zygote is a
+  copy-on-write fault, most of a run's CPU after the clone. A count, so less moved by other
+  work on the machine than CPU time.
 
 CPU time, not wall time: the machine may be shared. `--profile N` prints the N costliest
 functions of the server side (cProfile, cumulative), over a third pass of the repeats.
@@ -49,6 +53,12 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def zygote_faults(zygote_pid: int) -> int:
+    """Minor faults of a slot's zygote and of the jobs it has reaped."""
+    fields = Path(f"/proc/{zygote_pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[7]) + int(fields[8])  # minflt, cminflt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=60, help="gradings measured (default 60)")
@@ -62,16 +72,19 @@ def main() -> None:
     def measure(what: str, gradings: list[tuple[str, str]]) -> None:
         server_before = own_cpu_seconds()
         sandbox_before = sum(slot.counters()[0] for slot in slots)
+        faults_before = sum(zygote_faults(slot.zygote_pid) for slot in slots)
         wall_before = time.monotonic()
         for exercise, code in gradings:
             grade(exercise, code, runner=runner)
         wall = time.monotonic() - wall_before
         server = own_cpu_seconds() - server_before
         in_sandbox = sum(slot.counters()[0] for slot in slots) - sandbox_before
+        faults = sum(zygote_faults(slot.zygote_pid) for slot in slots) - faults_before
         count = len(gradings)
         print(f"{what:6} {count:4} gradings {wall:5.1f} s wall   CPU s per grading: server "
               f"{server / count:.4f}  sandbox {in_sandbox / count:.4f}  "
-              f"total {(server + in_sandbox) / count:.4f}")  # fmt: skip
+              f"total {(server + in_sandbox) / count:.4f}   "
+              f"faults {faults / count:.0f}")  # fmt: skip
 
     try:
         load = mixed_load()

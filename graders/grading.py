@@ -17,7 +17,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,14 +106,23 @@ def grade(
     # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
     # Each run in a copy of the caller's context, so that its log lines keep what the caller's
     # carry (the server puts the submission id there).
-    runs = [(contextvars.copy_context(), cases) for cases in groups]
-    with ThreadPoolExecutor(len(groups)) as pool:
-        results = list(
-            pool.map(
-                lambda run: run[0].run(_run_group, runner, exercise, source, run[1], limits), runs
-            )
-        )
+    # The runs go in parallel: the last in this thread, the others on `_GROUP_RUN_THREADS`.
+    *others, last = [(contextvars.copy_context(), cases) for cases in groups]
+    futures = [
+        _GROUP_RUN_THREADS.submit(context.run, _run_group, runner, exercise, source, cases, limits)
+        for context, cases in others
+    ]
+    try:
+        last_result = last[0].run(_run_group, runner, exercise, source, last[1], limits)
+    finally:
+        wait(futures)  # none is left running behind a failure
+    results = [future.result() for future in futures] + [last_result]
     return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
+
+
+# Threads kept for the runs of a grading beyond its first: one started and joined per grading
+# cost more CPU than supervising its run did. More gradings at once than threads only wait.
+_GROUP_RUN_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grading-run")
 
 
 def grade_runs(

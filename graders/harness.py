@@ -18,11 +18,11 @@ import json
 import linecache
 import math
 import os
+import sys
 import time
 import traceback
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,17 +47,25 @@ LOOP_RECORDS_PER_STEP = 4
 Record = dict[str, Any]
 
 
-@dataclass
 class Case:
     """One fixed-seed problem, ready to hand to the learner's function.
 
     `inputs[t]` is what call t gets: one `(x, y)` batch, or for micro-batch cases a list of them.
+    A plain class, not a dataclass: this module is executed afresh in every sandbox run, and a
+    dataclass compiles its generated methods each time it is made.
     """
 
-    model: nn.Linear
-    optimizer: torch.optim.Optimizer
-    loss_fn: nn.Module
-    inputs: list[Any]
+    def __init__(
+        self,
+        model: nn.Linear,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: nn.Module,
+        inputs: list[Any],
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.inputs = inputs
 
 
 def build_case(spec: dict[str, Any]) -> Case:
@@ -384,7 +392,12 @@ def warm_up() -> None:
 
     The first optimizer step imports torch._dynamo (about a second of CPU): paid here, it never
     counts against the learner. It draws no random numbers, so the learner's get the same ones.
+    A process that has stepped already has nothing left to import: a warm pool's child, whose
+    zygote ran this harness once before forking it, skips the step (its first touch of torch's
+    memory costs the child copy-on-write faults, a few milliseconds of every run).
     """
+    if "torch._dynamo" in sys.modules:
+        return
     weight = nn.Parameter(torch.zeros(1, 2))
     optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
     for _ in range(2):

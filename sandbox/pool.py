@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sandbox import bwrap, host_view, uids
-from sandbox.cgroups import RunCgroups
+from sandbox.cgroups import RunCgroups, read_control_file
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -250,7 +250,7 @@ class _Slot:
     def _cgroup_read(self, controller: str, name: str) -> str:
         assert self.cgroups is not None
         try:
-            return (self.cgroups.dirs[controller] / name).read_text()
+            return read_control_file(self.cgroups.dirs[controller], name)
         except OSError as error:
             raise self._cgroups_gone(error) from error
 
