@@ -30,6 +30,10 @@ from tests.graders.sandbox_results import groups, harness_document, harness_resu
 MARK = "LEAK"
 
 
+# A change made to the harness document of a hidden run, in place or by returning a new one.
+DocumentEdit = Callable[[dict[str, Any], list[CaseSpec]], dict[str, Any] | None]
+
+
 def secrets(exercise: Exercise) -> list[str]:
     """Strings that would betray a hidden case of the exercise."""
     found: list[str] = []
@@ -74,7 +78,7 @@ def error_record(message: str, type_name: str = "ValueError", line: int = 17) ->
     }
 
 
-def hidden_run(exercise: Exercise, edit: Callable[[dict[str, Any], list[CaseSpec]], Any]) -> bytes:
+def hidden_run(exercise: Exercise, edit: DocumentEdit) -> bytes:
     """The reference's own hidden trace, edited; `edit` may return a whole new document."""
     cases = groups(exercise)[1]
     document = harness_document(exercise, exercise.solution_code, cases)
@@ -82,7 +86,9 @@ def hidden_run(exercise: Exercise, edit: Callable[[dict[str, Any], list[CaseSpec
     return json.dumps(replaced if replaced is not None else document).encode()
 
 
-def raised_at(call: int, message: str, type_name: str = "ValueError", grad_none: bool = False):
+def raised_at(
+    call: int, message: str, type_name: str = "ValueError", grad_none: bool = False
+) -> DocumentEdit:
     def edit(document: dict[str, Any], cases: list[CaseSpec]) -> None:
         case = document["cases"][-1]
         case["records"] = case["records"][: call - 1]
@@ -91,7 +97,7 @@ def raised_at(call: int, message: str, type_name: str = "ValueError", grad_none:
     return edit
 
 
-def set_in_records(field: str, value: Any, call: int = 1):
+def set_in_records(field: str, value: Any, call: int = 1) -> DocumentEdit:
     def edit(document: dict[str, Any], cases: list[CaseSpec]) -> None:
         for case in document["cases"]:
             case["records"][call - 1][field] = value
@@ -99,7 +105,7 @@ def set_in_records(field: str, value: Any, call: int = 1):
     return edit
 
 
-def weights_from(cases: list[CaseSpec]) -> Callable[[dict[str, Any], list[CaseSpec]], None]:
+def weights_from(cases: list[CaseSpec]) -> DocumentEdit:
     """Each hidden case's weights replaced by numbers spelling its own seed and learning rate."""
 
     def edit(document: dict[str, Any], specs: list[CaseSpec]) -> None:

@@ -38,7 +38,8 @@ ELEMENTS = re.compile(r"<(?!/?(p|code|pre)\b)[a-z]", re.IGNORECASE)
 
 
 def rendered(markdown: str, renderer: MarkdownIt) -> str:
-    return renderer.render(markdown)
+    html: str = renderer.render(markdown)
+    return html
 
 
 @pytest.mark.parametrize("renderer", RENDERERS, ids=["app", "html-on"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from graders import grade
-from graders.exercises import list_exercises, load_exercise
+from graders.exercises import Exercise, list_exercises, load_exercise
 from graders.mutation import Edit, reference_mutants
 from graders.proving import judge_source, prove
 
@@ -373,12 +373,12 @@ def test_the_unit_is_five_exercises_in_the_lesson_order() -> None:
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
-def test_every_exercise_is_proven_sound(exercise) -> None:
+def test_every_exercise_is_proven_sound(exercise: Exercise) -> None:
     assert prove(exercise) == []
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
-def test_every_exercise_has_five_correct_styles_and_declared_bugs(exercise) -> None:
+def test_every_exercise_has_five_correct_styles_and_declared_bugs(exercise: Exercise) -> None:
     assert len(CORRECT_STYLES[exercise.id]) >= 5
     assert len(exercise.variants) >= 4
 
@@ -411,7 +411,9 @@ def test_every_known_bug_scores_below_full_with_its_diagnosis(
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
-def test_through_the_sandbox_the_solution_scores_full_and_the_starter_does_not(exercise) -> None:
+def test_through_the_sandbox_the_solution_scores_full_and_the_starter_does_not(
+    exercise: Exercise,
+) -> None:
     solution = grade(exercise.id, exercise.solution_code)
     assert solution.diagnosis == "correct", solution.feedback
     assert solution.score == exercise.max_score
