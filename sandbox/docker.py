@@ -207,6 +207,57 @@ def run_program(
     return result
 
 
+def confined_host_config(
+    api: Any,
+    settings: DockerSettings,
+    limits: Limits,
+    *,
+    mounts: list[Any],
+    pids_limit: int,
+    ulimits: list[Any],
+    seccomp_profile: dict[str, object] | None = None,
+    cgroup_parent: str | None = None,
+) -> dict[str, Any]:
+    """What every container of learner code gets, a cold run's or a pool slot's: no network,
+    no IPC, a read-only root with a size-capped /tmp, no capability, no-new-privileges, memory
+    (no swap on top), pids and one core, no core dumps, no log kept by the engine, removed by
+    the engine once it ends (even if this server dies). `ulimits` add to the common ones;
+    `seccomp_profile` replaces the engine's default profile."""
+    from docker.types import LogConfig, Ulimit
+
+    security_opt = ["no-new-privileges:true"]
+    if seccomp_profile is not None:
+        security_opt.append("seccomp=" + json.dumps(seccomp_profile))
+    config: dict[str, Any] = api.create_host_config(
+        mounts=mounts,
+        network_mode="none",
+        ipc_mode="none",  # a private IPC namespace and no /dev/shm to fill
+        read_only=True,
+        tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,noexec,size={limits.scratch_bytes},mode=1777"},
+        cap_drop=["ALL"],
+        security_opt=security_opt,
+        pids_limit=pids_limit,
+        mem_limit=limits.memory_bytes,
+        memswap_limit=limits.memory_bytes,  # equal: no swap on top of the memory cap
+        nano_cpus=int(CPU_CORES * 1e9),
+        ulimits=[
+            *ulimits,
+            Ulimit(name="core", soft=0, hard=0),
+            # As on a usual host (and under bwrap): a runaway recursion in C overflows its stack
+            # and crashes, rather than growing until the memory cap.
+            Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
+            # /dev/mqueue is writable in every container: no POSIX message queue may be made
+            # there (their memory is counted per host uid, across containers).
+            Ulimit(name="msgqueue", soft=0, hard=0),
+        ],
+        log_config=LogConfig(type=LogConfig.types.NONE),
+        auto_remove=True,
+        runtime=settings.runtime,
+        cgroup_parent=cgroup_parent,
+    )
+    return config
+
+
 class _Streams:
     """Splits the engine's attach stream, then the init's frames, as bytes arrive."""
 
@@ -301,7 +352,7 @@ class _Run:
                 (path / name).chmod(0o444)
 
     def _create(self) -> None:
-        from docker.types import LogConfig, Mount, Ulimit
+        from docker.types import Mount, Ulimit
 
         assert self.stage is not None
         limits = self.limits
@@ -314,13 +365,6 @@ class _Run:
             Ulimit(name="cpu", soft=cpu_seconds + 1, hard=cpu_seconds + 2),
             Ulimit(name="fsize", soft=limits.file_size_bytes, hard=limits.file_size_bytes),
             Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
-            Ulimit(name="core", soft=0, hard=0),
-            # As on a usual host (and under bwrap): a runaway recursion in C overflows its stack
-            # and crashes, rather than growing until the memory cap.
-            Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
-            # /dev/mqueue is writable in every container: no POSIX message queue may be made
-            # there (their memory is counted per host uid, across containers).
-            Ulimit(name="msgqueue", soft=0, hard=0),
         ]
         # The init is one process of the group.
         processes = limits.max_processes + 1
@@ -330,25 +374,16 @@ class _Run:
         else:
             # Not RLIMIT_NPROC: it counts per host uid, over every container of that user.
             pids_limit = processes
-        host_config = self.api.create_host_config(
+        host_config = confined_host_config(
+            self.api,
+            self.settings,
+            limits,
             mounts=[
                 Mount(SANDBOX_DIR, str(self.stage / "sandbox"), type="bind", read_only=True),
                 Mount(INIT_DIR, str(self.stage / "init"), type="bind", read_only=True),
             ],
-            network_mode="none",
-            ipc_mode="none",  # a private IPC namespace and no /dev/shm to fill
-            read_only=True,
-            tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,noexec,size={limits.scratch_bytes},mode=1777"},
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges:true"],
             pids_limit=pids_limit,
-            mem_limit=limits.memory_bytes,
-            memswap_limit=limits.memory_bytes,  # equal: no swap on top of the memory cap
-            nano_cpus=int(CPU_CORES * 1e9),
             ulimits=ulimits,
-            log_config=LogConfig(type=LogConfig.types.NONE),
-            auto_remove=True,  # even if this server dies, the engine removes it once it ends
-            runtime=self.settings.runtime,
         )
         init_config = {
             "argv": [PYTHON, "-I", PROGRAM_PATH],
@@ -652,36 +687,23 @@ class SlotContainer:
         self._accept()
 
     def _create(self, config: dict[str, object], limits: Limits) -> None:
-        from docker.types import LogConfig, Mount, Ulimit
+        from docker.types import Mount
 
         assert self.stage is not None
-        host_config = self.api.create_host_config(
+        # Its /tmp is the zygote's own (its warm-up's cwd); each job gets a fresh one of its
+        # size. Logged here through the attach; if this server dies, the zygote sees its socket
+        # close and ends, and the engine removes the container.
+        host_config = confined_host_config(
+            self.api,
+            self.settings,
+            limits,
             mounts=[
                 Mount(SANDBOX_DIR, str(self.stage / "sandbox"), type="bind", read_only=True),
                 Mount(CONTROL_DIR, str(self.stage / "control"), type="bind", read_only=True),
             ],
-            network_mode="none",
-            ipc_mode="none",
-            read_only=True,
-            # The zygote's own /tmp (its warm-up's cwd); each job gets a fresh one of its size.
-            tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,noexec,size={limits.scratch_bytes},mode=1777"},
-            cap_drop=["ALL"],
-            security_opt=[
-                "no-new-privileges:true",
-                "seccomp=" + json.dumps(seccomp.docker_profile(seccomp.SLOT_CONTAINER)),
-            ],
             pids_limit=ZYGOTE_PIDS,
-            mem_limit=limits.memory_bytes,
-            memswap_limit=limits.memory_bytes,
-            nano_cpus=int(CPU_CORES * 1e9),
-            ulimits=[
-                Ulimit(name="core", soft=0, hard=0),
-                Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
-                Ulimit(name="msgqueue", soft=0, hard=0),
-            ],
-            log_config=LogConfig(type=LogConfig.types.NONE),  # attached to, and logged here
-            auto_remove=True,  # if this server dies, the zygote sees its socket close and ends
-            runtime=self.settings.runtime,
+            ulimits=[],
+            seccomp_profile=seccomp.docker_profile(seccomp.SLOT_CONTAINER),
             cgroup_parent=self._cgroup_parent(),
         )
         host_config["MaskedPaths"] = SLOT_MASKED_PATHS
