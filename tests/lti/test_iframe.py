@@ -6,8 +6,11 @@ works."""
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -24,6 +27,7 @@ from tests.browser.conftest import (
     screenshot,
     wait_until_framing_allowed,
 )
+from tests.conftest import TEST_DATABASE_URL
 from tests.lti.fake_platform import FakePlatform
 from tests.servers import app_in_thread
 
@@ -69,8 +73,23 @@ def open_lms_course(
             shown = page.frames[-1].locator("body").inner_text(timeout=5_000)
         except PlaywrightTimeout:
             shown = "(the last frame shows no body)"
+        report_server_state()
         raise AssertionError(f"the frames show {[f.url for f in page.frames]}: {shown}") from None
     return context, page, frame
+
+
+def report_server_state() -> None:
+    """What the tool (served in this process) and its database were doing, on stderr."""
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+    if TEST_DATABASE_URL:
+        with psycopg.connect(TEST_DATABASE_URL.replace("+psycopg", "")) as connection:
+            rows = connection.execute(
+                "SELECT pid, datname, state, wait_event_type, wait_event, now() - xact_start,"
+                " pg_blocking_pids(pid), query FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend'"
+            ).fetchall()
+        for row in rows:
+            print("pg_stat_activity:", row, file=sys.stderr)
 
 
 def test_a_framed_launch_keeps_its_session_and_submits(
