@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import faulthandler
 import sys
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -15,10 +16,13 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db import SessionFactory
 from app.lti.models import LtiLoginState
 from app.lti.platforms import add_platform
+from app.main import create_app
+from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE
 from tests.browser.conftest import (
     CHROMIUM,
@@ -42,6 +46,47 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
+class RecordedRequests:
+    """The tool's ASGI app, noting when each request comes in, is answered and ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.events: list[str] = []
+        self.started = time.monotonic()
+
+    def note(self, text: str) -> None:
+        self.events.append(f"{time.monotonic() - self.started:7.2f} s {text}")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        name = f"{scope['method']} {scope['path']}"
+        self.note(f"in {name}")
+
+        async def noted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.note(f"answer {message['status']} {name}")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted_send)
+        finally:
+            self.note(f"end {name}")
+
+
+@pytest.fixture
+def tool_server(settings: Settings) -> Iterator[tuple[str, RecordedRequests]]:
+    recorded = RecordedRequests(create_app(settings))
+    with app_in_thread(recorded) as url:
+        yield url, recorded
+
+
+@pytest.fixture
+def tool_url(tool_server: tuple[str, RecordedRequests]) -> str:
+    return tool_server[0]
+
+
 @pytest.fixture
 def framing_platform(tool_url: str, sessions: SessionFactory) -> Iterator[FakePlatform]:
     """A platform on another site than the tool: localhost, while the tool is 127.0.0.1."""
@@ -55,12 +100,13 @@ def framing_platform(tool_url: str, sessions: SessionFactory) -> Iterator[FakePl
 
 
 def open_lms_course(
-    browser: Browser, platform: FakePlatform
+    browser: Browser, platform: FakePlatform, tool_server: tuple[str, RecordedRequests]
 ) -> tuple[BrowserContext, Page, FrameLocator]:
     """The LMS's course page, once the tool in its frame shows the exercise."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(30_000)
     page = context.new_page()
+    events = record_browser_events(context, page)
     page.goto(f"{platform.url}/course")
     frame = page.frame_locator("#tool")
     try:
@@ -74,8 +120,27 @@ def open_lms_course(
         except PlaywrightTimeout:
             shown = "(the last frame shows no body)"
         report_server_state()
+        print("browser:", *events, sep="\n  ", file=sys.stderr)
+        print("tool:", *tool_server[1].events, sep="\n  ", file=sys.stderr)
         raise AssertionError(f"the frames show {[f.url for f in page.frames]}: {shown}") from None
     return context, page, frame
+
+
+def record_browser_events(context: BrowserContext, page: Page) -> list[str]:
+    """The browser's requests, their ends and the pages' messages, as they happen."""
+    events: list[str] = []
+    started = time.monotonic()
+
+    def note(text: str) -> None:
+        events.append(f"{time.monotonic() - started:7.2f} s {text}")
+
+    context.on("request", lambda r: note(f"request {r.method} {r.url[:120]}"))
+    context.on("requestfinished", lambda r: note(f"finished {r.method} {r.url[:120]}"))
+    context.on("requestfailed", lambda r: note(f"failed {r.url[:120]}: {r.failure}"))
+    context.on("console", lambda m: note(f"console {m.type}: {m.text[:300]}"))
+    page.on("pageerror", lambda e: note(f"page error: {e}"))
+    page.on("framenavigated", lambda f: note(f"frame navigated: {f.url[:120]}"))
+    return events
 
 
 def report_server_state() -> None:
@@ -93,9 +158,11 @@ def report_server_state() -> None:
 
 
 def test_a_framed_launch_keeps_its_session_and_submits(
-    browser: Browser, framing_platform: FakePlatform
+    browser: Browser,
+    framing_platform: FakePlatform,
+    tool_server: tuple[str, RecordedRequests],
 ) -> None:
-    context, page, frame = open_lms_course(browser, framing_platform)
+    context, page, frame = open_lms_course(browser, framing_platform, tool_server)
     tool = page.frames[1]
     tool.wait_for_function("() => window.loopgradeEditor")
     tool.evaluate("code => window.loopgradeEditor.setValue(code)", CORRECT_CODE)
@@ -113,10 +180,13 @@ def test_a_framed_launch_keeps_its_session_and_submits(
 
 
 def test_the_login_state_goes_through_the_lms_page_s_storage(
-    browser: Browser, framing_platform: FakePlatform, sessions: SessionFactory
+    browser: Browser,
+    framing_platform: FakePlatform,
+    tool_server: tuple[str, RecordedRequests],
+    sessions: SessionFactory,
 ) -> None:
     framing_platform.storage_target = "_parent"
-    context, page, _ = open_lms_course(browser, framing_platform)
+    context, page, _ = open_lms_course(browser, framing_platform, tool_server)
     # The tool's pages put the state in the LMS page and read it back, by postMessage.
     assert page.evaluate("window.ltiStorageLog") == ["lti.put_data", "lti.get_data"]
     with sessions() as session:
