@@ -20,6 +20,9 @@ import uvicorn
 from app.web.events import StreamClosingServer
 
 REPO = Path(__file__).resolve().parents[1]
+# How long a test's HTTP client waits for an answer: as patient as a browser. httpx's own
+# default (5 s) is shorter than a page can take on a loaded machine, which is not a failure.
+HTTP_TIMEOUT_SECONDS = 60
 
 
 def free_port() -> int:

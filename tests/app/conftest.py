@@ -19,7 +19,7 @@ from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import migrated_database
-from tests.servers import app_in_thread
+from tests.servers import HTTP_TIMEOUT_SECONDS, app_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 EXERCISE = "train-step"
@@ -75,7 +75,7 @@ def server_url(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def client(server_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server_url, timeout=30) as client:
+    with httpx.Client(base_url=server_url, timeout=HTTP_TIMEOUT_SECONDS) as client:
         yield client
 
 
@@ -90,7 +90,7 @@ def proxied_settings(settings: Settings) -> Settings:
 def proxied_client(proxied_settings: Settings) -> Iterator[httpx.Client]:
     with (
         app_in_thread(create_app(proxied_settings)) as url,
-        httpx.Client(base_url=url, timeout=30) as client,
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
     ):
         yield client
 

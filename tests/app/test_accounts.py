@@ -13,6 +13,7 @@ from app.models import SignInFailure, SiteRole, User, WebSession, utc_now
 from app.settings import Settings
 from app.web.sessions import SESSION_COOKIE
 from tests.app.people import PASSWORD, make_course, make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def test_sign_up_keeps_an_argon2_hash_and_signs_in_with_a_safe_cookie(
@@ -49,14 +50,16 @@ def test_sign_up_keeps_an_argon2_hash_and_signs_in_with_a_safe_cookie(
     assert "Ada Lovelace" in home.text and "Your courses" in home.text
 
     # A forged cookie (right token, wrong signature) is nobody.
-    forged = httpx.Client(base_url=str(client.base_url))
+    forged = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     forged.cookies.set(SESSION_COOKIE, raw.split(".")[0] + ".0000")
     assert "Ada Lovelace" not in forged.get("/").text
 
     # Signing out ends the session on the server: replaying the old cookie no longer works.
     out = client.post("/sign-out", data={"csrf_token": token_of(home)})
     assert out.status_code == 303
-    replay = httpx.Client(base_url=str(client.base_url), cookies={SESSION_COOKIE: raw})
+    replay = httpx.Client(
+        base_url=str(client.base_url), cookies={SESSION_COOKIE: raw}, timeout=HTTP_TIMEOUT_SECONDS
+    )
     assert "Ada Lovelace" not in replay.get("/").text
     with sessions() as session:
         assert session.scalars(select(WebSession)).all() == []
@@ -131,7 +134,7 @@ def test_forms_without_this_browsers_csrf_token_are_refused(
     # The anonymous token is no good once signed in: the session has its own.
     stale = client.post("/join", data={"join_code": "ABC", "csrf_token": token})
     assert stale.status_code == 403
-    other_browser = httpx.Client(base_url=str(client.base_url))
+    other_browser = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     assert (
         other_browser.post("/exercises/train-step", data={"code": "x", "csrf_token": token})
     ).status_code == 403
@@ -180,7 +183,7 @@ def test_only_instructors_and_admins_create_courses(
     refused = client.post("/courses", data={"name": "Mine", "csrf_token": token_of(home)})
     assert refused.status_code == 403
 
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "teacher@example.org")
     created = teacher.post(
         "/courses",

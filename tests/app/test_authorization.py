@@ -14,6 +14,7 @@ from app.models import Assignment, Course, SiteRole, utc_now
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 SECRET_CODE = "def train_step(model, optimizer, loss_fn, x, y):\n    return 'ANNS-OWN-CODE'\n"
 
@@ -42,7 +43,7 @@ def course(sessions: SessionFactory) -> dict[str, str]:
 
 
 def browser(client: httpx.Client, email: str) -> httpx.Client:
-    other = httpx.Client(base_url=str(client.base_url))
+    other = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     assert sign_in(other, email).status_code == 303
     return other
 
@@ -83,7 +84,7 @@ def test_another_learner_cannot_read_it_through_any_page(
         assert "ANNS-OWN-CODE" not in edit.text
         assert submission not in other.get("/history").text
     # Nor anonymously.
-    anonymous = httpx.Client(base_url=str(client.base_url))
+    anonymous = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     assert anonymous.get(f"/submissions/{submission}").status_code == 404
 
 
@@ -124,7 +125,7 @@ def test_a_learner_gets_403_on_instructor_pages_and_outsiders_404(
     assert own.status_code == 403
 
     # Signed out: sent to sign in, and brought back afterwards.
-    anonymous = httpx.Client(base_url=str(client.base_url))
+    anonymous = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     redirect = anonymous.get(f"/courses/{course['course']}/gradebook")
     assert redirect.status_code == 303
     assert redirect.headers["location"].startswith("/sign-in?next=%2Fcourses%2F")

@@ -15,6 +15,7 @@ from app.models import ApiKey, User
 from app.settings import Settings
 from sandbox.capacity import default_pool_size, usable_cores
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE, loopgrade
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def test_migrate_creates_the_schema_and_is_repeatable(tmp_path: Path) -> None:
@@ -46,7 +47,7 @@ def test_keys_create_prints_a_working_key_and_stores_only_its_hash(
     database_bytes = b"".join(path.read_bytes() for path in settings.data_dir.glob("loopgrade.db*"))
     assert key.encode() not in database_bytes
 
-    with httpx.Client(base_url=server_url) as client:
+    with httpx.Client(base_url=server_url, timeout=HTTP_TIMEOUT_SECONDS) as client:
         accepted = client.get(
             "/api/v1/submissions/no-such-id", headers={"Authorization": f"Bearer {key}"}
         )

@@ -12,6 +12,7 @@ from app.models import Assignment, AuditEvent, Course, SiteRole
 from graders.exercises import list_exercises
 from tests.app.conftest import EXERCISE
 from tests.app.people import make_course, make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 EXERCISES = [e.id for e in list_exercises()]
 
@@ -52,7 +53,7 @@ def test_one_form_saves_every_section_together(
     make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
     make_user(sessions, "uma@example.org")
     course_id = make_course(sessions, "tess@example.org")
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "tess@example.org")
     path = f"/courses/{course_id}/settings"
     main = teacher.get(path).text.split('<main id="main">')[1]
@@ -98,7 +99,7 @@ def test_one_form_saves_every_section_together(
     assert "2026-12-01 16:30 UTC" in home
     assert "loses 12.5% of its score for each started day" in home
     assert "Fix the loop" not in home
-    uma = httpx.Client(base_url=str(client.base_url))
+    uma = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(uma, "uma@example.org")
     assert uma.get(f"/courses/{course_id}/gradebook").status_code == 200
 
@@ -114,7 +115,7 @@ def test_an_error_saves_nothing_and_keeps_every_field_as_sent(
 ) -> None:
     make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
     course_id = make_course(sessions, "tess@example.org")
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "tess@example.org")
     path = f"/courses/{course_id}/settings"
     changes = {
@@ -146,7 +147,7 @@ def test_an_error_saves_nothing_and_keeps_every_field_as_sent(
 def test_an_incomplete_form_is_refused(client: httpx.Client, sessions: SessionFactory) -> None:
     make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
     course_id = make_course(sessions, "tess@example.org")
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "tess@example.org")
     path = f"/courses/{course_id}/settings"
     token = token_of(teacher.get(path))

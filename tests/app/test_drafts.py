@@ -15,6 +15,7 @@ from app.models import Draft, KeptSubmission, Submission, WebSession, utc_now
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE, REPO
 from tests.app.people import PASSWORD, graded, make_course, make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 STARTER = (REPO / "exercises" / EXERCISE / "starter.py").read_text()
 PRACTICE_DRAFT = f"/drafts/practice/{EXERCISE}"
@@ -23,7 +24,7 @@ MY_CODE = "def train_step(model, optimizer, loss_fn, x, y):\n    return 1.0  # m
 
 def browser(client: httpx.Client, email: str) -> httpx.Client:
     """Another browser (its own cookies) signed in as `email`."""
-    other = httpx.Client(base_url=str(client.base_url), timeout=30)
+    other = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     assert sign_in(other, email).status_code == 303
     return other
 

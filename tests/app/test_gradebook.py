@@ -33,6 +33,7 @@ from tests.app.conftest import (
     MISSING_ZERO_GRAD_CODE,
 )
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 DUE = datetime(2026, 12, 1, 12, 0, tzinfo=utc_now().tzinfo)
 
@@ -131,7 +132,7 @@ def test_page_csv_and_api_show_the_same_gradebook(
     course_id = make_class(sessions)
     with sessions.begin() as session:
         _, key = create_api_key(session, name="lms", course_id=course_id)
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "teacher@example.org")
 
     query = f"?sort={EXERCISE}&order=desc&only=all"
@@ -174,7 +175,7 @@ def test_page_csv_and_api_show_the_same_gradebook(
 
 def test_statistics_of_an_exercise(client: httpx.Client, sessions: SessionFactory) -> None:
     course_id = make_class(sessions)
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "teacher@example.org")
     page = teacher.get(f"/courses/{course_id}/exercises/{EXERCISE}/stats")
     assert page.status_code == 200
@@ -211,7 +212,7 @@ def test_override_wins_until_removed_and_regrade_keeps_the_old_result(
         code=CORRECT_CODE,
         learner="ann@example.org",
     )
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "teacher@example.org")
     page_path = f"/submissions/{submission_id}"
 
@@ -240,7 +241,7 @@ def test_override_wins_until_removed_and_regrade_keeps_the_old_result(
     assert book[0][0] == "Ann" and book[0][3] == "8"
 
     # The learner sees the instructor's score and why.
-    learner = httpx.Client(base_url=str(client.base_url))
+    learner = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(learner, "ann@example.org")
     assert "Oral exam showed it" in learner.get(page_path).text
 
@@ -289,7 +290,7 @@ def test_regrade_every_outdated_submission_of_an_exercise(
         graded(sessions, user_id=ann, course_id=course_id, score=1, code=code)
         for code in (CORRECT_CODE, MISSING_ZERO_GRAD_CODE)
     ]
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "teacher@example.org")
     stats_path = f"/courses/{course_id}/exercises/{EXERCISE}/stats"
     stats = teacher.get(stats_path)

@@ -16,6 +16,7 @@ from app.models import IdempotencyKey, KeptSubmission, Submission, WebSession, u
 from app.web.kept_submissions import KEPT_COOKIE
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE, csrf_token
 from tests.app.people import make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def post(
@@ -102,7 +103,7 @@ def test_concurrent_retries_with_one_key_make_one_submission(
     ids: list[str] = []
 
     def retry() -> None:
-        with httpx.Client(base_url=server_url, timeout=60) as client:
+        with httpx.Client(base_url=server_url, timeout=HTTP_TIMEOUT_SECONDS) as client:
             start.wait()
             response = post(client, auth, "lost-connection")
             assert response.status_code == 202, response.text

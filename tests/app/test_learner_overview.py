@@ -16,10 +16,11 @@ from app.models import Assignment, SiteRole, utc_now
 from app.web.rendering import countdown_words
 from tests.app.conftest import EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def _signed_in(client: httpx.Client, email: str) -> httpx.Client:
-    browser = httpx.Client(base_url=str(client.base_url))
+    browser = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     assert sign_in(browser, email).status_code == 303
     return browser
 

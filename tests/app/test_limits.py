@@ -16,6 +16,7 @@ from app.settings import Settings
 from app.web.sessions import KNOWN_BROWSER_COOKIE, SESSION_COOKIE
 from tests.app.conftest import EXERCISE, csrf_token
 from tests.app.people import make_user, sign_in
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 OWNER, STRANGER, OTHERS = "198.51.100.7", "203.0.113.9", "192.0.2.{}"
 # No train_step: graded at once, and cheaply (a syntax error is refused before grading).
@@ -74,7 +75,9 @@ def test_the_account_brake_holds_many_addresses_but_not_the_owners_browser(
     assert KNOWN_BROWSER_COOKIE in proxied_client.cookies
     known = proxied_client.cookies[KNOWN_BROWSER_COOKIE]
 
-    with httpx.Client(base_url=str(proxied_client.base_url)) as botnet:
+    with httpx.Client(
+        base_url=str(proxied_client.base_url), timeout=HTTP_TIMEOUT_SECONDS
+    ) as botnet:
         for n in range(3):
             assert fail_sign_in(botnet, "ada@example.org", OTHERS.format(n)).status_code == 401
         # A fourth address, even with the right password, is held by the account's brake.

@@ -15,10 +15,11 @@ from app.grading.regrades import request_exercise_regrade
 from app.models import Regrade, RegradeReason, SiteRole, Submission, User, utc_now
 from tests.app.conftest import EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def _browser(client: httpx.Client, email: str) -> httpx.Client:
-    browser = httpx.Client(base_url=str(client.base_url))
+    browser = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     assert sign_in(browser, email).status_code == 303
     return browser
 

@@ -11,7 +11,7 @@ from app.db import create_db_engine, create_session_factory
 from app.models import Submission
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade, wait_until_finished
-from tests.servers import running_server
+from tests.servers import HTTP_TIMEOUT_SECONDS, running_server
 
 
 def test_a_submission_survives_a_kill_mid_grade(tmp_path: Path) -> None:
@@ -21,7 +21,10 @@ def test_a_submission_survives_a_kill_mid_grade(tmp_path: Path) -> None:
     assert created.returncode == 0, created.stderr
     auth = {"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"}
 
-    with running_server(data_dir, log_path) as (server, url), httpx.Client(base_url=url) as client:
+    with (
+        running_server(data_dir, log_path) as (server, url),
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
+    ):
         response = client.post(
             "/api/v1/submissions",
             headers=auth,
@@ -42,7 +45,10 @@ def test_a_submission_survives_a_kill_mid_grade(tmp_path: Path) -> None:
         # Killed while grading: the grade had not been written.
         assert (row.status, row.attempts) == ("running", 1)
 
-    with running_server(data_dir, log_path) as (_, url), httpx.Client(base_url=url) as client:
+    with (
+        running_server(data_dir, log_path) as (_, url),
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
+    ):
         graded = wait_until_finished(client, location, auth, statuses=("graded", "error"))
     assert graded["status"] == "graded"
     assert graded["diagnosis"] == "correct"

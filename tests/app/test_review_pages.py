@@ -13,6 +13,7 @@ from app.db import SessionFactory
 from app.models import SiteRole, utc_now
 from tests.app.conftest import EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def test_diagnosis_list_and_next_submission_keep_the_filter(
@@ -35,7 +36,7 @@ def test_diagnosis_list_and_next_submission_keep_the_filter(
             [(4, "missing-zero-grad"), (10, "correct"), (4, "missing-zero-grad"), (2, None)]
         )
     ]
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "tess@example.org")
     page = teacher.get(f"/courses/{course_id}/submissions?exercise={EXERCISE}").text
     assert '<input id="diagnosis"' not in page
@@ -58,7 +59,7 @@ def test_diagnosis_list_and_next_submission_keep_the_filter(
     assert "diagnosis%3Dmissing-zero-grad" in middle
     # Without the list (or for its learner) there is no such navigation.
     assert "review-nav" not in teacher.get(f"/submissions/{ids[0]}").text
-    learner = httpx.Client(base_url=str(client.base_url))
+    learner = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(learner, "lee@example.org")
     assert "Next submission" not in learner.get(f"/submissions/{ids[2]}?list={links[0][1]}").text
 
@@ -70,7 +71,7 @@ def test_the_audit_log_reads_as_sentences_naming_the_learner(
     alice = make_user(sessions, "alice@example.org", name="Alice")
     course_id = make_course(sessions, "tess@example.org", "alice@example.org")
     submission_id = graded(sessions, user_id=alice, course_id=course_id, score=4.0)
-    teacher = httpx.Client(base_url=str(client.base_url))
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "tess@example.org")
     token = re.search(r'name="csrf_token" value="([^"]+)"', teacher.get("/").text)
     assert token

@@ -22,7 +22,7 @@ from app.people.accounts import create_user
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 from tests.app.people import PASSWORD, make_user, sign_in
-from tests.servers import app_in_thread
+from tests.servers import HTTP_TIMEOUT_SECONDS, app_in_thread
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
@@ -138,7 +138,10 @@ def test_the_request_commits_on_success_and_rolls_back_on_an_error(
             raise RuntimeError("a bug after writing")
         return {"written": "yes"}
 
-    with app_in_thread(app) as url, httpx.Client(base_url=url) as client:
+    with (
+        app_in_thread(app) as url,
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
+    ):
         response = client.post("/tests/write")
     assert response.status_code == status, response.text
     with sessions() as session:

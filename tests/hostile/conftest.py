@@ -32,7 +32,7 @@ import sandbox
 from app.db import create_db_engine
 from app.models import Submission
 from tests.conftest import ScopeDatabase
-from tests.servers import running_server
+from tests.servers import HTTP_TIMEOUT_SECONDS, running_server
 
 REPO = Path(__file__).resolve().parents[2]
 EXERCISE = "train-step"
@@ -128,7 +128,7 @@ class Service:
     honest_bug_score: float | None = None
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(base_url=self.url, timeout=30)
+        self.client = httpx.Client(base_url=self.url, timeout=HTTP_TIMEOUT_SECONDS)
 
     def submit(self, code: str, learner: str = "hostile") -> str:
         response = self.client.post(

@@ -24,7 +24,7 @@ from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.settings import Settings
-from tests.servers import REPO, app_in_thread
+from tests.servers import HTTP_TIMEOUT_SECONDS, REPO, app_in_thread
 from tests.services import RedisServer, create_database, drop_database, redis_server
 
 # Short enough that a killed worker's submission is graded again within seconds.
@@ -105,7 +105,7 @@ def api(host_settings: Settings) -> Iterator[httpx.Client]:
     """The API host: it sends submissions to the broker and grades nothing itself."""
     with (
         app_in_thread(create_app(host_settings)) as url,
-        httpx.Client(base_url=url, timeout=60) as client,
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
     ):
         yield client
 

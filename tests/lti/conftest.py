@@ -19,7 +19,7 @@ from app.settings import Settings
 from tests.conftest import migrated_database
 from tests.lti.fake_platform import FakePlatform, follow_login
 from tests.lti.receiver import Receiver
-from tests.servers import app_in_thread
+from tests.servers import HTTP_TIMEOUT_SECONDS, app_in_thread
 
 LEEWAY_SECONDS = 60
 
@@ -69,7 +69,7 @@ def browser_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[httpx.Client]:
     monkeypatch.setattr(
         http.cookiejar.DefaultCookiePolicy, "return_ok_secure", lambda self, cookie, request: True
     )
-    with httpx.Client(timeout=60) as client:
+    with httpx.Client(timeout=HTTP_TIMEOUT_SECONDS) as client:
         yield client
 
 

@@ -25,6 +25,8 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, RSAKey
 
+from tests.servers import HTTP_TIMEOUT_SECONDS
+
 LTI = "https://purl.imsglobal.org/spec/lti/claim/"
 DL = "https://purl.imsglobal.org/spec/lti-dl/claim/"
 AGS = "https://purl.imsglobal.org/spec/lti-ags/"
@@ -232,7 +234,9 @@ class FakePlatform:
 
     def verify_tool_jwt(self, token: str) -> dict[str, Any]:
         """A JWT the tool signed, checked against the tool's published JWKS."""
-        tool_keys = KeySet.import_key_set(httpx.get(f"{self.tool_url}/lti/jwks").json())
+        tool_keys = KeySet.import_key_set(
+            httpx.get(f"{self.tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).json()
+        )
         return dict(jwt.decode(token, tool_keys, algorithms=["RS256"]).claims)
 
     def app(self) -> FastAPI:

@@ -18,6 +18,7 @@ from app.settings import Settings
 from tests.app.conftest import loopgrade
 from tests.app.people import make_course, make_user, post_form, sign_in
 from tests.lti.receiver import Receiver
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def test_an_instructor_creates_uses_and_revokes_a_course_key(
@@ -27,7 +28,7 @@ def test_an_instructor_creates_uses_and_revokes_a_course_key(
     make_user(sessions, "lea@uni.example")
     course_id = make_course(sessions, "tess@uni.example", "lea@uni.example")
     page = f"/courses/{course_id}/integrations"
-    with httpx.Client(base_url=tool_url, timeout=60) as client:
+    with httpx.Client(base_url=tool_url, timeout=HTTP_TIMEOUT_SECONDS) as client:
         assert sign_in(client, "tess@uni.example").status_code == 303
         created = post_form(client, page, f"{page}/keys", {"name": "canvas-prod"})
         assert created.status_code == 200
@@ -60,7 +61,7 @@ def test_an_instructor_creates_uses_and_revokes_a_course_key(
         hook = post_form(client, page, f"{page}/webhooks", {"url": "https://hooks.example.com/x"})
         assert hook.status_code == 200 and "data-webhook-secret" in hook.text
 
-    with httpx.Client(base_url=tool_url, timeout=60) as learner:
+    with httpx.Client(base_url=tool_url, timeout=HTTP_TIMEOUT_SECONDS) as learner:
         assert sign_in(learner, "lea@uni.example").status_code == 303
         assert learner.get(page).status_code == 403
 
@@ -100,7 +101,7 @@ def test_a_refused_delivery_is_listed_and_retried_from_the_page(
         receiver.secret, webhook_id = webhook.secret, webhook.id
     receiver.refuse_next = 1
     page = f"/courses/{course_id}/integrations"
-    with httpx.Client(base_url=tool_url, timeout=60) as client:
+    with httpx.Client(base_url=tool_url, timeout=HTTP_TIMEOUT_SECONDS) as client:
         assert sign_in(client, "tess@uni.example").status_code == 303
         sent = post_form(client, page, f"{page}/webhooks/{webhook_id}/test", {})
         assert sent.status_code == 303

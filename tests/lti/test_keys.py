@@ -18,6 +18,7 @@ from app.lti.keys import KEK_FILE_NAME, ToolKeysUnreadable, key_sealing
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import loopgrade
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def stored_keys(sessions: SessionFactory) -> dict[str, str]:
@@ -39,7 +40,7 @@ def start(settings: Settings) -> None:
 def test_the_database_holds_no_private_key(
     tool_url: str, settings: Settings, sessions: SessionFactory
 ) -> None:
-    published = httpx.get(f"{tool_url}/lti/jwks").json()["keys"]
+    published = httpx.get(f"{tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).json()["keys"]
     (sealed,) = stored_keys(sessions).values()
     assert "PRIVATE KEY" not in sealed and "BEGIN" not in sealed
     # What is stored unseals, with the KEK file, to the key the JWKS publishes.
@@ -78,7 +79,9 @@ def test_a_plain_key_from_before_sealing_is_sealed_at_start(settings: Settings) 
 def test_a_wrong_key_encryption_key_stops_the_start_with_a_sentence(
     tool_url: str, settings: Settings, sessions: SessionFactory
 ) -> None:
-    assert httpx.get(f"{tool_url}/lti/jwks").status_code == 200  # a key is made and sealed
+    assert (
+        httpx.get(f"{tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).status_code == 200
+    )  # a key is made and sealed
     (kid,) = stored_keys(sessions)
     wrong = settings.model_copy(update={"lti_key_encryption_keys": Fernet.generate_key().decode()})
     with pytest.raises(ToolKeysUnreadable, match=f"private key {kid} cannot be unsealed"):
@@ -101,7 +104,7 @@ def test_a_wrong_key_encryption_key_stops_the_start_with_a_sentence(
 def test_the_key_encryption_key_rotates(
     tool_url: str, settings: Settings, sessions: SessionFactory
 ) -> None:
-    published = httpx.get(f"{tool_url}/lti/jwks").json()["keys"]
+    published = httpx.get(f"{tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).json()["keys"]
     old_kek = (settings.data_dir / KEK_FILE_NAME).read_text().strip()
     new_kek = Fernet.generate_key().decode()
     # The new KEK first, the old one after it: the start re-seals every key under the new.

@@ -19,6 +19,7 @@ from tests.app.conftest import loopgrade
 from tests.lti.conftest import Launch, form_fields
 from tests.lti.fake_platform import DL, INSTRUCTOR, LTI, FakePlatform
 from tests.lti.test_launch import enter
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 def csrf_of(page: str) -> str:
@@ -100,23 +101,32 @@ def test_a_link_without_an_exercise_is_chosen_by_the_instructor(
 def test_a_retired_key_stays_published_until_its_tokens_expired(
     tool_url: str, sessions: SessionFactory, settings: Settings
 ) -> None:
-    first = httpx.get(f"{tool_url}/lti/jwks").json()["keys"]
+    first = httpx.get(f"{tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).json()["keys"]
     assert len(first) == 1 and first[0]["alg"] == "RS256" and "d" not in first[0]
-    assert httpx.get(f"{tool_url}/.well-known/jwks.json").json()["keys"] == first
+    assert (
+        httpx.get(f"{tool_url}/.well-known/jwks.json", timeout=HTTP_TIMEOUT_SECONDS).json()["keys"]
+        == first
+    )
     with sessions.begin() as session:
         new_kid = rotate_tool_key(session, key_sealing(settings)).kid
-    kids = [key["kid"] for key in httpx.get(f"{tool_url}/lti/jwks").json()["keys"]]
+    kids = [
+        key["kid"]
+        for key in httpx.get(f"{tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).json()["keys"]
+    ]
     assert kids == [new_kid, first[0]["kid"]]
     with sessions.begin() as session:
         old = session.get(LtiToolKey, first[0]["kid"])
         assert old is not None
         old.retired_at = utc_now() - KEY_RETENTION - timedelta(minutes=1)
-    kids = [key["kid"] for key in httpx.get(f"{tool_url}/lti/jwks").json()["keys"]]
+    kids = [
+        key["kid"]
+        for key in httpx.get(f"{tool_url}/lti/jwks", timeout=HTTP_TIMEOUT_SECONDS).json()["keys"]
+    ]
     assert kids == [new_kid]
 
 
 def test_the_configuration_names_the_tool_urls(tool_url: str) -> None:
-    config = httpx.get(f"{tool_url}/lti/config").json()
+    config = httpx.get(f"{tool_url}/lti/config", timeout=HTTP_TIMEOUT_SECONDS).json()
     assert config["oidc_initiation_url"] == f"{tool_url}/lti/login"
     assert config["target_link_uri"] == f"{tool_url}/lti/launch"
     assert config["public_jwk_url"] == f"{tool_url}/lti/jwks"
@@ -134,7 +144,7 @@ def test_the_admin_page_shows_everything_to_paste(
             password="a long password",
             site_role=SiteRole.ADMIN,
         )
-    with httpx.Client(base_url=tool_url) as client:
+    with httpx.Client(base_url=tool_url, timeout=HTTP_TIMEOUT_SECONDS) as client:
         page = client.get("/sign-in")
         signed_in = client.post(
             "/sign-in",
@@ -153,7 +163,7 @@ def test_the_admin_page_shows_everything_to_paste(
 
 
 def test_the_admin_page_is_for_admins(tool_url: str) -> None:
-    answer = httpx.get(f"{tool_url}/lti/admin")
+    answer = httpx.get(f"{tool_url}/lti/admin", timeout=HTTP_TIMEOUT_SECONDS)
     assert answer.status_code == 303 and answer.headers["location"].startswith("/sign-in")
 
 
