@@ -7,8 +7,6 @@ works."""
 from __future__ import annotations
 
 import faulthandler
-import os
-import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -148,9 +146,6 @@ def record_browser_events(context: BrowserContext, page: Page) -> list[str]:
 def report_server_state() -> None:
     """What the tool (served in this process) and its database were doing, on stderr."""
     faulthandler.dump_traceback(sys.stderr, all_threads=True)
-    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    open_fds = len(os.listdir("/proc/self/fd"))
-    print(f"open files: {open_fds} of {soft_limit}", file=sys.stderr)
     if TEST_DATABASE_URL:
         with psycopg.connect(TEST_DATABASE_URL.replace("+psycopg", "")) as connection:
             rows = connection.execute(
