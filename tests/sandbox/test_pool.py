@@ -33,20 +33,9 @@ from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, c
 from sandbox import docker as docker_backend
 from sandbox.cgroups import own_path
 from sandbox.pool import BwrapOuter, Pool
-from tests.sandbox.conftest import docker_unavailable_reason, fast
+from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason, fast
 
-
-def groups_not_ours() -> list[str]:
-    """The groups of this process that it may not create groups in (the pool's own are made)."""
-    return [
-        f"{controller} ({group})" for controller in cgroups.REQUIRED
-        if (group := cgroups.own_group(controller)) is None or not os.access(group, os.W_OK)
-    ]  # fmt: skip
-
-
-pytestmark = pytest.mark.skipif(
-    bool(groups_not_ours()), reason=f"the warm pool needs groups of its own: {groups_not_ours()}"
-)
+pytestmark = POOL_NEEDS_GROUPS
 
 PROGRAM = "exec(compile(open('/sandbox/job.py').read(), '/sandbox/job.py', 'exec'))\n"
 WARM_UP = (
