@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sandbox import host_view, seccomp, uids
-from sandbox.cgroups import RunCgroups, warn_unavailable
+from sandbox.cgroups import RunCgroups, group_name, warn_unavailable
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -256,12 +256,12 @@ class _Run:
         if self.root:
             self.lease = uids.lease_uid(uids.uid_range())
             uid = self.lease.uid
-            try:
-                self.cgroups = RunCgroups.create(
-                    f"loopgrade-{uid}", self.limits, pids_max=self.limits.max_processes
-                )
-            except OSError as error:
-                warn_unavailable(str(error))
+        try:
+            self.cgroups = RunCgroups.create(
+                group_name("loopgrade", uid), self.limits, pids_max=self.limits.max_processes
+            )
+        except OSError as error:  # not root, and no group delegated to this user; or no v1
+            warn_unavailable(str(error))
         files = []  # the seccomp program, then the files at FIRST_FILE_FD on
         for data in [seccomp.run_filter().bpf, program.encode(), *inputs.values()]:
             files.append(self._fd(memfd(data)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ REQUIRED = ("memory", "pids", "cpuacct")
 # Optional: it only caps a run at one core, so a CPU burn cannot starve the runs beside it.
 OPTIONAL = ("cpu",)
 CPU_PERIOD_US = 100_000
+_GROUP_NUMBERS = itertools.count()  # group_name's, for runs as the server's own uid
 
 
 def own_path(controller: str) -> str | None:
@@ -61,6 +63,14 @@ def own_group(controller: str) -> Path | None:
     return None
 
 
+def group_name(prefix: str, leased_uid: int | None) -> str:
+    """A name for a run's or a slot's groups: by its leased uid, unique on the host (and what a
+    server that died left under that name is removed first), else unique in this process."""
+    if leased_uid is not None:
+        return f"{prefix}-{leased_uid}"
+    return f"{prefix}-{os.getpid()}-{next(_GROUP_NUMBERS)}"
+
+
 class RunCgroups:
     """The groups of one run, one directory per controller (co-mounted ones share it)."""
 
@@ -85,7 +95,7 @@ class RunCgroups:
                     )
                 path = own / name
                 if path not in cgroups.dirs.values():
-                    if path.exists():  # left by a server that died mid-run with this uid
+                    if path.exists():  # left by a server that died mid-run (group_name)
                         cls({controller: path}).remove()
                     path.mkdir()
                 cgroups.dirs[controller] = path

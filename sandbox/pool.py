@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import json
 import logging
 import math
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sandbox import bwrap, host_view, uids
-from sandbox.cgroups import RunCgroups, read_control_file
+from sandbox.cgroups import RunCgroups, group_name, read_control_file
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -75,8 +74,6 @@ ZYGOTE_LIMITS = Limits(
 )  # fmt: skip
 # Beyond the job's own processes: the zygote.
 POOL_PROCESSES = 1
-# Names the groups of slots that run as the server's own uid, unique in this process.
-_OWN_UID_GROUPS = itertools.count()
 
 
 class StartedZygote(Protocol):
@@ -471,11 +468,7 @@ class BwrapOuter:
     def start(
         self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
     ) -> _BwrapZygote:
-        # A leased uid names the group of its slot on this host; the server's own uid does not.
-        if os.geteuid() == 0:
-            name = f"loopgrade-pool-{uid}"
-        else:
-            name = f"loopgrade-pool-{os.getpid()}-{next(_OWN_UID_GROUPS)}"
+        name = group_name("loopgrade-pool", uid if os.geteuid() == 0 else None)
         try:
             cgroups = RunCgroups.create(name, ZYGOTE_LIMITS, pids_max=4096)
         except OSError as error:
