@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sandbox import host_view, seccomp, uids
-from sandbox.cgroups import RunCgroups
+from sandbox.cgroups import RunCgroups, group_name, warn_unavailable
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -117,6 +117,47 @@ def _python_dirs() -> list[str]:
         if not path.startswith("/usr/") and not any(path.startswith(d + "/") for d in dirs):
             dirs.append(path)
     return dirs
+
+
+def python_binds(root: bool) -> list[tuple[str, str]]:
+    """The interpreter's directories, as (source, destination) binds of a sandbox.
+
+    As root, bwrap runs as the sandbox's uid and reaches them through the launcher's staging.
+    """
+    if root:
+        return [(f"{STAGE_DIR}/{i}", path) for i, path in enumerate(_python_dirs())]
+    return [(path, path) for path in _python_dirs()]
+
+
+def launcher_config(
+    binary: str,
+    args: list[str],
+    moves: list[list[int]],
+    uid: int | None,
+    rlimits: dict[int, tuple[int, int]],
+) -> dict[str, object]:
+    """What sandbox/launcher.py is given to start bwrap with `args`, as `uid` (None: as itself).
+
+    As root, the launcher stages the interpreter and sets the rlimits before it drops to `uid`:
+    the server may lack CAP_SYS_RESOURCE (as in a container) and then cannot prlimit() another
+    uid. Otherwise the caller sets them on the sandbox's first process (set_rlimits_inside).
+    """
+    as_root = uid is not None
+    if as_root:
+        STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return {
+        "bwrap": binary, "args": args, "fds": moves, "uid": uid,
+        "rlimits": [[limit, *value] for limit, value in rlimits.items()] if as_root else [],
+        "stage_dir": str(STAGE_DIR), "stage_sources": _python_dirs() if as_root else [],
+    }  # fmt: skip
+
+
+def set_rlimits_inside(pid: int, rlimits: dict[int, tuple[int, int]]) -> None:
+    """Set the rlimits of `pid`, the first process of a sandbox started by a server that is not
+    root: inside its new user namespace. Set before, RLIMIT_NPROC would also count every other
+    process of the user running the server."""
+    for limit, value in rlimits.items():
+        resource.prlimit(pid, limit, value)
 
 
 def _bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, str]]) -> list[str]:
@@ -215,10 +256,12 @@ class _Run:
         if self.root:
             self.lease = uids.lease_uid(uids.uid_range())
             uid = self.lease.uid
+        try:
             self.cgroups = RunCgroups.create(
-                f"loopgrade-{uid}", self.limits, pids_max=self.limits.max_processes
+                group_name("loopgrade", uid), self.limits, pids_max=self.limits.max_processes
             )
-            STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as error:  # not root, and no group delegated to this user; or no v1
+            warn_unavailable(str(error))
         files = []  # the seccomp program, then the files at FIRST_FILE_FD on
         for data in [seccomp.run_filter().bpf, program.encode(), *inputs.values()]:
             files.append(self._fd(memfd(data)))
@@ -232,26 +275,12 @@ class _Run:
         }  # fmt: skip
         info_r, info_w = self._pipe()
         block_r, self.block_w = self._pipe()
-        python_dirs = _python_dirs()
-        if self.root:  # bwrap (as the run's uid) reaches them through the launcher's staging
-            binds = [(f"{STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs)]
-        else:
-            binds = [(path, path) for path in python_dirs]
         rlimits = _rlimits(self.limits, self.cgroups is not None, self.root)
         moves = [[payload_w, PAYLOAD_FD], [start_w, START_FD], [info_w, INFO_FD]]
         moves += [[block_r, BLOCK_FD]]
         moves += [[fd, number] for number, fd in enumerate(files, start=SECCOMP_FD)]
-        config = {
-            "bwrap": self.bwrap,
-            "args": _bwrap_args(self.limits, list(inputs), binds),
-            "fds": moves,
-            "uid": uid,
-            # As root, the launcher sets them before it drops to the run's uid: the server may
-            # lack CAP_SYS_RESOURCE (as in a container) and then cannot prlimit() another uid.
-            "rlimits": [[limit, *value] for limit, value in rlimits.items()] if self.root else [],
-            "stage_dir": str(STAGE_DIR),
-            "stage_sources": python_dirs if self.root else [],
-        }
+        args = _bwrap_args(self.limits, list(inputs), python_binds(self.root))
+        config = launcher_config(self.bwrap, args, moves, uid, rlimits)
         self.supervisor.start_clock()  # here, not while waiting for a uid
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config)],
@@ -277,10 +306,7 @@ class _Run:
         if self.cgroups:
             self.cgroups.attach(self.init_pid)
         if not self.root:
-            # On the init, inside the new user namespace: set before, RLIMIT_NPROC would also
-            # count every other process of the user running the server.
-            for limit, value in rlimits.items():
-                resource.prlimit(self.init_pid, limit, value)
+            set_rlimits_inside(self.init_pid, rlimits)
         os.write(self.block_w, b"go")
         self._close(self.block_w)
 

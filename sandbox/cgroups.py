@@ -3,12 +3,18 @@
 Each run gets its own group in every controller, nested under the server's own group, so the
 server's limits still hold. The sandbox's init joins them before any learner code runs; every
 process it starts is born inside. The groups are removed after the run.
+
+Making them needs the right to create groups in the server's own: root has it; a server that is
+not root has it where the host delegated that group to its user (chowned it, as the Compose
+worker's entrypoint does, or systemd's Delegate=). cgroup v2 is not supported: a v2-only host
+runs with rlimits only, and no warm pool (docs/security.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import signal
@@ -24,6 +30,7 @@ REQUIRED = ("memory", "pids", "cpuacct")
 # Optional: it only caps a run at one core, so a CPU burn cannot starve the runs beside it.
 OPTIONAL = ("cpu",)
 CPU_PERIOD_US = 100_000
+_GROUP_NUMBERS = itertools.count()  # group_name's, for runs as the server's own uid
 
 
 def own_path(controller: str) -> str | None:
@@ -35,6 +42,35 @@ def own_path(controller: str) -> str | None:
     return None
 
 
+def own_group(controller: str) -> Path | None:
+    """The directory of the server's own group in `controller`'s v1 hierarchy, as mounted here.
+
+    /proc/self/cgroup names the group from the hierarchy's root, but a container (without a
+    cgroup namespace of its own) mounts only its own subtree: /proc/self/mountinfo says which.
+    """
+    own = own_path(controller)
+    if own is None:
+        return None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        after = fields[fields.index("-") + 1 :]  # the filesystem type, source, options
+        if after[0] != "cgroup" or controller not in after[2].split(","):
+            continue
+        mount_root, mount_point = fields[3], fields[4]
+        relative = os.path.relpath(own, mount_root)
+        if not relative.startswith(".."):
+            return Path(os.path.realpath(os.path.join(mount_point, relative)))
+    return None
+
+
+def group_name(prefix: str, leased_uid: int | None) -> str:
+    """A name for a run's or a slot's groups: by its leased uid, unique on the host (and what a
+    server that died left under that name is removed first), else unique in this process."""
+    if leased_uid is not None:
+        return f"{prefix}-{leased_uid}"
+    return f"{prefix}-{os.getpid()}-{next(_GROUP_NUMBERS)}"
+
+
 class RunCgroups:
     """The groups of one run, one directory per controller (co-mounted ones share it)."""
 
@@ -42,20 +78,24 @@ class RunCgroups:
         self.dirs = dirs
 
     @classmethod
-    def create(cls, name: str, limits: Limits, pids_max: int) -> RunCgroups | None:
-        """Make the groups with the run's limits; None when this host cannot (no v1, no rights)."""
+    def create(cls, name: str, limits: Limits, pids_max: int) -> RunCgroups:
+        """Make the groups with the run's limits; OSError saying why this host cannot."""
         cgroups = cls({})
         try:
             for controller in REQUIRED + OPTIONAL:
-                own = own_path(controller)
-                hierarchy = CGROUP_ROOT / controller
-                if own is None or not hierarchy.is_dir():
+                own = own_group(controller)
+                if own is None:
                     if controller in OPTIONAL:
                         continue
                     raise OSError(f"no cgroup v1 {controller} hierarchy")
-                path = Path(os.path.realpath(hierarchy / own.lstrip("/") / name))
+                if not os.access(own, os.W_OK):
+                    raise OSError(
+                        f"uid {os.geteuid()} may not create groups in {own}: run as root, or "
+                        "delegate that group to this user (docs/security.md)"
+                    )
+                path = own / name
                 if path not in cgroups.dirs.values():
-                    if path.exists():  # left by a server that died mid-run with this uid
+                    if path.exists():  # left by a server that died mid-run (group_name)
                         cls({controller: path}).remove()
                     path.mkdir()
                 cgroups.dirs[controller] = path
@@ -67,10 +107,9 @@ class RunCgroups:
             if "cpu" in cgroups.dirs:
                 cgroups._write("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
                 cgroups._write("cpu", "cpu.cfs_quota_us", CPU_PERIOD_US)
-        except OSError as error:
-            _warn_unavailable(str(error))
+        except OSError:
             cgroups.remove()
-            return None
+            raise
         return cgroups
 
     def _write(self, controller: str, file: str, value: int) -> None:
@@ -133,7 +172,7 @@ class RunCgroups:
 
 
 @functools.cache  # once per reason, not once per run
-def _warn_unavailable(reason: str) -> None:
+def warn_unavailable(reason: str) -> None:
     log.warning("sandbox cgroups unavailable (%s): limiting runs with rlimits only", reason)
 
 

@@ -7,7 +7,10 @@
 A slot is one zygote (sandbox/zygote.py) inside its own outer sandbox, which holds it in the
 slot's cgroups: a bubblewrap sandbox started like a cold run's (BwrapOuter: its own leased host
 uid, no network, read-only root, cgroups made here), or a long-lived container of the grading
-image (sandbox.docker.ContainerOuter: the same uid lease, the container's own cgroups). Either
+image (sandbox.docker.ContainerOuter: the same uid lease, the container's own cgroups). A server
+that is not root leases no uid: its slots run as its own uid, each zygote in a user namespace of
+its own as a cold run of that server is, in cgroups it makes in its own group where the host
+delegated that group to it (sandbox/cgroups.py; docs/security.md says what each host gets). Either
 way every job the zygote forks is born in the slot's cgroups: memory, pids and a one-core CPU
 cap per slot, without joining a cgroup per job. A slot runs one job at a time; the server
 supervises it from outside exactly as a cold run (pipes read and capped, limits polled, wall
@@ -40,7 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sandbox import bwrap, host_view, uids
-from sandbox.cgroups import RunCgroups, read_control_file
+from sandbox.cgroups import RunCgroups, group_name, read_control_file
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -109,6 +112,7 @@ class _Slot:
         self.index = index
         self.zygote: StartedZygote | None = None
         self.lease: uids.UidLease | None = None
+        self.uid = 0  # the zygote's and its jobs' uid, as the host sees it
         self.cgroups: RunCgroups | None = None
         self.control: socket.socket | None = None
         self.zygote_pid = 0
@@ -124,9 +128,9 @@ class _Slot:
     def start(self) -> None:
         """Start the zygote and wait until it has warmed up; SandboxError if it cannot."""
         self.stop()
-        if os.geteuid() != 0:
-            raise SandboxUnavailable("the warm pool needs the server to run as root (cgroups)")
-        self.lease = uids.lease_uid(uids.uid_range())
+        if os.geteuid() == 0:
+            self.lease = uids.lease_uid(uids.uid_range())
+        self.uid = self.lease.uid if self.lease else os.geteuid()
         files = {
             "main.py": self.pool.program.encode(),
             "zygote.py": ZYGOTE_SOURCE.encode(),
@@ -137,7 +141,7 @@ class _Slot:
             "environment": ENVIRONMENT, "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}",
         }  # fmt: skip
         try:
-            self.zygote = self.pool.outer.start(self.index, self.lease.uid, files, config)
+            self.zygote = self.pool.outer.start(self.index, self.uid, files, config)
             self.control, self.cgroups = self.zygote.control, self.zygote.cgroups
             self.zygote_pid = self.zygote.zygote_pid
             if self._receive(START_TIMEOUT_SECONDS)[0] != {"ready": True}:
@@ -152,7 +156,7 @@ class _Slot:
         self.limits = None
         log.info(
             "warm pool slot %d ready (%s): zygote pid %d, uid %d, %d MiB",
-            self.index, self.pool.outer.name, self.zygote_pid, self.lease.uid,
+            self.index, self.pool.outer.name, self.zygote_pid, self.uid,
             self.baseline_memory_bytes >> 20,
         )  # fmt: skip
 
@@ -464,9 +468,11 @@ class BwrapOuter:
     def start(
         self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
     ) -> _BwrapZygote:
-        cgroups = RunCgroups.create(f"loopgrade-pool-{uid}", ZYGOTE_LIMITS, pids_max=4096)
-        if cgroups is None:
-            raise SandboxUnavailable("the warm pool needs cgroup v1 memory, pids and cpuacct")
+        name = group_name("loopgrade-pool", uid if os.geteuid() == 0 else None)
+        try:
+            cgroups = RunCgroups.create(name, ZYGOTE_LIMITS, pids_max=4096)
+        except OSError as error:
+            raise SandboxUnavailable(f"the warm pool needs cgroup v1 groups: {error}") from error
         zygote = _BwrapZygote(cgroups)
         try:
             zygote.start(self, index, uid, files, config)
@@ -497,21 +503,19 @@ class _BwrapZygote:
         files: Mapping[str, bytes],
         config: dict[str, object],
     ) -> None:
-        bwrap.STAGE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
         file_fds = [bwrap.memfd(data) for data in files.values()]
         self.control.close()
         self.control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log_r, log_w = os.pipe()
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
-        python_dirs = bwrap._python_dirs()
-        binds = [(f"{bwrap.STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs)]
-        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], binds)
+        as_root = os.geteuid() == 0
+        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], bwrap.python_binds(as_root))
         # The zygote makes namespaces for every job, and each job loads the filter itself: no
         # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
         args.remove("--disable-userns")
         del args[args.index("--seccomp") : args.index("--seccomp") + 2]
-        under_scratch = [path for path in python_dirs if path.startswith(f"{SCRATCH_DIR}/")]
+        under_scratch = [p for p in bwrap._python_dirs() if p.startswith(f"{SCRATCH_DIR}/")]
         config = {**config, "control_fd": CONTROL_FD, "kept_under_scratch": under_scratch}
         args = [
             *args[: args.index("--") + 1],
@@ -523,12 +527,10 @@ class _BwrapZygote:
         moves = [[zygote_end.fileno(), CONTROL_FD], [info_w, bwrap.INFO_FD],
                  [block_r, bwrap.BLOCK_FD]]  # fmt: skip
         moves += [[fd, number] for number, fd in enumerate(file_fds, start=bwrap.FIRST_FILE_FD)]
-        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=True)
-        launch = {
-            "bwrap": outer.bwrap_binary, "args": args, "fds": moves, "uid": uid,
-            "rlimits": [[limit, *value] for limit, value in rlimits.items()],
-            "stage_dir": str(bwrap.STAGE_DIR), "stage_sources": python_dirs,
-        }  # fmt: skip
+        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=as_root)
+        launch = bwrap.launcher_config(
+            outer.bwrap_binary, args, moves, uid if as_root else None, rlimits
+        )
         try:
             self.proc = outer.spawner.submit(
                 subprocess.Popen,
@@ -546,6 +548,8 @@ class _BwrapZygote:
             self.zygote_pid = _read_child_pid(info_r)
             self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
             self.cgroups.attach(self.zygote_pid)
+            if not as_root:
+                bwrap.set_rlimits_inside(self.zygote_pid, rlimits)
             os.write(block_w, b"go")
         finally:
             os.close(block_w)

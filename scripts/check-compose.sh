@@ -4,6 +4,7 @@
 #   scripts/check-compose.sh          `compose config`: the files are valid and complete
 #   scripts/check-compose.sh --up     also build the images, bring the stack up with two
 #                                     workers, grade one submission through it over HTTP,
+#                                     check that both workers grade from a warm pool,
 #                                     take it down
 #
 # Compose is the v2 plugin (`docker compose`) where installed; Debian bookworm packages only
@@ -93,6 +94,15 @@ for _ in $(seq 120); do
     sleep 1
 done
 [ "$ready" -eq 2 ] || { say "$ready of the 2 workers became ready"; exit 1; }
+# Each worker grades from its warm pool (the entrypoint gave it its cgroups): its start-up line
+# says every slot is ready, not "a cold sandbox per run".
+warm=$("${stack[@]}" logs --no-color worker |
+    grep -cE 'sandbox: bwrap with a warm pool: ([1-9][0-9]*) of \1 slots ready' || true)
+if [ "$warm" -ne 2 ]; then
+    say "$warm of the 2 workers started their warm pool; what they said:"
+    "${stack[@]}" logs --no-color worker | grep -E 'sandbox|warm pool|entrypoint' >&2 || true
+    exit 1
+fi
 grades=$("${stack[@]}" logs --no-color worker | grep -c ': grading (exercise' || true)
 [ "$grades" -eq 1 ] || { say "the submission was graded $grades times, not once"; exit 1; }
-say "stack up with 2 workers and one submission graded in $(($(date +%s) - started)) s"
+say "stack up with 2 warm workers and one submission graded in $(($(date +%s) - started)) s"

@@ -9,7 +9,6 @@ may come first, and each has its own message).
 
 from __future__ import annotations
 
-import os
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +21,9 @@ from graders import grade
 from graders.exercises import get_exercise
 from graders.grading import POOL_PROGRAM, trusted_trajectories
 from tests.graders.conftest import SHARED_LIMITS, ColdGrade
-from tests.sandbox.conftest import docker_unavailable_reason
+from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
+pytestmark = POOL_NEEDS_GROUPS
 
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 CORPUS = Path(__file__).resolve().parent / "corpus"

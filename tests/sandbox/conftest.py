@@ -14,7 +14,7 @@ import pyseccomp
 import pytest
 
 import sandbox
-from sandbox import Limits, RunResult, run
+from sandbox import Limits, RunResult, cgroups, run
 from sandbox import docker as docker_backend
 
 # Small, so that hitting a limit is quick. The wall timeout is generous because other runs may
@@ -35,6 +35,20 @@ FAST = Limits(
 SANDBOX_ARGV = [b"-I", b"/sandbox/main.py"]
 BACKENDS = ("bwrap", "docker")
 RT_SIGTIMEDWAIT = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "rt_sigtimedwait")
+
+
+def groups_not_ours() -> list[str]:
+    """This process's groups it may not make groups in: a warm pool makes its slots' there."""
+    return [
+        f"{controller} ({group})" for controller in cgroups.REQUIRED
+        if (group := cgroups.own_group(controller)) is None or not os.access(group, os.W_OK)
+    ]  # fmt: skip
+
+
+# For the tests of a warm pool: a root server, or one whose own groups are delegated to it.
+POOL_NEEDS_GROUPS = pytest.mark.skipif(
+    bool(groups_not_ours()), reason=f"the warm pool needs groups of its own: {groups_not_ours()}"
+)
 
 
 def fast(**changes: Any) -> Limits:

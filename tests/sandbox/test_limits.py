@@ -7,7 +7,6 @@ import signal
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 
 import pytest
 
@@ -216,12 +215,12 @@ def test_the_whole_tree_is_gone_after_a_kill(
 
 
 # Without cgroups (a cgroup v2 host, no rights to create groups) the rlimits and the polling of
-# /proc carry the limits. Simulated by pointing the cgroup root at nothing.
+# /proc carry the limits. Simulated by finding no group of this server's.
 
 
 @pytest.fixture
-def no_cgroups(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(sandbox_cgroups, "CGROUP_ROOT", tmp_path / "no-cgroups")
+def no_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox_cgroups, "own_group", lambda controller: None)
 
 
 @pytest.mark.usefixtures("no_cgroups")

@@ -5,7 +5,8 @@ slot containers (where the engine and the grading image are here). Its program r
 /sandbox/job.py holds, so each test sends its own code; the zygotes warm up on a trusted torch
 loop. The jobs' isolation is the zygote's, the same in both; the docker pool gets the tests of
 what its outer layer holds (the container's cgroups, its processes, its files), not every cap
-again.
+again. The bwrap tests run twice: in this (root) server, and in a pytest that is not root, in a
+group delegated to it (test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,13 +29,13 @@ import pyseccomp
 import pytest
 
 import sandbox
-from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, seccomp
+from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, cgroups, seccomp
 from sandbox import docker as docker_backend
 from sandbox.cgroups import own_path
 from sandbox.pool import BwrapOuter, Pool
-from tests.sandbox.conftest import docker_unavailable_reason, fast
+from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason, fast
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the warm pool needs a root server")
+pytestmark = POOL_NEEDS_GROUPS
 
 PROGRAM = "exec(compile(open('/sandbox/job.py').read(), '/sandbox/job.py', 'exec'))\n"
 WARM_UP = (
@@ -96,7 +99,11 @@ def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunne
         "uid": result_uid,
     }
     # Its own user namespace maps the slot's host uid, as itself, and nothing else.
-    assert result_uid in {slot.lease.uid for slot in runner.pool.slots if slot.lease}
+    # (Leased by a root server; a server that is not root: its own.)
+    assert {slot.uid for slot in runner.pool.slots} == (
+        {slot.lease.uid for slot in runner.pool.slots if slot.lease} or {os.geteuid()}
+    )
+    assert result_uid in {slot.uid for slot in runner.pool.slots}
     assert (result.stdout, result.stderr) == (b"out\n", b"err\n")
     assert result.limit_hit is None
 
@@ -374,3 +381,63 @@ def test_a_pool_needs_a_slot() -> None:
 def test_an_unknown_backend_is_refused_before_any_pool() -> None:
     with pytest.raises(SandboxUnavailable, match="not a sandbox backend"):
         sandbox.open_runner("chroot", pool=PoolProgram(PROGRAM), pool_size=1)
+
+
+UNPRIVILEGED_UID = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(SYSTEM_PYTHON),
+    reason="needs root, setpriv and a system python to act as a host that delegates a group",
+)
+@pytest.mark.timeout(1800)  # it runs this module's bwrap tests, one after another
+def test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group() -> None:
+    """The host (this test, as root) delegates a group per controller to an unprivileged uid and
+    starts a pytest of this module's bwrap tests in it, as that uid: its pool starts, grades,
+    and holds every cap (the memory and pids groups' too), its slots running as that uid."""
+    work = Path(tempfile.mkdtemp(prefix="loopgrade-unprivileged-", dir="/var/tmp"))
+    delegated = []
+    try:
+        work.chmod(0o755)
+        # The venv's interpreter lives under /root here: the server's is the system python, with
+        # the venv's packages (hard links: same files, no copy).
+        subprocess.run(
+            [SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(work / "venv")], check=True
+        )
+        packages = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+        subprocess.run(["cp", "-al", f"{sys.prefix}/{packages}/.", str(work / "venv" / packages)],
+                       check=True)  # fmt: skip
+        for controller in (*cgroups.REQUIRED, *cgroups.OPTIONAL):
+            own = cgroups.own_group(controller)
+            if own is not None and own / work.name not in delegated:
+                (own / work.name).mkdir()
+                os.chown(own / work.name, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+                delegated.append(own / work.name)
+        home = work / "home"  # the unprivileged server's own: its HOME and pytest's temp
+        home.mkdir()
+        os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        # The shell (root) joins the delegated groups, then becomes the unprivileged server.
+        join_then_exec = (
+            'for group in $DELEGATED; do echo $$ > "$group/cgroup.procs"; done; exec "$@"'
+        )
+        completed = subprocess.run(
+            ["sh", "-c", join_then_exec, "sh",
+             "setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
+             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
+             str(work / "venv" / "bin" / "python"), "-m", "pytest", __file__, "-q", "-x",
+             "-p", "no:cacheprovider", "-k", "bwrap", f"--basetemp={home / 'pytest'}"],
+            cwd=REPO, capture_output=True, text=True, timeout=1700,
+            env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home),
+                 "DELEGATED": " ".join(map(str, delegated))},
+        )  # fmt: skip
+    finally:
+        for group in delegated:  # what the server left in it (nothing, if it closed its pools)
+            for left in [*(path for path in group.iterdir() if path.is_dir()), group]:
+                cgroups.RunCgroups({"left": left}).remove()
+        shutil.rmtree(work)
+    summary = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else ""
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    # None skipped: the module was not skipped for want of groups, nor any of its bwrap tests.
+    assert "passed" in summary and "skipped" not in summary, summary
