@@ -182,16 +182,17 @@ def redis_server(directory: Path) -> Iterator[RedisServer]:
 
 def create_database(admin_url: str, name: str, *, template: str | None = None) -> str:
     """Create database `name` on the server of `admin_url`; return its SQLAlchemy URL."""
-    with psycopg.connect(_libpq(admin_url), autocommit=True) as connection:
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as connection:
         template_clause = f' TEMPLATE "{template}"' if template else ""
         connection.execute(f'CREATE DATABASE "{name}"{template_clause}')
     return admin_url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def drop_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(_libpq(admin_url), autocommit=True) as connection:
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _libpq(url: str) -> str:
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as libpq (psycopg.connect) takes it."""
     return url.replace("postgresql+psycopg://", "postgresql://", 1)

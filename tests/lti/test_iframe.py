@@ -16,13 +16,10 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db import SessionFactory
 from app.lti.models import LtiLoginState
 from app.lti.platforms import add_platform
-from app.main import create_app
-from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE
 from tests.browser.conftest import (
     CHROMIUM,
@@ -34,6 +31,7 @@ from tests.browser.conftest import (
 from tests.conftest import TEST_DATABASE_URL
 from tests.lti.fake_platform import FakePlatform
 from tests.servers import app_in_thread
+from tests.services import libpq_url
 
 
 @pytest.fixture
@@ -44,47 +42,6 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
         yield browser
         browser.close()
-
-
-class RecordedRequests:
-    """The tool's ASGI app, noting when each request comes in, is answered and ends."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.events: list[str] = []
-        self.started = time.monotonic()
-
-    def note(self, text: str) -> None:
-        self.events.append(f"{time.monotonic() - self.started:7.2f} s {text}")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        name = f"{scope['method']} {scope['path']}"
-        self.note(f"in {name}")
-
-        async def noted_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.note(f"answer {message['status']} {name}")
-            await send(message)
-
-        try:
-            await self.app(scope, receive, noted_send)
-        finally:
-            self.note(f"end {name}")
-
-
-@pytest.fixture
-def tool_server(settings: Settings) -> Iterator[tuple[str, RecordedRequests]]:
-    recorded = RecordedRequests(create_app(settings))
-    with app_in_thread(recorded) as url:
-        yield url, recorded
-
-
-@pytest.fixture
-def tool_url(tool_server: tuple[str, RecordedRequests]) -> str:
-    return tool_server[0]
 
 
 @pytest.fixture
@@ -100,7 +57,7 @@ def framing_platform(tool_url: str, sessions: SessionFactory) -> Iterator[FakePl
 
 
 def open_lms_course(
-    browser: Browser, platform: FakePlatform, tool_server: tuple[str, RecordedRequests]
+    browser: Browser, platform: FakePlatform
 ) -> tuple[BrowserContext, Page, FrameLocator]:
     """The LMS's course page, once the tool in its frame shows the exercise."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -121,7 +78,6 @@ def open_lms_course(
             shown = "(the last frame shows no body)"
         report_server_state()
         print("browser:", *events, sep="\n  ", file=sys.stderr)
-        print("tool:", *tool_server[1].events, sep="\n  ", file=sys.stderr)
         raise AssertionError(f"the frames show {[f.url for f in page.frames]}: {shown}") from None
     return context, page, frame
 
@@ -147,7 +103,7 @@ def report_server_state() -> None:
     """What the tool (served in this process) and its database were doing, on stderr."""
     faulthandler.dump_traceback(sys.stderr, all_threads=True)
     if TEST_DATABASE_URL:
-        with psycopg.connect(TEST_DATABASE_URL.replace("+psycopg", "")) as connection:
+        with psycopg.connect(libpq_url(TEST_DATABASE_URL)) as connection:
             rows = connection.execute(
                 "SELECT pid, datname, state, wait_event_type, wait_event, now() - xact_start,"
                 " pg_blocking_pids(pid), query FROM pg_stat_activity"
@@ -160,9 +116,8 @@ def report_server_state() -> None:
 def test_a_framed_launch_keeps_its_session_and_submits(
     browser: Browser,
     framing_platform: FakePlatform,
-    tool_server: tuple[str, RecordedRequests],
 ) -> None:
-    context, page, frame = open_lms_course(browser, framing_platform, tool_server)
+    context, page, frame = open_lms_course(browser, framing_platform)
     tool = page.frames[1]
     tool.wait_for_function("() => window.loopgradeEditor")
     tool.evaluate("code => window.loopgradeEditor.setValue(code)", CORRECT_CODE)
@@ -182,11 +137,10 @@ def test_a_framed_launch_keeps_its_session_and_submits(
 def test_the_login_state_goes_through_the_lms_page_s_storage(
     browser: Browser,
     framing_platform: FakePlatform,
-    tool_server: tuple[str, RecordedRequests],
     sessions: SessionFactory,
 ) -> None:
     framing_platform.storage_target = "_parent"
-    context, page, _ = open_lms_course(browser, framing_platform, tool_server)
+    context, page, _ = open_lms_course(browser, framing_platform)
     # The tool's pages put the state in the LMS page and read it back, by postMessage.
     assert page.evaluate("window.ltiStorageLog") == ["lti.put_data", "lti.get_data"]
     with sessions() as session:
