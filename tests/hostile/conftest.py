@@ -7,9 +7,9 @@ secrets planted where learner code must never reach: one in the server's environ
 file in its data directory. A backend this host does not have is skipped with the reason.
 
 LOOPGRADE_TEST_HOSTILE_BACKENDS=bwrap-pool (comma-separated names of BACKENDS) runs the suite on
-those backends only; unset, on all of them (docker-pool on the FOCUSED tests only). .ci/run's
-PostgreSQL pass takes bwrap-pool, the production path: what a server stores is the same
-whichever sandbox ran the code.
+those backends only; unset, on all of them: the whole suite on bwrap-pool, the production path,
+and the FOCUSED tests on the others. .ci/run's PostgreSQL pass takes bwrap-pool: what a server
+stores is the same whichever sandbox ran the code.
 """
 
 from __future__ import annotations
@@ -42,21 +42,29 @@ HONEST_BUG_CODE = (REPO / "exercises" / EXERCISE / "bugs" / "no_zero_grad.py").r
 # bwrap-pool: the bwrap backend with a warm pool in front, which grades the harness;
 # docker-pool: the same pool, its slots in containers of the docker backend.
 BACKENDS = ("bwrap", "bwrap-pool", "docker", "docker-pool")
-# docker-pool's jobs are isolated by the same zygote as bwrap-pool's: it runs the tests of what
-# its outer layer holds (the slot container's cgroups, files, network and processes), not the
-# time, output and forgery tests again.
+# The tests of what a backend's outer layer holds: its cgroups, files, network and processes.
+OUTER_LAYER = {
+    "test_fork_bomb",
+    "test_memory_bomb_of_a_huge_tensor",
+    "test_disk_fill_of_every_writable_place",
+    "test_killing_the_parent_pid_1_and_the_process_group",
+    "test_connecting_to_a_tcp_listener_on_the_host",
+    "test_reading_the_servers_secrets",
+    "test_a_file_planted_by_one_submission_is_invisible_to_the_next",
+    "test_writing_to_host_paths",
+    "test_two_submissions_at_once_cannot_see_or_signal_each_other",
+}
+# bwrap-pool, the production path, runs the whole suite. The others run the tests of their own
+# outer layer: everything a grade does beyond it (the supervisor's caps, the grader's reading of
+# the result, the learner's messages) is the same code for every backend. docker-pool's jobs are
+# isolated by the same zygote as bwrap-pool's. A cold run also has its own start-up (not counted
+# against the learner's CPU) and its own result channel; tests/sandbox holds each cold backend
+# to every cap and isolation rule directly, without a server.
+COLD_RUN = {"test_infinite_loop", "test_a_forged_trace_on_the_result_channel"}
 FOCUSED = {
-    "docker-pool": {
-        "test_fork_bomb",
-        "test_memory_bomb_of_a_huge_tensor",
-        "test_disk_fill_of_every_writable_place",
-        "test_killing_the_parent_pid_1_and_the_process_group",
-        "test_connecting_to_a_tcp_listener_on_the_host",
-        "test_reading_the_servers_secrets",
-        "test_a_file_planted_by_one_submission_is_invisible_to_the_next",
-        "test_writing_to_host_paths",
-        "test_two_submissions_at_once_cannot_see_or_signal_each_other",
-    },
+    "bwrap": OUTER_LAYER | COLD_RUN,
+    "docker": OUTER_LAYER | COLD_RUN,
+    "docker-pool": OUTER_LAYER,
 }
 
 

@@ -1,4 +1,5 @@
-"""Hostile submissions to train-step, through the grading service, on every sandbox backend.
+"""Hostile submissions to train-step, through the grading service, on every sandbox backend
+(the whole suite on the warm bwrap pool, the production path; conftest.FOCUSED: the others).
 
 Each one is sent over the REST API to a real `loopgrade serve` (see conftest.py) and must end
 graded: score 0 unless the code also trains correctly, the diagnosis that names what it did,
