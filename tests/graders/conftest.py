@@ -1,7 +1,9 @@
-"""Cold grades shared across the graders' tests: each (exercise, source) runs once a session.
+"""The runners the graders' tests grade through, each opened once a session.
 
-The learner corpus (test_corpus.py) and the cold-against-warm comparison (test_pool_grades.py)
-grade the same files in a cold sandbox; sharing those runs halves the slowest part of the suite.
+`grading_runner` is what a server grades with: a warm bubblewrap pool (cold runs where this host
+cannot start one, as a server falls back). `cold_grade` grades in a cold sandbox, each (exercise,
+source) once: the learner corpus (test_corpus.py) and the cold-against-warm comparison
+(test_pool_grades.py, which holds the pool to the cold runner's reports) grade the same files.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import pytest
 
 import sandbox
 from graders import grade, grading
+from graders.grading import POOL_PROGRAM
 from graders.report import GradeReport
 from sandbox import Limits
 
@@ -42,4 +45,12 @@ def cold_grade() -> Iterator[ColdGrade]:
         return graded[exercise, source]
 
     yield cold
+    runner.close()
+
+
+@pytest.fixture(scope="session")
+def grading_runner() -> Iterator[sandbox.Runner]:
+    """The runner a server grades with: a warm pool of two slots in front of bwrap."""
+    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=2)
+    yield runner
     runner.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import sandbox
 from graders import grade
 
 BUG = (
@@ -19,8 +20,8 @@ BUG = (
 
 
 @pytest.fixture(scope="module")
-def honest_score() -> float:
-    report = grade("train-step", BUG)
+def honest_score(grading_runner: sandbox.Runner) -> float:
+    report = grade("train-step", BUG, runner=grading_runner)
     assert report.diagnosis == "missing-zero-grad"
     return report.score
 
@@ -54,23 +55,29 @@ FORGERIES = {
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
-def test_forgery_does_not_raise_the_score(name: str, honest_score: float) -> None:
-    report = grade("train-step", textwrap.dedent(FORGERIES[name]) + "\n" + BUG)
+def test_forgery_does_not_raise_the_score(
+    name: str, honest_score: float, grading_runner: sandbox.Runner
+) -> None:
+    report = grade(
+        "train-step", textwrap.dedent(FORGERIES[name]) + "\n" + BUG, runner=grading_runner
+    )
     assert report.score <= honest_score
 
 
-def test_a_forged_trace_on_the_result_channel_scores_nothing() -> None:
+def test_a_forged_trace_on_the_result_channel_scores_nothing(
+    grading_runner: sandbox.Runner,
+) -> None:
     forged = textwrap.dedent("""
         import json, os
         os.write(3, json.dumps({"status": "ran", "cases": [], "score": 10}).encode())
         os._exit(0)
     """)
-    report = grade("train-step", forged + BUG)
+    report = grade("train-step", forged + BUG, runner=grading_runner)
     assert report.score == 0
     assert report.diagnosis == "runtime-error"
 
 
-def test_exiting_early_with_status_zero_scores_nothing() -> None:
+def test_exiting_early_with_status_zero_scores_nothing(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         textwrap.dedent("""
@@ -79,12 +86,13 @@ def test_exiting_early_with_status_zero_scores_nothing() -> None:
             def train_step(model, optimizer, loss_fn, x, y):
                 sys.exit(0)
         """),
+        runner=grading_runner,
     )
     assert report.score == 0
     assert report.diagnosis == "runtime-error"
 
 
-def test_os_exit_after_a_correct_first_step_scores_nothing() -> None:
+def test_os_exit_after_a_correct_first_step_scores_nothing(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         textwrap.dedent("""
@@ -102,6 +110,7 @@ def test_os_exit_after_a_correct_first_step_scores_nothing() -> None:
                 optimizer.step()
                 return loss.item()
         """),
+        runner=grading_runner,
     )
     assert report.score == 0
     assert "before every step was checked" in report.feedback

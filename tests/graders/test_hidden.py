@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import sandbox
 from graders import grade, harness
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.grading import GRADING_LIMITS, HIDDEN_FAILURES, grade_runs, trusted_trajectories
@@ -271,10 +272,12 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_code_in_the_sandbox_cannot_send_the_hidden_cases_back(name: str) -> None:
+def test_hostile_code_in_the_sandbox_cannot_send_the_hidden_cases_back(
+    name: str, grading_runner: sandbox.Runner
+) -> None:
     attack, diagnosis = HOSTILE[name]
     source = textwrap.dedent(READS_CASES) + attack + CORRECT
-    report = grade("train-step", source, limits=SANDBOX_LIMITS)
+    report = grade("train-step", source, limits=SANDBOX_LIMITS, runner=grading_runner)
     assert report.diagnosis == diagnosis, report.feedback
     assert_conceals(TRAIN_STEP, report)
     assert report.checks[0].message == HIDDEN_FAILURES[diagnosis]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import sandbox
 from graders import grade
 from graders.exercises import get_exercise
 from graders.grading import HIDDEN_FAILURES
@@ -25,8 +26,8 @@ def code(body: str) -> str:
     return textwrap.dedent(body).strip() + "\n"
 
 
-def test_the_reference_scores_full_through_the_sandbox() -> None:
-    report = grade("train-step", EXERCISE.solution_code)
+def test_the_reference_scores_full_through_the_sandbox(grading_runner: sandbox.Runner) -> None:
+    report = grade("train-step", EXERCISE.solution_code, runner=grading_runner)
     assert report.diagnosis == "correct", report.feedback
     assert report.score == FULL
     assert all(check.passed for check in report.checks)
@@ -40,28 +41,34 @@ def test_the_reference_scores_full_through_the_sandbox() -> None:
         ("grad_zero_in_place.py", "grad-none-error"),
     ],
 )
-def test_bugs_get_their_diagnosis_through_the_sandbox(bug: str, diagnosis: str) -> None:
-    report = grade("train-step", (BUGS / bug).read_text())
+def test_bugs_get_their_diagnosis_through_the_sandbox(
+    bug: str, diagnosis: str, grading_runner: sandbox.Runner
+) -> None:
+    report = grade("train-step", (BUGS / bug).read_text(), runner=grading_runner)
     assert report.diagnosis == diagnosis, report.feedback
     assert report.score < FULL
 
 
-def test_step_before_backward_feedback_speaks_the_lesson() -> None:
-    report = grade("train-step", (BUGS / "step_then_backward.py").read_text())
+def test_step_before_backward_feedback_speaks_the_lesson(grading_runner: sandbox.Runner) -> None:
+    report = grade(
+        "train-step", (BUGS / "step_then_backward.py").read_text(), runner=grading_runner
+    )
     assert "stepped before `backward()`" in report.feedback
     assert "previous batch's" in report.feedback
 
 
-def test_look_alikes_are_separated_by_call_order() -> None:
+def test_look_alikes_are_separated_by_call_order(grading_runner: sandbox.Runner) -> None:
     """Both leave the weights unchanged; only the order of calls tells them apart."""
-    no_backward = grade("train-step", (BUGS / "no_backward.py").read_text())
-    zero_between = grade("train-step", (BUGS / "zero_between.py").read_text())
+    no_backward = grade("train-step", (BUGS / "no_backward.py").read_text(), runner=grading_runner)
+    zero_between = grade(
+        "train-step", (BUGS / "zero_between.py").read_text(), runner=grading_runner
+    )
     assert no_backward.score == zero_between.score
     assert no_backward.diagnosis == "missing-backward"
     assert zero_between.diagnosis == "zero-grad-before-step"
 
 
-def test_a_bug_written_differently_is_still_recognised() -> None:
+def test_a_bug_written_differently_is_still_recognised(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         code("""
@@ -72,21 +79,22 @@ def test_a_bug_written_differently_is_still_recognised() -> None:
                 optimizer.step()
                 return error.detach().item()
         """),
+        runner=grading_runner,
     )
     assert report.diagnosis == "missing-zero-grad"
     failed = {c.id for c in report.checks if not c.passed}
     assert {"weights-match", "fresh-gradients"} <= failed
 
 
-def test_a_visible_failure_says_where_and_by_how_much() -> None:
-    report = grade("train-step", (BUGS / "no_zero_grad.py").read_text())
+def test_a_visible_failure_says_where_and_by_how_much(grading_runner: sandbox.Runner) -> None:
+    report = grade("train-step", (BUGS / "no_zero_grad.py").read_text(), runner=grading_runner)
     weights = next(c for c in report.checks if c.id == "weights-match")
     assert not weights.passed and not weights.hidden
     assert "case `basic`, call 2" in weights.message
     assert "`weight[0][2]` is" in weights.message and "was expected" in weights.message
 
 
-def test_a_hidden_only_failure_shows_no_numbers() -> None:
+def test_a_hidden_only_failure_shows_no_numbers(grading_runner: sandbox.Runner) -> None:
     """A hand-written SGD update is right for plain SGD, wrong with momentum (hidden)."""
     report = grade(
         "train-step",
@@ -103,6 +111,7 @@ def test_a_hidden_only_failure_shows_no_numbers() -> None:
                         p -= lr * p.grad
                 return loss.item()
         """),
+        runner=grading_runner,
     )
     weights = next(c for c in report.checks if c.id == "weights-match")
     assert not weights.passed
@@ -113,27 +122,36 @@ def test_a_hidden_only_failure_shows_no_numbers() -> None:
     assert report.score < FULL
 
 
-def test_syntax_error_names_the_line() -> None:
-    report = grade("train-step", "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n")
+def test_syntax_error_names_the_line(grading_runner: sandbox.Runner) -> None:
+    report = grade(
+        "train-step",
+        "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n",
+        runner=grading_runner,
+    )
     assert report.diagnosis == "syntax-error"
     assert report.score == 0
     assert "Line 1" in report.feedback
 
 
-def test_missing_function() -> None:
-    report = grade("train-step", "def step(model, optimizer, loss_fn, x, y):\n    return 0.0\n")
+def test_missing_function(grading_runner: sandbox.Runner) -> None:
+    report = grade(
+        "train-step",
+        "def step(model, optimizer, loss_fn, x, y):\n    return 0.0\n",
+        runner=grading_runner,
+    )
     assert report.diagnosis == "missing-function"
     assert report.score == 0
     assert "train_step" in report.feedback
 
 
-def test_runtime_error_gives_type_and_message() -> None:
+def test_runtime_error_gives_type_and_message(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         code("""
             def train_step(model, optimizer, loss_fn, x, y):
                 raise ValueError("bad shapes here")
         """),
+        runner=grading_runner,
     )
     assert report.diagnosis == "runtime-error"
     assert report.score == 0
@@ -141,7 +159,7 @@ def test_runtime_error_gives_type_and_message() -> None:
     assert "line 2" in report.feedback
 
 
-def test_the_traceback_shown_starts_in_the_learners_code() -> None:
+def test_the_traceback_shown_starts_in_the_learners_code(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         code("""
@@ -155,6 +173,7 @@ def test_the_traceback_shown_starts_in_the_learners_code() -> None:
                 optimizer.step()
                 return loss.item()
         """),
+        runner=grading_runner,
     )
     assert report.diagnosis == "runtime-error"
     (block,) = re.findall(r"```text\n(Traceback.*?)```", report.feedback, re.DOTALL)
@@ -172,7 +191,7 @@ def test_the_traceback_shown_starts_in_the_learners_code() -> None:
     assert block.rstrip().splitlines()[-1].startswith("RuntimeError: mat1 and mat2 shapes")
 
 
-def test_grad_none_error_offers_both_fixes() -> None:
+def test_grad_none_error_offers_both_fixes(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         code("""
@@ -184,6 +203,7 @@ def test_grad_none_error_offers_both_fixes() -> None:
                 optimizer.step()
                 return loss.item()
         """),
+        runner=grading_runner,
     )
     assert report.diagnosis == "grad-none-error"
     assert report.score == 0
@@ -191,7 +211,9 @@ def test_grad_none_error_offers_both_fixes() -> None:
     assert "set_to_none=False" in report.feedback
 
 
-def test_an_error_in_a_hidden_case_shows_no_traceback_or_message() -> None:
+def test_an_error_in_a_hidden_case_shows_no_traceback_or_message(
+    grading_runner: sandbox.Runner,
+) -> None:
     report = grade(
         "train-step",
         code("""
@@ -204,6 +226,7 @@ def test_an_error_in_a_hidden_case_shows_no_traceback_or_message() -> None:
                 optimizer.step()
                 return loss.item()
         """),
+        runner=grading_runner,
     )
     assert report.diagnosis == "runtime-error"
     assert report.checks[0].message == HIDDEN_FAILURES["runtime-error"]
@@ -213,7 +236,7 @@ def test_an_error_in_a_hidden_case_shows_no_traceback_or_message() -> None:
         assert chosen not in text
 
 
-def test_printed_output_of_hidden_cases_is_never_shown() -> None:
+def test_printed_output_of_hidden_cases_is_never_shown(grading_runner: sandbox.Runner) -> None:
     report = grade(
         "train-step",
         code("""
@@ -225,6 +248,7 @@ def test_printed_output_of_hidden_cases_is_never_shown() -> None:
                 optimizer.step()
                 return loss.item()
         """),
+        runner=grading_runner,
     )
     assert report.score == FULL
     visible = {(c.batch_size, c.in_features) for c in EXERCISE.cases if not c.hidden}
@@ -235,8 +259,8 @@ def test_printed_output_of_hidden_cases_is_never_shown() -> None:
         assert f"shape [{batch}, {features}]" not in report.output
 
 
-def test_plots_cover_visible_cases_only() -> None:
-    report = grade("train-step", (BUGS / "no_zero_grad.py").read_text())
+def test_plots_cover_visible_cases_only(grading_runner: sandbox.Runner) -> None:
+    report = grade("train-step", (BUGS / "no_zero_grad.py").read_text(), runner=grading_runner)
     cases = {p.case for p in report.plots}
     assert cases == {c.id for c in EXERCISE.cases if not c.hidden}
     loss = next(p for p in report.plots if p.label == "loss")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import sandbox
 from graders import grade
 from graders.exercises import Exercise, list_exercises, load_exercise
 from graders.mutation import Edit, reference_mutants
@@ -413,11 +414,12 @@ def test_every_known_bug_scores_below_full_with_its_diagnosis(
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
 def test_through_the_sandbox_the_solution_scores_full_and_the_starter_does_not(
     exercise: Exercise,
+    grading_runner: sandbox.Runner,
 ) -> None:
-    solution = grade(exercise.id, exercise.solution_code)
+    solution = grade(exercise.id, exercise.solution_code, runner=grading_runner)
     assert solution.diagnosis == "correct", solution.feedback
     assert solution.score == exercise.max_score
-    starter = grade(exercise.id, exercise.starter_code)
+    starter = grade(exercise.id, exercise.starter_code, runner=grading_runner)
     assert starter.score < exercise.max_score
 
 
