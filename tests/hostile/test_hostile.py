@@ -26,7 +26,6 @@ from tests.hostile.conftest import (
     HONEST_BUG_CODE,
     MARGIN_SECONDS,
     REPO,
-    WALL_TIMEOUT_SECONDS,
     Service,
 )
 from tests.sandbox.conftest import wait_for_release, waiting_at_barrier
@@ -57,9 +56,9 @@ def expect(
     *,
     full_score: bool = False,
     feedback: str | None = None,
-    within_seconds: float = WALL_TIMEOUT_SECONDS + MARGIN_SECONDS,
 ) -> dict[str, Any]:
-    """Grade `code`; check its status, score, diagnosis and time; then the server's health."""
+    """Grade `code`; check its status, score, diagnosis and time (within the service's wall
+    clock and a margin); then the server's health."""
     body, seconds = service.grade(code)
     assert body["status"] == "graded", (body, service.log_tail())
     assert body["diagnosis"] == diagnosis, body["feedback"]
@@ -69,7 +68,7 @@ def expect(
         assert body["score"] == 0, body
     if feedback is not None:
         assert feedback in body["feedback"], body["feedback"]
-    assert seconds < within_seconds, f"graded in {seconds:.1f} s"
+    assert seconds < service.wall_timeout_seconds + MARGIN_SECONDS, f"graded in {seconds:.1f} s"
     service.assert_healthy()
     return body
 
@@ -88,7 +87,7 @@ def test_sleeping_forever(service: Service) -> None:
         service,
         step("time.sleep(10**6)\n", "import time\n"),
         "timeout",
-        feedback=f"wall-clock time limit of {WALL_TIMEOUT_SECONDS:g} s",
+        feedback=f"wall-clock time limit of {service.wall_timeout_seconds:g} s",
     )
 
 
@@ -411,7 +410,7 @@ def test_forging_does_not_raise_the_score(service: Service, name: str) -> None:
     assert body["status"] == "graded", body
     assert body["score"] <= honest, body
     assert body["diagnosis"] != "correct"
-    assert seconds < WALL_TIMEOUT_SECONDS + MARGIN_SECONDS
+    assert seconds < service.wall_timeout_seconds + MARGIN_SECONDS
     service.assert_healthy()
 
 
