@@ -17,6 +17,12 @@ trajectories are then cached, as on a server that has run a while), and measures
   under it (sandboxes, zygotes, their reaped children); docker's containers run under the
   engine, not the server, so for docker only the server's own share is counted, and for the
   docker pool its slot containers' CPU is read from their cgroups (cpuacct) and added;
+- where the machine's CPU went over the burst (until the client saw the last grade, a poll
+  after it at most): the cores busy on average (from /proc/stat: everything on the machine,
+  the server, this benchmark's own client, anything else running), of which stolen by the
+  hypervisor, and this client's own CPU per grading (its POSTs and polls share the cores with
+  the server). Busy cores short of the machine's count mean the server left CPU unused; all
+  busy means the CPU per grading is what limits throughput;
 - peak memory: the server process's resident peak (VmHWM), and the peak over the burst of the
   proportional set size (PSS) of the server and everything under it (for the docker pool: and
   of its slot containers' processes), sampled every 0.2 s.
@@ -33,6 +39,7 @@ import argparse
 import itertools
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -84,6 +91,9 @@ class Measured:
     burst_count: int
     burst_seconds: float
     cpu_seconds_per_grading: float
+    client_cpu_seconds_per_grading: float
+    cores_busy: float
+    cores_stolen: float
     server_peak_rss_bytes: int
     tree_peak_pss_bytes: int
     errors: int
@@ -148,6 +158,20 @@ def slot_containers(server_pid: int) -> list[tuple[int, Path]]:
 
 def slot_cpu_seconds(slots: list[tuple[int, Path]]) -> float:
     return sum(int((path / "cpuacct.usage").read_text()) / 1e9 for _, path in slots)
+
+
+def machine_cpu_ticks() -> tuple[int, int, int]:
+    """(busy, stolen, all) clock ticks of every core since boot, from /proc/stat's cpu line."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    steal = fields[7]
+    total = sum(fields[:8])  # guest time is counted in user already
+    return total - idle, steal, total
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_bytes(pid: int) -> int:
@@ -267,11 +291,18 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         sampler = threading.Thread(target=sample)
         sampler.start()
         cpu_before = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots)
+        client_before, machine_before = own_cpu_seconds(), machine_cpu_ticks()
         burst_started = time.time()
         with ThreadPoolExecutor(32) as threads:
             posted = list(threads.map(lambda job: client.submit(*job), jobs))
         burst_seconds = max(graded for _, graded in client.wait_all(posted, 1800)) - burst_started
         cpu_seconds = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots) - cpu_before
+        client_seconds = own_cpu_seconds() - client_before
+        machine_after = machine_cpu_ticks()
+        busy, stolen, total = (
+            after - before for after, before in zip(machine_after, machine_before, strict=True)
+        )
+        cores = os.cpu_count() or 1
         sampling = False
         sampler.join()
         return Measured(
@@ -279,6 +310,9 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
             burst_count=burst,
             burst_seconds=burst_seconds,
             cpu_seconds_per_grading=cpu_seconds / burst,
+            client_cpu_seconds_per_grading=client_seconds / burst,
+            cores_busy=cores * busy / total,
+            cores_stolen=cores * stolen / total,
             server_peak_rss_bytes=peak_rss_bytes(process.pid),
             tree_peak_pss_bytes=peak_pss,
             errors=client.errors,
@@ -322,6 +356,11 @@ def main() -> None:
         ("burst graded in s", lambda m: f"{m.burst_seconds:.1f}"),
         ("throughput gradings/s", lambda m: f"{m.burst_count / m.burst_seconds:.2f}"),
         ("CPU s per grading", lambda m: f"{m.cpu_seconds_per_grading:.3f}"),
+        ("client CPU s per grading", lambda m: f"{m.client_cpu_seconds_per_grading:.3f}"),
+        (
+            f"cores busy of {os.cpu_count()} (stolen)",
+            lambda m: f"{m.cores_busy:.2f} ({m.cores_stolen:.2f})",
+        ),
         ("server peak RSS MiB", lambda m: f"{m.server_peak_rss_bytes / 2**20:.0f}"),
         ("all processes peak PSS MiB", lambda m: f"{m.tree_peak_pss_bytes / 2**20:.0f}"),
         ("not graded (error)", lambda m: str(m.errors)),
