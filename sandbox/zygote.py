@@ -29,6 +29,7 @@ import fcntl
 import gc
 import json
 import os
+import random
 import resource
 import signal
 import socket
@@ -127,15 +128,18 @@ def _copy_in(memfd: int, path: str) -> None:
 def _clone_into_namespaces(number: int) -> int:
     """os.fork(), but the child is born in new namespaces: its pid there is 1.
 
-    `number`: clone(2)'s syscall number here.
+    `number`: clone(2)'s syscall number here. Unlike os.fork, without the interpreter's fork
+    hooks (PyOS_BeforeFork, PyOS_AfterFork_*): they make a child of a process with threads
+    consistent (locks another thread held, its thread states), and the zygote has one thread
+    (checked after its warm-up), which holds the interpreter's lock through the clone. In the
+    child they would run every module's handlers (threading's, logging's, torch's), about
+    0.7 ms and a few hundred copy-on-write faults per job (docs/performance.md, run 9). The
+    one handler whose effect a job can see, random's new seed, the child takes itself.
     """
-    ctypes.pythonapi.PyOS_BeforeFork()
     pid = libc_holding_gil.syscall(number, NAMESPACES | signal.SIGCHLD, 0, 0, 0, 0)
     if pid == 0:
-        ctypes.pythonapi.PyOS_AfterFork_Child()
         return 0
     errno = ctypes.get_errno()
-    ctypes.pythonapi.PyOS_AfterFork_Parent()
     if pid < 0:
         raise OSError(errno, f"clone: {os.strerror(errno)}")
     return int(pid)
@@ -317,6 +321,7 @@ class Zygote:
             _prctl(PR_SET_NO_NEW_PRIVS, 1)
             _prctl(PR_SET_DUMPABLE, 0)
             _load_seccomp(self.seccomp)
+            random.seed()  # as os.fork's handler does: no two jobs share a sequence
         except BaseException:
             traceback.print_exc()
             os._exit(125)

@@ -108,6 +108,36 @@ def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunne
     assert result.limit_hit is None
 
 
+def test_a_child_gets_fresh_randomness_and_working_threads_and_logging(
+    runner: sandbox.PoolRunner,
+) -> None:
+    # A job is cloned without the interpreter's fork hooks (sandbox/zygote.py): what they
+    # would do must still hold. Its own random sequence, as after os.fork or in a cold run;
+    # threads, locks and logging that work (a lock left held would hang it to the wall clock).
+    code = (
+        "import logging, random, threading\n"
+        "results = []\n"
+        "worker = threading.Thread(target=lambda: results.append(threading.get_ident()))\n"
+        "worker.start()\n"
+        "worker.join(5)\n"
+        "logging.basicConfig(format='%(message)s')\n"
+        "logging.getLogger('job').warning('logged')\n"
+        "report({'random': random.random(), 'joined': not worker.is_alive(),\n"
+        "        'ran': len(results), 'main': threading.current_thread() is\n"
+        "        threading.main_thread(), 'threads': threading.active_count()})\n"
+    )
+    # One more job than slots: two of them are children of the same zygote.
+    results = [run_job(runner, code) for _ in range(len(runner.pool.slots) + 1)]
+    randoms = set()
+    for result in results:
+        report = reported(result)
+        assert isinstance(report, dict)
+        randoms.add(report.pop("random"))
+        assert report == {"joined": True, "ran": 1, "main": True, "threads": 1}
+        assert result.stderr == b"logged\n"
+    assert len(randoms) == len(results)
+
+
 @BWRAP_ONLY
 def test_a_program_other_than_the_pools_runs_cold(runner: sandbox.PoolRunner) -> None:
     result = runner.run("import os\nos.write(3, str(os.getpid()).encode())\n", {}, LIMITS)
