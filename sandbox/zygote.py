@@ -220,6 +220,9 @@ class Zygote:
                 os.close(fd)
         sys.stdout.flush()
         sys.stderr.flush()
+        # The jobs' environment, set once here for every child to inherit.
+        os.environ.clear()
+        os.environ.update(self.environment)
         gc.collect()
         gc.freeze()  # the warm objects stay in place: children share their pages
         _collapse_into_huge_pages()
@@ -313,8 +316,6 @@ class Zygote:
                 os.dup2(fd, wanted)
             os.closerange(START_FD + 1, 1 << 20)
             os.chdir(SCRATCH_DIR)
-            os.environ.clear()
-            os.environ.update(self.environment)
             for limit, soft, hard in job["rlimits"]:
                 resource.setrlimit(limit, (soft, hard))
             _drop_capabilities()

@@ -33,6 +33,7 @@ from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, c
 from sandbox import docker as docker_backend
 from sandbox.cgroups import own_path
 from sandbox.pool import BwrapOuter, Pool
+from sandbox.supervise import ENVIRONMENT
 from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason, fast
 
 pytestmark = POOL_NEEDS_GROUPS
@@ -86,7 +87,8 @@ def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunne
         "print('out')\nprint('err', file=sys.stderr)\n"
         "report({'warm': warm, 'threads': torch.get_num_threads(),"
         " 'sum': torch.ones(3).sum().item(), 'cwd': os.getcwd(),"
-        " 'files': sorted(os.listdir('/sandbox')), 'uid': os.getuid()})\n"
+        " 'files': sorted(os.listdir('/sandbox')), 'uid': os.getuid(),"
+        " 'environment': dict(os.environ)})\n"
     )
     result = run_job(runner, code)
     result_uid = json.loads(result.payload)["uid"]
@@ -97,6 +99,7 @@ def test_a_child_runs_warm_with_torch_already_imported(runner: sandbox.PoolRunne
         "cwd": "/tmp",
         "files": ["job.py", "main.py"],
         "uid": result_uid,
+        "environment": ENVIRONMENT,  # a cold run's, the zygote's own left behind
     }
     # Its own user namespace maps the slot's host uid, as itself, and nothing else.
     # (Leased by a root server; a server that is not root: its own.)
