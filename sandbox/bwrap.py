@@ -260,7 +260,7 @@ class _Run:
             self.cgroups = RunCgroups.create(
                 group_name("loopgrade", uid), self.limits, pids_max=self.limits.max_processes
             )
-        except OSError as error:  # not root, and no group delegated to this user; or no v1
+        except OSError as error:  # not root, and no group delegated to this user; or none here
             warn_unavailable(str(error))
         files = []  # the seccomp program, then the files at FIRST_FILE_FD on
         for data in [seccomp.run_filter().bpf, program.encode(), *inputs.values()]:

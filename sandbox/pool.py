@@ -37,13 +37,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sandbox import bwrap, host_view, uids
-from sandbox.cgroups import RunCgroups, group_name, read_control_file
+from sandbox.cgroups import RunCgroups, group_name
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
@@ -74,6 +74,7 @@ ZYGOTE_LIMITS = Limits(
 )  # fmt: skip
 # Beyond the job's own processes: the zygote.
 POOL_PROCESSES = 1
+_T = TypeVar("_T")
 
 
 class StartedZygote(Protocol):
@@ -146,7 +147,7 @@ class _Slot:
             self.zygote_pid = self.zygote.zygote_pid
             if self._receive(START_TIMEOUT_SECONDS)[0] != {"ready": True}:
                 raise SandboxError("the zygote did not warm up (its log says why)")
-            self.baseline_memory_bytes = int(self._cgroup_read("memory", "memory.usage_in_bytes"))
+            self.baseline_memory_bytes = self.cgroups.memory_bytes()
         except (OSError, SandboxError) as error:
             log.debug("slot start", exc_info=True)
             self.stop()
@@ -177,7 +178,7 @@ class _Slot:
         job: _Job | None = None
         try:
             self._set_limits(limits)
-            self._cgroup_write("memory", "memory.max_usage_in_bytes", 0)
+            self._on_cgroups(self.cgroups.reset_peak)
             job = _Job(self, limits)
             job.start(inputs)
             job.supervisor.watch(job)
@@ -197,15 +198,10 @@ class _Slot:
     def _set_limits(self, limits: Limits) -> None:
         if limits == self.limits:
             return
+        assert self.cgroups is not None
         # The zygote's memory counts, as a cold run's own `import torch` does in its cgroup.
-        memory = str(limits.memory_bytes)
-        has_swap = (self.cgroups.dirs["memory"] / "memory.memsw.limit_in_bytes").exists()  # type: ignore[union-attr]
-        # memory+swap may never be below memory alone: raise it first, lower it last.
-        names = ["memory.limit_in_bytes"] + (["memory.memsw.limit_in_bytes"] if has_swap else [])
-        current = int(self._cgroup_read("memory", "memory.limit_in_bytes"))
-        for name in reversed(names) if int(memory) > current else names:
-            self._cgroup_write("memory", name, memory)
-        self._cgroup_write("pids", "pids.max", limits.max_processes + POOL_PROCESSES)
+        cgroups, pids_max = self.cgroups, limits.max_processes + POOL_PROCESSES
+        self._on_cgroups(lambda: cgroups.set_limits(limits.memory_bytes, pids_max))
         self.limits = limits
 
     def job_pids(self) -> set[int]:
@@ -251,17 +247,10 @@ class _Slot:
             value = None
         return (value if isinstance(value, dict) else None), fds
 
-    def _cgroup_read(self, controller: str, name: str) -> str:
-        assert self.cgroups is not None
+    def _on_cgroups(self, call: Callable[[], _T]) -> _T:
+        """call(), on the slot's cgroups: SandboxError if they are gone."""
         try:
-            return read_control_file(self.cgroups.dirs[controller], name)
-        except OSError as error:
-            raise self._cgroups_gone(error) from error
-
-    def _cgroup_write(self, controller: str, name: str, value: object) -> None:
-        assert self.cgroups is not None
-        try:
-            (self.cgroups.dirs[controller] / name).write_text(str(value))
+            return call()
         except OSError as error:
             raise self._cgroups_gone(error) from error
 
@@ -373,7 +362,8 @@ class _Job:
         )
 
     def final_usage(self) -> Usage:
-        peak = int(self.slot._cgroup_read("memory", "memory.max_usage_in_bytes"))
+        assert self.slot.cgroups is not None
+        peak = self.slot._on_cgroups(self.slot.cgroups.peak_memory_bytes)
         return dataclasses.replace(self.usage(), most_open_files=0, peak_memory_bytes=peak)
 
     def kill(self) -> None:
@@ -472,7 +462,7 @@ class BwrapOuter:
         try:
             cgroups = RunCgroups.create(name, ZYGOTE_LIMITS, pids_max=4096)
         except OSError as error:
-            raise SandboxUnavailable(f"the warm pool needs cgroup v1 groups: {error}") from error
+            raise SandboxUnavailable(f"the warm pool needs cgroups: {error}") from error
         zygote = _BwrapZygote(cgroups)
         try:
             zygote.start(self, index, uid, files, config)

@@ -37,17 +37,11 @@ BACKENDS = ("bwrap", "docker")
 RT_SIGTIMEDWAIT = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "rt_sigtimedwait")
 
 
-def groups_not_ours() -> list[str]:
-    """This process's groups it may not make groups in: a warm pool makes its slots' there."""
-    return [
-        f"{controller} ({group})" for controller in cgroups.REQUIRED
-        if (group := cgroups.own_group(controller)) is None or not os.access(group, os.W_OK)
-    ]  # fmt: skip
-
-
-# For the tests of a warm pool: a root server, or one whose own groups are delegated to it.
+# For the tests of a warm pool: a root server, or one whose own groups are delegated to it
+# (cgroup v1 or v2).
 POOL_NEEDS_GROUPS = pytest.mark.skipif(
-    bool(groups_not_ours()), reason=f"the warm pool needs groups of its own: {groups_not_ours()}"
+    cgroups.unavailable_reason() is not None,
+    reason=f"the warm pool needs groups of its own: {cgroups.unavailable_reason()}",
 )
 
 
