@@ -6,7 +6,8 @@ slot containers (where the engine and the grading image are here). Its program r
 loop. The jobs' isolation is the zygote's, the same in both; the docker pool gets the tests of
 what its outer layer holds (the container's cgroups, its processes, its files), not every cap
 again. The bwrap tests run twice: in this (root) server, and in a pytest that is not root, in a
-group delegated to it (test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group).
+group delegated to it (test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group);
+on cgroup v1 here, and on v2 in a virtual machine (tests/sandbox/test_cgroup2.py).
 """
 
 from __future__ import annotations
@@ -417,6 +418,7 @@ def test_an_unknown_backend_is_refused_before_any_pool() -> None:
 
 
 UNPRIVILEGED_UID = 65534
+DELEGATED_V2_FILES = ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")
 SYSTEM_PYTHON = "/usr/bin/python3"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -427,27 +429,45 @@ REPO = Path(__file__).resolve().parents[2]
 )
 @pytest.mark.timeout(1800)  # it runs this module's bwrap tests, one after another
 def test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group() -> None:
-    """The host (this test, as root) delegates a group per controller to an unprivileged uid and
-    starts a pytest of this module's bwrap tests in it, as that uid: its pool starts, grades,
-    and holds every cap (the memory and pids groups' too), its slots running as that uid."""
+    """The host (this test, as root) delegates a group (one per v1 controller, or one v2 group)
+    to an unprivileged uid and starts a pytest of this module's bwrap tests in it, as that uid:
+    its pool starts, grades, and holds every cap (the memory and pids groups' too), its slots
+    running as that uid."""
     work = Path(tempfile.mkdtemp(prefix="loopgrade-unprivileged-", dir="/var/tmp"))
     delegated = []
+    packages = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    bound = work / "venv" / packages  # the venv's packages bind-mounted here, if they are
     try:
         work.chmod(0o755)
         # The venv's interpreter lives under /root here: the server's is the system python, with
-        # the venv's packages (hard links: same files, no copy).
+        # the venv's packages (hard links: same files, no copy; a read-only bind mount where
+        # they are on another filesystem, as in tests/sandbox/test_cgroup2.py's machine).
         subprocess.run(
             [SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(work / "venv")], check=True
         )
-        packages = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
-        subprocess.run(["cp", "-al", f"{sys.prefix}/{packages}/.", str(work / "venv" / packages)],
-                       check=True)  # fmt: skip
-        for controller in (*cgroups.REQUIRED, *cgroups.OPTIONAL):
-            own = cgroups.own_group(controller)
-            if own is not None and own / work.name not in delegated:
-                (own / work.name).mkdir()
-                os.chown(own / work.name, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-                delegated.append(own / work.name)
+        if os.stat(sys.prefix).st_dev == os.stat(work).st_dev:
+            subprocess.run(["cp", "-al", f"{sys.prefix}/{packages}/.", str(bound)], check=True)
+        else:
+            subprocess.run(["mount", "--bind", "-o", "ro", f"{sys.prefix}/{packages}", str(bound)],
+                           check=True)  # fmt: skip
+        if cgroups.uses_v1():
+            for controller in (*cgroups.REQUIRED, *cgroups.OPTIONAL):
+                own = cgroups.own_group(controller)
+                if own is not None and own / work.name not in delegated:
+                    (own / work.name).mkdir()
+                    os.chown(own / work.name, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+                    delegated.append(own / work.name)
+        else:
+            # cgroup v2, as systemd's Delegate=yes does it: a group with the controllers, whose
+            # directory and the files that move processes and hand on controllers are the user's.
+            base = cgroups.unified_base()
+            assert base is not None
+            cgroups.enable_controllers(base)
+            group = base / work.name
+            group.mkdir()
+            for path in [group, *(group / name for name in DELEGATED_V2_FILES)]:
+                os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+            delegated.append(group)
         home = work / "home"  # the unprivileged server's own: its HOME and pytest's temp
         home.mkdir()
         os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
@@ -469,6 +489,8 @@ def test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group() -> 
         for group in delegated:  # what the server left in it (nothing, if it closed its pools)
             for left in [*(path for path in group.iterdir() if path.is_dir()), group]:
                 cgroups.RunCgroups({"left": left}).remove()
+        if bound.is_mount():  # never remove the venv's own packages through it
+            subprocess.run(["umount", str(bound)], check=True)
         shutil.rmtree(work)
     summary = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else ""
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
