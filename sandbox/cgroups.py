@@ -292,17 +292,19 @@ class RunCgroups:
         self._close_peak_fd()
         self._peak_before_bytes = None
         path = os.path.join(self.dirs["memory"], "memory.peak")
-        try:
+        fd = -1
+        with contextlib.suppress(PermissionError, FileNotFoundError):  # before 6.12 / 5.19
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except PermissionError:  # read-only before 6.12
-            self._peak_before_bytes = self._slot_peak_bytes()
-            return
-        try:
-            os.write(fd, b"reset\n")
-        except OSError:
-            os.close(fd)
-            raise
-        self._peak_fd = fd
+        if fd >= 0:
+            try:
+                os.write(fd, b"reset\n")
+                self._peak_fd = fd
+                return
+            except OSError as error:
+                os.close(fd)
+                if error.errno != errno.EINVAL:  # what root meets before 6.12
+                    raise
+        self._peak_before_bytes = self._slot_peak_bytes()
 
     def peak_memory_bytes(self) -> int | None:
         """The most the group used at once: since it was made, or since reset_peak(). None where

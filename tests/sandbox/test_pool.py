@@ -33,7 +33,7 @@ import sandbox
 from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, cgroups, seccomp
 from sandbox import docker as docker_backend
 from sandbox.cgroups import own_path
-from sandbox.pool import BwrapOuter, Pool
+from sandbox.pool import START_TIMEOUT_SECONDS, BwrapOuter, Pool
 from sandbox.supervise import ENVIRONMENT
 from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason, fast
 
@@ -193,7 +193,7 @@ def test_a_child_cannot_see_signal_or_trace_a_sibling_or_the_zygote(
     )
     with ThreadPoolExecutor(1) as background:
         sleeping = background.submit(run_job, runner, sleeper)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS + 30  # a restart first, maybe
         while not any(slot.job_pids() for slot in runner.pool.slots if slot.cgroups):
             assert time.monotonic() < deadline, "the sleeper never started"
             time.sleep(0.01)
@@ -325,7 +325,7 @@ def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
     benign = "import torch\nreport(torch.arange(4.0).sum().item())\n"
     with ThreadPoolExecutor(1) as background:
         hostile = background.submit(run_job, runner, code, limits)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS + 30  # a restart first, maybe
         while not hostile.done() and not any(s.job_pids() for s in runner.pool.slots if s.cgroups):
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -335,6 +335,24 @@ def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
     for slot in runner.pool.slots:
         assert slot.job_pids() == set()  # the whole tree is gone
     assert reported(run_job(runner, benign)) == 6.0
+
+
+@BWRAP_ONLY
+def test_a_jobs_peak_memory_is_its_own_or_not_given(runner: sandbox.PoolRunner) -> None:
+    """A slot's group outlives its jobs: a job's peak is never an earlier job's. (cgroup v1 and
+    v2 on Linux 6.12+ reset it per job; v2 before gives it only when the job raised the slot's
+    peak, else None: sandbox/cgroups.py, RunCgroups.reset_peak.)"""
+    # Room for 300 MiB beside the zygote, and CPU for an emulated machine to write them.
+    limits = fast(wall_timeout_seconds=120.0, cpu_seconds=60.0, memory_bytes=1 << 30)
+    big_bytes = 300 << 20
+    big = run_job(runner, f"hog = b'x' * {big_bytes}\nreport(0)\n", limits)
+    small = run_job(runner, "report(0)\n", limits)
+    assert reported(big) == reported(small) == 0
+    assert big.peak_memory_bytes is not None and big.peak_memory_bytes > big_bytes
+    # The zygote's memory is in both; the big job's 300 MiB is not in the small one's.
+    assert small.peak_memory_bytes is None or (
+        small.peak_memory_bytes < big.peak_memory_bytes - big_bytes // 2
+    )
 
 
 def test_a_zygote_that_dies_is_started_again(runner: sandbox.PoolRunner) -> None:
@@ -493,6 +511,7 @@ def test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group() -> 
             subprocess.run(["umount", str(bound)], check=True)
         shutil.rmtree(work)
     summary = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else ""
+    print(f"the pytest of uid {UNPRIVILEGED_UID}: {summary}")  # -rA shows it
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     # None skipped: the module was not skipped for want of groups, nor any of its bwrap tests.
     assert "passed" in summary and "skipped" not in summary, summary
