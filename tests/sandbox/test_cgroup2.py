@@ -66,10 +66,11 @@ def vm_missing() -> list[str]:
 
 
 def inner_outcomes(report: str) -> dict[str, str]:
-    """Each inner test's outcome, from pytest's -rA summary lines ("PASSED path::name")."""
+    """Each inner test's outcome, from pytest's -rA summary lines ("PASSED path::name[id]",
+    "FAILED path::name - why"; a parameter's id may hold spaces)."""
     outcomes = {}
     for line in report.splitlines():
-        match = re.match(r"(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", line)
+        match = re.fullmatch(r"(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/.+?)( - .*)?", line)
         if match:
             outcomes[match[2]] = match[1]
     return outcomes
