@@ -314,6 +314,7 @@ HOSTILE: dict[str, tuple[str, str | set[str]]] = {
     # What the slot container's cgroups hold; the rest is the zygote's, as under bwrap.
     + [("docker", "fork bomb"), ("docker", "memory bomb")],
     indirect=["runner"],
+    scope="module",  # one pool for them all (with a direct argument, it would be per test)
 )
 def test_a_hostile_child_is_stopped_and_its_sibling_finishes(
     runner: sandbox.PoolRunner, attack: str
