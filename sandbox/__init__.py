@@ -122,11 +122,14 @@ class PoolProgram:
     """The one program a warm pool runs, and the trusted inputs its zygotes warm up on.
 
     The warm-up inputs end up in every child's memory: they must hold no secret and no
-    expected value.
+    expected value. The zygotes import torch (pinned to one thread) before the warm-up, unless
+    `imports_torch` is False: for a program that never uses it (a test's, where importing it
+    is slow).
     """
 
     source: str
     warm_up_inputs: Mapping[str, bytes] = field(default_factory=dict)
+    imports_torch: bool = True
 
 
 class PoolRunner:
@@ -186,6 +189,7 @@ def open_runner(
         # The cold runs' own filter, so that the same code meets the same refusals either way.
         seccomp.run_filter().bpf,
         size=pool_size,
+        imports_torch=pool.imports_torch,
     )
     try:
         warm.start()

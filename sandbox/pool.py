@@ -140,6 +140,7 @@ class _Slot:
         }
         config: dict[str, object] = {
             "environment": ENVIRONMENT, "seccomp_path": f"{SANDBOX_DIR}/{SECCOMP_NAME}",
+            "imports_torch": self.pool.imports_torch,
         }  # fmt: skip
         try:
             self.zygote = self.pool.outer.start(self.index, self.uid, files, config)
@@ -388,6 +389,7 @@ class Pool:
         warm_up_inputs: Mapping[str, bytes],
         seccomp_filter: bytes,
         size: int,
+        imports_torch: bool = True,
     ) -> None:
         if size < 1:
             raise ValueError(f"a warm pool needs at least one slot, not {size}")
@@ -395,6 +397,7 @@ class Pool:
         self.program = program
         self.warm_up_inputs = dict(warm_up_inputs)
         self.seccomp_filter = seccomp_filter
+        self.imports_torch = imports_torch
         self.slots = [_Slot(self, index) for index in range(size)]
         self.idle: queue.Queue[_Slot] = queue.Queue()
 

@@ -180,6 +180,7 @@ class Zygote:
         os.close(control_fd)
         self.uid, self.gid = os.getuid(), os.getgid()
         self.environment: dict[str, str] = config["environment"]
+        self.imports_torch: bool = config["imports_torch"]
         # The interpreter's directories that live under /tmp (a checkout there, as in CI): a
         # job's fresh /tmp would hide them, so they are mounted again on top of it.
         self.kept_under_scratch: list[str] = config["kept_under_scratch"]
@@ -195,11 +196,12 @@ class Zygote:
 
     def warm_up(self) -> None:
         """Run the program once here on the trusted inputs in /sandbox: its imports stay loaded."""
-        # One thread before anything runs: a child forked after a parallel region would hang
-        # in OpenMP's next one.
-        import torch
+        if self.imports_torch:
+            # One thread before anything runs: a child forked after a parallel region would
+            # hang in OpenMP's next one.
+            import torch
 
-        torch.set_num_threads(1)
+            torch.set_num_threads(1)
         devnull = fcntl.fcntl(os.open(os.devnull, os.O_WRONLY), fcntl.F_DUPFD, 100)
         for fd in (PAYLOAD_FD, START_FD):
             os.dup2(devnull, fd)
