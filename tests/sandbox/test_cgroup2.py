@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -56,12 +55,8 @@ def vm_missing() -> list[str]:
     missing = []
     if os.geteuid() != 0:
         missing.append("root (the machine's 9p share of / and the tests inside run as root)")
-    if not shutil.which("qemu-system-x86_64"):
-        missing.append("qemu-system-x86_64 (apt-get install qemu-system-x86)")
-    if not list(Path("/boot").glob("vmlinuz-*")):
-        missing.append("a kernel in /boot (apt-get install linux-image-amd64)")
-    if not Path("/bin/busybox").exists():
-        missing.append("/bin/busybox (apt-get install busybox-static)")
+    checked = subprocess.run([str(VM), "--check"], capture_output=True, text=True)
+    missing += [line.removeprefix("cgroup2-vm: missing ") for line in checked.stdout.splitlines()]
     return missing
 
 
