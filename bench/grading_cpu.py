@@ -33,7 +33,6 @@ import argparse
 import cProfile
 import itertools
 import pstats
-import resource
 import sys
 import time
 from pathlib import Path
@@ -42,15 +41,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import sandbox  # noqa: E402
-from bench.grade_load import mixed_load  # noqa: E402  (the same load as through the server)
+from bench.grade_load import (  # noqa: E402  (the same load as through the server)
+    mixed_load,
+    own_cpu_seconds,
+)
 from graders import grade  # noqa: E402
 from graders.exercises import get_exercise  # noqa: E402
 from graders.grading import POOL_PROGRAM, trusted_trajectories  # noqa: E402
-
-
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def zygote_faults(zygote_pid: int) -> int:
