@@ -148,7 +148,9 @@ class Supervisor:
     def watch(self, process: Process) -> None:
         """Read and poll until the program has ended and its output drained, or it was killed."""
         wall_deadline = self.started + self.limits.wall_timeout_seconds
-        next_poll = time.monotonic()
+        # The first reading one interval in: at the start there is nothing to see yet, and a
+        # short run ends before it (its exit is read once, by `finish`).
+        next_poll = time.monotonic() + POLL_SECONDS
         while True:
             now = time.monotonic()
             fds = process.wait_fds()
