@@ -12,17 +12,21 @@ trajectories are then cached, as on a server that has run a while), and measures
   at a time in the sense that none waits for another: latency is from just before the POST to
   the submission's `graded_at` (the server's clock, the same machine's), percentiles p50/p95/p99;
 - burst: `--burst` submissions posted at once (32 client threads): throughput is the count over
-  the time from the first POST to the last `graded_at`;
+  the time from the first POST to the last `graded_at`. Meanwhile the client asks only whether
+  the last one posted is graded, every 0.2 s, then reads every result once;
 - CPU seconds per grading over the burst: user + system time of the server and every process
   under it (sandboxes, zygotes, their reaped children); docker's containers run under the
   engine, not the server, so for docker only the server's own share is counted, and for the
-  docker pool its slot containers' CPU is read from their cgroups (cpuacct) and added;
-- where the machine's CPU went over the burst (until the client saw the last grade, a poll
-  after it at most): the cores busy on average (from /proc/stat: everything on the machine,
-  the server, this benchmark's own client, anything else running), of which stolen by the
-  hypervisor, and this client's own CPU per grading (its POSTs and polls share the cores with
-  the server). Busy cores short of the machine's count mean the server left CPU unused; all
-  busy means the CPU per grading is what limits throughput;
+  docker pool its slot containers' CPU is read from their cgroups (cpuacct) and added; and of
+  that, the server process's own (its HTTP, database, supervising and judging threads; the
+  rest is the sandboxes');
+- where the machine's CPU went over the burst (until the client saw the last one posted
+  graded, a poll after it at most; so are the CPU seconds above): the cores busy on average
+  (from /proc/stat: everything on the machine, the server, this benchmark's own client,
+  anything else running), of which stolen by the hypervisor, and this client's own CPU per
+  grading (its POSTs and polls share the cores with the server). Busy cores short of the
+  machine's count mean the server left CPU unused; all busy means the CPU per grading is what
+  limits throughput;
 - peak memory: the server process's resident peak (VmHWM), and the peak over the burst of the
   proportional set size (PSS) of the server and everything under it (for the docker pool: and
   of its slot containers' processes), sampled every 0.2 s.
@@ -91,6 +95,7 @@ class Measured:
     burst_count: int
     burst_seconds: float
     cpu_seconds_per_grading: float
+    server_cpu_seconds_per_grading: float
     client_cpu_seconds_per_grading: float
     cores_busy: float
     cores_stolen: float
@@ -116,14 +121,17 @@ def tree_pids(root: int) -> list[int]:
 
 def tree_cpu_seconds(root: int) -> float:
     """User + system CPU of the tree, including what its members have reaped."""
-    total = 0
-    for pid in tree_pids(root):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(process_cpu_seconds(pid, reaped=True) for pid in tree_pids(root))
+
+
+def process_cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU of one process (all its threads), and of its reaped children if asked."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    # utime stime, then cutime cstime
+    return sum(int(value) for value in fields[11 : 15 if reaped else 13]) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_pss_bytes(root: int) -> int:
@@ -225,6 +233,21 @@ class Client:
             time.sleep(0.2)
         return finished
 
+    def wait_for(self, posted: tuple[str, float], timeout_seconds: float) -> None:
+        """Wait until one submission is graded, asking for it every 0.2 s.
+
+        For a burst, the last one posted: while the server grades the burst, the client asks
+        for nothing else (as learners told their results by the pages' stream would), and
+        `wait_all` then reads every submission once, asking again for the few still waiting.
+        Polling each submission through the burst instead cost the server about 2.5 ms of CPU
+        per answer, the machine a tenth of its CPU (docs/performance.md, run 10).
+        """
+        deadline = time.monotonic() + timeout_seconds
+        while self._get(posted[0])["status"] not in ("graded", "error"):
+            if time.monotonic() > deadline:
+                sys.exit(f"{posted[0]} not graded after {timeout_seconds} s")
+            time.sleep(0.2)
+
     def _get(self, location: str) -> dict[str, object]:
         response = self.http.get(location)
         if response.status_code != 200:
@@ -291,14 +314,18 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         sampler = threading.Thread(target=sample)
         sampler.start()
         cpu_before = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots)
+        server_before = process_cpu_seconds(process.pid)
         client_before, machine_before = own_cpu_seconds(), machine_cpu_ticks()
         burst_started = time.time()
         with ThreadPoolExecutor(32) as threads:
             posted = list(threads.map(lambda job: client.submit(*job), jobs))
-        burst_seconds = max(graded for _, graded in client.wait_all(posted, 1800)) - burst_started
+        client.wait_for(posted[-1], 1800)
+        # Measured to here: what reading every result afterwards costs is not grading's.
         cpu_seconds = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots) - cpu_before
+        server_seconds = process_cpu_seconds(process.pid) - server_before
         client_seconds = own_cpu_seconds() - client_before
         machine_after = machine_cpu_ticks()
+        burst_seconds = max(graded for _, graded in client.wait_all(posted, 1800)) - burst_started
         busy, stolen, total = (
             after - before for after, before in zip(machine_after, machine_before, strict=True)
         )
@@ -310,6 +337,7 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
             burst_count=burst,
             burst_seconds=burst_seconds,
             cpu_seconds_per_grading=cpu_seconds / burst,
+            server_cpu_seconds_per_grading=server_seconds / burst,
             client_cpu_seconds_per_grading=client_seconds / burst,
             cores_busy=cores * busy / total,
             cores_stolen=cores * stolen / total,
@@ -356,6 +384,7 @@ def main() -> None:
         ("burst graded in s", lambda m: f"{m.burst_seconds:.1f}"),
         ("throughput gradings/s", lambda m: f"{m.burst_count / m.burst_seconds:.2f}"),
         ("CPU s per grading", lambda m: f"{m.cpu_seconds_per_grading:.3f}"),
+        ("  of which the server process", lambda m: f"{m.server_cpu_seconds_per_grading:.3f}"),
         ("client CPU s per grading", lambda m: f"{m.client_cpu_seconds_per_grading:.3f}"),
         (
             f"cores busy of {os.cpu_count()} (stolen)",
