@@ -68,7 +68,12 @@ stop() {
         as_postgres "$(pg_bin)/pg_ctl" --pgdata "$dir/pg" --mode=fast --wait stop >/dev/null || true
     fi
     if [ -f "$dir/redis.pid" ]; then
-        kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
+        local pid
+        pid=$(cat "$dir/redis.pid")
+        kill "$pid" 2>/dev/null || true
+        # Redis writes its last log lines while it exits: removing the directory before it is
+        # gone left it behind ("Directory not empty").
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     fi
     rm -rf "$dir"
 }
