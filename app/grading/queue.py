@@ -398,7 +398,7 @@ def create_dispatcher(
     return ThreadPoolDispatcher(sessions, settings, runner=runner, on_state_change=on_state_change)
 
 
-def get_dispatcher(request: Request) -> Dispatcher:
+async def get_dispatcher(request: Request) -> Dispatcher:  # async: no worker thread (get_settings)
     dispatcher: Dispatcher = request.app.state.dispatcher
     return dispatcher
 
