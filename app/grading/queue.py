@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from typing import Annotated, Protocol
 
@@ -221,34 +222,87 @@ def _store_error(
     return GradingRun(GradingOutcome.ERROR)
 
 
-@contextmanager
+@dataclasses.dataclass(eq=False)
+class _Lease:
+    sessions: SessionFactory
+    job: GradingJob
+    seconds: float
+    renew_at: float  # time.monotonic()
+
+
+class _LeaseRenewer:
+    """Renews the leases of this process's gradings in progress, each every third of its
+    lease, from one thread: a thread started and joined per grading held the grading thread
+    up for a GIL handoff each way, 4-5% of its time in a burst (docs/performance.md, run 9)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        # A prefork Celery child starts its own thread; the parent's lock may be held at the fork.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._changed = threading.Condition()
+        self._leases: set[_Lease] = set()
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def held(self, sessions: SessionFactory, job: GradingJob, seconds: float) -> Iterator[None]:
+        lease = _Lease(sessions, job, seconds, time.monotonic() + seconds / 3)
+        with self._changed:
+            self._leases.add(lease)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._leases.discard(lease)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                due = [lease for lease in self._leases if lease.renew_at <= now]
+                if not due:
+                    next_at = min((lease.renew_at for lease in self._leases), default=None)
+                    self._changed.wait(None if next_at is None else next_at - now)
+                    continue
+                for lease in due:
+                    lease.renew_at = now + lease.seconds / 3
+            for lease in due:
+                if not self._renew(lease):
+                    with self._changed:
+                        self._leases.discard(lease)
+
+    def _renew(self, lease: _Lease) -> bool:
+        """False once the lease is lost; a database error is logged and tried again later."""
+        try:
+            with lease.sessions.begin() as session:
+                if renew_lease(session, lease.job, lease_seconds=lease.seconds):
+                    return True
+        except Exception:
+            # The database may be back before the lease runs out: keep trying.
+            log.exception("submission %s: could not renew the lease", lease.job.submission_id)
+            return True
+        with self._changed:
+            if lease in self._leases:  # not merely a grading that has just stored its result
+                log.warning(
+                    "submission %s: lease lost; this attempt's result will be dropped",
+                    lease.job.submission_id,
+                )
+        return False
+
+
+_LEASE_RENEWER = _LeaseRenewer()
+
+
 def lease_renewed(
     sessions: SessionFactory, job: GradingJob, lease_seconds: float
-) -> Iterator[None]:
+) -> AbstractContextManager[None]:
     """Renew the job's lease every third of `lease_seconds` while the block runs."""
-    done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(lease_seconds / 3):
-            try:
-                with sessions.begin() as session:
-                    if not renew_lease(session, job, lease_seconds=lease_seconds):
-                        log.warning(
-                            "submission %s: lease lost; this attempt's result will be dropped",
-                            job.submission_id,
-                        )
-                        return
-            except Exception:
-                # The database may be back before the lease runs out: keep trying.
-                log.exception("submission %s: could not renew the lease", job.submission_id)
-
-    renewer = threading.Thread(target=renew, name=f"lease-{job.submission_id[:8]}", daemon=True)
-    renewer.start()
-    try:
-        yield
-    finally:
-        done.set()
-        renewer.join()
+    return _LEASE_RENEWER.held(sessions, job, lease_seconds)
 
 
 def sweep(sessions: SessionFactory, settings: Settings, *, all_queued: bool = False) -> list[str]:
