@@ -34,6 +34,7 @@ from app.web.sessions import (
     end_session,
     had_session,
     is_known_browser,
+    set_forget_drafts_cookie,
     set_known_browser_cookie,
     set_session_cookie,
     signed_in_user,
@@ -221,6 +222,7 @@ def sign_out(
         end_session(session, viewer.web_session)
     response = RedirectResponse("/", status_code=303)
     clear_session_cookie(response, request, settings)
+    set_forget_drafts_cookie(response, request, settings)
     return response
 
 

@@ -230,6 +230,24 @@ def clear_session_cookie(response: Response, request: Request, settings: Setting
     )
 
 
+# Set on the answer to "Sign out": the next page's script (static/forget-drafts.js) removes the
+# drafts this browser kept for signed-in learners (their code, readable by the next person at a
+# shared computer), then this cookie. The server keeps each learner's confirmed draft.
+FORGET_DRAFTS_COOKIE = "loopgrade_forget_drafts"
+FORGET_DRAFTS_MAX_AGE_SECONDS = 24 * 3600
+
+
+def set_forget_drafts_cookie(response: Response, request: Request, settings: Settings) -> None:
+    response.set_cookie(
+        FORGET_DRAFTS_COOKIE,
+        "1",
+        max_age=FORGET_DRAFTS_MAX_AGE_SECONDS,
+        httponly=False,  # read and removed by the page's script
+        samesite=settings.cookie_samesite,
+        secure=cookie_is_secure(request, settings),
+    )
+
+
 class CsrfRejected(AppError):
     """A form without this browser's CSRF token, or posted from another site."""
 

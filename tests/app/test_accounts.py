@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from app.db import SessionFactory
 from app.models import SignInFailure, SiteRole, User, WebSession, utc_now
 from app.settings import Settings
-from app.web.sessions import SESSION_COOKIE
+from app.web.sessions import FORGET_DRAFTS_COOKIE, SESSION_COOKIE
 from tests.app.people import PASSWORD, make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
@@ -57,6 +57,8 @@ def test_sign_up_keeps_an_argon2_hash_and_signs_in_with_a_safe_cookie(
     # Signing out ends the session on the server: replaying the old cookie no longer works.
     out = client.post("/sign-out", data={"csrf_token": token_of(home)})
     assert out.status_code == 303
+    # And tells the next page's script to forget this browser's drafts of signed-in learners.
+    assert out.cookies.get(FORGET_DRAFTS_COOKIE) == "1"
     replay = httpx.Client(
         base_url=str(client.base_url), cookies={SESSION_COOKIE: raw}, timeout=HTTP_TIMEOUT_SECONDS
     )

@@ -1,7 +1,8 @@
 """The exercise page's editor in Chromium: CodeMirror typing (brackets, indentation, search,
 leaving by keyboard), the textarea without JavaScript, drafts that survive reloads, Back and a
-fresh browser, reset to starter, the warning before leaving unsaved code, code kept across an
-ended session, a phone's 16 px text and the dark theme. Screenshots land in build/screenshots."""
+fresh browser and are forgotten by the browser at sign-out, reset to starter, the warning before
+leaving unsaved code, code kept across an ended session, a phone's 16 px text and the dark
+theme. Screenshots land in build/screenshots."""
 
 from __future__ import annotations
 
@@ -200,6 +201,45 @@ def test_the_server_draft_follows_the_learner_to_a_fresh_browser(
     with first.expect_event("close"):
         first.close(run_before_unload=True)
     assert dialogs == []
+
+
+def drafts_kept(page: Page) -> list[str]:
+    """The drafts this browser keeps (their localStorage keys), sorted."""
+    keys: list[str] = page.evaluate("Object.keys(localStorage)")
+    return sorted(key for key in keys if key.startswith("loopgrade:draft:"))
+
+
+def test_signing_out_forgets_the_learners_drafts_in_this_browser(
+    contexts: Any, module_sessions: SessionFactory
+) -> None:
+    make_user(module_sessions, "gus@example.org")
+    page = contexts()
+    # Typed signed out: a draft of no account, which stays.
+    open_exercise(page)
+    type_at_end(page, "# typed signed out\n")
+    typed_signed_out = editor_value(page)
+    sign_in(page, "gus@example.org")
+    open_exercise(page)
+    with page.expect_response(
+        lambda r: r.request.method == "PUT" and "/drafts/practice/" in r.url
+    ) as saved:
+        type_at_end(page, "# typed signed in\n")
+    assert saved.value.status == 200
+    typed_signed_in = editor_value(page)
+    anonymous = f"loopgrade:draft:anon:practice:{EXERCISE}"
+    kept = drafts_kept(page)
+    assert len(kept) == 2 and anonymous in kept, kept
+
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(re.compile(r"/$"))  # loaded: its deferred scripts have run
+    assert drafts_kept(page) == [anonymous]
+    assert "loopgrade_forget_drafts" not in page.evaluate("document.cookie")
+    open_exercise(page)
+    assert editor_value(page) == typed_signed_out
+    # Nothing confirmed is lost: signed in again, the exercise opens on the server's draft.
+    sign_in(page, "gus@example.org")
+    open_exercise(page)
+    assert editor_value(page) == typed_signed_in
 
 
 def test_reset_to_starter_asks_first(contexts: Any) -> None:
