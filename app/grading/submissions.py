@@ -293,10 +293,6 @@ def _update_submission(where: ColumnElement[bool], **values: object) -> Update:
     return update(Submission).where(where).values(**values).returning(Submission.id)
 
 
-def _claimable(now: ColumnElement[datetime]) -> ColumnElement[bool]:
-    return or_(Submission.status == SubmissionStatus.QUEUED, _lease_expired(now))
-
-
 def _lease_expired(now: datetime | ColumnElement[datetime]) -> ColumnElement[bool]:
     # Rows running from before leases existed (no lease at all) count as expired.
     return and_(
@@ -313,7 +309,10 @@ _CURRENT_CLAIM = and_(
 )
 _CLAIM = (
     update(Submission)
-    .where(Submission.id == bindparam("claimed_id"), _claimable(bindparam("now")))
+    .where(
+        Submission.id == bindparam("claimed_id"),
+        or_(Submission.status == SubmissionStatus.QUEUED, _lease_expired(bindparam("now"))),
+    )
     .values(
         status=SubmissionStatus.RUNNING,
         started_at=bindparam("now"),
