@@ -9,6 +9,7 @@ import argparse
 import getpass
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -73,6 +74,7 @@ def check_tool_keys(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    sockets = None if args.fd is None else [inherited_socket(args.fd)]
     settings = build_settings(args)
     # With a broker the workers grade; an API host without a sandbox is fine then.
     if not settings.broker_url and not check_sandbox():
@@ -94,8 +96,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level="info",
         proxy_headers=False,
     )
-    StreamClosingServer(config).run()
+    StreamClosingServer(config).run(sockets=sockets)
     return 0
+
+
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening socket `--fd` names, its family read from it (uvicorn's own `fd` option
+    takes every socket for a Unix one, and would misread the clients' TCP addresses)."""
+    try:
+        listener = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise CommandFailed(f"--fd {fd} is not a socket this process inherited: {exc}") from None
+    if listener.type != socket.SOCK_STREAM:
+        raise CommandFailed(f"--fd {fd} is not a stream socket")
+    return listener
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -319,6 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited listening socket instead of --host and --port "
+        "(a supervisor's socket; the tests bind their port before starting the server, so no "
+        "other process can take it in between)",
+    )
     add_data_dir(serve)
     serve.set_defaults(run=cmd_serve)
 

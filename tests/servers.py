@@ -39,17 +39,24 @@ def running_server(
     env: dict[str, str] | None = None,
     startup_seconds: float = 90,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`loopgrade serve` in its own process group; yields it and its URL once it answers."""
-    port = free_port()
+    """`loopgrade serve` in its own process group; yields it and its URL once it answers.
+
+    Its port is bound here and handed over (`--fd`): a port only probed as free could be taken
+    by another process (another test run beside this one) before the server binds it, and the
+    readiness check below would then be answered by someone else's server.
+    """
     command = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir)]
-    with log_path.open("ab") as log:
+    with socket.socket() as listener, log_path.open("ab") as log:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
         server = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            [*command, "--fd", str(listener.fileno())],
             cwd=REPO,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=[listener.fileno()],
         )
     url = f"http://127.0.0.1:{port}"
     try:

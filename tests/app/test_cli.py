@@ -103,6 +103,13 @@ def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
     assert not (tmp_path / "loopgrade.db").exists()
 
 
+def test_serve_refuses_an_fd_that_is_no_inherited_socket(tmp_path: Path) -> None:
+    result = loopgrade("serve", "--fd", "99", "--data-dir", str(tmp_path))  # open in no child
+    assert result.returncode == 1, result.stderr
+    assert "--fd 99 is not a socket" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "loopgrade.db").exists()
+
+
 def test_an_invalid_setting_is_reported_without_a_traceback(tmp_path: Path) -> None:
     result = loopgrade("migrate", data_dir=tmp_path, env={"LOOPGRADE_WORKER_COUNT": "none"})
     assert result.returncode == 2

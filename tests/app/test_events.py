@@ -9,6 +9,7 @@ server's process (it runs in a thread here), as its own grading threads would.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from app.settings import Settings
 from app.web.events import ProgressStreams, StreamClosingServer
 from app.web.sessions import LEARNER_COOKIE
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
-from tests.servers import app_in_thread, free_port
+from tests.servers import app_in_thread
 
 LEARNER = "web:events-learner-1"
 # Nothing listens on port 1: sends fail fast and are logged, and no thread of the server grades.
@@ -182,11 +183,11 @@ def test_shutdown_ends_open_streams_instead_of_waiting_for_them(
     settings: Settings, sessions: SessionFactory
 ) -> None:
     app = create_app(events_settings(settings, event_stream_max_seconds=NEVER_SECONDS))
-    port = free_port()
-    server = StreamClosingServer(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
+    listener = socket.socket()  # bound here, so no other process can take the port first
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = StreamClosingServer(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     submission_id = queued_submission(sessions)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
