@@ -27,7 +27,7 @@ from app.models import Submission, SubmissionStatus
 from app.settings import Settings
 from tests.browser.conftest import assert_no_axe_violations, screenshot
 from tests.conftest import ScopeDatabase
-from tests.servers import app_in_thread, free_port
+from tests.servers import app_in_thread
 
 EXERCISE_PATH = "/exercises/train-step"
 DESKTOP_800: ViewportSize = {"width": 1280, "height": 800}
@@ -69,10 +69,21 @@ class FramingPage(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def framing_origin() -> str:
+def framing_host() -> Iterator[ThreadingHTTPServer]:
+    """The framing page's server, its port bound for the module (the app's settings name its
+    origin before a test opens it)."""
+    host = ThreadingHTTPServer(("127.0.0.1", 0), FramingPage)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    yield host
+    host.shutdown()
+    host.server_close()
+
+
+@pytest.fixture(scope="module")
+def framing_origin(framing_host: ThreadingHTTPServer) -> str:
     # Another origin on loopback: another port of 127.0.0.1 (the same site, so the page's
     # Lax cookies go with its requests, as they do on an LMS that shares the school's site).
-    return f"http://127.0.0.1:{free_port()}"
+    return f"http://127.0.0.1:{framing_host.server_address[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -275,33 +286,25 @@ def test_framed_by_another_origin_the_loop_works_inside_the_frame(
     framing_origin: str,
 ) -> None:
     FramingPage.exercise_url = base_url + EXERCISE_PATH
-    port = int(framing_origin.rsplit(":", 1)[1])
-    host = ThreadingHTTPServer(("127.0.0.1", port), FramingPage)
-    serving = threading.Thread(target=host.serve_forever, daemon=True)
-    serving.start()
-    try:
-        page = open_page(browser, framing_origin, {"width": 1100, "height": 900})
-        page.goto("/")
-        page.wait_for_selector("#tool")
-        frame = page.frame_locator("#tool")
-        expect(frame.get_by_role("button", name="Submit for grading")).to_be_visible()
-        inner = next(f for f in page.frames if f.url.startswith(base_url))
-        assert_no_axe_violations(inner)
+    page = open_page(browser, framing_origin, {"width": 1100, "height": 900})
+    page.goto("/")
+    page.wait_for_selector("#tool")
+    frame = page.frame_locator("#tool")
+    expect(frame.get_by_role("button", name="Submit for grading")).to_be_visible()
+    inner = next(f for f in page.frames if f.url.startswith(base_url))
+    assert_no_axe_violations(inner)
 
-        before = submission_count(module_sessions)
-        write_code(inner, RAISES_ON_LINE_6.replace("undefined_scale", "missing_name"))
-        page.keyboard.press("Meta+Enter")  # Cmd+Enter, as on a Mac
-        expect(frame.locator("#live-result .status")).to_contain_text("Queued")
-        assert submission_count(module_sessions) == before + 1
-        grade_while_watching(served_app, server_settings, inner, queued_id(module_sessions))
-        expect(frame.locator("#live-result .diagnosis")).to_have_text(
-            "Error while running", timeout=GRADING_MS
-        )
-        assert "missing_name" in code_in_editor(inner)
-        assert inner.url == base_url + EXERCISE_PATH
-        assert_no_axe_violations(inner)
-        screenshot(page, "exercise-framed-result")
-        page.context.close()
-    finally:
-        host.shutdown()
-        host.server_close()
+    before = submission_count(module_sessions)
+    write_code(inner, RAISES_ON_LINE_6.replace("undefined_scale", "missing_name"))
+    page.keyboard.press("Meta+Enter")  # Cmd+Enter, as on a Mac
+    expect(frame.locator("#live-result .status")).to_contain_text("Queued")
+    assert submission_count(module_sessions) == before + 1
+    grade_while_watching(served_app, server_settings, inner, queued_id(module_sessions))
+    expect(frame.locator("#live-result .diagnosis")).to_have_text(
+        "Error while running", timeout=GRADING_MS
+    )
+    assert "missing_name" in code_in_editor(inner)
+    assert inner.url == base_url + EXERCISE_PATH
+    assert_no_axe_violations(inner)
+    screenshot(page, "exercise-framed-result")
+    page.context.close()
