@@ -64,6 +64,16 @@ def type_at_end(page: Page, text: str) -> None:
     page.keyboard.type(text)
 
 
+def type_until_saved_on_the_server(page: Page, text: str) -> str:
+    """Type `text` at the end, wait until the server saved the practice draft; the editor's text."""
+    with page.expect_response(
+        lambda r: r.request.method == "PUT" and "/drafts/practice/" in r.url
+    ) as saved:
+        type_at_end(page, text)
+    assert saved.value.status == 200
+    return editor_value(page)
+
+
 def editor_screenshot(page: Page, name: str) -> None:
     """A screenshot once the editor was seen: CodeMirror measures its lines (and sizes the line
     numbers to them) only when they come into view, which a full-page screenshot skips."""
@@ -184,12 +194,7 @@ def test_the_server_draft_follows_the_learner_to_a_fresh_browser(
     first = contexts()
     sign_in(first, "dana@example.org")
     open_exercise(first)
-    with first.expect_response(
-        lambda r: r.request.method == "PUT" and "/drafts/practice/" in r.url
-    ) as saved:
-        type_at_end(first, "# on the server\n")
-    assert saved.value.status == 200
-    typed = editor_value(first)
+    typed = type_until_saved_on_the_server(first, "# on the server\n")
 
     second = contexts()
     sign_in(second, "dana@example.org")
@@ -220,12 +225,7 @@ def test_signing_out_forgets_the_learners_drafts_in_this_browser(
     typed_signed_out = editor_value(page)
     sign_in(page, "gus@example.org")
     open_exercise(page)
-    with page.expect_response(
-        lambda r: r.request.method == "PUT" and "/drafts/practice/" in r.url
-    ) as saved:
-        type_at_end(page, "# typed signed in\n")
-    assert saved.value.status == 200
-    typed_signed_in = editor_value(page)
+    typed_signed_in = type_until_saved_on_the_server(page, "# typed signed in\n")
     anonymous = f"loopgrade:draft:anon:practice:{EXERCISE}"
     kept = drafts_kept(page)
     assert len(kept) == 2 and anonymous in kept, kept
