@@ -22,6 +22,10 @@ and prints, per grading of each pass:
   copy-on-write fault, most of a run's CPU after the clone. A count, so less moved by other
   work on the machine than CPU time.
 
+and, with `--one-run`, the same `-n` submissions as runs only (no judging), side by side: two
+runs each, visible and hidden cases apart (what a grading makes), against one run of all its
+cases (what a grading would cost if both groups shared one sandboxed run).
+
 CPU time, not wall time: the machine may be shared. `--profile N` prints the N costliest
 functions of the server side (cProfile, cumulative), over a third pass of the repeats.
 It needs a root server (the pool's cgroups).
@@ -35,6 +39,7 @@ import itertools
 import pstats
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +52,12 @@ from bench.grade_load import (  # noqa: E402  (the same load as through the serv
 )
 from graders import grade  # noqa: E402
 from graders.exercises import get_exercise  # noqa: E402
-from graders.grading import POOL_PROGRAM, trusted_trajectories  # noqa: E402
+from graders.grading import (  # noqa: E402
+    GRADING_LIMITS,
+    POOL_PROGRAM,
+    _run_group,  # a grading's run of one group of cases, without the judging
+    trusted_trajectories,
+)
 
 
 def zygote_faults(zygote_pid: int) -> int:
@@ -56,29 +66,45 @@ def zygote_faults(zygote_pid: int) -> int:
     return int(fields[7]) + int(fields[8])  # minflt, cminflt
 
 
+def run_groups(runner: sandbox.Runner, exercise_id: str, code: str, apart: bool) -> None:
+    """Run a submission's cases as grading does (visible and hidden apart), or all in one run."""
+    exercise = get_exercise(exercise_id)
+    groups = [[c for c in exercise.cases if c.hidden == hidden] for hidden in (False, True)]
+    for cases in [group for group in groups if group] if apart else [exercise.cases]:
+        _run_group(runner, exercise, code, cases, GRADING_LIMITS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=60, help="gradings measured (default 60)")
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
+    parser.add_argument(
+        "--one-run", action="store_true", help="also: two runs a submission against one"
+    )
     args = parser.parse_args()
     runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
     if not isinstance(runner, sandbox.PoolRunner):
         sys.exit("the warm pool did not start (see the log): it needs a root server")
     slots = runner.pool.slots
 
-    def measure(what: str, gradings: list[tuple[str, str]]) -> None:
+    def grade_it(exercise: str, code: str) -> object:
+        return grade(exercise, code, runner=runner)
+
+    def measure(
+        what: str, gradings: list[tuple[str, str]], work: Callable[[str, str], object] = grade_it
+    ) -> None:
         server_before = own_cpu_seconds()
         sandbox_before = sum(slot.counters()[0] for slot in slots)
         faults_before = sum(zygote_faults(slot.zygote_pid) for slot in slots)
         wall_before = time.monotonic()
         for exercise, code in gradings:
-            grade(exercise, code, runner=runner)
+            work(exercise, code)
         wall = time.monotonic() - wall_before
         server = own_cpu_seconds() - server_before
         in_sandbox = sum(slot.counters()[0] for slot in slots) - sandbox_before
         faults = sum(zygote_faults(slot.zygote_pid) for slot in slots) - faults_before
         count = len(gradings)
-        print(f"{what:6} {count:4} gradings {wall:5.1f} s wall   CPU s per grading: server "
+        print(f"{what:8} {count:4} gradings {wall:5.1f} s wall   CPU s per grading: server "
               f"{server / count:.4f}  sandbox {in_sandbox / count:.4f}  "
               f"total {(server + in_sandbox) / count:.4f}   "
               f"faults {faults / count:.0f}")  # fmt: skip
@@ -90,6 +116,9 @@ def main() -> None:
         measure("first", load)
         measured = list(itertools.islice(itertools.cycle(load), args.n))
         measure("again", measured)
+        if args.one_run:
+            measure("two runs", measured, lambda e, c: run_groups(runner, e, c, apart=True))
+            measure("one run", measured, lambda e, c: run_groups(runner, e, c, apart=False))
         if args.profile:
             profiler = cProfile.Profile(timer=time.process_time)
             profiler.enable()
