@@ -87,7 +87,14 @@ def running_server(
 @contextmanager
 def app_in_thread(app: Any) -> Iterator[str]:
     """An ASGI app served by uvicorn on a free 127.0.0.1 port in a thread; yields its URL."""
-    listener = socket.socket()
+    with uvicorn_in_thread(app) as (_, _, url):
+        yield url
+
+
+@contextmanager
+def uvicorn_in_thread(app: Any) -> Iterator[tuple[StreamClosingServer, threading.Thread, str]]:
+    """`app_in_thread`, yielding the server and its thread too (to stop it and see it end)."""
+    listener = socket.socket()  # bound here, so no other process can take the port first
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     # As `loopgrade serve` runs it: proxy headers are the app's to believe (trusted_proxies).
@@ -100,7 +107,7 @@ def app_in_thread(app: Any) -> Iterator[str]:
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server, thread, f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=120)

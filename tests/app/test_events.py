@@ -9,15 +9,12 @@ server's process (it runs in a thread here), as its own grading threads would.
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
 
 from app.db import SessionFactory
@@ -25,10 +22,10 @@ from app.grading.queue import run_grading_job
 from app.grading.submissions import claim_submission, create_submission, record_error
 from app.main import create_app
 from app.settings import Settings
-from app.web.events import ProgressStreams, StreamClosingServer
+from app.web.events import ProgressStreams
 from app.web.sessions import LEARNER_COOKIE
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
-from tests.servers import app_in_thread
+from tests.servers import app_in_thread, uvicorn_in_thread
 
 LEARNER = "web:events-learner-1"
 # Nothing listens on port 1: sends fail fast and are logged, and no thread of the server grades.
@@ -183,24 +180,18 @@ def test_shutdown_ends_open_streams_instead_of_waiting_for_them(
     settings: Settings, sessions: SessionFactory
 ) -> None:
     app = create_app(events_settings(settings, event_stream_max_seconds=NEVER_SECONDS))
-    listener = socket.socket()  # bound here, so no other process can take the port first
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    server = StreamClosingServer(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
     submission_id = queued_submission(sessions)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+    with (
+        uvicorn_in_thread(app) as (server, thread, url),
+        httpx.Client(base_url=url, timeout=120) as client,
+    ):
         client.cookies.set(LEARNER_COOKIE, LEARNER)
-        while not server.started:
-            assert thread.is_alive(), "the server did not start"
-            time.sleep(0.05)
         with client.stream("GET", f"/submissions/{submission_id}/events") as response:
             events = read_events(response.iter_lines())
             assert next(events)[0] == "queued"
             server.should_exit = True
             # The stream ends (rather than the server waiting an hour for it)...
             assert list(events) == []
-    # ...and so does the server.
-    thread.join(timeout=60)
-    assert not thread.is_alive()
+        # ...and so does the server.
+        thread.join(timeout=60)
+        assert not thread.is_alive()
