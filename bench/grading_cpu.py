@@ -56,6 +56,7 @@ from graders.grading import (  # noqa: E402
     GRADING_LIMITS,
     POOL_PROGRAM,
     _run_group,  # a grading's run of one group of cases, without the judging
+    case_groups,
     trusted_trajectories,
 )
 
@@ -69,8 +70,7 @@ def zygote_faults(zygote_pid: int) -> int:
 def run_groups(runner: sandbox.Runner, exercise_id: str, code: str, apart: bool) -> None:
     """Run a submission's cases as grading does (visible and hidden apart), or all in one run."""
     exercise = get_exercise(exercise_id)
-    groups = [[c for c in exercise.cases if c.hidden == hidden] for hidden in (False, True)]
-    for cases in [group for group in groups if group] if apart else [exercise.cases]:
+    for cases in case_groups(exercise) if apart else [list(exercise.cases)]:
         _run_group(runner, exercise, code, cases, GRADING_LIMITS)
 
 

@@ -98,11 +98,7 @@ def grade(
     exercise = get_exercise(exercise_id)
     limits = limits or GRADING_LIMITS
     runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
-    groups = [
-        cases
-        for hidden in (False, True)
-        if (cases := [c for c in exercise.cases if c.hidden == hidden])
-    ]
+    groups = case_groups(exercise)
     # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
     # Each run in a copy of the caller's context, so that its log lines keep what the caller's
     # carry (the server puts the submission id there).
@@ -118,6 +114,15 @@ def grade(
         wait(futures)  # none is left running behind a failure
     results = [future.result() for future in futures] + [last_result]
     return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
+
+
+def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:
+    """The groups of cases a grading runs apart: the visible ones, then the hidden ones."""
+    return [
+        cases
+        for hidden in (False, True)
+        if (cases := [c for c in exercise.cases if c.hidden == hidden])
+    ]
 
 
 # Threads kept for the runs of a grading beyond its first: one started and joined per grading
