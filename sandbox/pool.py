@@ -144,8 +144,9 @@ class _Slot:
         }  # fmt: skip
         try:
             self.zygote = self.pool.outer.start(self.index, self.uid, files, config)
-            self.control, self.cgroups = self.zygote.control, self.zygote.cgroups
+            # The pid first: job_pids() counts whatever else the cgroups hold as the job's.
             self.zygote_pid = self.zygote.zygote_pid
+            self.control, self.cgroups = self.zygote.control, self.zygote.cgroups
             if self._receive(START_TIMEOUT_SECONDS)[0] != {"ready": True}:
                 raise SandboxError("the zygote did not warm up (its log says why)")
             self.baseline_memory_bytes = self.cgroups.memory_bytes()
@@ -206,7 +207,8 @@ class _Slot:
         self.limits = limits
 
     def job_pids(self) -> set[int]:
-        assert self.cgroups is not None
+        if self.cgroups is None:  # not started (or stopped): no zygote, no job
+            return set()
         try:
             return self.cgroups.pids() - {self.zygote_pid}
         except FileNotFoundError:  # a slot container's cgroups go with it, once nothing is left
@@ -538,7 +540,9 @@ class _BwrapZygote:
             zygote_end.close()
         threading.Thread(target=_log_lines, args=(log_r, index), daemon=True).start()
         try:
-            self.zygote_pid = _read_child_pid(info_r)
+            # The slot's start budget, not a cold run's set-up time: on a loaded (or emulated)
+            # machine bubblewrap's set-up alone has taken over ten seconds.
+            self.zygote_pid = _read_child_pid(info_r, START_TIMEOUT_SECONDS)
             self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
             self.cgroups.attach(self.zygote_pid)
             if not as_root:
@@ -576,14 +580,16 @@ def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
     }
 
 
-def _read_child_pid(info_r: int) -> int:
+def _read_child_pid(info_r: int, timeout_seconds: float) -> int:
     """The zygote's host pid, from bwrap's --info-fd JSON."""
     info = b""
-    deadline = time.monotonic() + bwrap.SETUP_TIMEOUT_SECONDS
+    deadline = time.monotonic() + timeout_seconds
+    ended = False
     try:
         while time.monotonic() < deadline and bwrap._readable(info_r, deadline - time.monotonic()):
             chunk = os.read(info_r, 4096)
             if not chunk:
+                ended = True
                 break
             info += chunk
     finally:
@@ -591,7 +597,10 @@ def _read_child_pid(info_r: int) -> int:
     try:
         return int(json.loads(info)["child-pid"])
     except (ValueError, KeyError):
-        raise SandboxError("bubblewrap did not start the zygote") from None
+        why = (
+            "it ended first (its log says why)" if ended else f"not within {timeout_seconds:.0f} s"
+        )
+        raise SandboxError(f"bubblewrap did not start the zygote: {why}") from None
 
 
 def _log_lines(fd: int, index: int) -> None:
