@@ -311,20 +311,13 @@ class _Run:
         self._close(self.block_w)
 
     def _read_init_pid(self, info_r: int) -> int:
-        """The host pid of the sandbox's init, from bwrap's --info-fd JSON."""
-        deadline = time.monotonic() + SETUP_TIMEOUT_SECONDS
-        info = b""
-        while time.monotonic() < deadline:
-            if _readable(info_r, deadline - time.monotonic()):
-                chunk = os.read(info_r, 4096)
-                if not chunk:
-                    break
-                info += chunk
-        self._close(info_r)
+        """The host pid of the sandbox's init."""
         try:
-            return int(json.loads(info)["child-pid"])
-        except (ValueError, KeyError):
-            raise self._setup_failure("bubblewrap did not start") from None
+            return read_child_pid(info_r, SETUP_TIMEOUT_SECONDS)
+        except SandboxError as error:
+            raise self._setup_failure(str(error)) from None
+        finally:
+            self._close(info_r)
 
     def _wait_for_setup(self) -> None:
         """Wait until the init has pivoted into the new root (it then blocks before the exec)."""
@@ -466,6 +459,23 @@ def _kill(pidfd: int) -> None:
     if pidfd >= 0:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
+def read_child_pid(info_r: int, timeout_seconds: float) -> int:
+    """The host pid of the process bubblewrap started, from its --info-fd JSON (bubblewrap
+    closes the fd once it has written it); SandboxError if none came within the time."""
+    deadline = time.monotonic() + timeout_seconds
+    info = b""
+    ended = False
+    while not ended and _readable(info_r, deadline - time.monotonic()):
+        chunk = os.read(info_r, 4096)
+        info += chunk
+        ended = not chunk
+    try:
+        return int(json.loads(info)["child-pid"])
+    except (ValueError, KeyError):
+        why = "it ended first" if ended else f"no pid within {timeout_seconds:.0f} s"
+        raise SandboxError(f"bubblewrap did not start ({why})") from None
 
 
 def _readable(fd: int, timeout_seconds: float) -> bool:

@@ -542,13 +542,14 @@ class _BwrapZygote:
         try:
             # The slot's start budget, not a cold run's set-up time: on a loaded (or emulated)
             # machine bubblewrap's set-up alone has taken over ten seconds.
-            self.zygote_pid = _read_child_pid(info_r, START_TIMEOUT_SECONDS)
+            self.zygote_pid = bwrap.read_child_pid(info_r, START_TIMEOUT_SECONDS)
             self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
             self.cgroups.attach(self.zygote_pid)
             if not as_root:
                 bwrap.set_rlimits_inside(self.zygote_pid, rlimits)
             os.write(block_w, b"go")
         finally:
+            os.close(info_r)
             os.close(block_w)
 
     def stop(self) -> None:
@@ -578,29 +579,6 @@ def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
         resource.RLIMIT_NPROC: (processes, processes),
         resource.RLIMIT_CORE: (0, 0),
     }
-
-
-def _read_child_pid(info_r: int, timeout_seconds: float) -> int:
-    """The zygote's host pid, from bwrap's --info-fd JSON."""
-    info = b""
-    deadline = time.monotonic() + timeout_seconds
-    ended = False
-    try:
-        while time.monotonic() < deadline and bwrap._readable(info_r, deadline - time.monotonic()):
-            chunk = os.read(info_r, 4096)
-            if not chunk:
-                ended = True
-                break
-            info += chunk
-    finally:
-        os.close(info_r)
-    try:
-        return int(json.loads(info)["child-pid"])
-    except (ValueError, KeyError):
-        why = (
-            "it ended first (its log says why)" if ended else f"not within {timeout_seconds:.0f} s"
-        )
-        raise SandboxError(f"bubblewrap did not start the zygote: {why}") from None
 
 
 def _log_lines(fd: int, index: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import pyseccomp
 import pytest
 
 import sandbox
-from sandbox import SandboxUnavailable, run
+from sandbox import SandboxError, SandboxUnavailable, bwrap, run
 from tests.sandbox.conftest import FAST
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,24 @@ def test_a_bwrap_that_cannot_make_a_sandbox_refuses_to_run(
     with pytest.raises(SandboxUnavailable, match="uid map: Permission denied"):
         run(program_leaving_a_trace(trace), {}, FAST)
     assert not trace.exists()
+
+
+def test_bubblewraps_pid_is_read_and_a_missing_one_says_whether_bubblewrap_ended() -> None:
+    started_r, started_w = os.pipe()
+    os.write(started_w, json.dumps({"child-pid": 4242}).encode())
+    os.close(started_w)
+    ended_r, ended_w = os.pipe()
+    os.close(ended_w)
+    silent_r, silent_w = os.pipe()  # held open: bubblewrap still setting up
+    try:
+        assert bwrap.read_child_pid(started_r, 10) == 4242
+        with pytest.raises(SandboxError, match=r"did not start \(it ended first\)"):
+            bwrap.read_child_pid(ended_r, 10)
+        with pytest.raises(SandboxError, match=r"did not start \(no pid within 0 s\)"):
+            bwrap.read_child_pid(silent_r, 0.1)
+    finally:
+        for fd in (started_r, ended_r, silent_r, silent_w):
+            os.close(fd)
 
 
 def test_a_host_with_neither_backend_refuses_to_run(

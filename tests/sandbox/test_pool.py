@@ -34,19 +34,10 @@ import pyseccomp
 import pytest
 
 import sandbox
-from sandbox import (
-    Limits,
-    PoolProgram,
-    RunResult,
-    SandboxError,
-    SandboxUnavailable,
-    bwrap,
-    cgroups,
-    seccomp,
-)
+from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, cgroups, seccomp
 from sandbox import docker as docker_backend
 from sandbox.cgroups import own_path
-from sandbox.pool import START_TIMEOUT_SECONDS, BwrapOuter, Pool, _read_child_pid
+from sandbox.pool import START_TIMEOUT_SECONDS, BwrapOuter, Pool
 from sandbox.supervise import ENVIRONMENT
 from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason, fast
 
@@ -451,23 +442,6 @@ def test_a_docker_pool_is_not_offered_under_gvisor() -> None:
 def test_a_pool_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         Pool(BwrapOuter("/usr/bin/bwrap"), PROGRAM, {}, b"", size=0)
-
-
-def test_a_zygotes_start_says_whether_bubblewrap_ended_or_gave_no_pid_in_time() -> None:
-    started_r, started_w = os.pipe()
-    os.write(started_w, json.dumps({"child-pid": 4242}).encode())
-    os.close(started_w)
-    assert _read_child_pid(started_r, 10) == 4242
-    ended_r, ended_w = os.pipe()
-    os.close(ended_w)
-    with pytest.raises(SandboxError, match="ended first"):
-        _read_child_pid(ended_r, 10)
-    silent_r, silent_w = os.pipe()  # held open: bubblewrap still setting up
-    try:
-        with pytest.raises(SandboxError, match="not within 0 s"):
-            _read_child_pid(silent_r, 0.1)
-    finally:
-        os.close(silent_w)
 
 
 def test_an_unknown_backend_is_refused_before_any_pool() -> None:
