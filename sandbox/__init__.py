@@ -4,6 +4,9 @@
     result = runner.run(source, {"cases.json": data}, Limits(wall_timeout_seconds=5))
     result.payload      # what the program wrote to fd 3 (untrusted, capped)
     result.limit_hit    # "timed_out", "memory_exceeded", ... or None
+    # With an input given only when the program asks for it (fd 5), the run in two parts:
+    before = runner.run(source, inputs, limits, later_input=data)   # the part before the request
+    before.after_request                                            # the part after it, or None
 
 A server opens one Runner at start-up: the backend is chosen and probed once, and a warm pool
 (sandbox.pool) is started in front of it when asked for. `run()` is the same for the debugging
@@ -73,11 +76,19 @@ class Runner(Protocol):
     def status(self) -> str:
         """One line for logs and status pages: the backend, and the pool's state."""
 
-    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
-        """Run Python source `program` in a fresh sandbox, with each input at /sandbox/<name>.
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: Limits,
+        later_input: bytes | None = None,
+    ) -> RunResult:
+        """Run Python source `program` in a fresh sandbox, with each input at /sandbox/<name>,
+        and `later_input` on its stdin once it asks for it (sandbox/supervise.py).
 
-        Raises ValueError for a bad input name or limit, SandboxError when the sandbox itself
-        fails. A learner's failure (an exception, a limit hit) is a RunResult, never an exception.
+        Raises ValueError for a bad input name, limit or later input, SandboxError when the
+        sandbox itself fails. A learner's failure (an exception, a limit hit) is a RunResult,
+        never an exception.
         """
 
     def close(self) -> None:
@@ -93,8 +104,14 @@ class BwrapRunner:
     def status(self) -> str:
         return f"bwrap ({self.binary}), a cold sandbox per run"
 
-    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
-        return bwrap.run_program(self.binary, program, inputs, limits)
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: Limits,
+        later_input: bytes | None = None,
+    ) -> RunResult:
+        return bwrap.run_program(self.binary, program, inputs, limits, later_input)
 
     def close(self) -> None:
         pass
@@ -109,9 +126,15 @@ class DockerRunner:
     def status(self) -> str:
         return f"docker ({self.settings.image}), a cold container per run"
 
-    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: Limits,
+        later_input: bytes | None = None,
+    ) -> RunResult:
         check_request(program, inputs, limits)
-        return docker_backend.run_program(self.settings, program, inputs, limits)
+        return docker_backend.run_program(self.settings, program, inputs, limits, later_input)
 
     def close(self) -> None:
         pass
@@ -147,14 +170,20 @@ class PoolRunner:
             f"{len(self.pool.slots)} slots ready"
         )
 
-    def run(self, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: Limits,
+        later_input: bytes | None = None,
+    ) -> RunResult:
         if program != self.pool.program:
-            return self.cold.run(program, inputs, limits)
+            return self.cold.run(program, inputs, limits, later_input)
         try:
-            return self.pool.run_program(inputs, limits)
+            return self.pool.run_program(inputs, limits, later_input)
         except SandboxUnavailable as error:  # no slot could start again: cold until one can
             log.warning("warm pool unavailable (%s): running cold", error)
-            return self.cold.run(program, inputs, limits)
+            return self.cold.run(program, inputs, limits, later_input)
 
     def close(self) -> None:
         self.pool.close()
@@ -200,10 +229,13 @@ def open_runner(
     return PoolRunner(warm, cold)
 
 
-def run(program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+def run(
+    program: str, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None = None
+) -> RunResult:
     """Run `program` on a cold runner chosen from the environment now (the CLI's, the tests')."""
     check_request(program, inputs, limits)
-    return _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto")).run(program, inputs, limits)
+    runner = _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
+    return runner.run(program, inputs, limits, later_input)
 
 
 def backend_name() -> str:

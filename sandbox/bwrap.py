@@ -39,6 +39,7 @@ from sandbox.supervise import (
     ENVIRONMENT,
     PAYLOAD_FD,
     PROGRAM_PATH,
+    REQUEST_FD,
     SANDBOX_DIR,
     SCRATCH_DIR,
     START_FD,
@@ -54,8 +55,8 @@ log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 STAGE_DIR = uids.RUN_DIR / "stage"
-# The fd numbers bwrap gets from the launcher; bwrap hands 3 and 4 on to the program.
-INFO_FD, BLOCK_FD, SECCOMP_FD, FIRST_FILE_FD = 5, 6, 7, 8
+# The fd numbers bwrap gets from the launcher; bwrap hands 0, 3, 4 and 5 on to the program.
+INFO_FD, BLOCK_FD, SECCOMP_FD, FIRST_FILE_FD = 6, 7, 8, 9
 
 SETUP_TIMEOUT_SECONDS = 10.0
 READ_BYTES = 65536
@@ -63,10 +64,17 @@ READ_BYTES = 65536
 TORCH_VIRTUAL_HEADROOM_BYTES = 1 << 30
 
 
-def run_program(bwrap: str, program: str, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
-    """Run `program` at /sandbox/main.py with `inputs` beside it, under `limits`."""
+def run_program(
+    bwrap: str,
+    program: str,
+    inputs: Mapping[str, bytes],
+    limits: Limits,
+    later_input: bytes | None = None,
+) -> RunResult:
+    """Run `program` at /sandbox/main.py with `inputs` beside it, under `limits` (and
+    `later_input` on request: sandbox/supervise.py)."""
     check_request(program, inputs, limits)
-    run = _Run(bwrap, limits)
+    run = _Run(bwrap, limits, later_input)
     try:
         run.start(program, inputs)
         run.supervisor.watch(run)
@@ -92,6 +100,14 @@ def memfd(data: bytes) -> int:
         unwritten = unwritten[os.write(fd, unwritten) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def write_input(fd: int, data: bytes) -> None:
+    """Write a program's later input into its (empty) stdin pipe, never blocking. A program that
+    closed its end, or shrank the pipe below the input, loses what did not fit."""
+    with contextlib.suppress(OSError):
+        os.set_blocking(fd, False)
+        os.write(fd, data)
 
 
 def read_pipe(
@@ -218,17 +234,17 @@ def _rlimits(limits: Limits, has_cgroups: bool, root: bool) -> dict[int, tuple[i
 class _Run:
     """One run, from spawning bwrap to the last process reaped."""
 
-    def __init__(self, bwrap: str, limits: Limits) -> None:
+    def __init__(self, bwrap: str, limits: Limits, later_input: bytes | None) -> None:
         self.bwrap = bwrap
         self.limits = limits
-        self.supervisor = Supervisor(limits)
+        self.supervisor = Supervisor(limits, later_input)
         self.root = os.geteuid() == 0
         self.lease: uids.UidLease | None = None
         self.cgroups: RunCgroups | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.fds: list[int] = []  # every fd this run opened and has not closed yet
         self.proc_pidfd = self.init_pidfd = self.scratch_fd = -1
-        self.err_r = self.block_w = -1
+        self.err_r = self.block_w = self.stdin_w = -1
         self.reading: dict[int, Channel] = {}  # the program's pipes still open, by read end
         self.start_report = bytearray()
         self.init_pid = 0
@@ -269,14 +285,19 @@ class _Run:
         start_r, start_w = self._pipe()
         out_r, out_w = self._pipe()
         self.err_r, err_w = self._pipe()
+        request_r, request_w = self._pipe()
+        stdin_r, self.stdin_w = self._pipe()
         self.reading = {
             payload_r: Channel.PAYLOAD, start_r: Channel.STARTED,
-            out_r: Channel.STDOUT, self.err_r: Channel.STDERR,
+            out_r: Channel.STDOUT, self.err_r: Channel.STDERR, request_r: Channel.REQUESTED,
         }  # fmt: skip
+        if self.supervisor.later_input is None:
+            self.give(b"")
         info_r, info_w = self._pipe()
         block_r, self.block_w = self._pipe()
         rlimits = _rlimits(self.limits, self.cgroups is not None, self.root)
-        moves = [[payload_w, PAYLOAD_FD], [start_w, START_FD], [info_w, INFO_FD]]
+        moves = [[payload_w, PAYLOAD_FD], [start_w, START_FD], [request_w, REQUEST_FD]]
+        moves += [[info_w, INFO_FD]]
         moves += [[block_r, BLOCK_FD]]
         moves += [[fd, number] for number, fd in enumerate(files, start=SECCOMP_FD)]
         args = _bwrap_args(self.limits, list(inputs), python_binds(self.root))
@@ -284,14 +305,14 @@ class _Run:
         self.supervisor.start_clock()  # here, not while waiting for a uid
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config)],
-            stdin=subprocess.DEVNULL,
+            stdin=stdin_r,
             stdout=out_w,
             stderr=err_w,
             pass_fds=[fd for fd, _ in moves],
             start_new_session=True,
             env={"LANG": "C.UTF-8"},  # nothing of the server's environment, not even to bwrap
         )
-        for fd in [payload_w, start_w, out_w, err_w, info_w, block_r, *files]:
+        for fd in [payload_w, start_w, out_w, err_w, request_w, stdin_r, info_w, block_r, *files]:
             self._close(fd)
         self.proc_pidfd = self._fd(os.pidfd_open(self.proc.pid))
         self.init_pid = self._read_init_pid(info_r)
@@ -400,6 +421,12 @@ class _Run:
             peak_memory_bytes=peak,
             file_size_cap_reached=file_size_cap_reached,
         )
+
+    def give(self, data: bytes) -> None:
+        if self.stdin_w >= 0:
+            write_input(self.stdin_w, data)
+            self._close(self.stdin_w)
+            self.stdin_w = -1
 
     # -- end -------------------------------------------------------------------------------------
 

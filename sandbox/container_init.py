@@ -2,18 +2,21 @@
 
     python3 -I -S /opt/loopgrade/init/init.py CONFIG_JSON      (the container's command)
 
-A container has two output streams; a run has four: stdout, stderr, the result channel on fd 3
-and the end of the program's set-up on fd 4 (sandbox/supervise.py). This init starts the program
-with a pipe on each, under the run's seccomp filter, and writes whatever arrives to its own
-stdout as frames: one byte naming the channel (O, E, P; S once, when fd 4 is closed), four bytes
-of length (big-endian), the bytes. The supervisor (sandbox/docker.py) reads them through an
-attach socket and holds each channel to its cap. When the program has exited, this init kills
-every process left in the container, forwards what is still in the pipes, sends an X frame
-(JSON: the program's wait status, the CPU seconds and peak RSS of everything reaped, the largest
-file in scratch) and then waits to be killed, so that the supervisor can read the container's
-cgroups before they go.
+A container has two output streams; a run has five: stdout, stderr, the result channel on fd 3,
+the end of the program's set-up on fd 4 and its request for its later input on fd 5
+(sandbox/supervise.py). This init starts the program with a pipe on each, under the run's
+seccomp filter, and writes whatever arrives to its own stdout as frames: one byte naming the
+channel (O, E, P; S once, when fd 4 is closed; R for a request), four bytes of length
+(big-endian), the bytes. Before an R frame it forwards what the other pipes already hold, so
+that the supervisor reads everything the program wrote before asking ahead of the request. The
+program's stdin is the container's: the later input, when the run has one. The supervisor
+(sandbox/docker.py) reads the frames through an attach socket and holds each channel to its
+cap. When the program has exited, this init kills every process left in the container, forwards
+what is still in the pipes, sends an X frame (JSON: the program's wait status, the CPU seconds
+and peak RSS of everything reaped, the largest file in scratch) and then waits to be killed, so
+that the supervisor can read the container's cgroups before they go.
 
-The program cannot forge frames or stop this process: its fds 1 to 4 are pipes, this process
+The program cannot forge frames or stop this process: its fds 1 to 5 are pipes, this process
 is not dumpable (so /proc/1/fd and ptrace are closed to the same uid), and as PID 1 of the
 container's PID namespace it gets no signal from inside but SIGCHLD, which only wakes it.
 A deadline (the run's wall limit and a margin) ends the container even if the supervisor died.
@@ -43,6 +46,7 @@ READ_BYTES = 65536
 START_REPORT_BYTES = 64
 SCAN_ENTRIES, SCAN_DEPTH = 10_000, 16
 SCRATCH_DIR = "/tmp"
+DRAIN_SECONDS = 1.0  # as the supervisor's: a program writing without end cannot hold a request
 
 
 def write_frame(channel: bytes, data: bytes) -> None:
@@ -105,16 +109,15 @@ def kill_all_others() -> None:
 
 
 def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CDLL) -> int:
-    """Fork and exec the program with `pipes` (its fd -> our write end) as fds 1 to 4."""
-    devnull = os.open("/dev/null", os.O_RDONLY)
+    """Fork and exec the program with `pipes` (its fd -> our write end) as fds 1 to 5, and this
+    init's stdin as its own."""
     pid = os.fork()
     if pid == 0:
         try:
             os.setsid()  # its kill(0, ...) reaches only its own group, never this init
-            os.dup2(devnull, 0)
             for number, write_end in pipes.items():
                 os.dup2(write_end, number)
-            os.closerange(5, os.sysconf("SC_OPEN_MAX"))
+            os.closerange(6, os.sysconf("SC_OPEN_MAX"))
             # Dumpable again (exec would do it anyway), or /proc/self is root's and closed to it.
             libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
             # The kernel's OOM killer picks the program (and its children), never this init.
@@ -130,8 +133,45 @@ def start_program(config: dict[str, Any], pipes: dict[int, int], libc: ctypes.CD
         except BaseException as error:  # nothing may run on in this copy of the init
             os.write(2, f"init: cannot start the program: {error}\n".encode())
             os._exit(127)
-    os.close(devnull)
+    os.close(0)  # the program's alone
     return pid
+
+
+def forward(
+    fd: int, channels: dict[int, bytes], selector: selectors.BaseSelector, start_report: bytearray
+) -> None:
+    """Read one of the program's pipes and frame what it brought; drop the pipe at its end."""
+    data = os.read(fd, READ_BYTES)
+    channel = channels[fd]
+    if channel == b"R":  # a request: what the program wrote before it goes first
+        if data:
+            forward_what_is_there(channels, selector, start_report)
+            write_frame(b"R", b"")
+    elif channel == b"S":  # the end of the program's set-up: one frame, at fd 4's close
+        start_report += data[: START_REPORT_BYTES - len(start_report)]
+        if not data:
+            write_frame(b"S", bytes(start_report))
+    elif data:
+        write_frame(channel, data)
+    if not data:
+        selector.unregister(fd)
+        os.close(fd)
+        del channels[fd]
+
+
+def forward_what_is_there(
+    channels: dict[int, bytes], selector: selectors.BaseSelector, start_report: bytearray
+) -> None:
+    """Forward what the output pipes hold now, for at most DRAIN_SECONDS."""
+    deadline = time.monotonic() + DRAIN_SECONDS
+    while time.monotonic() < deadline:
+        ready = [int(key.fd) for key, _ in selector.select(0)]
+        outputs = [fd for fd in ready if channels.get(fd, b"R") != b"R"]
+        if not outputs:
+            return
+        for fd in outputs:
+            if fd in channels:
+                forward(fd, channels, selector, start_report)
 
 
 def main(argv: list[str]) -> None:
@@ -148,7 +188,7 @@ def main(argv: list[str]) -> None:
 
     channels: dict[int, bytes] = {}
     pipes: dict[int, int] = {}
-    for number, channel in ((1, b"O"), (2, b"E"), (3, b"P"), (4, b"S")):
+    for number, channel in ((1, b"O"), (2, b"E"), (3, b"P"), (4, b"S"), (5, b"R")):
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         channels[read_end] = channel
         pipes[number] = write_end
@@ -177,17 +217,8 @@ def main(argv: list[str]) -> None:
                     except BlockingIOError:
                         break
                 continue
-            data = os.read(fd, READ_BYTES)
-            if channels[fd] == b"S":  # the end of the program's set-up: one frame, at fd 4's close
-                start_report += data[: START_REPORT_BYTES - len(start_report)]
-                if not data:
-                    write_frame(b"S", bytes(start_report))
-            elif data:
-                write_frame(channels[fd], data)
-            if not data:
-                selector.unregister(fd)
-                os.close(fd)
-                del channels[fd]
+            if fd in channels:  # not closed by an earlier forward of this batch
+                forward(fd, channels, selector, start_report)
         while True:  # reap the program, and every orphan that was handed to this init
             try:
                 reaped, reaped_status = os.waitpid(-1, os.WNOHANG)

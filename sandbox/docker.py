@@ -108,6 +108,7 @@ FRAME_CHANNELS = {
     b"P": Channel.PAYLOAD,
     b"S": Channel.STARTED,
     b"X": Channel.EXITED,  # its report: the program's status and usage
+    b"R": Channel.REQUESTED,
 }
 
 
@@ -180,12 +181,17 @@ def check_engine(client: Any, settings: DockerSettings) -> None:
 
 
 def run_program(
-    settings: DockerSettings, program: str, inputs: Mapping[str, bytes], limits: Limits
+    settings: DockerSettings,
+    program: str,
+    inputs: Mapping[str, bytes],
+    limits: Limits,
+    later_input: bytes | None = None,
 ) -> RunResult:
-    """Run `program` at /sandbox/main.py with `inputs` beside it, in a fresh container."""
+    """Run `program` at /sandbox/main.py with `inputs` beside it, in a fresh container (and
+    `later_input` on request, on its stdin: sandbox/supervise.py)."""
     check_request(program, inputs, limits)
     client = connect()
-    run = _Run(client, settings, limits)
+    run = _Run(client, settings, limits, later_input)
     try:
         run.start(program, inputs)
         run.supervisor.watch(run)
@@ -295,7 +301,9 @@ class _Streams:
 class _Run:
     """One container, from staging its files to its removal."""
 
-    def __init__(self, client: Any, settings: DockerSettings, limits: Limits) -> None:
+    def __init__(
+        self, client: Any, settings: DockerSettings, limits: Limits, later_input: bytes | None
+    ) -> None:
         self.client = client
         self.api = client.api
         self.settings = settings
@@ -309,7 +317,7 @@ class _Run:
         self.cgroups: RunCgroups | None = None
         self.init_pid = 0
         self.scratch_fd = -1  # the container's /tmp seen from the host, when it can be
-        self.supervisor = Supervisor(limits)
+        self.supervisor = Supervisor(limits, later_input)
         self.hung_up = False
         self.ended_by_engine = False  # the init ended without a report
         self.engine_status: int | None = None
@@ -324,7 +332,9 @@ class _Run:
         self._stage_files(program, inputs)
         try:
             self._create()
-            params = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0}
+            # stdin only for a later input: without one, the program's is /dev/null.
+            stdin = int(self.supervisor.later_input is not None)
+            params = {"stdin": stdin, "stdout": 1, "stderr": 1, "stream": 1, "logs": 0}
             # Attached before the start, so that not one byte of output is missed.
             self.response_socket = self.api.attach_socket(self.container_id, params=params)
             self.sock = getattr(self.response_socket, "_sock", self.response_socket)
@@ -400,6 +410,9 @@ class _Run:
             user=self.settings.user,
             hostname="sandbox",
             working_dir=SCRATCH_DIR,
+            # A later input is written to the attach socket, and the socket's write side shut
+            # after it: the program's stdin then ends (docker-py sets StdinOnce with it).
+            stdin_open=self.supervisor.later_input is not None,
             environment={"LANG": "C.UTF-8", "PATH": ENVIRONMENT["PATH"]},
             network_disabled=True,
             labels={LABEL: "run", PID_LABEL: str(os.getpid())},
@@ -478,6 +491,12 @@ class _Run:
 
     def kill(self) -> None:
         self._kill()
+
+    def give(self, data: bytes) -> None:
+        if self.sock is not None and not self.hung_up:
+            with contextlib.suppress(OSError):  # the engine dropped the stream: the run is over
+                self.sock.sendall(data)
+                self.sock.shutdown(socket.SHUT_WR)
 
     def _kill(self) -> None:
         import docker.errors

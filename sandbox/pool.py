@@ -175,13 +175,15 @@ class _Slot:
 
     # -- one job ---------------------------------------------------------------------------------
 
-    def run_job(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
+    def run_job(
+        self, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None
+    ) -> RunResult:
         assert self.control is not None and self.cgroups is not None
         job: _Job | None = None
         try:
             self._set_limits(limits)
             self._on_cgroups(self.cgroups.reset_peak)
-            job = _Job(self, limits)
+            job = _Job(self, limits, later_input)
             job.start(inputs)
             job.supervisor.watch(job)
             job.supervisor.finish(job.final_usage())
@@ -277,44 +279,57 @@ class _Slot:
 class _Job:
     """One job on a slot, as the shared supervisor sees it (sandbox.supervise.Process)."""
 
-    def __init__(self, slot: _Slot, limits: Limits) -> None:
+    def __init__(self, slot: _Slot, limits: Limits, later_input: bytes | None) -> None:
         self.slot = slot
         self.limits = limits
-        self.supervisor = Supervisor(limits)
+        self.supervisor = Supervisor(limits, later_input)
         self.reading: dict[int, Channel] = {}  # the job's pipes still open, by read end
         self.start_report = bytearray()
         self.status: int | None = None
         self.scratch_fd = -1
+        self.stdin_w = -1  # the job's stdin, until its later input is given (or none is)
         self.base_cpu, self.base_oom, self.base_refused = slot.counters()
 
     def start(self, inputs: Mapping[str, bytes]) -> None:
-        pipes = [os.pipe() for _ in range(4)]
+        pipes = [os.pipe() for _ in range(5)]
         memfds = [bwrap.memfd(data) for data in inputs.values()]
-        channels = [Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR]
+        channels = [
+            Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR, Channel.REQUESTED
+        ]  # fmt: skip
         self.reading = {
             read_end: channel for (read_end, _), channel in zip(pipes, channels, strict=True)
         }
+        stdin_r, self.stdin_w = os.pipe()
+        if self.supervisor.later_input is None:
+            self.give(b"")
         header = {
             "input_names": list(inputs),
             "scratch_bytes": self.limits.scratch_bytes,
             "rlimits": [[limit, *value] for limit, value in _job_rlimits(self.limits).items()],
         }
-        write_ends = [write_end for _, write_end in pipes]
+        given = [write_end for _, write_end in pipes] + [stdin_r]
         assert self.slot.control is not None
         self.supervisor.start_clock()
         try:
-            socket.send_fds(self.slot.control, [json.dumps(header).encode()], write_ends + memfds)
+            socket.send_fds(self.slot.control, [json.dumps(header).encode()], given + memfds)
         except OSError as error:
             raise SandboxError(f"the zygote of slot {self.slot.index} is gone: {error}") from error
         finally:
-            for fd in write_ends + memfds:
+            for fd in given + memfds:
                 os.close(fd)
 
     def close(self) -> None:
-        for fd in [*self.reading, *([self.scratch_fd] if self.scratch_fd >= 0 else [])]:
+        held = [*self.reading, self.scratch_fd, self.stdin_w]
+        for fd in [fd for fd in held if fd >= 0]:
             os.close(fd)
         self.reading = {}
-        self.scratch_fd = -1
+        self.scratch_fd = self.stdin_w = -1
+
+    def give(self, data: bytes) -> None:
+        if self.stdin_w >= 0:
+            bwrap.write_input(self.stdin_w, data)
+            os.close(self.stdin_w)
+            self.stdin_w = -1
 
     # -- what the supervisor sees ----------------------------------------------------------------
 
@@ -424,8 +439,11 @@ class Pool:
         if len(failures) == len(self.slots):
             raise SandboxUnavailable("the warm pool could not start: " + " | ".join(failures))
 
-    def run_program(self, inputs: Mapping[str, bytes], limits: Limits) -> RunResult:
-        """Run the pool's program on `inputs` in a fresh isolated child of a warm zygote."""
+    def run_program(
+        self, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None = None
+    ) -> RunResult:
+        """Run the pool's program on `inputs` (and `later_input` on request: see
+        sandbox/supervise.py) in a fresh isolated child of a warm zygote."""
         check_request(self.program, inputs, limits)
         slot = self.idle.get()
         try:
@@ -435,7 +453,7 @@ class Pool:
                     slot.start()
                 except SandboxError as error:
                     raise SandboxUnavailable(str(error)) from error
-            return slot.run_job(inputs, limits)
+            return slot.run_job(inputs, limits, later_input)
         finally:
             self.idle.put(slot)
 

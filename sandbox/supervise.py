@@ -17,18 +17,28 @@ CPU time is the program's limit, not the clock (see sandbox/limits.py). A progra
 set-up by writing its CPU seconds so far (decimal ASCII, e.g. from `time.process_time()`) to
 fd 4 and closing it, before it runs anything untrusted; from then on its CPU counts against
 `Limits.cpu_seconds`. The figure it writes is believed only up to what the host measured.
+
+A run may be given a later input (`Supervisor(limits, later_input)`): the program asks for it by
+writing a byte to fd 5, and reads it from its stdin (a pipe, closed after it; without a later
+input, stdin is at its end from the start). The request cuts the run in two: everything read
+from the program before the later input is written is the part before the request (it cannot
+depend on that input, whatever threads or blocked writes the program has), everything after is
+the part after it. At the request, the supervisor first reads all the output its pipes already
+hold, so that what the program wrote before asking is in the first part. Only the first
+request counts; the caps hold over the whole run, and a cap hit is in the part it came in.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import re
 import select
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
@@ -45,7 +55,9 @@ ENVIRONMENT = {
     "OMP_NUM_THREADS": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-PAYLOAD_FD, START_FD = 3, 4
+PAYLOAD_FD, START_FD, REQUEST_FD = 3, 4, 5
+# The later input goes whole into a fresh pipe: that size never blocks the supervisor's write.
+LATER_INPUT_MAX_BYTES = 65536
 INPUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 START_REPORT_BYTES = 64  # a float in ASCII, and room to spare
 POLL_SECONDS = 0.02
@@ -73,6 +85,7 @@ class Channel(enum.Enum):
     PAYLOAD = "payload"
     STARTED = "started"  # fd 4 was closed; the bytes are what was written to it
     EXITED = "exited"  # the program has ended (what it left running is the backend's to kill)
+    REQUESTED = "requested"  # the program wrote to fd 5: it asks for its later input
 
 
 class Cap(enum.StrEnum):
@@ -121,12 +134,35 @@ class Process(Protocol):
         """SIGKILL every process of the run (may be called more than once)."""
         ...
 
+    def give(self, data: bytes) -> None:
+        """Write `data` (at most LATER_INPUT_MAX_BYTES) to the program's stdin and close it."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """Where a run's request for its later input cut what had been read of it."""
+
+    stdout: int
+    stderr: int
+    payload: int
+    hits: frozenset[Cap]
+    cpu_seconds: float
+    peak_memory_bytes: int | None
+    at: float
+
 
 class Supervisor:
     """Holds one run to its limits, from its start to its RunResult."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, later_input: bytes | None = None) -> None:
+        if later_input is not None and len(later_input) > LATER_INPUT_MAX_BYTES:
+            raise ValueError(f"a later input is at most {LATER_INPUT_MAX_BYTES} bytes")
         self.limits = limits
+        self.later_input = later_input
+        self.asked = False  # the program wrote to fd 5
+        self.answered = False  # ... and the first request was dealt with
+        self.cut: _Cut | None = None
         self.hits: set[Cap] = set()
         self.payload, self.stdout, self.stderr = bytearray(), bytearray(), bytearray()
         self.started = time.monotonic()
@@ -178,12 +214,16 @@ class Supervisor:
                     continue  # closed by an earlier event of this batch; the number may be reused
                 for channel, data in process.read(fd):
                     self.take(process, channel, data)
+            if self.asked:  # only after this batch: a read by the cut would leave it stale
+                self._cut(process)
 
     def take(self, process: Process, channel: Channel, data: bytes) -> None:
         """Hold what arrived to its cap, or record the news it brings."""
         if channel is Channel.EXITED:
             if self.exited_at is None:
                 self.exited_at = time.monotonic()
+        elif channel is Channel.REQUESTED:
+            self.asked = True
         elif channel is Channel.STARTED:
             self._end_setup(process, data)
         elif channel is Channel.PAYLOAD:
@@ -196,6 +236,38 @@ class Supervisor:
             (self.stdout if channel is Channel.STDOUT else self.stderr).extend(data[: max(0, room)])
             if len(data) > room:
                 self.end(process, Cap.OUTPUT)
+
+    def _cut(self, process: Process) -> None:
+        """The first request, while the program runs: the part before it ends here."""
+        if self.later_input is None or self.answered:
+            return
+        self.answered = True
+        self._read_what_is_there(process)
+        self.check(process, process.usage())
+        if self.exited_at is not None or self.killed_at is not None:
+            return  # the run ended while its output was read: there is no later part
+        self.cut = _Cut(
+            len(self.stdout), len(self.stderr), len(self.payload), frozenset(self.hits),
+            self.cpu_seconds, self.peak_memory_bytes, time.monotonic(),
+        )  # fmt: skip
+        process.give(self.later_input)
+
+    def _read_what_is_there(self, process: Process) -> None:
+        """Read every fd until none has anything more now, for at most DRAIN_SECONDS (a program
+        writing without end would hold it forever). Only completeness hangs on it, not secrecy:
+        whatever is read before the later input is given cannot depend on it."""
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while time.monotonic() < deadline:
+            poller = select.poll()
+            for fd in process.wait_fds():
+                poller.register(fd, select.POLLIN)
+            ready = [fd for fd, _ in poller.poll(0)]
+            if not ready:
+                return
+            for fd in ready:
+                if fd in process.wait_fds():
+                    for channel, data in process.read(fd):
+                        self.take(process, channel, data)
 
     def _end_setup(self, process: Process, report: bytes) -> None:
         if self.startup_cpu_seconds is not None or self.exited_at is not None:
@@ -252,11 +324,13 @@ class Supervisor:
         self.hits.update(self._caps_hit(usage))
 
     def result(self, exit_code: int | None, signal_number: int | None) -> RunResult:
+        """The run's result; with a later input, the part before the request, and the part
+        after it (None if the program never asked) as its `after_request`."""
         ended = self.exited_at or self.killed_at or time.monotonic()
-        return RunResult(
+        whole = RunResult(
             exit_code=exit_code,
             signal=signal_number,
-            **{cap.value: cap in self.hits for cap in Cap},
+            **_flags(self.hits),
             wall_seconds=ended - self.started,
             cpu_seconds=self.cpu_seconds,
             startup_cpu_seconds=self.startup_cpu_seconds,
@@ -265,3 +339,34 @@ class Supervisor:
             stdout=bytes(self.stdout),
             stderr=bytes(self.stderr),
         )
+        cut = self.cut
+        if cut is None:
+            return whole
+        before = dataclasses.replace(
+            whole,
+            exit_code=None,
+            signal=None,
+            **_flags(cut.hits),
+            wall_seconds=cut.at - self.started,
+            cpu_seconds=cut.cpu_seconds,
+            peak_memory_bytes=cut.peak_memory_bytes,
+            payload=whole.payload[: cut.payload],
+            stdout=whole.stdout[: cut.stdout],
+            stderr=whole.stderr[: cut.stderr],
+        )
+        after = dataclasses.replace(
+            whole,
+            **_flags(self.hits - cut.hits),
+            wall_seconds=ended - cut.at,
+            cpu_seconds=max(0.0, self.cpu_seconds - cut.cpu_seconds),
+            startup_cpu_seconds=None,
+            payload=whole.payload[cut.payload :],
+            stdout=whole.stdout[cut.stdout :],
+            stderr=whole.stderr[cut.stderr :],
+        )
+        return dataclasses.replace(before, after_request=after)
+
+
+def _flags(hits: Set[Cap]) -> dict[str, Any]:
+    """RunResult's flags, for the caps hit."""
+    return {cap.value: cap in hits for cap in Cap}

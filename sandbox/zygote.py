@@ -7,7 +7,8 @@ It is started by sandbox.pool, one per slot, inside the same bubblewrap sandbox 
 `import torch` and the optimizer's lazy imports are done), and loads the seccomp filter's bytes.
 It holds no secret and no expected value: a child is a copy of its memory.
 
-Then, for every job on the control socket (a JSON header and fds: payload, stdout, stderr and one
+Then, for every job on the control socket (a JSON header and fds: payload, start, stdout, stderr,
+the request for the later input, stdin, and one
 memfd per input), it clones a child straight into new user, mount, pid, net, ipc and uts
 namespaces (so the job is PID 1 of its pid namespace, killed with the zygote) that isolates
 itself before it reads a byte of the inputs: new session, every other fd closed, fresh /proc,
@@ -50,7 +51,7 @@ NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_N
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 MADV_COLLAPSE, HUGE_PAGE_BYTES = 25, 2 << 20
 SANDBOX_DIR, PROGRAM_PATH, SCRATCH_DIR = "/sandbox", "/sandbox/main.py", "/tmp"
-PAYLOAD_FD, START_FD = 3, 4
+PAYLOAD_FD, START_FD, REQUEST_FD = 3, 4, 5
 MAX_HEADER_BYTES, MAX_FDS = 65536, 64
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -203,7 +204,7 @@ class Zygote:
 
             torch.set_num_threads(1)
         devnull = fcntl.fcntl(os.open(os.devnull, os.O_WRONLY), fcntl.F_DUPFD, 100)
-        for fd in (PAYLOAD_FD, START_FD):
+        for fd in (PAYLOAD_FD, START_FD, REQUEST_FD):
             os.dup2(devnull, fd)
         os.close(devnull)
         os.chdir(SCRATCH_DIR)
@@ -217,7 +218,7 @@ class Zygote:
             pass
         finally:
             os._exit = real_exit
-        for fd in (PAYLOAD_FD, START_FD):
+        for fd in (PAYLOAD_FD, START_FD, REQUEST_FD):
             with contextlib.suppress(OSError):  # the program may have closed it itself
                 os.close(fd)
         sys.stdout.flush()
@@ -274,12 +275,12 @@ class Zygote:
     def _child(self, job: dict[str, Any], fds: list[int]) -> None:
         """Never returns: isolate, then run the job as PID 1 of its namespaces.
 
-        `fds`: the started socket, then the write ends of fds 3 (payload), 4 (start), 1 and 2,
-        then the inputs' memfds.
+        `fds`: the started socket, then the write ends of fds 3 (payload), 4 (start), 1, 2 and
+        5 (the request for the later input), the read end of stdin, then the inputs' memfds.
         """
         try:
-            started_w, payload_w, start_w, out_w, err_w, *memfds = fds
-            pipes = [payload_w, start_w, out_w, err_w]
+            started_w, payload_w, start_w, out_w, err_w, request_w, stdin_r, *memfds = fds
+            pipes = [stdin_r, payload_w, start_w, out_w, err_w, request_w]
             self.control.close()
             os.setsid()
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote's death takes the namespace
@@ -311,12 +312,11 @@ class Zygote:
             scratch = os.open(SCRATCH_DIR, os.O_RDONLY | os.O_DIRECTORY)
             socket.send_fds(socket.socket(fileno=started_w), [b"1"], [scratch])
             os.close(scratch)
-            stdin = os.open(os.devnull, os.O_RDONLY)
             # Parked above every wanted number first, so that no move overwrites one to come.
-            parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in [stdin, *pipes]]
-            for fd, wanted in zip(parked, [0, PAYLOAD_FD, START_FD, 1, 2], strict=True):
+            parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in pipes]
+            for fd, wanted in zip(parked, [0, PAYLOAD_FD, START_FD, 1, 2, REQUEST_FD], strict=True):
                 os.dup2(fd, wanted)
-            os.closerange(START_FD + 1, 1 << 20)
+            os.closerange(REQUEST_FD + 1, 1 << 20)
             os.chdir(SCRATCH_DIR)
             for limit, soft, hard in job["rlimits"]:
                 resource.setrlimit(limit, (soft, hard))
