@@ -22,9 +22,9 @@ and prints, per grading of each pass:
   copy-on-write fault, most of a run's CPU after the clone. A count, so less moved by other
   work on the machine than CPU time.
 
-and, with `--one-run`, the same `-n` submissions as runs only (no judging), side by side: two
-runs each, visible and hidden cases apart (what a grading makes), against one run of all its
-cases (what a grading would cost if both groups shared one sandboxed run).
+and, with `--two-runs`, the same `-n` submissions as runs only (no judging), side by side: one
+run each, the hidden cases given on request (what a grading makes), against two runs each,
+visible and hidden cases apart (what a grading made before both shared one run).
 
 CPU time, not wall time: the machine may be shared. `--profile N` prints the N costliest
 functions of the server side (cProfile, cumulative), over a third pass of the repeats.
@@ -55,7 +55,7 @@ from graders.exercises import get_exercise  # noqa: E402
 from graders.grading import (  # noqa: E402
     GRADING_LIMITS,
     POOL_PROGRAM,
-    _run_group,  # a grading's run of one group of cases, without the judging
+    _run,  # a grading's sandboxed run, without the judging
     case_groups,
     trusted_trajectories,
 )
@@ -67,11 +67,16 @@ def zygote_faults(zygote_pid: int) -> int:
     return int(fields[7]) + int(fields[8])  # minflt, cminflt
 
 
-def run_groups(runner: sandbox.Runner, exercise_id: str, code: str, apart: bool) -> None:
-    """Run a submission's cases as grading does (visible and hidden apart), or all in one run."""
+def run_cases(runner: sandbox.Runner, exercise_id: str, code: str, apart: bool) -> None:
+    """Run a submission's cases as grading does (one run, the hidden cases on request), or in
+    two runs, visible and hidden apart."""
     exercise = get_exercise(exercise_id)
-    for cases in case_groups(exercise) if apart else [list(exercise.cases)]:
-        _run_group(runner, exercise, code, cases, GRADING_LIMITS)
+    first, *later = case_groups(exercise)
+    if apart:
+        for cases in (first, *later):
+            _run(runner, exercise, code, cases, None, GRADING_LIMITS)
+    else:
+        _run(runner, exercise, code, first, later[0] if later else None, GRADING_LIMITS)
 
 
 def main() -> None:
@@ -79,7 +84,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=60, help="gradings measured (default 60)")
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
     parser.add_argument(
-        "--one-run", action="store_true", help="also: two runs a submission against one"
+        "--two-runs", action="store_true", help="also: one run a submission against two"
     )
     args = parser.parse_args()
     runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
@@ -116,9 +121,9 @@ def main() -> None:
         measure("first", load)
         measured = list(itertools.islice(itertools.cycle(load), args.n))
         measure("again", measured)
-        if args.one_run:
-            measure("two runs", measured, lambda e, c: run_groups(runner, e, c, apart=True))
-            measure("one run", measured, lambda e, c: run_groups(runner, e, c, apart=False))
+        if args.two_runs:
+            measure("one run", measured, lambda e, c: run_cases(runner, e, c, apart=False))
+            measure("two runs", measured, lambda e, c: run_cases(runner, e, c, apart=True))
         if args.profile:
             profiler = cProfile.Profile(timer=time.process_time)
             profiler.enable()

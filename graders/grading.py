@@ -8,7 +8,6 @@ itself (a pass, a score, a comparison) is ever read.
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 import logging
@@ -17,7 +16,6 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,22 +96,12 @@ def grade(
     exercise = get_exercise(exercise_id)
     limits = limits or GRADING_LIMITS
     runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
-    groups = case_groups(exercise)
-    # Visible and hidden cases run apart so that nothing printed in a hidden case can be shown.
-    # Each run in a copy of the caller's context, so that its log lines keep what the caller's
-    # carry (the server puts the submission id there).
-    # The runs go in parallel: the last in this thread, the others on `_GROUP_RUN_THREADS`.
-    *others, last = [(contextvars.copy_context(), cases) for cases in groups]
-    futures = [
-        _GROUP_RUN_THREADS.submit(context.run, _run_group, runner, exercise, source, cases, limits)
-        for context, cases in others
-    ]
-    try:
-        last_result = last[0].run(_run_group, runner, exercise, source, last[1], limits)
-    finally:
-        wait(futures)  # none is left running behind a failure
-    results = [future.result() for future in futures] + [last_result]
-    return grade_runs(exercise, list(zip(groups, results, strict=True)), limits)
+    first, *later = case_groups(exercise)
+    result = _run(runner, exercise, source, first, later[0] if later else None, limits)
+    runs = [(first, result)]
+    if later:
+        runs.append((later[0], result.after_request or NEVER_ASKED))
+    return grade_runs(exercise, runs, limits)
 
 
 def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:
@@ -123,11 +111,6 @@ def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:
         for hidden in (False, True)
         if (cases := [c for c in exercise.cases if c.hidden == hidden])
     ]
-
-
-# Threads kept for the runs of a grading beyond its first: one started and joined per grading
-# cost more CPU than supervising its run did. More gradings at once than threads only wait.
-_GROUP_RUN_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grading-run")
 
 
 def grade_runs(
@@ -222,29 +205,55 @@ def non_finite_failure(error: NonFiniteValue) -> Failure:
     )
 
 
-def _run_group(
-    runner: Runner, exercise: Exercise, source: str, cases: list[CaseSpec], limits: Limits
+def _run(
+    runner: Runner,
+    exercise: Exercise,
+    source: str,
+    cases: list[CaseSpec],
+    later_cases: list[CaseSpec] | None,
+    limits: Limits,
 ) -> RunResult:
+    """One sandboxed run: `cases`, then `later_cases` (the hidden ones) given only once the
+    harness asks, after all it wrote for the first is in (sandbox/supervise.py). Nothing the
+    part before shows can depend on the hidden cases: that is what lets one run hold both."""
     request = {
         "kind": exercise.kind,
         "entry_point": exercise.entry_point,
         "cases": [c.harness_spec() for c in cases],
+        "later_cases": later_cases is not None,
     }
     inputs = {
         harness.SUBMISSION_FILENAME: source.encode(),
         harness.CASES_FILENAME: json.dumps(request).encode(),
     }
-    result = runner.run(HARNESS_SOURCE, inputs, limits)
-    log.info(
-        "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
-        exercise.id,
-        ",".join(c.id for c in cases),
-        result.exit_code,
-        result.signal,
-        result.limit_hit,
-        result.wall_seconds,
+    later_input = (
+        None if later_cases is None else json.dumps([c.harness_spec() for c in later_cases])
     )
+    result = runner.run(
+        HARNESS_SOURCE, inputs, limits, None if later_input is None else later_input.encode()
+    )
+    for part, part_cases in ((result, cases), (result.after_request, later_cases)):
+        if part is not None and part_cases is not None:
+            log.info(
+                "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
+                exercise.id,
+                ",".join(c.id for c in part_cases),
+                part.exit_code,
+                part.signal,
+                part.limit_hit,
+                part.wall_seconds,
+            )
     return result
+
+
+# The part after the request, for a run that never asked for its hidden cases: no trace, so
+# a hidden failure ("ended early"), told by its class alone like any other.
+NEVER_ASKED = RunResult(
+    exit_code=None, signal=None, timed_out=False, cpu_time_exceeded=False, memory_exceeded=False,
+    process_limit_exceeded=False, file_size_exceeded=False, open_files_exceeded=False,
+    output_truncated=False, payload_truncated=False, wall_seconds=0.0, cpu_seconds=0.0,
+    peak_memory_bytes=None, payload=b"", stdout=b"", stderr=b"",
+)  # fmt: skip
 
 
 def _cap_failure(result: RunResult, limits: Limits) -> Failure | None:

@@ -14,6 +14,7 @@ values, the returned value and its type, and the calls the step made.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import linecache
 import math
@@ -35,6 +36,8 @@ RESULT_FD = 3
 # Closed once the trusted set-up is done: the sandbox counts the learner's CPU from there on
 # (sandbox/supervise.py).
 START_FD = 4
+# A byte written here asks the sandbox for the later cases, which then come on stdin.
+REQUEST_FD = 5
 # How far the learner's traceback and messages may go into the trace.
 MAX_MESSAGE_CHARS = 2000
 # What one record may hold of things the learner decides: the calls a step made, a type name.
@@ -418,8 +421,15 @@ def end_setup() -> None:
 
 
 def main() -> None:
-    """Sandbox entry point: read the submission and cases, write the trace to fd 3."""
-    channel = os.fdopen(RESULT_FD, "w")
+    """Sandbox entry point: read the submission and cases, write the trace to fd 3.
+
+    With cases to come (`later_cases`, the hidden ones), it then asks for them (a byte on fd 5),
+    reads them from stdin, and writes their trace after the first. The sandbox gives them only
+    once asked, after everything written before the request is in (sandbox/supervise.py).
+    """
+    # The harness's own copies: the learner's code may close or replace fds 0, 3 and 5.
+    channel = os.fdopen(os.dup(RESULT_FD), "w")
+    request_fd, later_input = os.dup(REQUEST_FD), os.fdopen(os.dup(0), "rb")
     torch.set_num_threads(1)
     with open(os.path.join(SANDBOX_DIR, CASES_FILENAME)) as cases_file:
         request = json.load(cases_file)
@@ -427,8 +437,16 @@ def main() -> None:
         source = source_file.read()
     warm_up()
     end_setup()  # nothing of the learner's has run yet
-    trace = run_submission(source, request["kind"], request["entry_point"], request["cases"])
-    channel.write(json.dumps(trace))
+    kind, entry_point = request["kind"], request["entry_point"]
+    channel.write(json.dumps(run_submission(source, kind, entry_point, request["cases"])))
+    channel.flush()
+    if request.get("later_cases"):
+        for stream in (sys.stdout, sys.stderr):  # what the first cases printed goes with them
+            with contextlib.suppress(Exception):  # the learner's to break: their output only
+                stream.flush()
+        os.write(request_fd, b"?")
+        later_cases = json.loads(later_input.read())
+        channel.write(json.dumps(run_submission(source, kind, entry_point, later_cases)))
     channel.close()
 
 

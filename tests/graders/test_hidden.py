@@ -1,8 +1,9 @@
 """Invariant 5: whatever happens in a hidden case, the learner sees the check, pass or fail, and
 a fixed message per failure class; never a string, number or name that learner code chose.
 
-Learner code in the hidden run knows the hidden cases (it can read /sandbox/cases.json), so
-every channel from that run back to the report is tried: an exception's message and type name,
+Learner code knows the hidden cases once they are given (after the harness asks for them, in
+the part of the run after the request; sandbox/supervise.py), so every channel from that part
+back to the report is tried: an exception's message and type name,
 SyntaxError fields, the exit status, a signal, printed output, the number of records, partial
 traces, values and type names in records, non-finite values, every cap. The whole report,
 serialized, must hold no hidden case parameter: id, seed, learning rate, momentum, batch size,
@@ -22,7 +23,13 @@ import pytest
 import sandbox
 from graders import grade, harness
 from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.grading import GRADING_LIMITS, HIDDEN_FAILURES, grade_runs, trusted_trajectories
+from graders.grading import (
+    GRADING_LIMITS,
+    HIDDEN_FAILURES,
+    _run,
+    grade_runs,
+    trusted_trajectories,
+)
 from graders.judging import HIDDEN_CHECK_FAILURE, case_data
 from graders.report import GradeReport
 from sandbox import Limits, RunResult
@@ -243,8 +250,18 @@ def test_a_check_failing_in_visible_and_hidden_cases_shows_only_the_visible_find
 # Through the real sandbox: hostile code that reads the hidden cases and sends them back.
 SANDBOX_LIMITS = Limits(wall_timeout_seconds=120.0, cpu_seconds=60.0)
 READS_CASES = """
-    import json, os, sys
-    CASES = json.load(open("/sandbox/cases.json"))["cases"]
+    import json, os, sys, threading, time
+
+    def cases_being_run():
+        # The harness's own frames hold the cases it runs the learner's code on.
+        frame = sys._getframe()
+        while frame is not None:
+            if isinstance(frame.f_locals.get("specs"), list):
+                return frame.f_locals["specs"]
+            frame = frame.f_back
+        raise AssertionError("no cases found in the harness's frames")
+
+    CASES = cases_being_run()
     IN_HIDDEN = any(case["seed"] not in (0, 1) for case in CASES)
     SECRET = "LEAK " + json.dumps(CASES)
 """
@@ -269,6 +286,34 @@ HOSTILE = {
         "runtime-error",
     ),
 }
+# The hidden cases are given to the run once the harness asks for them (fd 5), on its stdin,
+# after all the run wrote before is in: asking first, or reading them as they come, only moves
+# the learner's output to the part after the request, which is never shown.
+ASKS = {
+    "asks for them while loading and prints them": (
+        "if not IN_HIDDEN:\n    os.write(5, b'?')\n    print(MARK, sys.stdin.read(), flush=True)\n",
+        "runtime-error",  # the visible cases' trace never came before the request
+    ),
+    "a thread that asks for them while the visible cases run": (
+        "def ask():\n    os.write(5, b'?')\n    print(MARK, sys.stdin.read(), flush=True)\n"
+        "if not IN_HIDDEN:\n    threading.Thread(target=ask).start()\n",
+        "runtime-error",
+    ),
+    "a thread printing the hidden cases the moment the harness holds them": (
+        "def spy():\n"
+        "    while True:\n"
+        "        for frame in list(sys._current_frames().values()):\n"
+        "            while frame is not None:\n"
+        "                if isinstance(frame.f_locals.get('later_cases'), list):\n"
+        "                    print(MARK, frame.f_locals['later_cases'], flush=True)\n"
+        "                    sys.stderr.write(MARK)\n"
+        "                    return\n"
+        "                frame = frame.f_back\n"
+        "        time.sleep(0.001)\n"
+        "if not IN_HIDDEN:\n    threading.Thread(target=spy, daemon=True).start()\n",
+        "correct",  # nothing of it changes the steps; what it printed is not shown
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -281,3 +326,20 @@ def test_hostile_code_in_the_sandbox_cannot_send_the_hidden_cases_back(
     assert report.diagnosis == diagnosis, report.feedback
     assert_conceals(TRAIN_STEP, report)
     assert report.checks[0].message == HIDDEN_FAILURES[diagnosis]
+
+
+@pytest.mark.parametrize("name", sorted(ASKS))
+def test_asking_for_the_hidden_cases_or_echoing_them_shows_none_of_them(
+    name: str, grading_runner: sandbox.Runner
+) -> None:
+    attack, diagnosis = ASKS[name]
+    source = textwrap.dedent(READS_CASES) + f"MARK = {MARK!r}\n" + attack + CORRECT
+    report = grade("train-step", source, limits=SANDBOX_LIMITS, runner=grading_runner)
+    assert report.diagnosis == diagnosis, report.feedback
+    assert_conceals(TRAIN_STEP, report)
+    # The attack works: the hidden cases reach its output, but only in the part never shown.
+    visible, hidden = groups(TRAIN_STEP)
+    run = _run(grading_runner, TRAIN_STEP, source, visible, hidden, SANDBOX_LIMITS)
+    assert run.after_request is not None
+    assert hidden[0].id in run.after_request.stdout.decode()
+    assert MARK.encode() not in run.stdout + run.stderr + run.payload
