@@ -24,14 +24,14 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="", description="SQLAlchemy URL; empty means SQLite at <data_dir>/loopgrade.db."
     )
-    # With the warm pool, as many workers as slots keep every slot busy; cold, each grade's two
-    # sandboxes keep two cores busy for seconds, so more than half the cores only queue on the
-    # CPU (docs/operations.md, measured by bench/grade_load.py).
+    # A grade is one sandboxed run: with the warm pool, as many workers as slots keep every slot
+    # busy; cold, a run keeps a core busy for seconds, so more than one per core only queues on
+    # the CPU (docs/operations.md, measured by bench/grade_load.py).
     worker_count: int = Field(
         default_factory=usable_cores,  # replaced below unless set: it follows the pool
         ge=1,
         le=64,
-        description="Grading threads; default: one per pool slot, half the usable cores cold.",
+        description="Grading threads; default: one per pool slot, one per usable core cold.",
     )
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
@@ -246,7 +246,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _default_worker_count(self) -> Settings:
         if "worker_count" not in self.model_fields_set:
-            self.worker_count = self.sandbox_pool_size or max(1, usable_cores() // 2)
+            self.worker_count = self.sandbox_pool_size or usable_cores()
         return self
 
     @model_validator(mode="after")

@@ -232,6 +232,6 @@ def test_worker_and_pool_defaults_follow_what_the_machine_carries(
     monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "3")
     assert Settings().worker_count == 3
     monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "0")
-    assert Settings().worker_count == max(1, cores // 2)  # cold grades are CPU-bound
+    assert Settings().worker_count == cores  # a cold grade keeps one core busy
     monkeypatch.setenv("LOOPGRADE_WORKER_COUNT", "3")
     assert Settings().worker_count == 3  # what the operator set stands

@@ -100,13 +100,13 @@ def chosen_backends() -> tuple[str, ...]:
     return chosen or BACKENDS
 
 
-# A slot per run the suite's 2 workers can have at once (visible and hidden cases apart): the
-# test of two overlapping submissions needs all four running together.
-POOL_SIZE = 4
+# A slot per run the suite's 2 workers can have at once (a grade is one run): the test of two
+# overlapping submissions needs both running together.
+POOL_SIZE = 2
 
 # Short limits, so that the whole suite takes minutes. CPU is what a submission is held to (its
 # start-up apart: import torch, the first optimizer, about 3 s per cold run); the wall clock is
-# the backstop for code that waits, well above what four runs sharing the 2 cores need: cold,
+# the backstop for code that waits, well above what two runs sharing the 2 cores need: cold,
 # with their start-ups; warm, a run starts in milliseconds, so its backstop can be nearer (code
 # that sleeps waits it out, in both passes of CI).
 COLD_WALL_TIMEOUT_SECONDS = 90.0
