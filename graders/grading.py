@@ -247,7 +247,8 @@ def _run(
 
 
 # The part after the request, for a run that never asked for its hidden cases: no trace, so
-# a hidden failure ("ended early"), told by its class alone like any other.
+# a hidden failure ("ended early"), told by its class alone like any other. Code that did not
+# load never asks either; its visible failure is the one told.
 NEVER_ASKED = RunResult(
     exit_code=None, signal=None, timed_out=False, cpu_time_exceeded=False, memory_exceeded=False,
     process_limit_exceeded=False, file_size_exceeded=False, open_files_exceeded=False,

@@ -423,9 +423,10 @@ def end_setup() -> None:
 def main() -> None:
     """Sandbox entry point: read the submission and cases, write the trace to fd 3.
 
-    With cases to come (`later_cases`, the hidden ones), it then asks for them (a byte on fd 5),
-    reads them from stdin, and writes their trace after the first. The sandbox gives them only
-    once asked, after everything written before the request is in (sandbox/supervise.py).
+    With cases to come (`later_cases`, the hidden ones) and code that loaded, it then asks for
+    them (a byte on fd 5), reads them from stdin, and writes their trace after the first. The
+    sandbox gives them only once asked, after everything written before the request is in
+    (sandbox/supervise.py).
     """
     # The harness's own copies: the learner's code may close or replace fds 0, 3 and 5.
     channel = os.fdopen(os.dup(RESULT_FD), "w")
@@ -438,9 +439,12 @@ def main() -> None:
     warm_up()
     end_setup()  # nothing of the learner's has run yet
     kind, entry_point = request["kind"], request["entry_point"]
-    channel.write(json.dumps(run_submission(source, kind, entry_point, request["cases"])))
+    first = run_submission(source, kind, entry_point, request["cases"])
+    channel.write(json.dumps(first))
     channel.flush()
-    if request.get("later_cases"):
+    # Code that did not load is reported as the visible failure it is: loading it again for
+    # the hidden cases would only wait out a load that blocks a second time.
+    if request.get("later_cases") and first["status"] == "ran":
         for stream in (sys.stdout, sys.stderr):  # what the first cases printed goes with them
             with contextlib.suppress(Exception):  # the learner's to break: their output only
                 stream.flush()

@@ -343,3 +343,27 @@ def test_asking_for_the_hidden_cases_or_echoing_them_shows_none_of_them(
     assert run.after_request is not None
     assert hidden[0].id in run.after_request.stdout.decode()
     assert MARK.encode() not in run.stdout + run.stderr + run.payload
+
+
+# Code that does not load is reported as the visible failure it is; the hidden cases are never
+# asked for, so a load that blocks or costs is not paid twice.
+NOT_LOADING = {
+    "an exception while loading": ("raise RuntimeError('at import')\n", "runtime-error"),
+    "an exit while loading": ("import sys\nsys.exit(3)\n", "runtime-error"),
+    "no entry point": ("def not_the_entry_point():\n    return 0\n", "missing-function"),
+    "a syntax error": ("def train_step(:\n", "syntax-error"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_LOADING))
+def test_code_that_does_not_load_is_run_once_and_told_as_a_visible_failure(
+    name: str, grading_runner: sandbox.Runner
+) -> None:
+    source, diagnosis = NOT_LOADING[name]
+    visible, hidden = groups(TRAIN_STEP)
+    run = _run(grading_runner, TRAIN_STEP, source, visible, hidden, SANDBOX_LIMITS)
+    assert run.after_request is None
+    assert json.loads(run.payload)["status"] != "ran"
+    report = grade("train-step", source, limits=SANDBOX_LIMITS, runner=grading_runner)
+    assert report.diagnosis == diagnosis, report.feedback
+    assert report.checks[0].message not in HIDDEN_FAILURES.values()
