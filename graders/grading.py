@@ -226,24 +226,26 @@ def _run(
         harness.SUBMISSION_FILENAME: source.encode(),
         harness.CASES_FILENAME: json.dumps(request).encode(),
     }
-    later_input = (
-        None if later_cases is None else json.dumps([c.harness_spec() for c in later_cases])
-    )
-    result = runner.run(
-        HARNESS_SOURCE, inputs, limits, None if later_input is None else later_input.encode()
-    )
-    for part, part_cases in ((result, cases), (result.after_request, later_cases)):
-        if part is not None and part_cases is not None:
-            log.info(
-                "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
-                exercise.id,
-                ",".join(c.id for c in part_cases),
-                part.exit_code,
-                part.signal,
-                part.limit_hit,
-                part.wall_seconds,
-            )
+    later_input = None
+    if later_cases is not None:
+        later_input = json.dumps([c.harness_spec() for c in later_cases]).encode()
+    result = runner.run(HARNESS_SOURCE, inputs, limits, later_input)
+    _log_part(exercise, cases, result)
+    if later_cases is not None and result.after_request is not None:
+        _log_part(exercise, later_cases, result.after_request)
     return result
+
+
+def _log_part(exercise: Exercise, cases: list[CaseSpec], part: RunResult) -> None:
+    log.info(
+        "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
+        exercise.id,
+        ",".join(c.id for c in cases),
+        part.exit_code,
+        part.signal,
+        part.limit_hit,
+        part.wall_seconds,
+    )
 
 
 # The part after the request, for a run that never asked for its hidden cases: no trace, so
