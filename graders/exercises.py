@@ -22,6 +22,14 @@ EXERCISES_DIR = Path(
 )
 
 
+# Bounds on an exercise's cases. The hidden ones reach the harness as one later input, which a
+# pipe holds whole (sandbox.supervise.LATER_INPUT_MAX_BYTES): so many cases at their largest
+# fit in it with room to spare (tests/graders/test_unit.py), and an exercise cannot be loaded
+# that would fail every grading.
+MAX_CASES = 64
+MAX_CASE_ID_CHARS = 48
+
+
 class UnknownExercise(KeyError):
     """No exercise has this id."""
 
@@ -31,8 +39,8 @@ class CaseSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str
-    seed: int
+    id: str = Field(min_length=1, max_length=MAX_CASE_ID_CHARS)
+    seed: int = Field(ge=0, lt=2**32)
     in_features: int = Field(ge=1, le=64)
     out_features: int = Field(ge=1, le=64)
     batch_size: int = Field(ge=1, le=256)
@@ -79,7 +87,7 @@ class Exercise(BaseModel):
     starter_code: str
     solution_code: str
     checks: dict[str, float]
-    cases: list[CaseSpec]
+    cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
     variants: list[Variant]
     version: str = Field(description="Content hash of the exercise folder.")
 

@@ -7,17 +7,28 @@ sandbox end to end for every exercise.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import sandbox
 from graders import grade
-from graders.exercises import Exercise, list_exercises, load_exercise
+from graders.exercises import (
+    MAX_CASE_ID_CHARS,
+    MAX_CASES,
+    CaseSpec,
+    Exercise,
+    list_exercises,
+    load_exercise,
+)
 from graders.mutation import Edit, reference_mutants
 from graders.proving import judge_source, prove
+from sandbox.supervise import LATER_INPUT_MAX_BYTES
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 UNIT = [
@@ -509,4 +520,50 @@ def test_every_kind_of_edit_makes_mutants_of_the_references() -> None:
     assert "delete a statement: line 6 `optimizer.step()`" in described
     assert "move the return: line 7 `return loss.item()` up before line 5 `loss.backward()`" in (
         described
+    )
+
+
+def test_the_most_hidden_cases_an_exercise_may_have_fit_in_one_later_input() -> None:
+    largest = CaseSpec(
+        id="x" * MAX_CASE_ID_CHARS,
+        seed=2**32 - 1,
+        in_features=64,
+        out_features=64,
+        batch_size=256,
+        steps=50,
+        lr=1.2345678901234567e-300,
+        momentum=0.12345678901234567,
+        stale_grads=True,
+        micro_batches=16,
+        epochs=20,
+        grad_state="present",
+        hidden=True,
+    )
+    later_input = json.dumps([largest.harness_spec()] * MAX_CASES).encode()
+    assert len(later_input) <= LATER_INPUT_MAX_BYTES // 2
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda text: text + "".join(extra_case(n) for n in range(MAX_CASES)), "cases"),
+        (lambda text: text.replace('id = "basic"', f'id = "{"b" * 49}"'), "cases.0.id"),
+        (lambda text: text.replace("seed = 0", "seed = -1", 1), "cases.0.seed"),
+        (lambda text: text.replace("seed = 0", f"seed = {2**32}", 1), "cases.0.seed"),
+    ],
+)
+def test_an_exercise_with_too_many_or_too_large_cases_is_refused(
+    tmp_path: Path, edit: Callable[[str], str], field: str
+) -> None:
+    folder = copy_exercise(tmp_path, "train-step")
+    toml = folder / "exercise.toml"
+    toml.write_text(edit(toml.read_text()))
+    with pytest.raises(ValueError, match=re.escape(field)):
+        load_exercise(folder)
+
+
+def extra_case(number: int) -> str:
+    return (
+        f'\n[[cases]]\nid = "extra-{number}"\nseed = {number}\nin_features = 2\n'
+        "out_features = 1\nbatch_size = 4\nsteps = 2\nhidden = true\n"
     )
