@@ -12,8 +12,9 @@ trajectories are then cached, as on a server that has run a while), and measures
   at a time in the sense that none waits for another: latency is from just before the POST to
   the submission's `graded_at` (the server's clock, the same machine's), percentiles p50/p95/p99;
 - burst: `--burst` submissions posted at once (32 client threads): throughput is the count over
-  the time from the first POST to the last `graded_at`. Meanwhile the client asks only whether
-  the last one posted is graded, every 0.2 s, then reads every result once;
+  the time from the first POST to the last `graded_at` (and the time until the last POST was
+  answered, since graders wait for what is not yet posted). Meanwhile the client asks only
+  whether the last one posted is graded, every 0.2 s, then reads every result once;
 - CPU seconds per grading over the burst: user + system time of the server and every process
   under it (sandboxes, zygotes, their reaped children); docker's containers run under the
   engine, not the server, so for docker only the server's own share is counted, and for the
@@ -94,6 +95,7 @@ class Measured:
     latencies_seconds: list[float]
     burst_count: int
     burst_seconds: float
+    burst_posted_seconds: float
     cpu_seconds_per_grading: float
     server_cpu_seconds_per_grading: float
     client_cpu_seconds_per_grading: float
@@ -319,6 +321,7 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         burst_started = time.time()
         with ThreadPoolExecutor(32) as threads:
             posted = list(threads.map(lambda job: client.submit(*job), jobs))
+        posted_seconds = time.time() - burst_started
         client.wait_for(posted[-1], 1800)
         # Measured to here: what reading every result afterwards costs is not grading's.
         cpu_seconds = tree_cpu_seconds(process.pid) + slot_cpu_seconds(slots) - cpu_before
@@ -336,6 +339,7 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
             latencies_seconds=sorted(latencies),
             burst_count=burst,
             burst_seconds=burst_seconds,
+            burst_posted_seconds=posted_seconds,
             cpu_seconds_per_grading=cpu_seconds / burst,
             server_cpu_seconds_per_grading=server_seconds / burst,
             client_cpu_seconds_per_grading=client_seconds / burst,
@@ -381,6 +385,7 @@ def main() -> None:
         ("latency p95 ms", lambda m: f"{percentile(m.latencies_seconds, 0.95) * 1000:.0f}"),
         ("latency p99 ms", lambda m: f"{percentile(m.latencies_seconds, 0.99) * 1000:.0f}"),
         ("burst submissions", lambda m: str(m.burst_count)),
+        ("burst all posted in s", lambda m: f"{m.burst_posted_seconds:.1f}"),
         ("burst graded in s", lambda m: f"{m.burst_seconds:.1f}"),
         ("throughput gradings/s", lambda m: f"{m.burst_count / m.burst_seconds:.2f}"),
         ("CPU s per grading", lambda m: f"{m.cpu_seconds_per_grading:.3f}"),
