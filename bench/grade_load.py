@@ -8,9 +8,14 @@ For each backend it starts `loopgrade serve` (embedded default: SQLite, in-proce
 a fresh data directory, grades one submission of every exercise first (the trusted reference
 trajectories are then cached, as on a server that has run a while), and measures:
 
-- paced: `--paced` submissions at `--rate` per second, each from its own client thread, one
-  at a time in the sense that none waits for another: latency is from just before the POST to
-  the submission's `graded_at` (the server's clock, the same machine's), percentiles p50/p95/p99;
+- paced: `--paced` submissions at `--rate` per second, posted on schedule by a few client
+  threads, so that none waits for another: latency is from just before the POST to the
+  submission's `graded_at` (the server's clock, the same machine's), percentiles p50/p95/p99;
+- sustained: `--sustained-rate` submissions a second (50 by default) for `--sustained-seconds`,
+  posted on schedule the same way: the gradings a second from the first POST to the last
+  `graded_at`, and the latency's p50, p99 and maximum. A server that keeps up grades at the
+  rate posted, with a latency that stays flat; one that does not builds a queue, and the
+  latency grows through the phase;
 - burst: `--burst` submissions posted at once (32 client threads): throughput is the count over
   the time from the first POST to the last `graded_at` (and the time until the last POST was
   answered, since graders wait for what is not yet posted). Meanwhile the client asks only
@@ -93,6 +98,8 @@ def mixed_load() -> list[tuple[str, str]]:
 @dataclass
 class Measured:
     latencies_seconds: list[float]
+    sustained_latencies_seconds: list[float]
+    sustained_seconds: float  # from the first POST to the last graded_at
     burst_count: int
     burst_seconds: float
     burst_posted_seconds: float
@@ -208,6 +215,18 @@ class Client:
             sys.exit(f"submit failed: {response.status_code} {response.text}")
         return response.headers["location"], posted_at
 
+    def submit_paced(self, jobs: list[tuple[str, str]], rate: float) -> list[tuple[str, float]]:
+        """POST one job every 1/rate seconds, on schedule whether or not earlier ones are
+        answered (a few threads post); each one's location and the time just before its POST."""
+        start = time.monotonic()
+
+        def on_schedule(index: int) -> tuple[str, float]:
+            time.sleep(max(0.0, start + index / rate - time.monotonic()))
+            return self.submit(*jobs[index])
+
+        with ThreadPoolExecutor(8) as threads:
+            return list(threads.map(on_schedule, range(len(jobs))))
+
     def wait_all(
         self, posted: list[tuple[str, float]], timeout_seconds: float
     ) -> list[tuple[float, float]]:
@@ -281,7 +300,15 @@ def server(
     print(f"  (server log: {root / 'server.log'})", file=sys.stderr)
 
 
-def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | None) -> Measured:
+def measure(
+    name: str,
+    paced: int,
+    rate: float,
+    sustained: int,
+    sustained_rate: float,
+    burst: int,
+    worker_count: int | None,
+) -> Measured:
     backend, pool_size = BACKENDS[name]
     load = mixed_load()
     with server(backend, pool_size, worker_count) as (process, url, key):
@@ -291,13 +318,15 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         client.wait_all(warm, 900)
         client.errors = 0
 
-        # Paced: one POST every 1/rate seconds, on schedule whether or not earlier ones are done.
-        posted = []
-        start = time.monotonic()
-        for index, job in enumerate(itertools.islice(itertools.cycle(load), paced)):
-            time.sleep(max(0.0, start + index / rate - time.monotonic()))
-            posted.append(client.submit(*job))
+        posted = client.submit_paced(list(itertools.islice(itertools.cycle(load), paced)), rate)
         latencies = [graded - posted_at for posted_at, graded in client.wait_all(posted, 1800)]
+
+        sustained_jobs = list(itertools.islice(itertools.cycle(load), sustained))
+        graded = client.wait_all(client.submit_paced(sustained_jobs, sustained_rate), 1800)
+        sustained_latencies = [done - posted_at for posted_at, done in graded]
+        sustained_seconds = max((done for _, done in graded), default=0.0) - min(
+            (posted_at for posted_at, _ in graded), default=0.0
+        )
 
         # Burst: everything posted at once; CPU and memory measured over it.
         jobs = list(itertools.islice(itertools.cycle(load), burst))
@@ -337,6 +366,8 @@ def measure(name: str, paced: int, burst: int, rate: float, worker_count: int | 
         sampler.join()
         return Measured(
             latencies_seconds=sorted(latencies),
+            sustained_latencies_seconds=sorted(sustained_latencies),
+            sustained_seconds=sustained_seconds,
             burst_count=burst,
             burst_seconds=burst_seconds,
             burst_posted_seconds=posted_seconds,
@@ -355,11 +386,26 @@ def percentile(values: list[float], fraction: float) -> float:
     return values[max(1, math.ceil(fraction * len(values))) - 1]
 
 
+def milliseconds(latencies: list[float], fraction: float) -> str:
+    return f"{percentile(latencies, fraction) * 1000:.0f}" if latencies else "-"
+
+
+def sustained_rate(measured: Measured) -> float:
+    count = len(measured.sustained_latencies_seconds)
+    return count / measured.sustained_seconds if count else 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     parser.add_argument("--rate", type=float, default=10.0, help="paced submissions per second")
     parser.add_argument("--paced", type=int, default=200, help="paced submissions (pool)")
+    parser.add_argument(
+        "--sustained-rate", type=float, default=50.0, help="sustained submissions per second"
+    )
+    parser.add_argument(
+        "--sustained-seconds", type=float, default=20.0, help="how long (warm pools; 0: none)"
+    )
     parser.add_argument("--burst", type=int, default=500, help="burst submissions (pool)")
     parser.add_argument("--cold-paced", type=int, default=10, help="paced submissions (cold)")
     parser.add_argument("--cold-burst", type=int, default=20, help="burst submissions (cold)")
@@ -372,18 +418,31 @@ def main() -> None:
     for name in args.backends:
         cold = name not in WARM
         paced, burst = (args.cold_paced, args.cold_burst) if cold else (args.paced, args.burst)
+        # Cold runs take seconds each: they would only build a queue.
+        sustained = 0 if cold else round(args.sustained_rate * args.sustained_seconds)
         print(
-            f"{name}: {paced} paced at {args.rate:g}/s, then a burst of {burst} ...",
+            f"{name}: {paced} paced at {args.rate:g}/s, {sustained} at {args.sustained_rate:g}/s, "
+            f"then a burst of {burst} ...",
             file=sys.stderr,
         )
-        results[name] = measure(name, paced, burst, args.rate, args.worker_count)
+        results[name] = measure(
+            name, paced, args.rate, sustained, args.sustained_rate, burst, args.worker_count
+        )
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     rows = [
         ("paced submissions", lambda m: f"{len(m.latencies_seconds)} at {args.rate:g}/s"),
-        ("latency p50 ms", lambda m: f"{percentile(m.latencies_seconds, 0.50) * 1000:.0f}"),
-        ("latency p95 ms", lambda m: f"{percentile(m.latencies_seconds, 0.95) * 1000:.0f}"),
-        ("latency p99 ms", lambda m: f"{percentile(m.latencies_seconds, 0.99) * 1000:.0f}"),
+        ("latency p50 ms", lambda m: milliseconds(m.latencies_seconds, 0.50)),
+        ("latency p95 ms", lambda m: milliseconds(m.latencies_seconds, 0.95)),
+        ("latency p99 ms", lambda m: milliseconds(m.latencies_seconds, 0.99)),
+        (
+            "sustained submissions",
+            lambda m: f"{len(m.sustained_latencies_seconds)} at {args.sustained_rate:g}/s",
+        ),
+        ("sustained gradings/s", lambda m: f"{sustained_rate(m):.2f}"),
+        ("sustained latency p50 ms", lambda m: milliseconds(m.sustained_latencies_seconds, 0.50)),
+        ("sustained latency p99 ms", lambda m: milliseconds(m.sustained_latencies_seconds, 0.99)),
+        ("sustained latency max ms", lambda m: milliseconds(m.sustained_latencies_seconds, 1.0)),
         ("burst submissions", lambda m: str(m.burst_count)),
         ("burst all posted in s", lambda m: f"{m.burst_posted_seconds:.1f}"),
         ("burst graded in s", lambda m: f"{m.burst_seconds:.1f}"),
