@@ -12,6 +12,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sandbox.capacity import default_pool_size, usable_cores
 
+MAX_WORKERS = 64
+# Grading threads per warm pool slot by default: while one reads its run's result, judges and
+# stores it, and claims its next submission, the other's run has the slot. One a slot left the
+# slot idle through that part (docs/performance.md, run 15).
+WORKERS_PER_SLOT = 2
+
 
 class Settings(BaseSettings):
     """Everything an operator can set. Built once per process, by the CLI."""
@@ -24,14 +30,13 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="", description="SQLAlchemy URL; empty means SQLite at <data_dir>/loopgrade.db."
     )
-    # A grade is one sandboxed run: with the warm pool, as many workers as slots keep every slot
-    # busy; cold, a run keeps a core busy for seconds, so more than one per core only queues on
-    # the CPU (docs/operations.md, measured by bench/grade_load.py).
+    # With the warm pool, WORKERS_PER_SLOT a slot; cold, a run keeps a core busy for seconds, so
+    # more than one per core only queues on the CPU (docs/operations.md, bench/grade_load.py).
     worker_count: int = Field(
         default_factory=usable_cores,  # replaced below unless set: it follows the pool
         ge=1,
-        le=64,
-        description="Grading threads; default: one per pool slot, one per usable core cold.",
+        le=MAX_WORKERS,
+        description="Grading threads; default: two per pool slot, one per usable core cold.",
     )
     max_code_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest accepted submission, UTF-8 bytes."
@@ -246,7 +251,13 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _default_worker_count(self) -> Settings:
         if "worker_count" not in self.model_fields_set:
-            self.worker_count = self.sandbox_pool_size or usable_cores()
+            # A prefork Celery worker's children run cold (app/grading/celery_queue.py).
+            warm = self.sandbox_pool_size and self.worker_pool == "threads"
+            self.worker_count = (
+                min(WORKERS_PER_SLOT * self.sandbox_pool_size, MAX_WORKERS)
+                if warm
+                else usable_cores()
+            )
         return self
 
     @model_validator(mode="after")

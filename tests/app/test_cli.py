@@ -228,9 +228,14 @@ def test_worker_and_pool_defaults_follow_what_the_machine_carries(
     warm = Settings()
     assert warm.sandbox_pool_size == default_pool_size()
     assert 1 <= warm.sandbox_pool_size <= cores
-    assert warm.worker_count == warm.sandbox_pool_size  # a worker per slot
+    assert warm.worker_count == 2 * warm.sandbox_pool_size  # two workers a slot
     monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "3")
-    assert Settings().worker_count == 3
+    assert Settings().worker_count == 6
+    monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "64")
+    assert Settings().worker_count == 64  # at most the most an operator may set
+    monkeypatch.setenv("LOOPGRADE_WORKER_POOL", "prefork")  # its children run cold
+    assert Settings().worker_count == cores
+    monkeypatch.delenv("LOOPGRADE_WORKER_POOL")
     monkeypatch.setenv("LOOPGRADE_SANDBOX_POOL_SIZE", "0")
     assert Settings().worker_count == cores  # a cold grade keeps one core busy
     monkeypatch.setenv("LOOPGRADE_WORKER_COUNT", "3")
