@@ -103,10 +103,10 @@ if [ "$warm" -ne 2 ]; then
     "${stack[@]}" logs --no-color worker | grep -E 'sandbox|warm pool|entrypoint' >&2 || true
     exit 1
 fi
-# Each grades as many submissions at a time as its pool has slots (the default Compose keeps).
+# Each runs two grading threads a slot of its pool (the settings' default, which Compose keeps).
 slots=$("${stack[@]}" logs --no-color worker | grep -oE 'warm pool: [0-9]+ of' | head -1 | tr -dc 0-9)
-threads=$("${stack[@]}" logs --no-color worker | grep -cE "concurrency: $slots \(thread\)" || true)
-[ "$threads" -eq 2 ] || { say "$threads of the 2 workers run one thread per slot ($slots)"; exit 1; }
+threads=$("${stack[@]}" logs --no-color worker | grep -cE "concurrency: $((2 * slots)) \(thread\)" || true)
+[ "$threads" -eq 2 ] || { say "$threads of the 2 workers run two threads a slot ($slots slots)"; exit 1; }
 grades=$("${stack[@]}" logs --no-color worker | grep -c ': grading (exercise' || true)
 [ "$grades" -eq 1 ] || { say "the submission was graded $grades times, not once"; exit 1; }
-say "stack up with 2 warm workers of $slots threads each and one submission graded in $(($(date +%s) - started)) s"
+say "stack up with 2 warm workers of $slots slots and $((2 * slots)) threads each and one submission graded in $(($(date +%s) - started)) s"
