@@ -103,10 +103,11 @@ if [ "$warm" -ne 2 ]; then
     "${stack[@]}" logs --no-color worker | grep -E 'sandbox|warm pool|entrypoint' >&2 || true
     exit 1
 fi
-# Each runs two grading threads a slot of its pool (the settings' default, which Compose keeps).
+# Each runs the settings' grading threads a slot of its pool (the default, which Compose keeps).
 slots=$("${stack[@]}" logs --no-color worker | grep -oE 'warm pool: [0-9]+ of' | head -1 | tr -dc 0-9)
-threads=$("${stack[@]}" logs --no-color worker | grep -cE "concurrency: $((2 * slots)) \(thread\)" || true)
-[ "$threads" -eq 2 ] || { say "$threads of the 2 workers run two threads a slot ($slots slots)"; exit 1; }
+per_slot=$("${stack[@]}" exec -T api python3 -c 'from app.settings import WORKERS_PER_SLOT; print(WORKERS_PER_SLOT)')
+threads=$("${stack[@]}" logs --no-color worker | grep -cE "concurrency: $((per_slot * slots)) \(thread\)" || true)
+[ "$threads" -eq 2 ] || { say "$threads of the 2 workers run $per_slot threads a slot ($slots slots)"; exit 1; }
 grades=$("${stack[@]}" logs --no-color worker | grep -c ': grading (exercise' || true)
 [ "$grades" -eq 1 ] || { say "the submission was graded $grades times, not once"; exit 1; }
-say "stack up with 2 warm workers of $slots slots and $((2 * slots)) threads each and one submission graded in $(($(date +%s) - started)) s"
+say "stack up with 2 warm workers of $slots slots and $((per_slot * slots)) threads each and one submission graded in $(($(date +%s) - started)) s"
