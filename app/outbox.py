@@ -32,7 +32,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.db import SessionFactory, on_commit
-from app.models import OutboxMessage, OutboxStatus, utc_now
+from app.models import OutboxMessage, OutboxStatus, Submission, utc_now
 from app.operations import OUTBOX_DELIVERY_FAILURES
 from app.settings import Settings
 
@@ -93,19 +93,23 @@ def add_to_outbox(session: Session, kind: str, payload: dict[str, Any]) -> Outbo
 
 # What a graded result makes the outbox send: each listener adds the messages it needs
 # (the LTI score of a launched submission, a course's webhooks), in the grading transaction.
-GradedListener = Callable[[Session, str], None]
+GradedListener = Callable[[Session, Submission], None]
 GRADED_LISTENERS: list[GradedListener] = []
 
 
 def on_graded(listener: GradedListener) -> GradedListener:
-    """Call `listener(session, submission_id)` in the transaction that stores each result."""
+    """Call `listener(session, submission)` in the transaction that stores each result."""
     GRADED_LISTENERS.append(listener)
     return listener
 
 
 def report_graded(session: Session, submission_id: str) -> None:
+    # Loaded once for every listener, in the transaction that holds SQLite's write lock.
+    submission = session.get(Submission, submission_id)
+    if submission is None:
+        return
     for listener in GRADED_LISTENERS:
-        listener(session, submission_id)
+        listener(session, submission)
 
 
 @dataclass(frozen=True)

@@ -428,10 +428,9 @@ def deliver_lti_score(
 
 
 @on_graded
-def send_score_to_lms(session: Session, submission_id: str) -> None:
+def send_score_to_lms(session: Session, submission: Submission) -> None:
     """A graded submission reached through LTI: its counted score goes to the LMS."""
-    submission = session.get(Submission, submission_id)
-    message = score_message(session, submission) if submission is not None else None
+    message = score_message(session, submission)
     if message is not None:
         add_to_outbox(session, LTI_SCORE_KIND, message)
 

@@ -249,8 +249,7 @@ def deliver_webhook_message(
 
 
 @on_graded
-def send_to_webhooks(session: Session, submission_id: str) -> None:
+def send_to_webhooks(session: Session, submission: Submission) -> None:
     """A graded submission in a course: an event for each of the course's webhooks."""
-    submission = session.get(Submission, submission_id)
-    for message in graded_messages(session, submission) if submission is not None else []:
+    for message in graded_messages(session, submission):
         add_to_outbox(session, WEBHOOK_KIND, message)

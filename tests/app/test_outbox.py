@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app import outbox
 from app.db import SessionFactory
 from app.grading.submissions import claim_submission, create_submission, record_report
-from app.models import OutboxMessage, OutboxStatus
+from app.models import OutboxMessage, OutboxStatus, Submission
 from app.outbox import (
     DeliveryDeferred,
     OutboxDelivery,
@@ -228,9 +228,9 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
     reported: list[str] = []
 
     @on_graded
-    def report_score(session: Session, submission_id: str) -> None:
-        reported.append(submission_id)
-        add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/", "id": submission_id})
+    def report_score(session: Session, submission: Submission) -> None:
+        reported.append(submission.id)
+        add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/", "id": submission.id})
 
     try:
         with sessions.begin() as session:
