@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from app import outbox
@@ -262,3 +262,45 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
         assert reported == [submission_id, submission_id]
     finally:
         outbox.GRADED_LISTENERS.remove(report_score)
+
+
+def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory) -> None:
+    # Each listener's own load by id went to the database again (the identity map keeps no
+    # object nobody holds): the full row and its JSON read twice, under SQLite's write lock.
+    seen: list[Submission] = []
+    listeners = [on_graded(lambda _session, submission: seen.append(submission)) for _ in "ab"]
+    with sessions.begin() as session:
+        submission_id = create_submission(
+            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
+        ).id
+    with sessions.begin() as session:
+        job = claim_submission(session, submission_id, lease_seconds=30)
+    assert job is not None
+    report = GradeReport(
+        exercise=EXERCISE,
+        exercise_version="v",
+        score=10,
+        max_score=10,
+        diagnosis="correct",
+        checks=[],
+        feedback="",
+    )
+    reads: list[str] = []
+    engine = sessions.kw["bind"]
+
+    def count_reads(*args: Any) -> None:
+        statement = str(args[2])
+        if statement.startswith("SELECT") and "FROM submissions" in statement:
+            reads.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count_reads)
+    try:
+        with sessions.begin() as session:
+            assert record_report(session, job, report)
+    finally:
+        event.remove(engine, "before_cursor_execute", count_reads)
+        for listener in listeners:
+            outbox.GRADED_LISTENERS.remove(listener)
+    assert len(reads) == 1
+    assert [s.id for s in seen] == [submission_id, submission_id]
+    assert [(s.status, s.score) for s in seen] == [("graded", 10)] * 2
