@@ -17,7 +17,12 @@ from sqlalchemy.orm import Session
 
 from app import outbox
 from app.db import SessionFactory
-from app.grading.submissions import claim_submission, create_submission, record_report
+from app.grading.submissions import (
+    GradingJob,
+    claim_submission,
+    create_submission,
+    record_report,
+)
 from app.models import OutboxMessage, OutboxStatus, Submission
 from app.outbox import (
     DeliveryDeferred,
@@ -222,6 +227,29 @@ def test_a_claim_whose_host_died_is_delivered_again(
     assert (row.status, row.attempts) == (OutboxStatus.DELIVERED, 2)
 
 
+CORRECT_REPORT = GradeReport(
+    exercise=EXERCISE,
+    exercise_version="v",
+    score=10,
+    max_score=10,
+    diagnosis="correct",
+    checks=[],
+    feedback="",
+)
+
+
+def _claimed_submission(sessions: SessionFactory) -> tuple[str, GradingJob]:
+    """A stored submission and a worker's claim on it, as a grading holds before its result."""
+    with sessions.begin() as session:
+        submission_id = create_submission(
+            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
+        ).id
+    with sessions.begin() as session:
+        job = claim_submission(session, submission_id, lease_seconds=30)
+    assert job is not None
+    return submission_id, job
+
+
 def test_a_result_and_its_message_are_stored_in_one_transaction(
     sessions: SessionFactory,
 ) -> None:
@@ -233,29 +261,14 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
         add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/", "id": submission.id})
 
     try:
-        with sessions.begin() as session:
-            submission_id = create_submission(
-                session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
-            ).id
-        with sessions.begin() as session:
-            job = claim_submission(session, submission_id, lease_seconds=30)
-        assert job is not None
-        report = GradeReport(
-            exercise=EXERCISE,
-            exercise_version="v",
-            score=10,
-            max_score=10,
-            diagnosis="correct",
-            checks=[],
-            feedback="",
-        )
+        submission_id, job = _claimed_submission(sessions)
         with pytest.raises(RuntimeError), sessions.begin() as session:
-            assert record_report(session, job, report)
+            assert record_report(session, job, CORRECT_REPORT)
             raise RuntimeError("the grading transaction failed")
         with sessions() as session:
             assert session.scalars(select(OutboxMessage)).all() == []
         with sessions.begin() as session:
-            assert record_report(session, job, report)
+            assert record_report(session, job, CORRECT_REPORT)
         with sessions() as session:
             payloads = [m.payload for m in session.scalars(select(OutboxMessage))]
         assert payloads == [{"url": "http://127.0.0.1:9/", "id": submission_id}]
@@ -269,22 +282,7 @@ def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory
     # object nobody holds): the full row and its JSON read twice, under SQLite's write lock.
     seen: list[Submission] = []
     listeners = [on_graded(lambda _session, submission: seen.append(submission)) for _ in "ab"]
-    with sessions.begin() as session:
-        submission_id = create_submission(
-            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
-        ).id
-    with sessions.begin() as session:
-        job = claim_submission(session, submission_id, lease_seconds=30)
-    assert job is not None
-    report = GradeReport(
-        exercise=EXERCISE,
-        exercise_version="v",
-        score=10,
-        max_score=10,
-        diagnosis="correct",
-        checks=[],
-        feedback="",
-    )
+    submission_id, job = _claimed_submission(sessions)
     reads: list[str] = []
     engine = sessions.kw["bind"]
 
@@ -296,7 +294,7 @@ def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory
     event.listen(engine, "before_cursor_execute", count_reads)
     try:
         with sessions.begin() as session:
-            assert record_report(session, job, report)
+            assert record_report(session, job, CORRECT_REPORT)
     finally:
         event.remove(engine, "before_cursor_execute", count_reads)
         for listener in listeners:
