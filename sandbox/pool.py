@@ -15,21 +15,23 @@ way every job the zygote forks is born in the slot's cgroups: memory, pids and a
 cap per slot, without joining a cgroup per job. A slot runs one job at a time; the server
 supervises it from outside exactly as a cold run (pipes read and capped, limits polled, wall
 clock, SIGKILL of the whole tree) and waits until nothing but the zygote is left in the slot's
-cgroups before the next job. A zygote that dies is started again; a job that finds no slot able
-to start fails with SandboxError.
+cgroups before the next job. A job is made ready (pipes, inputs) before a slot is free; with
+every slot busy it waits in line, and the thread that ends a slot's job begins the first one
+waiting there at once. A zygote that dies is started again; a job that finds no slot able to
+start fails with SandboxError.
 
 The zygote runs one program only (the one it warmed up); the caller runs any other cold.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
-import queue
 import resource
 import signal
 import socket
@@ -175,24 +177,27 @@ class _Slot:
 
     # -- one job ---------------------------------------------------------------------------------
 
-    def run_job(
-        self, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None
-    ) -> RunResult:
-        assert self.control is not None and self.cgroups is not None
-        job: _Job | None = None
+    def begin(self, job: _Job) -> None:
+        """Start `job` here: the slot's cgroups set to its limits, then the zygote forks it."""
+        assert self.cgroups is not None
         try:
-            self._set_limits(limits)
+            self._set_limits(job.limits)
             self._on_cgroups(self.cgroups.reset_peak)
-            job = _Job(self, limits, later_input)
-            job.start(inputs)
-            job.supervisor.watch(job)
-            job.supervisor.finish(job.final_usage())
+            job.start(self)
         except SandboxError:
             self.stop()  # started again for the next job
             raise
+
+    def finish(self, job: _Job) -> RunResult:
+        """Supervise the job begun here to its end; the slot is clear for the next one after."""
+        try:
+            job.supervisor.watch(job)
+            job.supervisor.finish(job.final_usage())
+        except SandboxError:
+            self.stop()
+            raise
         finally:
-            if job is not None:
-                job.close()
+            job.close()
             clean = self.control is None or self._clear()
         if not clean:
             self.stop()
@@ -277,48 +282,59 @@ class _Slot:
 
 
 class _Job:
-    """One job on a slot, as the shared supervisor sees it (sandbox.supervise.Process)."""
+    """One job: made ready before a slot is free (its pipes, its inputs in memfds), then begun
+    on a slot, and from there what the shared supervisor sees (sandbox.supervise.Process)."""
 
-    def __init__(self, slot: _Slot, limits: Limits, later_input: bytes | None) -> None:
-        self.slot = slot
+    slot: _Slot  # once begun
+
+    def __init__(self, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None):
         self.limits = limits
         self.supervisor = Supervisor(limits, later_input)
-        self.reading: dict[int, Channel] = {}  # the job's pipes still open, by read end
+        self.begun = False
         self.start_report = bytearray()
         self.status: int | None = None
         self.scratch_fd = -1
-        self.stdin_w = -1  # the job's stdin, until its later input is given (or none is)
-        self.base_cpu, self.base_oom, self.base_refused = slot.counters()
-
-    def start(self, inputs: Mapping[str, bytes]) -> None:
+        self.base_cpu, self.base_oom, self.base_refused = 0.0, 0, 0
         pipes = [os.pipe() for _ in range(5)]
-        memfds = [bwrap.memfd(data) for data in inputs.values()]
         channels = [
             Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR, Channel.REQUESTED
         ]  # fmt: skip
+        # The job's pipes still open, by read end.
         self.reading = {
             read_end: channel for (read_end, _), channel in zip(pipes, channels, strict=True)
         }
-        stdin_r, self.stdin_w = os.pipe()
-        if self.supervisor.later_input is None:
+        stdin_r, self.stdin_w = os.pipe()  # its stdin, until its later input is given (or none is)
+        # What the zygote gets: the other ends, then the inputs; closed here once sent.
+        self.given = [write_end for _, write_end in pipes] + [stdin_r]
+        self.given += [bwrap.memfd(data) for data in inputs.values()]
+        if later_input is None:
             self.give(b"")
-        header = {
+        self.header = json.dumps({
             "input_names": list(inputs),
-            "scratch_bytes": self.limits.scratch_bytes,
-            "rlimits": [[limit, *value] for limit, value in _job_rlimits(self.limits).items()],
-        }
-        given = [write_end for _, write_end in pipes] + [stdin_r]
-        assert self.slot.control is not None
+            "scratch_bytes": limits.scratch_bytes,
+            "rlimits": [[limit, *value] for limit, value in _job_rlimits(limits).items()],
+        }).encode()  # fmt: skip
+
+    def start(self, slot: _Slot) -> None:
+        """Hand the job to the slot's zygote, which forks the child that runs it."""
+        assert slot.control is not None
+        self.slot, self.begun = slot, True
+        self.base_cpu, self.base_oom, self.base_refused = slot.counters()
         self.supervisor.start_clock()
         try:
-            socket.send_fds(self.slot.control, [json.dumps(header).encode()], given + memfds)
+            socket.send_fds(slot.control, [self.header], self.given)
         except OSError as error:
-            raise SandboxError(f"the zygote of slot {self.slot.index} is gone: {error}") from error
+            raise SandboxError(f"the zygote of slot {slot.index} is gone: {error}") from error
         finally:
-            for fd in given + memfds:
-                os.close(fd)
+            self._close_given()
+
+    def _close_given(self) -> None:
+        for fd in self.given:
+            os.close(fd)
+        self.given = []
 
     def close(self) -> None:
+        self._close_given()
         held = [*self.reading, self.scratch_fd, self.stdin_w]
         for fd in [fd for fd in held if fd >= 0]:
             os.close(fd)
@@ -396,6 +412,16 @@ class _Job:
         return self.supervisor.result(*((None, status - 128) if status > 128 else (status, None)))
 
 
+class _Turn:
+    """A job waiting for a slot: `given` is set once it has one (and was begun on it, or not)."""
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self.given = threading.Event()
+        self.slot: _Slot | None = None
+        self.failure: Exception | None = None
+
+
 class Pool:
     """`size` slots, each running one job at a time; run_program() waits for a free one."""
 
@@ -416,7 +442,9 @@ class Pool:
         self.seccomp_filter = seccomp_filter
         self.imports_torch = imports_torch
         self.slots = [_Slot(self, index) for index in range(size)]
-        self.idle: queue.Queue[_Slot] = queue.Queue()
+        self.lock = threading.Lock()
+        self.idle: collections.deque[_Slot] = collections.deque()
+        self.waiting: collections.deque[_Turn] = collections.deque()
 
     def start(self) -> None:
         """Start every slot at once; SandboxUnavailable if none starts (the reasons logged)."""
@@ -429,7 +457,7 @@ class Pool:
                 failures.append(str(error))
                 log.warning("%s", error)
             else:
-                self.idle.put(slot)
+                self._release(slot)
 
         threads = [threading.Thread(target=start_slot, args=(s,)) for s in self.slots]
         for thread in threads:
@@ -445,17 +473,57 @@ class Pool:
         """Run the pool's program on `inputs` (and `later_input` on request: see
         sandbox/supervise.py) in a fresh isolated child of a warm zygote."""
         check_request(self.program, inputs, limits)
-        slot = self.idle.get()
+        job = _Job(inputs, limits, later_input)
         try:
-            if not slot.alive:
-                log.warning("warm pool slot %d: the zygote died; starting it again", slot.index)
-                try:
-                    slot.start()
-                except SandboxError as error:
-                    raise SandboxUnavailable(str(error)) from error
-            return slot.run_job(inputs, limits, later_input)
+            slot, failure = self._acquire(job)
+            try:
+                if failure is not None:
+                    raise failure
+                if not job.begun:
+                    if not slot.alive:
+                        log.warning(
+                            "warm pool slot %d: the zygote died; starting it again", slot.index
+                        )
+                        try:
+                            slot.start()
+                        except SandboxError as error:
+                            raise SandboxUnavailable(str(error)) from error
+                    slot.begin(job)
+                return slot.finish(job)
+            finally:
+                self._release(slot)
         finally:
-            self.idle.put(slot)
+            job.close()
+
+    def _acquire(self, job: _Job) -> tuple[_Slot, Exception | None]:
+        """A free slot; with none, the first to finish its job, which has begun `job` already
+        (or failed to: the error). The job's own thread then only supervises it."""
+        with self.lock:
+            if self.idle:
+                return self.idle.popleft(), None
+            turn = _Turn(job)
+            self.waiting.append(turn)
+        turn.given.wait()
+        assert turn.slot is not None
+        return turn.slot, turn.failure
+
+    def _release(self, slot: _Slot) -> None:
+        """Give the slot to the first job waiting, begun on it here and now: this thread holds
+        the interpreter's lock already, and the waiting one would first have to get it
+        (docs/performance.md, run 18). Without one waiting, the slot is idle."""
+        with self.lock:
+            if not self.waiting:
+                self.idle.append(slot)
+                return
+            turn = self.waiting.popleft()
+        try:
+            if slot.alive:  # a dead zygote is started again by the job's own thread
+                slot.begin(turn.job)
+        except Exception as error:  # raised in the job's own thread, as if it had begun it
+            turn.failure = error
+        finally:
+            turn.slot = slot
+            turn.given.set()
 
     @property
     def ready_slots(self) -> int:

@@ -25,10 +25,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyseccomp
 import pytest
@@ -369,6 +372,84 @@ def test_a_jobs_peak_memory_is_its_own_or_not_given(runner: sandbox.PoolRunner) 
     release = tuple(int(part) for part in os.uname().release.split(".")[:2])
     if cgroups.uses_v1() or release >= (6, 12):  # a peak reset per job: always given
         assert small.peak_memory_bytes is not None
+
+
+HOLDER = "import time\ntime.sleep(600)\n"  # holds its slot until the test kills it
+HOLDER_LIMITS = fast(wall_timeout_seconds=600.0, cpu_seconds=30.0)
+
+
+def run_job_in_thread(runner: sandbox.PoolRunner, code: str) -> tuple[threading.Thread, RunResult]:
+    return threading.current_thread(), run_job(runner, code)
+
+
+@contextmanager
+def every_slot_held_then(
+    runner: sandbox.PoolRunner, code: str
+) -> Iterator[tuple[list[Future[RunResult]], Future[tuple[threading.Thread, RunResult]]]]:
+    """Busy every slot with a holder job, then post `code`: it waits for a slot. Whatever the
+    test does, every holder is killed at the end."""
+    pool = runner.pool
+    with ThreadPoolExecutor(len(pool.slots) + 1) as background:
+        holders = [background.submit(run_job, runner, HOLDER, HOLDER_LIMITS) for _ in pool.slots]
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_SECONDS + 30  # a restart first, maybe
+            while not all(slot.job_pids() for slot in pool.slots):
+                assert time.monotonic() < deadline, "the holders never started"
+                time.sleep(0.01)
+            waiting = background.submit(run_job_in_thread, runner, code)
+            while len(pool.waiting) != 1:
+                assert time.monotonic() < deadline, "the job never queued for a slot"
+                time.sleep(0.01)
+            yield holders, waiting
+        finally:
+            while not all(holder.done() for holder in holders):
+                for slot in pool.slots:
+                    slot.kill_job()
+                time.sleep(0.01)
+
+
+@BWRAP_ONLY
+def test_a_job_waiting_for_a_slot_is_begun_by_the_job_that_frees_it(
+    runner: sandbox.PoolRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread hand-off between a job's end and the next one's start (docs/performance.md,
+    run 18): the thread that supervised the freed slot's job begins the waiting job there."""
+    pool = runner.pool
+    begun_by: list[tuple[int, threading.Thread]] = []
+    for slot in pool.slots:
+
+        def spy(job: Any, slot: Any = slot, begin: Any = slot.begin) -> None:
+            begun_by.append((slot.index, threading.current_thread()))
+            begin(job)
+
+        monkeypatch.setattr(slot, "begin", spy)
+    with every_slot_held_then(runner, "report('waited')\n") as (holders, waiting):
+        begun_by.clear()
+        pool.slots[0].kill_job()  # whichever holder runs there
+        own_thread, result = waiting.result(timeout=60)
+        assert reported(result) == "waited"
+        [freed], _ = wait(holders, timeout=60, return_when=FIRST_COMPLETED)
+        assert freed.result().signal == signal.SIGKILL
+        [(index, thread)] = begun_by
+        assert index == 0 and thread is not own_thread  # the freed holder's thread began it
+    assert all(holder.result().signal == signal.SIGKILL for holder in holders)
+    assert len(pool.idle) == len(pool.slots) and not pool.waiting
+
+
+@BWRAP_ONLY
+def test_a_job_waiting_for_a_slot_whose_zygote_dies_starts_it_again(
+    runner: sandbox.PoolRunner,
+) -> None:
+    pool = runner.pool
+    with every_slot_held_then(runner, "report('again')\n") as (holders, waiting):
+        dead = pool.slots[0].zygote_pid
+        os.kill(dead, signal.SIGKILL)
+        assert reported(waiting.result(timeout=START_TIMEOUT_SECONDS + 60)[1]) == "again"
+        [lost], _ = wait(holders, timeout=60, return_when=FIRST_COMPLETED)
+        with pytest.raises(sandbox.SandboxError):
+            lost.result()
+        assert pool.slots[0].zygote_pid != dead
+    assert pool.ready_slots == len(pool.slots)
 
 
 def test_a_zygote_that_dies_is_started_again(runner: sandbox.PoolRunner) -> None:
