@@ -287,7 +287,9 @@ class _Job:
 
     slot: _Slot  # once begun
 
-    def __init__(self, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None):
+    def __init__(
+        self, inputs: Mapping[str, bytes], limits: Limits, later_input: bytes | None
+    ) -> None:
         self.limits = limits
         self.supervisor = Supervisor(limits, later_input)
         self.begun = False
