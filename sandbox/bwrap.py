@@ -58,7 +58,9 @@ STAGE_DIR = uids.RUN_DIR / "stage"
 # The fd numbers bwrap gets from the launcher; bwrap hands 0, 3, 4 and 5 on to the program.
 INFO_FD, BLOCK_FD, SECCOMP_FD, FIRST_FILE_FD = 6, 7, 8, 9
 
-SETUP_TIMEOUT_SECONDS = 10.0
+# Only a bound on a setup that hangs: a busy machine takes longer (an emulated one running
+# the cgroup v2 tests beside CI's other pass once took more than 10 s to start bubblewrap).
+SETUP_TIMEOUT_SECONDS = 30.0
 READ_BYTES = 65536
 # Without a memory cgroup, RLIMIT_AS is the memory cap, and `import torch` alone maps ~700 MB.
 TORCH_VIRTUAL_HEADROOM_BYTES = 1 << 30
