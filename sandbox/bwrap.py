@@ -97,10 +97,14 @@ def run_program(
 def memfd(data: bytes) -> int:
     """A file in memory holding `data`, at offset 0: how a run's files are handed on."""
     fd = os.memfd_create("sandbox-file")
-    unwritten = memoryview(data)
-    while unwritten:
-        unwritten = unwritten[os.write(fd, unwritten) :]
-    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        unwritten = memoryview(data)
+        while unwritten:
+            unwritten = unwritten[os.write(fd, unwritten) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

@@ -297,18 +297,28 @@ class _Job:
         self.status: int | None = None
         self.scratch_fd = -1
         self.base_cpu, self.base_oom, self.base_refused = 0.0, 0, 0
-        pipes = [os.pipe() for _ in range(5)]
         channels = [
             Channel.PAYLOAD, Channel.STARTED, Channel.STDOUT, Channel.STDERR, Channel.REQUESTED
         ]  # fmt: skip
+        # A pipe for each channel, then the job's stdin, then a memfd for each input; all closed
+        # again if making one fails (out of fds or memory), as nothing else would close them.
+        made: list[int] = []
+        try:
+            for _ in range(len(channels) + 1):
+                made.extend(os.pipe())
+            for data in inputs.values():
+                made.append(bwrap.memfd(data))
+        except BaseException:
+            for fd in made:
+                os.close(fd)
+            raise
+        pipes, memfds = made[: 2 * len(channels) + 2], made[2 * len(channels) + 2 :]
+        read_ends, write_ends = pipes[0::2], pipes[1::2]
         # The job's pipes still open, by read end.
-        self.reading = {
-            read_end: channel for (read_end, _), channel in zip(pipes, channels, strict=True)
-        }
-        stdin_r, self.stdin_w = os.pipe()  # its stdin, until its later input is given (or none is)
+        self.reading = dict(zip(read_ends[:-1], channels, strict=True))
+        self.stdin_w = write_ends[-1]  # until its later input is given (or none is)
         # What the zygote gets: the other ends, then the inputs; closed here once sent.
-        self.given = [write_end for _, write_end in pipes] + [stdin_r]
-        self.given += [bwrap.memfd(data) for data in inputs.values()]
+        self.given = [*write_ends[:-1], read_ends[-1], *memfds]
         if later_input is None:
             self.give(b"")
         self.header = json.dumps({

@@ -452,6 +452,36 @@ def test_a_job_waiting_for_a_slot_whose_zygote_dies_starts_it_again(
     assert pool.ready_slots == len(pool.slots)
 
 
+@BWRAP_ONLY
+@pytest.mark.parametrize("failing", ["memfd_create", "write", "pipe"])
+def test_a_job_that_cannot_be_made_leaves_no_fd_open_and_the_pool_serving(
+    runner: sandbox.PoolRunner, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """Out of fds or memory while a job's pipes and inputs are made (the server's EMFILE, a
+    memfd's ENOMEM): what was made is closed again, or each such job would leak a dozen fds."""
+    real = getattr(os, failing)
+    calls = 0
+
+    def fails_the_third_time(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real(*args)
+
+    # Three inputs, a memfd each: the third memfd fails, or its write, or the third of six pipes.
+    inputs = {"job.py": (REPORT + "report(1)\n").encode(), "a": b"a", "b": b"b"}
+    before = sorted(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, failing, fails_the_third_time)
+    with pytest.raises(OSError, match="Too many open files"):
+        runner.run(PROGRAM, inputs, LIMITS)
+    monkeypatch.undo()
+    assert calls >= 3
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert reported(runner.run(PROGRAM, inputs, LIMITS)) == 1
+    assert len(runner.pool.idle) == len(runner.pool.slots)
+
+
 def test_a_zygote_that_dies_is_started_again(runner: sandbox.PoolRunner) -> None:
     for slot in runner.pool.slots:
         os.kill(slot.zygote_pid, signal.SIGKILL)
