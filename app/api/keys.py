@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
@@ -34,11 +34,16 @@ def create_api_key(
     return api_key, secret
 
 
+# Built once: every API request runs it, and building the statement and its cache key each
+# time took a third of the lookup's CPU.
+_LIVE_KEY = select(ApiKey).where(
+    ApiKey.key_hash == bindparam("key_hash"), ApiKey.revoked_at.is_(None)
+)
+
+
 def find_api_key(session: Session, secret: str) -> ApiKey | None:
     """The live (not revoked) key with this secret, or None."""
-    return session.scalars(
-        select(ApiKey).where(ApiKey.key_hash == hash_api_key(secret), ApiKey.revoked_at.is_(None))
-    ).one_or_none()
+    return session.scalars(_LIVE_KEY, {"key_hash": hash_api_key(secret)}).one_or_none()
 
 
 def keys_of_course(session: Session, course_id: str | None) -> list[ApiKey]:
