@@ -215,7 +215,13 @@ class Client:
         self.connections = threading.local()
         self.errors = 0  # submissions that ended as `error` (a server fault), not graded
 
-    def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, str, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, str, bytes]:
         """(status, Location header or "", body) of one request on this thread's connection."""
         connection: http.client.HTTPConnection | None = getattr(self.connections, "open", None)
         if connection is None or time.monotonic() - self.connections.used > self.IDLE_SECONDS:
@@ -223,7 +229,7 @@ class Client:
                 connection.close()
             connection = http.client.HTTPConnection(self.host, self.port, timeout=120)
             self.connections.open = connection
-        headers = {"Authorization": self.authorization}
+        headers = {"Authorization": self.authorization, **(headers or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
         connection.request(method, path, body=body, headers=headers)
@@ -236,7 +242,7 @@ class Client:
         """POST one submission; its location and the wall-clock time just before the POST."""
         posted_at = time.time()
         body = {"exercise": exercise, "learner": f"load-{uuid.uuid4().hex[:12]}", "code": code}
-        status, location, content = self._request(
+        status, location, content = self.request(
             "POST", "/api/v1/submissions", json.dumps(body).encode()
         )
         if status != 202:
@@ -272,7 +278,7 @@ class Client:
             if time.monotonic() > deadline:
                 sys.exit(f"{len(pending)} submissions not graded after {timeout_seconds} s")
             for location, posted_at in list(pending):
-                body = self._get(location)
+                body = self.get(location)
                 if body["status"] not in ("graded", "error"):
                     break
                 self.errors += body["status"] != "graded"
@@ -292,13 +298,13 @@ class Client:
         per answer, the machine a tenth of its CPU (docs/performance.md, run 10).
         """
         deadline = time.monotonic() + timeout_seconds
-        while self._get(posted[0])["status"] not in ("graded", "error"):
+        while self.get(posted[0])["status"] not in ("graded", "error"):
             if time.monotonic() > deadline:
                 sys.exit(f"{posted[0]} not graded after {timeout_seconds} s")
             time.sleep(0.2)
 
-    def _get(self, location: str) -> dict[str, object]:
-        status, _, content = self._request("GET", location)
+    def get(self, location: str) -> dict[str, object]:
+        status, _, content = self.request("GET", location)
         if status != 200:
             sys.exit(f"GET {location}: {status} {content[:200].decode(errors='replace')}")
         body: dict[str, object] = json.loads(content)
@@ -307,8 +313,9 @@ class Client:
 
 @contextmanager
 def server(
-    backend: str, pool_size: int | None, worker_count: int | None
+    backend: str, pool_size: int | None, worker_count: int | None, checkout: Path = REPO
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
+    """`loopgrade serve` of `checkout`'s code on a fresh data directory; it, its URL, an API key."""
     root = Path(tempfile.mkdtemp(prefix="grade-load-"))
     data_dir = root / "data"
     # No per-learner rate limit and no queue cap: a burst of 500 is the load being measured.
@@ -320,10 +327,12 @@ def server(
         env["LOOPGRADE_WORKER_COUNT"] = str(worker_count)
     created = subprocess.run(
         [sys.executable, "-m", "app.cli", "keys", "create", "load", "--data-dir", str(data_dir)],
-        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+        cwd=checkout, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     key = created.stdout.splitlines()[-1]
-    with running_server(data_dir, root / "server.log", env, startup_seconds=300) as (process, url):
+    log = root / "server.log"
+    serving = running_server(data_dir, log, env, startup_seconds=300, checkout=checkout)
+    with serving as (process, url):
         yield process, url, key
     print(f"  (server log: {root / 'server.log'})", file=sys.stderr)
 

@@ -38,8 +38,11 @@ def running_server(
     log_path: Path,
     env: dict[str, str] | None = None,
     startup_seconds: float = 90,
+    checkout: Path = REPO,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """`loopgrade serve` in its own process group; yields it and its URL once it answers.
+
+    `checkout`: the tree whose code it serves (bench/request_cpu.py serves another revision's).
 
     Its port is bound here and handed over (`--fd`): a port only probed as free could be taken
     by another process (another test run beside this one) before the server binds it, and the
@@ -51,7 +54,7 @@ def running_server(
         port = listener.getsockname()[1]
         server = subprocess.Popen(
             [*command, "--fd", str(listener.fileno())],
-            cwd=REPO,
+            cwd=checkout,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
