@@ -452,6 +452,25 @@ def test_a_job_waiting_for_a_slot_whose_zygote_dies_starts_it_again(
     assert pool.ready_slots == len(pool.slots)
 
 
+def test_the_end_of_a_jobs_set_up_is_seen_while_it_runs(runner: sandbox.PoolRunner) -> None:
+    """The program's own part is held to the CPU cap from the end of the set-up it marks on fd 4
+    (its CPU so far, then the close): the server sees that close while the job runs (nothing
+    else may hold fd 4's pipe open). Seen only at the exit, the whole run would be held to the
+    set-up's larger cap."""
+    code = (
+        "import time\n"
+        "os.write(4, str(time.process_time()).encode())\n"
+        "os.close(4)\n"
+        "end = time.process_time() + 2.0\n"
+        "while time.process_time() < end:\n"
+        "    pass\n"
+        "report('not stopped')\n"
+    )
+    result = run_job(runner, code, fast(cpu_seconds=1.0, startup_cpu_seconds=5.0))
+    assert result.limit_hit == "cpu_time_exceeded" and result.payload == b""
+    assert result.startup_cpu_seconds is not None
+
+
 @BWRAP_ONLY
 @pytest.mark.parametrize("failing", ["memfd_create", "write", "pipe"])
 def test_a_job_that_cannot_be_made_leaves_no_fd_open_and_the_pool_serving(
