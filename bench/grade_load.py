@@ -334,7 +334,7 @@ def server(
     serving = running_server(data_dir, log, env, startup_seconds=300, checkout=checkout)
     with serving as (process, url):
         yield process, url, key
-    print(f"  (server log: {root / 'server.log'})", file=sys.stderr)
+    print(f"  (server log: {log})", file=sys.stderr)
 
 
 def measure(
