@@ -165,7 +165,8 @@ class StateSubscriber(threading.Thread):
             # Errors come to `run`, which waits before it reconnects and can be stopped.
             retry=Retry(NoBackoff(), 0),
         )
-        pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        # Typed from redis 8.2 on, untyped before: either way passes (pyproject: redis>=5.0).
+        pubsub = client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
         try:
             pubsub.subscribe(self._channel)
             while not self._stopped.is_set():
