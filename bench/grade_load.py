@@ -311,6 +311,15 @@ class Client:
         return body
 
 
+def warm_up(client: Client) -> list[tuple[str, float]]:
+    """Grade one submission of every exercise, so that each one's trusted trajectories are
+    computed once, as on a server that has run a while; their locations and POST times."""
+    load = mixed_load()
+    warm = [client.submit(exercise, code) for exercise, code in load[:: len(load) // 5 or 1]]
+    client.wait_all(warm, 900)
+    return warm
+
+
 @contextmanager
 def server(
     backend: str, pool_size: int | None, worker_count: int | None, checkout: Path = REPO
@@ -350,9 +359,7 @@ def measure(
     load = mixed_load()
     with server(backend, pool_size, worker_count) as (process, url, key):
         client = Client(url, key)
-        # Warm: every exercise's trusted trajectories computed once, as on a running server.
-        warm = [client.submit(exercise, code) for exercise, code in load[:: len(load) // 5 or 1]]
-        client.wait_all(warm, 900)
+        warm_up(client)
         client.errors = 0
 
         posted = client.submit_paced(list(itertools.islice(itertools.cycle(load), paced)), rate)
