@@ -15,7 +15,8 @@ trajectories are then cached, as on a server that has run a while), and measures
   posted on schedule the same way: the gradings a second from the first POST to the last
   `graded_at`, and the latency's p50, p99 and maximum. A server that keeps up grades at the
   rate posted, with a latency that stays flat; one that does not builds a queue, and the
-  latency grows through the phase;
+  latency grows through the phase. While a queue drains the client asks only for the last one
+  posted, as in the burst, so that its reads do not load the server it measures;
 - burst: `--burst` submissions posted at once (32 client threads): throughput is the count over
   the time from the first POST to the last `graded_at` (and the time until the last POST was
   answered, since graders wait for what is not yet posted). Meanwhile the client asks only
@@ -291,9 +292,10 @@ class Client:
     def wait_for(self, posted: tuple[str, float], timeout_seconds: float) -> None:
         """Wait until one submission is graded, asking for it every 0.2 s.
 
-        For a burst, the last one posted: while the server grades the burst, the client asks
-        for nothing else (as learners told their results by the pages' stream would), and
-        `wait_all` then reads every submission once, asking again for the few still waiting.
+        The last one posted of a burst or a sustained phase: while the server grades, the
+        client asks for nothing else (as learners told their results by the pages' stream
+        would), and `wait_all` then reads every submission once, asking again for the few still
+        waiting.
         Polling each submission through the burst instead cost the server about 2.5 ms of CPU
         per answer, the machine a tenth of its CPU (docs/performance.md, run 10).
         """
@@ -366,7 +368,12 @@ def measure(
         latencies = [graded - posted_at for posted_at, graded in client.wait_all(posted, 1800)]
 
         sustained_jobs = list(itertools.islice(itertools.cycle(load), sustained))
-        graded = client.wait_all(client.submit_paced(sustained_jobs, sustained_rate), 1800)
+        posted = client.submit_paced(sustained_jobs, sustained_rate)
+        # As for the burst: while a queue drains, reading each result as it comes would load
+        # the server beside the gradings being measured (graded_at is the server's own clock).
+        if posted:
+            client.wait_for(posted[-1], 1800)
+        graded = client.wait_all(posted, 1800)
         sustained_latencies = [done - posted_at for posted_at, done in graded]
         sustained_seconds = max((done for _, done in graded), default=0.0) - min(
             (posted_at for posted_at, _ in graded), default=0.0
