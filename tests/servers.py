@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
+from app.admission import uvicorn_config
 from app.web.events import StreamClosingServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def uvicorn_in_thread(app: Any) -> Iterator[tuple[StreamClosingServer, threading
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     # As `loopgrade serve` runs it: proxy headers are the app's to believe (trusted_proxies).
-    server = StreamClosingServer(uvicorn.Config(app, log_level="warning", proxy_headers=False))
+    server = StreamClosingServer(uvicorn_config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
