@@ -36,7 +36,7 @@ from app.settings import Settings
 from app.web.events import STREAM_READ_THREADS
 
 # Requests that may wait for a slot, per slot of the lane; beyond them a 503 comes at once.
-WAITING_PER_SLOT = 4
+WAITING_PER_SLOT = 8
 # The operator's probes (/healthz, /readyz, /metrics) in flight at once.
 OPERATIONS_IN_FLIGHT = 4
 OPERATIONS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})

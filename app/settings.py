@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         default=1.0,
         ge=0,
         description="How long a request over its lane's capacity waits for a slot before "
-        "its 503 (at most four waiting per slot; more are answered at once).",
+        "its 503 (at most eight waiting per slot; more are answered at once).",
     )
     request_body_timeout_seconds: float = Field(
         default=20.0,
