@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +26,14 @@ from app.db import create_db_engine, upgrade_database
 from app.models import Submission
 from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade
 from tests.conftest import ScopeDatabase
-from tests.servers import HTTP_TIMEOUT_SECONDS, running_server
+from tests.servers import (
+    HTTP_TIMEOUT_SECONDS,
+    RawAnswer,
+    parse_answer,
+    raw_request,
+    request_on_own_connection,
+    running_server,
+)
 from tests.services import create_database, drop_database
 
 BURST_CLIENTS = 1000
@@ -111,44 +117,6 @@ def _serve(data_dir: Path, log_path: Path, database_url: str) -> Iterator[Server
         yield Server(url, int(url.rsplit(":", 1)[1]), headers, database_url, log_path)
 
 
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def _request_bytes(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    lines += [f"Content-Length: {len(body)}", "", ""]
-    return "\r\n".join(lines).encode() + body
-
-
-def _parse(raw: bytes) -> Answer:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return Answer(int(status_line.split()[1]), headers, body)
-
-
-async def _once(port: int, request: bytes) -> Answer:
-    """One request on a connection of its own (`Connection: close`), as a browser or LMS."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request)
-        await writer.drain()
-        return _parse(await reader.read())
-    finally:
-        writer.close()
-
-
 def _submission(server: Server, learner: str) -> bytes:
     body = json.dumps({"exercise": EXERCISE, "learner": learner, "code": CORRECT_CODE}).encode()
     headers = {
@@ -157,14 +125,18 @@ def _submission(server: Server, learner: str) -> bytes:
         "Idempotency-Key": learner,
         "Connection": "close",
     }
-    return _request_bytes("POST", "/api/v1/submissions", headers, body)
+    return raw_request("POST", "/api/v1/submissions", headers, body)
 
 
-def _burst(server: Server, learners: list[str]) -> list[Answer]:
-    async def all_at_once() -> list[Answer]:
+async def _post_on_own_connection(server: Server, learner: str) -> RawAnswer:
+    return await request_on_own_connection(server.port, _submission(server, learner))
+
+
+def _burst(server: Server, learners: list[str]) -> list[RawAnswer]:
+    async def all_at_once() -> list[RawAnswer]:
         async with asyncio.timeout(ANSWER_BOUND_SECONDS):
             return await asyncio.gather(
-                *(_once(server.port, _submission(server, learner)) for learner in learners)
+                *(_post_on_own_connection(server, learner) for learner in learners)
             )
 
     return asyncio.run(all_at_once())
@@ -211,12 +183,12 @@ def test_a_client_told_503_retries_with_its_key_and_gets_one_submission(server: 
     assert refused, "the burst crossed no bound (the test's limits are too large)"
     retried = refused[:5]
 
-    async def retry_until_accepted(learner: str) -> Answer:
-        while (answer := await _once(server.port, _submission(server, learner))).status == 503:
+    async def retry_until_accepted(learner: str) -> RawAnswer:
+        while (answer := await _post_on_own_connection(server, learner)).status == 503:
             await asyncio.sleep(int(answer.headers["retry-after"]))
         return answer
 
-    async def retry_all() -> list[Answer]:
+    async def retry_all() -> list[RawAnswer]:
         async with asyncio.timeout(GRADED_BOUND_SECONDS):
             return await asyncio.gather(*(retry_until_accepted(learner) for learner in retried))
 
@@ -239,14 +211,14 @@ def test_slow_bodies_and_idle_connections_do_not_take_the_server(server: Server)
     if "postgresql" in server.database_url:
         pytest.skip("the connections' handling is the same on every database")
     body = json.dumps({"exercise": EXERCISE, "learner": "slow", "code": CORRECT_CODE}).encode()
-    slow_head = _request_bytes(
+    slow_head = raw_request(
         "POST",
         "/api/v1/submissions",
         {**server.headers, "Content-Type": "application/json", "Connection": "close"},
         body,
     )[: -len(body)]
 
-    async def slow_body() -> Answer:
+    async def slow_body() -> RawAnswer:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(slow_head)
 
@@ -260,7 +232,7 @@ def test_slow_bodies_and_idle_connections_do_not_take_the_server(server: Server)
 
         trickling = asyncio.create_task(trickle())
         try:
-            return _parse(await reader.read())
+            return parse_answer(await reader.read())
         finally:
             trickling.cancel()
             writer.close()
@@ -271,8 +243,8 @@ def test_slow_bodies_and_idle_connections_do_not_take_the_server(server: Server)
         await writer.drain()
         return reader, writer
 
-    async def scenario() -> tuple[list[Answer], int, int]:
-        healthz = _request_bytes("GET", "/healthz", {})
+    async def scenario() -> tuple[list[RawAnswer], int, int]:
+        healthz = raw_request("GET", "/healthz", {})
         half_headers = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         idle_connections = await asyncio.gather(
             *(idle(healthz if n % 2 else half_headers) for n in range(IDLE_CONNECTIONS))
