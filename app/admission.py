@@ -32,6 +32,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.lti.framing import FRAME_ANCESTORS_RELOADS
 from app.settings import Settings
 from app.web.events import STREAM_READ_THREADS
 
@@ -91,9 +92,10 @@ class RequestCapacity:
 
     @property
     def connections(self) -> int:
-        """The request engine's pool: one connection per admitted request, and one per thread
-        of the progress streams' reads. No overflow: more would only ever wait."""
-        return self.threads + STREAM_READ_THREADS
+        """The request engine's pool: one connection per admitted request, one per thread of
+        the progress streams' reads, and one for the LTI frame-ancestors reload (which runs
+        on a thread of its own as a response starts). No overflow: more would only wait."""
+        return self.threads + STREAM_READ_THREADS + FRAME_ANCESTORS_RELOADS
 
 
 class AdmissionLane:
