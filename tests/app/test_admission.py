@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +25,15 @@ import pytest
 from sqlalchemy import func, select
 
 from app.db import create_db_engine, upgrade_database
+from app.main import create_app
 from app.models import Submission
+from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade
 from tests.conftest import ScopeDatabase
 from tests.servers import (
     HTTP_TIMEOUT_SECONDS,
     RawAnswer,
+    app_in_thread,
     parse_answer,
     raw_request,
     request_on_own_connection,
@@ -269,3 +274,60 @@ def test_slow_bodies_and_idle_connections_do_not_take_the_server(server: Server)
     assert (submitted_status, page_status) == (202, 200)
     assert [answer.status for answer in slow_answers] == [408] * SLOW_BODY_CLIENTS
     assert "did not arrive within" in slow_answers[0].json()["detail"]
+
+
+def test_over_capacity_writes_get_503_at_once_while_reads_and_probes_answer(
+    settings: Settings, api_key: str
+) -> None:
+    """The test makes the overlap: a route of its own holds the one write slot until told."""
+    app = create_app(
+        settings.model_copy(update={"max_writes_in_flight": 1, "admission_wait_seconds": 0})
+    )
+    entered, release = threading.Event(), threading.Event()
+
+    @app.post("/api/v1/test-hold")
+    async def hold() -> dict[str, str]:
+        entered.set()
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return {"held": "done"}
+
+    auth = {"Authorization": f"Bearer {api_key}"}
+    with (
+        app_in_thread(app) as url,
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
+    ):
+        with ThreadPoolExecutor(1) as holder:
+            held = holder.submit(client.post, "/api/v1/test-hold")
+            assert entered.wait(ANSWER_BOUND_SECONDS)
+            try:
+                refused = client.post(
+                    "/api/v1/submissions",
+                    headers=auth,
+                    json={"exercise": EXERCISE, "learner": "refused", "code": CORRECT_CODE},
+                )
+                page = client.post("/sign-in", data={"email": "a@example.org", "password": "x"})
+                probes = (
+                    client.get("/healthz"),
+                    client.get("/readyz"),
+                    client.get("/api/v1/exercises"),
+                )
+            finally:
+                release.set()
+            assert held.result().json() == {"held": "done"}
+
+        assert (refused.status_code, refused.headers["retry-after"]) == (503, "2")
+        assert "nothing was stored" in refused.json()["detail"]
+        assert page.status_code == 503
+        assert page.headers["content-type"].startswith("text/html")
+        assert "nothing was stored" in page.text
+        assert [probe.status_code for probe in probes[::2]] == [200, 200]
+        assert probes[1].status_code in (200, 503)  # ready, or still computing trajectories
+        assert "queue" in probes[1].json()["checks"]
+        # The slot is free again.
+        accepted = client.post(
+            "/api/v1/submissions",
+            headers=auth,
+            json={"exercise": EXERCISE, "learner": "after", "code": CORRECT_CODE},
+        )
+        assert accepted.status_code == 202, accepted.text
