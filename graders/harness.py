@@ -176,7 +176,15 @@ def _error_record(error: BaseException, filename: str) -> Record:
 
 
 class CallRecorder:
-    """Sees zero_grad, backward and step through per-instance hooks, never by patching torch."""
+    """Sees zero_grad, backward and step through per-instance hooks, never by patching torch.
+
+    A `backward` is a pass that accumulated into the weight's `.grad`: seen by the autograd
+    engine's post-accumulate hook, during that engine's pass, with `.grad` after it equal to
+    `.grad` before it plus the gradient the pass brought (a tensor hook, run before, saw both),
+    and that gradient not all zeros. `torch.autograd.grad()` (which fires tensor hooks and
+    accumulates nothing), a hook called by hand, `.grad` assigned, and a pass of a zero loss
+    are not one.
+    """
 
     def __init__(self, case: Case, on_step: Callable[[], None] | None = None) -> None:
         self.calls: list[str] = []
@@ -186,8 +194,30 @@ class CallRecorder:
         optimizer.register_step_pre_hook(lambda *_: self._append("step"))
         if on_step is not None:
             optimizer.register_step_post_hook(lambda *_: on_step())
-        # Fires once per backward pass that reaches the weight, however backward was called.
-        model.weight.register_hook(lambda grad: self._append("backward"))  # type: ignore[no-untyped-call]
+        # (engine pass, the gradient it brings, `.grad` before it), from the tensor hook
+        self._incoming: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
+        weight = model.weight
+        weight.register_hook(lambda grad: self._arriving(weight, grad))  # type: ignore[no-untyped-call]
+        weight.register_post_accumulate_grad_hook(self._accumulated)  # type: ignore[no-untyped-call]
+
+    def _arriving(self, weight: torch.Tensor, grad: torch.Tensor) -> None:
+        before = None if weight.grad is None else weight.grad.detach().clone()
+        self._incoming = (_engine_pass(), grad.detach().clone(), before)
+
+    def _accumulated(self, weight: torch.Tensor) -> None:
+        incoming, self._incoming = self._incoming, None
+        engine_pass = _engine_pass()
+        if incoming is None or engine_pass < 0 or incoming[0] != engine_pass:
+            return
+        _, grad, before = incoming
+        expected = grad if before is None else before + grad
+        if (
+            weight.grad is not None
+            and bool(grad.any())
+            and weight.grad.shape == expected.shape
+            and torch.allclose(weight.grad, expected, rtol=1e-6, atol=0.0)
+        ):
+            self._append("backward")
 
     def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -204,6 +234,12 @@ class CallRecorder:
         """The calls since the last take."""
         calls, self.calls = self.calls, []
         return calls
+
+
+def _engine_pass() -> int:
+    """The autograd engine's pass running now (-1 outside one): a hook that the engine did not
+    call, or called for another pass, is not that pass accumulating."""
+    return int(torch._C._current_graph_task_id())
 
 
 Driver = Callable[[Callable[..., Any], dict[str, Any], list[Record]], Record | None]
