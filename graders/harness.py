@@ -4,8 +4,10 @@ The same functions serve twice. Inside the sandbox, `main()` runs the learner's 
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
 It lives with the graders because it encodes the exercise kinds, and it is shipped into the
-sandbox as the text of this one file: so it imports nothing of ours and touches no process-wide
-torch state (no global seed, no monkeypatching), so the grader may run it in threads.
+sandbox as the text of this one file: so it imports nothing of ours and, in the grader's
+process, touches no process-wide torch state (no global seed, no monkeypatching), so the grader
+may run it in threads. In the sandbox (`main`), the global random generators are seeded from
+each case before learner code runs (`seed_global_random`).
 
 Each exercise kind has a driver: how to call the learner's function on a case and what to
 record. A record is a flat dict of named values: tensors as nested lists, `.grad` as None or
@@ -19,6 +21,7 @@ import json
 import linecache
 import math
 import os
+import random
 import sys
 import time
 import traceback
@@ -355,19 +358,37 @@ DRIVERS: dict[str, Driver] = {
 }
 
 
+def seed_global_random(seed: int) -> None:
+    """Seed torch's, numpy's and Python's global generators from a case.
+
+    Learner code may draw from them unseeded. A cold run would start from torch's fixed default
+    seed and a random one for the others, a warm pool's child from whatever its zygote drew: so
+    a run draws the same numbers whether cold or warm, and again when graded again.
+    """
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")  # torch imports it when it is installed
+    if numpy is not None:
+        numpy.random.seed(seed)
+
+
 def run_case(
     kind: str,
     function: Callable[..., Any],
     spec: dict[str, Any],
     filename: str = SUBMISSION_FILENAME,
+    seeded: bool = False,
 ) -> dict[str, Any]:
     """Run one case of an exercise kind; the records made, and the learner's error if any.
 
     For step-by-step kinds the records made before an error are kept, to say which step failed.
+    `seeded`: seed the global generators from the case first (in the sandbox only).
     """
     records: list[Record] = []
     final = None
     error = None
+    if seeded:
+        seed_global_random(int(spec["seed"]))
     try:
         final = DRIVERS[kind](function, spec, records)
     except BaseException as exc:  # SystemExit too: the learner's code must not end the run
@@ -403,10 +424,16 @@ def load_function(source: str, entry_point: str, filename: str) -> Callable[...,
 
 
 def run_submission(
-    source: str, kind: str, entry_point: str, specs: list[dict[str, Any]]
+    source: str, kind: str, entry_point: str, specs: list[dict[str, Any]], seeded: bool = False
 ) -> dict[str, Any]:
-    """Load the learner's code and run every case; the whole trace as one JSON-ready dict."""
+    """Load the learner's code and run every case; the whole trace as one JSON-ready dict.
+
+    `seeded`: seed the global generators from the first case before loading, and from each case
+    before it runs (in the sandbox only: it changes this process's generators).
+    """
     filename = SUBMISSION_FILENAME
+    if seeded and specs:
+        seed_global_random(int(specs[0]["seed"]))
     try:
         function = load_function(source, entry_point, filename)
     except SyntaxError as exc:
@@ -422,7 +449,7 @@ def run_submission(
         return {"status": "load-error", "error": _error_record(exc, filename)}
     return {
         "status": "ran",
-        "cases": [run_case(kind, function, spec, filename) for spec in specs],
+        "cases": [run_case(kind, function, spec, filename, seeded) for spec in specs],
     }
 
 
@@ -475,7 +502,7 @@ def main() -> None:
     warm_up()
     end_setup()  # nothing of the learner's has run yet
     kind, entry_point = request["kind"], request["entry_point"]
-    first = run_submission(source, kind, entry_point, request["cases"])
+    first = run_submission(source, kind, entry_point, request["cases"], seeded=True)
     channel.write(json.dumps(first))
     channel.flush()
     # Code that did not load is reported as the visible failure it is: loading it again for
@@ -486,7 +513,8 @@ def main() -> None:
                 stream.flush()
         os.write(request_fd, b"?")
         later_cases = json.loads(later_input.read())
-        channel.write(json.dumps(run_submission(source, kind, entry_point, later_cases)))
+        later = run_submission(source, kind, entry_point, later_cases, seeded=True)
+        channel.write(json.dumps(later))
     channel.close()
 
 
