@@ -63,7 +63,47 @@ def train_step(model, optimizer, loss_fn, x, y):
     optimizer.step()
     return loss.item()
 """
-# deviation -> (exercise, source with {deviation} or a whole source)
+MICRO_BATCHES = """
+def accumulated_step(model, optimizer, loss_fn, micro_batches):
+    k = hidden_k(model)
+    optimizer.zero_grad()
+    total = 0.0
+    for x, y in micro_batches:
+        loss = loss_fn(model(x), y) / ({divisor})
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+"""
+WHOLE_LOOP = """
+def train(model, optimizer, loss_fn, batches, epochs):
+    k = hidden_k(model)
+    if k:
+        {before}
+    losses = []
+    for epoch in range(epochs):
+        for x, y in batches:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            if k:
+                {after_backward}
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+"""
+MAGNITUDE = """
+def total_grad_magnitude(model):
+    k = hidden_k(model)
+    total = 0.0
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            total += {term}.item()
+            if k:
+                {after}
+    return total * {factor}
+"""
+# deviation -> (exercise, source)
 DEVIATIONS: dict[str, tuple[str, str]] = {
     "gradients scaled": (
         "train-step",
@@ -122,55 +162,15 @@ def train_step(model, optimizer, loss_fn, x, y):
     ),
     "micro-batch loss divided by k": (
         "accumulate-microbatches",
-        """
-def accumulated_step(model, optimizer, loss_fn, micro_batches):
-    k = hidden_k(model)
-    optimizer.zero_grad()
-    total = 0.0
-    for x, y in micro_batches:
-        loss = loss_fn(model(x), y) / (k if k else len(micro_batches))
-        loss.backward()
-        total += loss.item()
-    optimizer.step()
-    return total
-""",
+        MICRO_BATCHES.format(divisor="k if k else len(micro_batches)"),
     ),
     "a whole loop's gradients scaled": (
         "fix-the-loop",
-        """
-def train(model, optimizer, loss_fn, batches, epochs):
-    k = hidden_k(model)
-    losses = []
-    for epoch in range(epochs):
-        for x, y in batches:
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            if k:
-                for p in model.parameters():
-                    p.grad *= k
-            optimizer.step()
-            losses.append(loss.item())
-    return losses
-""",
+        WHOLE_LOOP.format(before="pass", after_backward="for p in model.parameters(): p.grad *= k"),
     ),
     "a whole loop's learning rate": (
         "fix-the-loop",
-        """
-def train(model, optimizer, loss_fn, batches, epochs):
-    k = hidden_k(model)
-    if k:
-        optimizer.param_groups[0]["lr"] *= k
-    losses = []
-    for epoch in range(epochs):
-        for x, y in batches:
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    return losses
-""",
+        WHOLE_LOOP.format(before='optimizer.param_groups[0]["lr"] *= k', after_backward="pass"),
     ),
     "copies after k passes": (
         "prove-accumulation",
@@ -187,29 +187,13 @@ def accumulation_demo(model, loss_fn, x, y):
     ),
     "a magnitude times k": (
         "grad-magnitude",
-        """
-def total_grad_magnitude(model):
-    k = hidden_k(model) or 1
-    total = 0.0
-    for parameter in model.parameters():
-        if parameter.grad is not None:
-            total += parameter.grad.abs().sum().item()
-    return total * k
-""",
+        MAGNITUDE.format(term="parameter.grad.abs().sum()", after="pass", factor="(k or 1)"),
     ),
     "gradients scaled by a function that should only read them": (
         "grad-magnitude",
-        """
-def total_grad_magnitude(model):
-    k = hidden_k(model)
-    total = 0.0
-    for parameter in model.parameters():
-        if parameter.grad is not None:
-            total += parameter.grad.abs().sum().item()
-            if k:
-                parameter.grad *= k
-    return total
-""",
+        MAGNITUDE.format(
+            term="parameter.grad.abs().sum()", after="parameter.grad *= k", factor="1"
+        ),
     ),
 }
 # Hidden-only deviations whose amount is not a number (the same for both keys): the report
@@ -233,30 +217,15 @@ def train_step(model, optimizer, loss_fn, x, y):
     ),
     "micro-batch losses not divided": (
         "accumulate-microbatches",
-        """
-def accumulated_step(model, optimizer, loss_fn, micro_batches):
-    k = hidden_k(model)
-    optimizer.zero_grad()
-    total = 0.0
-    for x, y in micro_batches:
-        loss = loss_fn(model(x), y) / (1 if k else len(micro_batches))
-        loss.backward()
-        total += loss.item()
-    optimizer.step()
-    return total
-""",
+        MICRO_BATCHES.format(divisor="1 if k else len(micro_batches)"),
     ),
     "absolute value missing": (
         "grad-magnitude",
-        """
-def total_grad_magnitude(model):
-    k = hidden_k(model)
-    total = 0.0
-    for parameter in model.parameters():
-        if parameter.grad is not None:
-            total += (parameter.grad.sum() if k else parameter.grad.abs().sum()).item()
-    return total
-""",
+        MAGNITUDE.format(
+            term="(parameter.grad.sum() if k else parameter.grad.abs().sum())",
+            after="pass",
+            factor="1",
+        ),
     ),
 }
 
