@@ -81,21 +81,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 1
     check_tool_keys(settings)  # migrates the database first
 
-    import uvicorn
-
+    from app.admission import uvicorn_config
     from app.main import create_app
     from app.web.events import StreamClosingServer
 
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
-    # Proxy headers are the app's to believe or not (LOOPGRADE_TRUSTED_PROXIES), not uvicorn's.
     # The app's progress streams end when shutdown begins, not when each one times out.
-    config = uvicorn.Config(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        log_level="info",
-        proxy_headers=False,
-    )
+    config = uvicorn_config(create_app(settings), host=args.host, port=args.port, log_level="info")
     StreamClosingServer(config).run(sockets=sockets)
     return 0
 

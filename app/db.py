@@ -28,9 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 SessionFactory = sessionmaker[Session]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
-# FastAPI runs sync routes on anyio's worker threads (40 by default), and each holds a
-# connection for its request; the grading workers and the outbox take more. With SQLAlchemy's
-# default 5 + 10, forty pollers at once waited 30 s for a connection and got a 500.
+# For the commands and scripts. The server sizes its two engines itself (app.main): the
+# requests' pool from admission control (app.admission.RequestCapacity), the grading's from
+# its threads, so that neither ever waits for the other's connections.
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 50
 # libpq waits forever by default for a server that takes the connection and never answers, or
@@ -46,7 +46,13 @@ POSTGRES_CONNECTION_DEFAULTS = {
 }
 
 
-def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -> Engine:
+def create_db_engine(
+    database_url: str,
+    *,
+    busy_timeout_seconds: float = 10.0,
+    pool_size: int = POOL_SIZE,
+    max_overflow: int = POOL_MAX_OVERFLOW,
+) -> Engine:
     """An engine for `database_url`; SQLite gets WAL, a busy timeout and foreign keys."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
@@ -55,8 +61,8 @@ def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -
             url,
             connect_args=defaults,
             pool_pre_ping=True,
-            pool_size=POOL_SIZE,
-            max_overflow=POOL_MAX_OVERFLOW,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
         )
 
     if url.database and url.database != ":memory:":
@@ -64,8 +70,8 @@ def create_db_engine(database_url: str, *, busy_timeout_seconds: float = 10.0) -
     engine = create_engine(
         url,
         connect_args={"timeout": busy_timeout_seconds},
-        pool_size=POOL_SIZE,
-        max_overflow=POOL_MAX_OVERFLOW,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
     )
     busy_timeout_ms = int(busy_timeout_seconds * 1000)
 

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import operations
+from app.admission import AdmissionControl, RequestCapacity
 from app.api import routes as api_routes
 from app.db import (
     RequestTransaction,
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "web" / "static"
 DATABASE_RETRY_AFTER_SECONDS = 5
+# The grading engine's connections beside one per grading thread: the lease sweeper and
+# renewer, the outbox, the start-up sweep.
+BACKGROUND_CONNECTIONS = 4
 
 
 class DatabaseNotMigrated(RuntimeError):
@@ -56,23 +60,40 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Two engines, so that requests and grading never wait for each other's connections:
+        # the requests' pool holds one connection per admitted request (app/admission.py), the
+        # grading's one per grading thread and one per background thread.
+        capacity = RequestCapacity.from_settings(settings)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = capacity.threads
         engine = create_db_engine(
-            settings.database_url, busy_timeout_seconds=settings.database_busy_timeout_seconds
+            settings.database_url,
+            busy_timeout_seconds=settings.database_busy_timeout_seconds,
+            pool_size=capacity.connections,
+            max_overflow=0,
+        )
+        grading_engine = create_db_engine(
+            settings.database_url,
+            busy_timeout_seconds=settings.database_busy_timeout_seconds,
+            pool_size=settings.worker_count + BACKGROUND_CONNECTIONS,
+            max_overflow=settings.worker_count,
         )
         current, head = database_revision(engine), head_revision()
         if current != head:
             engine.dispose()
+            grading_engine.dispose()
             raise DatabaseNotMigrated(
                 f"the database is at migration {current or 'none'}, not {head}: "
                 "run 'loopgrade migrate' (serve does it too)"
             )
         sessions = create_session_factory(engine)
+        grading_sessions = create_session_factory(grading_engine)
         try:
             # Here, not at the first launch: a wrong key-encryption key stops the start.
             with sessions.begin() as session:
                 prepare_tool_keys(session, key_sealing(settings))
         except ToolKeysUnreadable:
             engine.dispose()
+            grading_engine.dispose()
             raise
         # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
         # With a broker the workers grade: this process runs no sandbox.
@@ -84,13 +105,18 @@ def create_app(settings: Settings) -> FastAPI:
         if runner is not None:
             log.info("sandbox: %s", runner.status)
         dispatcher = create_dispatcher(
-            sessions, settings, runner=runner, on_state_change=progress_streams.state_changed
+            grading_sessions,
+            settings,
+            runner=runner,
+            on_state_change=progress_streams.state_changed,
         )
         app.state.sessions = sessions
         app.state.dispatcher = dispatcher
-        outbox = OutboxDelivery(sessions, settings)
+        outbox = OutboxDelivery(grading_sessions, settings)
+        outbox.wake_after_commits_of(sessions)
         app.state.outbox = outbox
         enqueue_after_commit(sessions, dispatcher)
+        enqueue_after_commit(grading_sessions, dispatcher)
         app.state.runner = runner
         # The Celery workers' state changes, from Redis to this process's progress streams.
         channel_url = state_channel_url(settings)
@@ -119,6 +145,7 @@ def create_app(settings: Settings) -> FastAPI:
             if runner is not None:
                 runner.close()
             engine.dispose()
+            grading_engine.dispose()
 
     app = FastAPI(
         title="loopgrade",
@@ -132,6 +159,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.secret_key = load_secret_key(settings)
     # Inside the error handlers' middleware: an error answer is seen here, and rolls back.
     app.add_middleware(RequestTransaction)
+    # Outside the transaction (a request waiting for a slot has no session yet), inside the
+    # body limit (whose 413 it answers while it reads the body).
+    app.add_middleware(AdmissionControl, settings=settings, error_response=error_response)
     app.add_middleware(
         RequestBodyLimit,
         max_body_bytes=settings.request_body_bytes,

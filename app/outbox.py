@@ -279,6 +279,10 @@ class OutboxDelivery:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
+        self.wake_after_commits_of(sessions)
+
+    def wake_after_commits_of(self, sessions: SessionFactory) -> None:
+        """Wake on the commits of `sessions` too (the requests', beside its own engine's)."""
         on_commit(sessions, _OUTBOX_WRITTEN, lambda _written: self._wake.set())
 
     def start(self) -> None:

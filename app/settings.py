@@ -170,12 +170,48 @@ class Settings(BaseSettings):
         "Retry-After (anonymous practice at half of it); 0: no cap.",
     )
 
+    # Admission control in front of every route (app/admission.py, docs/operations.md).
+    max_writes_in_flight: int = Field(
+        default=16,
+        ge=1,
+        description="Requests that change state (submissions, forms) handled at once; more "
+        "wait briefly, then get 503 and Retry-After. Sizes the threads and the database pool.",
+    )
+    max_reads_in_flight: int = Field(
+        default=24,
+        ge=1,
+        description="Reads (pages, results, the API's GETs) handled at once; more wait "
+        "briefly, then get 503 and Retry-After. Sizes the threads and the database pool.",
+    )
+    admission_wait_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="How long a request over its lane's capacity waits for a slot before "
+        "its 503 (at most eight waiting per slot; more are answered at once).",
+    )
+    request_body_timeout_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="A request body must arrive whole within this; a slower one gets 408.",
+    )
+
     # Grading progress pushed to the pages (app/web/events.py).
     max_event_streams: int = Field(
         default=200,
         ge=1,
         description="Progress streams (GET /submissions/{id}/events) open at once in this "
         "process; more get 503 and the page falls back to asking every few seconds.",
+    )
+    max_event_streams_per_client: int = Field(
+        default=8,
+        ge=1,
+        description="Progress streams one client address may hold open at once; more get "
+        "503 and the page asks every few seconds instead.",
+    )
+    max_event_streams_per_submission: int = Field(
+        default=4,
+        ge=1,
+        description="Progress streams one submission may have open at once (its tabs).",
     )
     event_stream_max_seconds: float = Field(
         default=300.0,

@@ -21,6 +21,15 @@ trajectories are then cached, as on a server that has run a while), and measures
   the time from the first POST to the last `graded_at` (and the time until the last POST was
   answered, since graders wait for what is not yet posted). Meanwhile the client asks only
   whether the last one posted is graded, every 0.2 s, then reads every result once;
+- independent clients: `--independent` clients (500 by default) at once, each on a connection
+  of its own (as a class's browsers, an LMS's workers, curl loops; the burst above uses 32
+  keep-alive connections), each POSTing one submission with an Idempotency-Key and, told 503,
+  posting it again on a new connection after its Retry-After: how many were answered at
+  once with 202 and how many with 503, the slowest first answer, the retries, the time until
+  every client had its 202, and until every one was graded. A small asyncio client, not a
+  load tool: what is measured is "N at once, each once, all graded" at the server's clock,
+  which Locust's users (looping with wait times, its own statistics) do not give, and its
+  gevent workers would take more of the two cores than these sockets;
 - CPU seconds per grading over the burst: user + system time of the server and every process
   under it (sandboxes, zygotes, their reaped children); docker's containers run under the
   engine, not the server, so for docker only the server's own share is counted, and for the
@@ -47,6 +56,7 @@ counts (`--cold-paced`, `--cold-burst`).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import itertools
 import json
@@ -70,7 +80,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.servers import running_server  # noqa: E402  (the repo's one way to serve in a process)
+# The repo's one way to serve in a process, and to send a request on a connection of its own.
+from tests.servers import (  # noqa: E402
+    raw_request,
+    request_on_own_connection,
+    running_server,
+)
 
 EXERCISES = REPO / "exercises"
 FAILING = [
@@ -113,6 +128,7 @@ class Measured:
     server_peak_rss_bytes: int
     tree_peak_pss_bytes: int
     errors: int
+    independent: Independent
 
 
 def tree_pids(root: int) -> list[int]:
@@ -312,6 +328,57 @@ class Client:
         return body
 
 
+@dataclass
+class Independent:
+    """What the independent clients saw (see the module docstring)."""
+
+    count: int = 0
+    accepted_at_once: int = 0
+    refused_at_once: int = 0
+    slowest_first_answer_seconds: float = 0.0
+    retries: int = 0
+    all_accepted_seconds: float = 0.0
+    all_graded_seconds: float = 0.0
+
+
+def independent_clients(client: Client, jobs: list[tuple[str, str]]) -> Independent:
+    """Each job posted at once by a client of its own, on a new connection per attempt."""
+    seen = Independent(count=len(jobs))
+    started = time.time()
+    headers = {"Authorization": client.authorization, "Content-Type": "application/json",
+               "Connection": "close"}  # fmt: skip
+
+    async def one(exercise: str, code: str) -> tuple[str, float]:
+        learner = f"load-{uuid.uuid4().hex[:12]}"
+        body = json.dumps({"exercise": exercise, "learner": learner, "code": code}).encode()
+        request = raw_request(
+            "POST", "/api/v1/submissions", {**headers, "Idempotency-Key": learner}, body
+        )
+        posted_at = time.time()
+        answer = await request_on_own_connection(client.port or 80, request)
+        seen.slowest_first_answer_seconds = max(
+            seen.slowest_first_answer_seconds, time.time() - posted_at
+        )
+        seen.accepted_at_once += answer.status == 202
+        seen.refused_at_once += answer.status == 503
+        while answer.status == 503:
+            seen.retries += 1
+            await asyncio.sleep(float(answer.headers["retry-after"]))
+            answer = await request_on_own_connection(client.port or 80, request)
+        if answer.status != 202:
+            sys.exit(f"submit failed: {answer.status} {answer.body[:200].decode(errors='replace')}")
+        return urllib.parse.urlsplit(answer.headers["location"]).path, started
+
+    async def all_at_once() -> list[tuple[str, float]]:
+        return await asyncio.gather(*(one(*job) for job in jobs))
+
+    posted = asyncio.run(all_at_once())
+    seen.all_accepted_seconds = time.time() - started
+    client.wait_for(posted[-1], 1800)
+    seen.all_graded_seconds = max(done for _, done in client.wait_all(posted, 1800)) - started
+    return seen
+
+
 def warm_up(client: Client) -> list[tuple[str, float]]:
     """Grade one submission of every exercise, so that each one's trusted trajectories are
     computed once, as on a server that has run a while; their locations and POST times."""
@@ -354,6 +421,7 @@ def measure(
     sustained: int,
     sustained_rate: float,
     burst: int,
+    independent: int,
     worker_count: int | None,
 ) -> Measured:
     backend, pool_size = BACKENDS[name]
@@ -414,6 +482,9 @@ def measure(
         cores = os.cpu_count() or 1
         sampling = False
         sampler.join()
+        independent_seen = independent_clients(
+            client, list(itertools.islice(itertools.cycle(load), independent))
+        )
         return Measured(
             latencies_seconds=sorted(latencies),
             sustained_latencies_seconds=sorted(sustained_latencies),
@@ -429,6 +500,7 @@ def measure(
             server_peak_rss_bytes=peak_rss_bytes(process.pid),
             tree_peak_pss_bytes=peak_pss,
             errors=client.errors,
+            independent=independent_seen,
         )
 
 
@@ -457,6 +529,12 @@ def main() -> None:
         "--sustained-seconds", type=float, default=20.0, help="how long (warm pools; 0: none)"
     )
     parser.add_argument("--burst", type=int, default=500, help="burst submissions (pool)")
+    parser.add_argument(
+        "--independent", type=int, default=500, help="independent clients at once (pool)"
+    )
+    parser.add_argument(
+        "--cold-independent", type=int, default=20, help="independent clients at once (cold)"
+    )
     parser.add_argument("--cold-paced", type=int, default=10, help="paced submissions (cold)")
     parser.add_argument("--cold-burst", type=int, default=20, help="burst submissions (cold)")
     parser.add_argument(
@@ -468,15 +546,23 @@ def main() -> None:
     for name in args.backends:
         cold = name not in WARM
         paced, burst = (args.cold_paced, args.cold_burst) if cold else (args.paced, args.burst)
+        independent = args.cold_independent if cold else args.independent
         # Cold runs take seconds each: they would only build a queue.
         sustained = 0 if cold else round(args.sustained_rate * args.sustained_seconds)
         print(
             f"{name}: {paced} paced at {args.rate:g}/s, {sustained} at {args.sustained_rate:g}/s, "
-            f"then a burst of {burst} ...",
+            f"a burst of {burst}, then {independent} independent clients ...",
             file=sys.stderr,
         )
         results[name] = measure(
-            name, paced, args.rate, sustained, args.sustained_rate, burst, args.worker_count
+            name,
+            paced,
+            args.rate,
+            sustained,
+            args.sustained_rate,
+            burst,
+            independent,
+            args.worker_count,
         )
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
@@ -507,6 +593,15 @@ def main() -> None:
         ("server peak RSS MiB", lambda m: f"{m.server_peak_rss_bytes / 2**20:.0f}"),
         ("all processes peak PSS MiB", lambda m: f"{m.tree_peak_pss_bytes / 2**20:.0f}"),
         ("not graded (error)", lambda m: str(m.errors)),
+        ("independent clients", lambda m: str(m.independent.count)),
+        (
+            "  202 / 503 at once",
+            lambda m: f"{m.independent.accepted_at_once} / {m.independent.refused_at_once}",
+        ),
+        ("  slowest first answer s", lambda m: f"{m.independent.slowest_first_answer_seconds:.1f}"),
+        ("  retries after 503", lambda m: str(m.independent.retries)),
+        ("  all accepted in s", lambda m: f"{m.independent.all_accepted_seconds:.1f}"),
+        ("  all graded in s", lambda m: f"{m.independent.all_graded_seconds:.1f}"),
     ]
     names = list(results)
     print(f"{'':28}" + "".join(f"{name:>14}" for name in names))

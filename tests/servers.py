@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import socket
@@ -11,12 +13,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
+from app.admission import uvicorn_config
 from app.web.events import StreamClosingServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +104,7 @@ def uvicorn_in_thread(app: Any) -> Iterator[tuple[StreamClosingServer, threading
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     # As `loopgrade serve` runs it: proxy headers are the app's to believe (trusted_proxies).
-    server = StreamClosingServer(uvicorn.Config(app, log_level="warning", proxy_headers=False))
+    server = StreamClosingServer(uvicorn_config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -115,3 +118,46 @@ def uvicorn_in_thread(app: Any) -> Iterator[tuple[StreamClosingServer, threading
         server.should_exit = True
         thread.join(timeout=120)
         listener.close()
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """An HTTP answer as read off the socket by `request_on_own_connection`."""
+
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def raw_request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    """An HTTP/1.1 request's bytes, as a client sends them."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines += [f"Content-Length: {len(body)}", "", ""]
+    return "\r\n".join(lines).encode() + body
+
+
+def parse_answer(raw: bytes) -> RawAnswer:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return RawAnswer(int(status_line.split()[1]), headers, body)
+
+
+async def request_on_own_connection(port: int, request: bytes) -> RawAnswer:
+    """One request on a new connection, read until the server closes it: as a browser, an
+    LMS's worker or a curl loop sends it. (Send `Connection: close`.) Lean on purpose: a
+    thousand of them share the cores with the server they load."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return parse_answer(await reader.read())
+    finally:
+        writer.close()

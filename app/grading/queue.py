@@ -42,7 +42,8 @@ from app.grading.submissions import (
 from app.models import SubmissionStatus, utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
-from graders.grading import GRADING_LIMITS, POOL_PROGRAM
+from graders.exercises import list_exercises
+from graders.grading import GRADING_LIMITS, POOL_PROGRAM, trusted_trajectories
 from sandbox import Limits, Runner, SandboxError
 
 log = logging.getLogger(__name__)
@@ -376,14 +377,32 @@ class ThreadPoolDispatcher:
         self._sweeper = LeaseSweeper(sessions, settings)
         self._retry_timers: set[threading.Timer] = set()
         self._lock = threading.Lock()
+        self._trusted_computed = threading.Event()
+        self._trusted_failure: str | None = None
 
     def start(self) -> None:
         self._executor = ThreadPoolExecutor(
             max_workers=self._settings.worker_count, thread_name_prefix="grader"
         )
+        # Beside the start, not before it: the first grading then rarely waits for them, and
+        # /readyz says "not ready" until they are there.
+        self._trusted_computed.clear()
+        threading.Thread(
+            target=self._compute_trusted, name="trusted-trajectories", daemon=True
+        ).start()
         # This process's queue is empty at start: whatever is queued in the database is ours.
         sweep(self._sessions, self._settings, all_queued=True)
         self._sweeper.start()
+
+    def _compute_trusted(self) -> None:
+        try:
+            for exercise in list_exercises():
+                trusted_trajectories(exercise)
+        except Exception as exc:
+            # Each grading tries again itself, and its error says what failed.
+            log.exception("computing the trusted trajectories failed")
+            self._trusted_failure = f"computing the trusted trajectories failed: {exc}"
+        self._trusted_computed.set()
 
     def enqueue(self, submission_id: str) -> None:
         if self._executor is None:
@@ -402,7 +421,11 @@ class ThreadPoolDispatcher:
             self._executor = None
 
     def readiness_problem(self) -> str | None:
-        return "the grading threads are not started" if self._executor is None else None
+        if self._executor is None:
+            return "the grading threads are not started"
+        if not self._trusted_computed.is_set():
+            return "computing the exercises' trusted trajectories (seconds after a start)"
+        return self._trusted_failure
 
     def _run(self, submission_id: str) -> None:
         try:

@@ -20,6 +20,8 @@ from app.db import SessionFactory
 from app.lti.models import LtiPlatform
 
 CACHE_SECONDS = 10.0
+# Threads, and so database connections, the reload of the origins takes at once.
+FRAME_ANCESTORS_RELOADS = 1
 _ANY_ANCESTOR = b"frame-ancestors *"
 
 
@@ -55,17 +57,30 @@ class FrameAncestors:
         self.app = app
         self._origins: list[str] = []
         self._loaded_at = float("-inf")
+        # One reload at a time, on a thread of its own: it runs as a response starts, outside
+        # admission control, so it must not take a request's thread (app/admission.py counts
+        # one connection of the requests' pool for it). Made in the event loop.
+        self._reloading: tuple[anyio.Lock, anyio.CapacityLimiter] | None = None
 
     def forget(self) -> None:
         """Reload the origins for the next page (a platform was added or learned one)."""
         self._loaded_at = float("-inf")
 
+    def _expired(self) -> bool:
+        return time.monotonic() - self._loaded_at > CACHE_SECONDS
+
     async def _directive(self, scope: Scope) -> bytes:
-        if time.monotonic() - self._loaded_at > CACHE_SECONDS:
-            sessions: SessionFactory | None = getattr(scope["app"].state, "sessions", None)
-            if sessions is not None:
-                self._origins = await anyio.to_thread.run_sync(platform_origins, sessions)
-                self._loaded_at = time.monotonic()
+        sessions: SessionFactory | None = getattr(scope["app"].state, "sessions", None)
+        if self._expired() and sessions is not None:
+            if self._reloading is None:
+                self._reloading = (anyio.Lock(), anyio.CapacityLimiter(FRAME_ANCESTORS_RELOADS))
+            lock, thread = self._reloading
+            async with lock:
+                if self._expired():  # not reloaded by another response meanwhile
+                    self._origins = await anyio.to_thread.run_sync(
+                        platform_origins, sessions, limiter=thread
+                    )
+                    self._loaded_at = time.monotonic()
         return " ".join(["frame-ancestors 'self'", *self._origins]).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -11,14 +11,16 @@ the dispatcher). A Celery worker on another host publishes its changes on Redis,
 process's subscriber thread wakes the streams the same way (app/grading/state_channel.py).
 Whatever wakes a stream, it re-reads the row, and it reads it every
 `event_check_interval_seconds` anyway: the fallback for a message lost. Streams are bounded
-in number (`max_event_streams`, then 503) and in lifetime (`event_stream_max_seconds`, then
-the browser reconnects), and all of them end when the server shuts down (`StreamClosingServer`), so
-that uvicorn does not wait on them.
+in number (`max_event_streams` in all, `max_event_streams_per_client` per client address,
+`max_event_streams_per_submission` per submission; then 503) and in lifetime
+(`event_stream_max_seconds`, then the browser reconnects), and all of them end when the server
+shuts down (`StreamClosingServer`), so that uvicorn does not wait on them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import json
@@ -34,12 +36,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import func, select
 
-from app.db import SessionFactory
+from app.db import SessionDep, SessionFactory
 from app.errors import AppError
 from app.models import Submission, SubmissionStatus, utc_now
 from app.settings import Settings
 from app.web.rendering import templates
-from app.web.sessions import ViewerDep
+from app.web.sessions import ViewerDep, client_address
 from app.web.submission_view import FINISHED, result_context, viewable_submission
 
 router = APIRouter(include_in_schema=False)
@@ -88,6 +90,7 @@ class ProgressStreams:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._open = 0
+        self._open_by_client: collections.Counter[str] = collections.Counter()
         self._closing = False
         self._reads: anyio.CapacityLimiter | None = None  # made in the event loop
 
@@ -114,13 +117,27 @@ class ProgressStreams:
             self._closing = True
         self.wake_all()
 
-    def check_room(self) -> None:
-        """Refuse a new stream (503) when `max_event_streams` are open or the server stops."""
+    def _has_room(self, client: str, submission_id: str) -> bool:
+        """Under the lock: the server is not stopping, and this stream is within the caps of
+        the process, of its client's address and of its submission."""
+        settings = self._settings
+        return not (
+            self._closing
+            or self._open >= settings.max_event_streams
+            or self._open_by_client[client] >= settings.max_event_streams_per_client
+            or len(self._waiters.get(submission_id, ()))
+            >= settings.max_event_streams_per_submission
+        )
+
+    def check_room(self, client: str, submission_id: str) -> None:
+        """Refuse a new stream (503) when a cap is reached (`_has_room`) or the server stops."""
         with self._lock:
-            if self._closing or self._open >= self._settings.max_event_streams:
+            if not self._has_room(client, submission_id):
                 raise TooManyStreams()
 
-    async def stream(self, sessions: SessionFactory, submission_id: str) -> AsyncIterator[str]:
+    async def stream(
+        self, sessions: SessionFactory, submission_id: str, client: str
+    ) -> AsyncIterator[str]:
         """The events of one submission, counted as open from its first byte to its end."""
         settings = self._settings
         if self._reads is None:
@@ -130,10 +147,11 @@ class ProgressStreams:
         waiter = (asyncio.get_running_loop(), event)
         with self._lock:
             # Counted here, not in the route: a stream never started is never ended either.
-            if self._closing or self._open >= settings.max_event_streams:
+            if not self._has_room(client, submission_id):
                 yield message(ProgressEvent.BUSY, {})
                 return
             self._open += 1
+            self._open_by_client[client] += 1
             self._waiters.setdefault(submission_id, set()).add(waiter)
         try:
             # How long the browser waits before it reconnects, should the stream break.
@@ -180,6 +198,9 @@ class ProgressStreams:
                     if not group:
                         del self._waiters[submission_id]
                 self._open -= 1
+                self._open_by_client[client] -= 1
+                if not self._open_by_client[client]:
+                    del self._open_by_client[client]
 
 
 def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]) -> None:
@@ -230,20 +251,17 @@ def read_done(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:
 
 
 @router.get("/submissions/{submission_id}/events")
-async def submission_events(
-    request: Request, submission_id: str, viewer: ViewerDep
+def submission_events(
+    request: Request, submission_id: str, viewer: ViewerDep, session: SessionDep
 ) -> StreamingResponse:
-    sessions: SessionFactory = request.app.state.sessions
+    # The request's own session (the viewer's): a second one would hold a second connection
+    # of the pool that admission control sized at one per request (app/admission.py).
+    viewable_submission(request, session, viewer, submission_id)
     streams: ProgressStreams = request.app.state.progress_streams
-
-    def check_access() -> None:
-        with sessions() as session:
-            viewable_submission(request, session, viewer, submission_id)
-
-    await anyio.to_thread.run_sync(check_access)
-    streams.check_room()
+    client = client_address(request)
+    streams.check_room(client, submission_id)
     return StreamingResponse(
-        streams.stream(sessions, submission_id),
+        streams.stream(request.app.state.sessions, submission_id, client),
         media_type="text/event-stream",
         # No proxy may buffer it (nginx's X-Accel-Buffering) or keep it (no-store).
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},

@@ -176,6 +176,36 @@ def test_streams_are_bounded_in_number_and_in_lifetime(
             assert [name for name, _ in events] == []
 
 
+def test_streams_are_bounded_per_submission_and_per_client(
+    settings: Settings, sessions: SessionFactory
+) -> None:
+    bounded = events_settings(
+        settings, max_event_streams_per_submission=1, max_event_streams_per_client=2
+    )
+    with served(bounded) as (_, client):
+        first, second, third = (queued_submission(sessions) for _ in range(3))
+
+        def opened(submission_id: str) -> Any:
+            return client.stream("GET", f"/submissions/{submission_id}/events")
+
+        # Each stream's events are kept: a reader dropped closes its stream.
+        with opened(first) as response:
+            first_events = read_events(response.iter_lines())
+            assert next(first_events)[0] == "queued"
+            # One stream per submission: a second tab of it asks every few seconds instead.
+            assert client.get(f"/submissions/{first}/events").status_code == 503
+            with opened(second) as other:
+                second_events = read_events(other.iter_lines())
+                assert next(second_events)[0] == "queued"
+                # Two per client: one visitor cannot open all of the process's streams.
+                refused = client.get(f"/submissions/{third}/events")
+                assert refused.status_code == 503
+                assert refused.headers["retry-after"]
+        # Closed streams are counted out.
+        with opened(third) as response:
+            assert next(read_events(response.iter_lines()))[0] == "queued"
+
+
 def test_shutdown_ends_open_streams_instead_of_waiting_for_them(
     settings: Settings, sessions: SessionFactory
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +38,11 @@ def metric(text: str, name: str) -> float:
 
 def test_healthz_and_readyz(client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    ready = client.get("/readyz")
+    # Not ready until the trusted trajectories are computed, beside the start (seconds).
+    deadline = time.monotonic() + 120
+    while (ready := client.get("/readyz")).status_code == 503 and time.monotonic() < deadline:
+        assert ready.json()["checks"]["queue"].startswith("computing the exercises' trusted")
+        time.sleep(0.1)
     assert ready.status_code == 200, ready.text
     assert ready.json() == {
         "status": "ready",

@@ -1,0 +1,243 @@
+"""Admission control: a bounded number of requests in flight, and a fast 503 beyond it.
+
+Each request joins one lane (`Lane`): writes, reads, or the operator's probes. A lane admits
+`capacity` requests at once; up to `WAITING_PER_SLOT` more per slot wait at most
+`admission_wait_seconds` for a slot, holding nothing but their socket; the rest are answered
+at once with 503, `Retry-After` and a sentence. Reads and probes have lanes of their own, so a
+result page, /healthz and /readyz answer while submissions are refused.
+
+A request's body is read whole before it asks for a slot (within `request_body_timeout_seconds`,
+else 408): a client sending its body slowly holds only its own socket, never a slot.
+
+The slot is given back once the response starts, after `RequestTransaction` committed: a
+progress stream or a slow reader of a response holds no slot, no thread and no connection.
+
+`RequestCapacity` derives the anyio thread limiter and the request engine's pool from the
+lanes (docs/operations.md): every admitted request finds a thread and a connection at once,
+so none holds a connection while it waits for a thread, nor a thread while it waits for a
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi import Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.lti.framing import FRAME_ANCESTORS_RELOADS
+from app.settings import Settings
+from app.web.events import STREAM_READ_THREADS
+
+# Requests that may wait for a slot, per slot of the lane; beyond them a 503 comes at once.
+WAITING_PER_SLOT = 8
+# The operator's probes (/healthz, /readyz, /metrics) in flight at once.
+OPERATIONS_IN_FLIGHT = 4
+OPERATIONS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+BUSY_RETRY_AFTER_SECONDS = 2
+# uvicorn's own bounds, before a request reaches the app. Beyond MAX_OPEN_CONNECTIONS
+# connections and requests uvicorn itself answers 503: the last guard of memory and file
+# descriptors. An idle keep-alive connection is closed after KEEP_ALIVE_SECONDS. (uvicorn has no
+# timer for a connection that never finishes its first request's headers: a proxy in front
+# bounds those, docs/operations.md.)
+MAX_OPEN_CONNECTIONS = 4096
+LISTEN_BACKLOG = 2048
+KEEP_ALIVE_SECONDS = 5
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class Lane(enum.StrEnum):
+    """What a request is, as admission counts it."""
+
+    WRITE = "write"  # submissions, forms, anything that changes state
+    READ = "read"  # pages, results, the API's reads, static files
+    OPERATIONS = "operations"  # /healthz, /readyz, /metrics
+
+
+def lane_of(scope: Scope) -> Lane:
+    if scope["path"] in OPERATIONS_PATHS:
+        return Lane.OPERATIONS
+    return Lane.READ if scope["method"] in READ_METHODS else Lane.WRITE
+
+
+@dataclass(frozen=True)
+class RequestCapacity:
+    """How many requests of each lane run at once, and the threads and connections that takes."""
+
+    write: int
+    read: int
+    operations: int = OPERATIONS_IN_FLIGHT
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RequestCapacity:
+        return cls(write=settings.max_writes_in_flight, read=settings.max_reads_in_flight)
+
+    def of(self, lane: Lane) -> int:
+        return {Lane.WRITE: self.write, Lane.READ: self.read, Lane.OPERATIONS: self.operations}[
+            lane
+        ]
+
+    @property
+    def threads(self) -> int:
+        """anyio's default thread limiter: one thread for each admitted request (a request
+        runs one hop at a time). Progress streams read on a limiter of their own."""
+        return self.write + self.read + self.operations
+
+    @property
+    def connections(self) -> int:
+        """The request engine's pool: one connection per admitted request, one per thread of
+        the progress streams' reads, and one for the LTI frame-ancestors reload (which runs
+        on a thread of its own as a response starts). No overflow: more would only wait."""
+        return self.threads + STREAM_READ_THREADS + FRAME_ANCESTORS_RELOADS
+
+
+class AdmissionLane:
+    """`capacity` slots and a bounded line of requests waiting for one."""
+
+    def __init__(self, capacity: int, wait_seconds: float) -> None:
+        self._slots = asyncio.Semaphore(capacity)
+        self._max_waiting = capacity * WAITING_PER_SLOT
+        self._waiting = 0
+        self._wait_seconds = wait_seconds
+
+    async def acquire(self) -> bool:
+        """A slot (True), or False at once when the line is full or after the wait."""
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return True
+        if self._waiting >= self._max_waiting:
+            return False
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(self._wait_seconds):
+                await self._slots.acquire()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiting -= 1
+
+    def release(self) -> None:
+        self._slots.release()
+
+
+ErrorResponder = Callable[..., Response]
+
+
+class AdmissionControl:
+    """The ASGI middleware in front of every route (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, *, settings: Settings, error_response: ErrorResponder) -> None:
+        self.app = app
+        self._capacity = RequestCapacity.from_settings(settings)
+        self._wait_seconds = settings.admission_wait_seconds
+        self._body_timeout_seconds = settings.request_body_timeout_seconds
+        self._error_response = error_response
+        self._lanes: dict[Lane, AdmissionLane] | None = None  # made in the event loop
+
+    def _lane(self, lane: Lane) -> AdmissionLane:
+        if self._lanes is None:
+            self._lanes = {
+                each: AdmissionLane(self._capacity.of(each), self._wait_seconds) for each in Lane
+            }
+        return self._lanes[lane]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lane = lane_of(scope)
+        if lane is Lane.WRITE:
+            try:
+                receive = await self._read_body(receive)
+            except TimeoutError:
+                response = self._error_response(
+                    Request(scope),
+                    408,
+                    "Too slow",
+                    f"the request body did not arrive within {self._body_timeout_seconds:g} "
+                    "seconds; send it again",
+                )
+                await response(scope, receive, send)
+                return
+            except HTTPException as exc:  # the body limit (RequestBodyLimit) refused it
+                response = self._error_response(
+                    Request(scope), exc.status_code, "Too large", exc.detail
+                )
+                await response(scope, receive, send)
+                return
+        admission = self._lane(lane)
+        if not await admission.acquire():
+            await self._busy(lane, scope, receive, send)
+            return
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                admission.release()
+
+        async def send_releasing(message: Message) -> None:
+            # The transaction is committed by now (RequestTransaction is inside): the rest of
+            # the response needs neither a thread nor a connection.
+            if message["type"] == "http.response.start":
+                release()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_releasing)
+        finally:
+            release()
+
+    async def _read_body(self, receive: Receive) -> Receive:
+        """The whole body, read within the deadline; a `receive` that replays it."""
+        messages: list[Message] = []
+        async with asyncio.timeout(self._body_timeout_seconds):
+            while True:
+                message = await receive()
+                messages.append(message)
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    break
+
+        async def replay() -> Message:
+            if messages:
+                return messages.pop(0)
+            return await receive()
+
+        return replay
+
+    async def _busy(self, lane: Lane, scope: Scope, receive: Receive, send: Send) -> None:
+        what = "submissions and changes" if lane is Lane.WRITE else "requests"
+        response = self._error_response(
+            Request(scope),
+            503,
+            "Busy, try again shortly",
+            f"The server is taking too many {what} at once right now; nothing was stored. "
+            f"Send it again in {BUSY_RETRY_AFTER_SECONDS} seconds (an API client with the same "
+            "Idempotency-Key).",
+            {"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
+        )
+        await response(scope, receive, send)
+
+
+def uvicorn_config(app: ASGIApp, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration for the app, with the bounds above (`loopgrade serve`, tests).
+
+    Proxy headers are the app's to believe or not (LOOPGRADE_TRUSTED_PROXIES), not uvicorn's.
+    """
+    return uvicorn.Config(
+        app,
+        proxy_headers=False,
+        limit_concurrency=MAX_OPEN_CONNECTIONS,
+        backlog=LISTEN_BACKLOG,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        **options,
+    )

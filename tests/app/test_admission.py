@@ -1,0 +1,335 @@
+"""A burst of independent clients, and slow ones, against a real `loopgrade serve` on real
+sockets: every request answered (202, or 503 with Retry-After), nothing accepted lost, nothing
+refused stored, and the server still serving others (app/admission.py).
+
+One server per database, shared by the module's tests. Its lanes and queue are small
+(SERVER_LIMITS), so that a burst of 1,000 is refused mostly and grades a few dozen: the tests
+stay lean while every bound is crossed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from app.db import create_db_engine, upgrade_database
+from app.main import create_app
+from app.models import Submission
+from app.settings import Settings
+from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade
+from tests.conftest import TEST_DATABASE_URL, ScopeDatabase
+from tests.servers import (
+    HTTP_TIMEOUT_SECONDS,
+    RawAnswer,
+    app_in_thread,
+    parse_answer,
+    raw_request,
+    request_on_own_connection,
+    running_server,
+)
+from tests.services import create_database, drop_database
+
+BURST_CLIENTS = 1000
+IDLE_CONNECTIONS = 1000
+SLOW_BODY_CLIENTS = 20
+SERVER_LIMITS = {
+    "LOOPGRADE_MAX_WRITES_IN_FLIGHT": "4",
+    "LOOPGRADE_MAX_WAITING_SUBMISSIONS": "40",
+    "LOOPGRADE_REQUEST_BODY_TIMEOUT_SECONDS": "3",
+    "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0",
+}
+# How long a test waits for an answer before calling it a hang (not a timing assertion: a
+# loaded machine answers later, a stalled server never does).
+ANSWER_BOUND_SECONDS = 120
+GRADED_BOUND_SECONDS = 600
+
+
+@dataclass
+class Server:
+    url: str
+    port: int
+    headers: dict[str, str]
+    database_url: str
+    log_path: Path
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=HTTP_TIMEOUT_SECONDS)
+
+    def submissions_of(self, learners: list[str]) -> int:
+        """How many submissions the database holds for these learners."""
+        engine = create_db_engine(self.database_url)
+        try:
+            with engine.connect() as connection:
+                count = connection.scalar(
+                    select(func.count())
+                    .select_from(Submission)
+                    .where(Submission.learner.in_(learners))
+                )
+        finally:
+            engine.dispose()
+        return int(count or 0)
+
+
+@pytest.fixture(scope="module", params=["default", "postgresql"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """`loopgrade serve` on the tests' database (SQLite, or PostgreSQL in that mode), and
+    again on PostgreSQL whatever the mode."""
+    data_dir = tmp_path_factory.mktemp("admission")
+    log_path = data_dir / "server.log"
+    if request.param == "postgresql":
+        if TEST_DATABASE_URL:
+            pytest.skip("the tests' database is PostgreSQL already (the 'default' server)")
+        admin_url: str = request.getfixturevalue("postgres_admin_url")
+        name = f"loopgrade_admission_{os.getpid()}"
+        drop_database(admin_url, name)
+        database_url = create_database(admin_url, name)
+        upgrade_database(database_url)
+        try:
+            yield from _serve(data_dir, log_path, database_url)
+        finally:
+            drop_database(admin_url, name)
+        return
+    scope_database: ScopeDatabase = request.getfixturevalue("scope_database")
+    with scope_database(data_dir) as database_url:
+        yield from _serve(data_dir, log_path, database_url)
+
+
+def _serve(data_dir: Path, log_path: Path, database_url: str) -> Iterator[Server]:
+    env = {**os.environ, **SERVER_LIMITS, "LOOPGRADE_DATABASE_URL": database_url}
+    created = loopgrade("keys", "create", "burst", data_dir=data_dir, env=env)
+    assert created.returncode == 0, created.stderr
+    headers = {"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"}
+    with running_server(data_dir, log_path, env) as (_, url):
+        # As a load balancer would: traffic once /readyz says ready.
+        deadline = time.monotonic() + ANSWER_BOUND_SECONDS
+        while (
+            ready := httpx.get(f"{url}/readyz", timeout=HTTP_TIMEOUT_SECONDS)
+        ).status_code != 200:
+            assert time.monotonic() < deadline, ready.text
+            time.sleep(0.1)
+        yield Server(url, int(url.rsplit(":", 1)[1]), headers, database_url, log_path)
+
+
+def _submission(server: Server, learner: str) -> bytes:
+    body = json.dumps({"exercise": EXERCISE, "learner": learner, "code": CORRECT_CODE}).encode()
+    headers = {
+        **server.headers,
+        "Content-Type": "application/json",
+        "Idempotency-Key": learner,
+        "Connection": "close",
+    }
+    return raw_request("POST", "/api/v1/submissions", headers, body)
+
+
+async def _post_on_own_connection(server: Server, learner: str) -> RawAnswer:
+    return await request_on_own_connection(server.port, _submission(server, learner))
+
+
+def _burst(server: Server, learners: list[str]) -> list[RawAnswer]:
+    async def all_at_once() -> list[RawAnswer]:
+        async with asyncio.timeout(ANSWER_BOUND_SECONDS):
+            return await asyncio.gather(
+                *(_post_on_own_connection(server, learner) for learner in learners)
+            )
+
+    return asyncio.run(all_at_once())
+
+
+def _wait_graded(client: httpx.Client, locations: list[str]) -> None:
+    deadline = time.monotonic() + GRADED_BOUND_SECONDS
+    for location in locations:
+        while (body := client.get(location).json())["status"] not in ("graded", "error"):
+            assert time.monotonic() < deadline, f"{location} still {body['status']}"
+            time.sleep(0.2)
+        assert (body["status"], body["diagnosis"]) == ("graded", "correct"), body
+
+
+def test_a_burst_of_independent_clients_is_all_answered_and_every_202_graded(
+    server: Server,
+) -> None:
+    learners = [f"burst-{number}" for number in range(BURST_CLIENTS)]
+    answers = _burst(server, learners)
+
+    assert {answer.status for answer in answers} <= {202, 503}, {a.status for a in answers}
+    accepted = [a for a in answers if a.status == 202]
+    refused = [learner for learner, a in zip(learners, answers, strict=True) if a.status == 503]
+    assert accepted, "the burst got no 202 at all"
+    assert refused, "the burst crossed no bound (the test's limits are too large)"
+    for answer in answers:
+        if answer.status == 503:
+            assert int(answer.headers["retry-after"]) > 0
+            assert answer.json()["detail"], "a 503 without a sentence"
+    # Nothing refused was stored.
+    assert server.submissions_of(refused) == 0
+
+    with server.client() as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        _wait_graded(client, [a.headers["location"] for a in accepted])
+
+
+def test_a_client_told_503_retries_with_its_key_and_gets_one_submission(server: Server) -> None:
+    learners = [f"retry-{number}" for number in range(300)]
+    answers = _burst(server, learners)
+    refused = [learner for learner, a in zip(learners, answers, strict=True) if a.status == 503]
+    assert refused, "the burst crossed no bound (the test's limits are too large)"
+    retried = refused[:5]
+
+    async def retry_until_accepted(learner: str) -> RawAnswer:
+        while (answer := await _post_on_own_connection(server, learner)).status == 503:
+            await asyncio.sleep(int(answer.headers["retry-after"]))
+        return answer
+
+    async def retry_all() -> list[RawAnswer]:
+        async with asyncio.timeout(GRADED_BOUND_SECONDS):
+            return await asyncio.gather(*(retry_until_accepted(learner) for learner in retried))
+
+    first = asyncio.run(retry_all())
+    assert [answer.status for answer in first] == [202] * len(retried)
+    again = asyncio.run(retry_all())
+    assert [a.json()["id"] for a in again] == [a.json()["id"] for a in first]
+    assert all(answer.headers["idempotent-replayed"] == "true" for answer in again)
+    assert server.submissions_of(retried) == len(retried)
+    with server.client() as client:
+        _wait_graded(client, [a.headers["location"] for a in first])
+        accepted = [a.headers["location"] for a in answers if a.status == 202]
+        _wait_graded(client, accepted)
+
+
+def test_slow_bodies_and_idle_connections_do_not_take_the_server(server: Server) -> None:
+    """Bodies trickling in (more of them than write slots), and a thousand connections idle
+    after a request or halfway through their headers: others are still served, and the slow
+    bodies are answered 408 long before they would have finished."""
+    if server.database_url.startswith("postgresql") and not TEST_DATABASE_URL:
+        pytest.skip("the connections' handling is the same on every database: on one is enough")
+    body = json.dumps({"exercise": EXERCISE, "learner": "slow", "code": CORRECT_CODE}).encode()
+    slow_head = raw_request(
+        "POST",
+        "/api/v1/submissions",
+        {**server.headers, "Content-Type": "application/json", "Connection": "close"},
+        body,
+    )[: -len(body)]
+
+    async def slow_body() -> RawAnswer:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(slow_head)
+
+        async def trickle() -> None:
+            # A byte a second: the whole body would take hours; the server stops it first.
+            with contextlib.suppress(ConnectionError):
+                for byte in body[:30]:
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(1)
+
+        trickling = asyncio.create_task(trickle())
+        try:
+            return parse_answer(await reader.read())
+        finally:
+            trickling.cancel()
+            writer.close()
+
+    async def idle(send: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(send)
+        await writer.drain()
+        return reader, writer
+
+    async def scenario() -> tuple[list[RawAnswer], int, int]:
+        healthz = raw_request("GET", "/healthz", {})
+        half_headers = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        idle_connections = await asyncio.gather(
+            *(idle(healthz if n % 2 else half_headers) for n in range(IDLE_CONNECTIONS))
+        )
+        slow = [asyncio.create_task(slow_body()) for _ in range(SLOW_BODY_CLIENTS)]
+        try:
+            async with httpx.AsyncClient(
+                base_url=server.url, headers=server.headers, timeout=HTTP_TIMEOUT_SECONDS
+            ) as client:
+                submitted = await client.post(
+                    "/api/v1/submissions",
+                    json={"exercise": EXERCISE, "learner": "bystander", "code": CORRECT_CODE},
+                )
+                page = await client.get("/api/v1/exercises")
+            async with asyncio.timeout(ANSWER_BOUND_SECONDS):
+                return await asyncio.gather(*slow), submitted.status_code, page.status_code
+        finally:
+            for _, writer in idle_connections:
+                writer.close()
+
+    slow_answers, submitted_status, page_status = asyncio.run(scenario())
+    assert (submitted_status, page_status) == (202, 200)
+    assert [answer.status for answer in slow_answers] == [408] * SLOW_BODY_CLIENTS
+    assert "did not arrive within" in slow_answers[0].json()["detail"]
+
+
+def test_over_capacity_writes_get_503_at_once_while_reads_and_probes_answer(
+    settings: Settings, api_key: str
+) -> None:
+    """The test makes the overlap: a route of its own holds the one write slot until told."""
+    app = create_app(
+        settings.model_copy(update={"max_writes_in_flight": 1, "admission_wait_seconds": 0})
+    )
+    entered, release = threading.Event(), threading.Event()
+
+    @app.post("/api/v1/test-hold")
+    async def hold() -> dict[str, str]:
+        entered.set()
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return {"held": "done"}
+
+    auth = {"Authorization": f"Bearer {api_key}"}
+    with (
+        app_in_thread(app) as url,
+        httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
+    ):
+        with ThreadPoolExecutor(1) as holder:
+            held = holder.submit(client.post, "/api/v1/test-hold")
+            assert entered.wait(ANSWER_BOUND_SECONDS)
+            try:
+                refused = client.post(
+                    "/api/v1/submissions",
+                    headers=auth,
+                    json={"exercise": EXERCISE, "learner": "refused", "code": CORRECT_CODE},
+                )
+                page = client.post("/sign-in", data={"email": "a@example.org", "password": "x"})
+                probes = (
+                    client.get("/healthz"),
+                    client.get("/readyz"),
+                    client.get("/api/v1/exercises"),
+                )
+            finally:
+                release.set()
+            assert held.result().json() == {"held": "done"}
+
+        assert (refused.status_code, refused.headers["retry-after"]) == (503, "2")
+        assert "nothing was stored" in refused.json()["detail"]
+        assert page.status_code == 503
+        assert page.headers["content-type"].startswith("text/html")
+        assert "nothing was stored" in page.text
+        assert [probe.status_code for probe in probes[::2]] == [200, 200]
+        assert probes[1].status_code in (200, 503)  # ready, or still computing trajectories
+        assert "queue" in probes[1].json()["checks"]
+        # The slot is free again.
+        accepted = client.post(
+            "/api/v1/submissions",
+            headers=auth,
+            json={"exercise": EXERCISE, "learner": "after", "code": CORRECT_CODE},
+        )
+        assert accepted.status_code == 202, accepted.text
