@@ -166,6 +166,17 @@ class SignInFailure(Base):
     failed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 
+class SignUp(Base):
+    """An account made through the open sign-up form, counted per client address and in all;
+    kept only while a window counts it."""
+
+    __tablename__ = "sign_ups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
+    signed_up_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
+
+
 class Course(Base):
     """A class of learners with its instructors; learners join with the join code."""
 

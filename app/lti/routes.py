@@ -26,6 +26,7 @@ from app.lti.framing import FrameAncestors
 from app.lti.keys import key_sealing, published_keys, tool_jwks
 from app.lti.launch import (
     LaunchRejected,
+    LoginLimits,
     MessageType,
     begin_login,
     login_awaiting_storage,
@@ -49,6 +50,7 @@ from app.web.rendering import (
 from app.web.sessions import (
     CsrfViewerDep,
     ViewerDep,
+    client_address,
     get_secret_key,
     signed_in_user,
     start_session,
@@ -142,7 +144,8 @@ def _login(
         session,
         params,
         redirect_uri=tool_url(request, settings, "/lti/launch"),
-        state_max_age_seconds=settings.lti_state_max_age_seconds,
+        client_address=client_address(request),
+        limits=LoginLimits.from_settings(settings),
     )
     if login.storage_target is None:
         return RedirectResponse(login.auth_redirect, status_code=302)
