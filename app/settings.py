@@ -176,6 +176,12 @@ class Settings(BaseSettings):
         description="Practice submissions without an account from one client address within "
         "the submission window; 0: no limit.",
     )
+    anonymous_submissions_per_hour_in_total: int = Field(
+        default=1000,
+        ge=0,
+        description="Practice submissions without an account from all client addresses within "
+        "an hour (each keeps its code, up to max_code_bytes); 0: no limit.",
+    )
     max_waiting_submissions: int = Field(
         default=200,
         ge=0,

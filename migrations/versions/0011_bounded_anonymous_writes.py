@@ -1,6 +1,7 @@
 """What a client without an account can make the server store is counted per client address
-and in all: a login's address (and its start, indexed for the count), and the sign-ups of the
-last window.
+and in all: a login's address (and its start, indexed for the count), the sign-ups of the
+last window; and the times those counts and sweeps read are indexed (sign-in failures,
+submissions: anonymous practice is counted in all).
 
 Logins in progress are dropped (each lasts minutes and has no address to count it by): a
 learner launching during the upgrade opens the link again.
@@ -36,9 +37,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_sign_ups_client_address", "sign_ups", ["client_address"])
     op.create_index("ix_sign_ups_signed_up_at", "sign_ups", ["signed_up_at"])
+    op.create_index("ix_sign_in_failures_failed_at", "sign_in_failures", ["failed_at"])
+    op.create_index("ix_submissions_created_at", "submissions", ["created_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_submissions_created_at", table_name="submissions")
+    op.drop_index("ix_sign_in_failures_failed_at", table_name="sign_in_failures")
     op.drop_index("ix_sign_ups_signed_up_at", table_name="sign_ups")
     op.drop_index("ix_sign_ups_client_address", table_name="sign_ups")
     op.drop_table("sign_ups")
