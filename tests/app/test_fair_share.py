@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 import sandbox
 from app.db import SessionFactory
-from app.grading.fair_share import FairShare, OwnerKind, owner_of
+from app.grading.fair_share import FairShare, OwnerKind, Taken, owner_of
 from app.grading.queue import ThreadPoolDispatcher, enqueue_after_commit
 from app.grading.submissions import create_submission
 from app.models import Submission, SubmissionStatus
@@ -139,7 +139,9 @@ def grading(
 
 
 def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
-    sessions: SessionFactory, grading: tuple[Settings, sandbox.Runner | None]
+    sessions: SessionFactory,
+    grading: tuple[Settings, sandbox.Runner | None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings, runner = grading
     names = queue_submissions(sessions)
@@ -155,7 +157,12 @@ def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
     # Nothing is taken before all four wait (start's sweep hands them over one by one).
     everything_waits = threading.Event()
     take = dispatcher._fair_share.take
-    dispatcher._fair_share.take = lambda: everything_waits.wait() and take()  # type: ignore[method-assign]
+
+    def take_once_everything_waits() -> Taken | None:
+        everything_waits.wait()
+        return take()
+
+    monkeypatch.setattr(dispatcher._fair_share, "take", take_once_everything_waits)
     enqueue_after_commit(sessions, dispatcher)
     dispatcher.start()
     everything_waits.set()
