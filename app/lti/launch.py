@@ -118,31 +118,19 @@ def storage_key(state: str) -> str:
 
 
 class TooManyLogins(AppError):
-    """This client address started as many LTI logins as it may within a login's lifetime."""
+    """As many LTI logins were started within a login's lifetime as `LoginLimits` allow:
+    from this client address (429), or from all (503)."""
 
-    status_code = 429
     title = "Too many LTI logins"
 
-    def __init__(self, retry_after_seconds: int) -> None:
+    def __init__(self, retry_after_seconds: int, *, from_everywhere: bool) -> None:
+        where = "everywhere" if from_everywhere else "your network"
         super().__init__(
-            "Too many LMS launches started from your network in the last minutes. Wait a "
+            f"Too many LMS launches were started from {where} in the last minutes. Wait a "
             "moment and open the link in the LMS again.",
             headers={"Retry-After": str(retry_after_seconds)},
         )
-
-
-class LoginsFull(AppError):
-    """As many LTI logins are in progress as the server keeps."""
-
-    status_code = 503
-    title = "Too many LTI logins"
-
-    def __init__(self, retry_after_seconds: int) -> None:
-        super().__init__(
-            "The server has too many LMS launches in progress. Wait a moment and open the "
-            "link in the LMS again.",
-            headers={"Retry-After": str(retry_after_seconds)},
-        )
+        self.status_code = 503 if from_everywhere else 429
 
 
 @dataclass(frozen=True)
@@ -175,10 +163,10 @@ def _check_login_limits(session: Session, limits: LoginLimits, client_address: s
         LtiLoginState.client_address == client_address,
     )
     if retry_after is not None:
-        raise TooManyLogins(retry_after)
+        raise TooManyLogins(retry_after, from_everywhere=False)
     retry_after = seconds_until_allowed(session, RateLimit(limits.in_total, window), started_at)
     if retry_after is not None:
-        raise LoginsFull(retry_after)
+        raise TooManyLogins(retry_after, from_everywhere=True)
 
 
 def begin_login(
@@ -190,7 +178,7 @@ def begin_login(
     limits: LoginLimits,
 ) -> BegunLogin:
     """Record a new state and nonce, and the platform's auth URL to send the browser to.
-    Raises LaunchRejected for a bad request, TooManyLogins or LoginsFull past `limits`."""
+    Raises LaunchRejected for a bad request, TooManyLogins past `limits`."""
     issuer = _text(params.get("iss"), "iss")
     login_hint = _text(params.get("login_hint"), "login_hint")
     target_link_uri = _text(params.get("target_link_uri"), "target_link_uri")
