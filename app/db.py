@@ -125,8 +125,8 @@ def keep_on_error_response(session: Session) -> None:
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request; `RequestTransaction` commits or rolls it back.
 
-    On the event loop, not in a worker thread (a hop of 0.16-0.3 ms of CPU each way here,
-    docs/performance.md run 10): making a session does no I/O, and neither does closing one
+    On the event loop, not in a worker thread (a hop of 0.1-0.3 ms of CPU each way,
+    docs/performance.md#few-thread-hops-a-request): making a session does no I/O, nor closing one
     whose transaction has ended. One still open (an exception on its way past) is closed in a
     thread: closing rolls it back.
     """

@@ -15,7 +15,7 @@ from sandbox.capacity import default_pool_size, usable_cores
 MAX_WORKERS = 64
 # Grading threads per warm pool slot by default: while one reads its run's result, judges and
 # stores it, and claims its next submission, the other's run has the slot. One a slot left the
-# slot idle through that part (docs/performance.md, run 15).
+# slot idle through that part (docs/performance.md#two-grading-threads-a-slot).
 WORKERS_PER_SLOT = 2
 
 
@@ -345,8 +345,8 @@ def with_psycopg_driver(database_url: str) -> str:
 
 
 async def get_settings(request: Request) -> Settings:
-    # async: a plain `def` dependency runs in a worker thread, a hop of 0.16-0.3 ms of CPU here
-    # for reading an attribute (docs/performance.md, run 10).
+    # async: a plain `def` dependency runs in a worker thread, a hop of 0.1-0.3 ms of CPU, for
+    # reading an attribute (docs/performance.md#few-thread-hops-a-request).
     settings: Settings = request.app.state.settings
     return settings
 

@@ -296,7 +296,7 @@ class Client:
         client asks for nothing else (as learners told their results by the pages' stream
         would), and `wait_all` then reads every submission once, asking again for the few still
         waiting. Polling each submission through a burst instead cost the server about 2.5 ms
-        of CPU per answer, the machine a tenth of its CPU (docs/performance.md, run 10).
+        of CPU per answer, the machine a tenth of its CPU (docs/performance.md#smaller-decisions).
         """
         deadline = time.monotonic() + timeout_seconds
         while self.get(posted[0])["status"] not in ("graded", "error"):

@@ -62,20 +62,54 @@ def diagnose(
     trusted: dict[str, Traces],
     checks: Sequence[Check],
 ) -> Verdict:
-    """Name the learner's mistake from every explanation that fits their numbers and calls."""
+    """Name the learner's mistake from every explanation that fits their numbers and calls.
+
+    Which explanations fit is decided on every case. What they say (a note, with the number a
+    model was fitted to) comes from fitting again on the visible cases alone, which never sees
+    a hidden trace: a hidden case tells whether an explanation fits it, and nothing else.
+    """
     if all(c.passed for c in checks):
         return Verdict("correct", "")
-    explanations = known_bugs(exercise, traces, trusted)
-    explanations += MODELS[exercise.kind](exercise, traces)
-    if not explanations and _right_but_returns_wrong_type(exercise, traces, trusted["reference"]):
-        explanations.append(Explanation(("wrong-return-type",)))
-    return verdict(explanations)
+    fitting = explanations(exercise, traces, trusted)
+    visible = visible_part(exercise)
+    said: list[Explanation] = []
+    if visible == exercise:
+        said = fitting
+    elif visible is not None and any(e.note for e in fitting):
+        ids = [spec.id for spec in visible.cases]
+        said = explanations(
+            visible,
+            {id_: traces[id_] for id_ in ids},
+            {name: {id_: runs[id_] for id_ in ids} for name, runs in trusted.items()},
+        )
+    return verdict(fitting, said)
+
+
+def explanations(
+    exercise: Exercise, traces: Traces, trusted: dict[str, Traces]
+) -> list[Explanation]:
+    """Every explanation that fits the learner's numbers and calls in all of `exercise`'s cases."""
+    found = known_bugs(exercise, traces, trusted)
+    found += MODELS[exercise.kind](exercise, traces)
+    if not found and _right_but_returns_wrong_type(exercise, traces, trusted["reference"]):
+        found.append(Explanation(("wrong-return-type",), "return-type"))
+    return found
+
+
+def visible_part(exercise: Exercise) -> Exercise | None:
+    """The exercise with its visible cases only (None when it has none)."""
+    cases = [spec for spec in exercise.cases if not spec.hidden]
+    if not cases:
+        return None
+    if len(cases) == len(exercise.cases):
+        return exercise
+    return exercise.model_copy(update={"cases": cases, "version": exercise.version + "+visible"})
 
 
 def known_bugs(exercise: Exercise, traces: Traces, trusted: dict[str, Traces]) -> list[Explanation]:
     """The declared buggy loops whose every value and call order the learner's agree with."""
     return [
-        Explanation((variant.diagnosis,), variant.note)
+        Explanation((variant.diagnosis,), f"variant:{variant.id}", variant.note)
         for variant in exercise.variants
         if all(trusted[variant.id][spec.id].error is None for spec in exercise.cases)
         and all(
@@ -100,8 +134,19 @@ def _right_but_returns_wrong_type(exercise: Exercise, traces: Traces, reference:
     )
 
 
-def verdict(explanations: Sequence[Explanation]) -> Verdict:
-    """One diagnosis from the explanations that fit: the first, and the others said too."""
+def verdict(explanations: Sequence[Explanation], said: Sequence[Explanation]) -> Verdict:
+    """One diagnosis from the explanations that fit: the first, and the others said too.
+
+    Notes are taken from `said` (the visible cases' fit), for the same model naming the same
+    main mistake; an explanation that has none there is told in the words of its code alone.
+    """
+    notes: dict[tuple[Diagnosis, str], str] = {}
+    for explanation in said:
+        notes.setdefault((explanation.codes[0], explanation.model), explanation.note)
+
+    def note(explanation: Explanation) -> str:
+        return notes.get((explanation.codes[0], explanation.model), "")
+
     by_code: dict[Diagnosis, Explanation] = {}
     for explanation in explanations:
         by_code.setdefault(explanation.codes[0], explanation)
@@ -110,13 +155,13 @@ def verdict(explanations: Sequence[Explanation]) -> Verdict:
     if not by_code:
         return Verdict("incorrect", "")
     main, *others = by_code.values()
-    parts = [main.note] if main.note else []
+    parts = [note(main)] if note(main) else []
     for code in main.codes[1:]:
         parts.append(f"Your loop makes a second mistake as well (`{code}`): {EXPLANATIONS[code]}")
     for other in others:
         parts.append(
             "Another explanation fits your numbers and your calls just as well "
-            f"(`{other.codes[0]}`): {other.note or EXPLANATIONS[other.codes[0]]}"
+            f"(`{other.codes[0]}`): {note(other) or EXPLANATIONS[other.codes[0]]}"
         )
     return Verdict(main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others))
 
@@ -170,13 +215,14 @@ def demonstration_models(exercise: Exercise, traces: Traces) -> list[Explanation
             passes.add((first, second))
     found = []
     if aliased and any_alias:
-        found.append(Explanation(("returns-live-gradient",)))
+        found.append(Explanation(("returns-live-gradient",), "live-gradient"))
     if cleared_between:
-        found.append(Explanation(("cleared-between-passes",)))
+        found.append(Explanation(("cleared-between-passes",), "cleared-between"))
     if len(passes) == 1 and (counted := passes.pop()) not in ((0, 0), (1, 2)):
         found.append(
             Explanation(
                 ("wrong-number-of-passes",),
+                "passes",
                 f"Your first tensor holds {_passes(counted[0])}' gradients and your second "
                 f"{_passes(counted[1])}'.",
             )
@@ -218,7 +264,7 @@ def magnitude_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
     codes: list[Diagnosis] = [] if all_right else ["missing-abs"]
     if changed:
         codes.append("modifies-gradients")
-    return [Explanation(tuple(codes))] if codes else []
+    return [Explanation(tuple(codes), "magnitude")] if codes else []
 
 
 def _near_value(value: float, expected: float) -> bool:

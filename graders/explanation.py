@@ -46,9 +46,14 @@ PRIORITY: tuple[Diagnosis, ...] = (
 
 @dataclass(frozen=True)
 class Explanation:
-    """The mistakes one model of the learner's code makes, the main one first, and its note."""
+    """The mistakes one model of the learner's code makes, the main one first, and its note.
+
+    `model` names the model (a known bug's id, a fitted family): what lets the note of a fit on
+    the visible cases alone stand for the same model fitted on every case.
+    """
 
     codes: tuple[Diagnosis, ...]
+    model: str
     note: str = ""
 
 

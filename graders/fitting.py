@@ -181,10 +181,19 @@ SCALES: tuple[tuple[Callable[[CaseSpec], float], Diagnosis], ...] = (
 )
 
 
+# A candidate model: its numbers, the mistake it names, which family it is (Explanation.model)
+# and its note.
+Candidate = tuple[Numbers, Diagnosis, str, str]
+
+
 def _candidates(
     traces: Traces, spec: CaseSpec, model: CaseTrace, numbers: Numbers, momentum: bool
-) -> list[tuple[Numbers, Diagnosis, str]]:
-    """Models one number away from `numbers`, fitted on the first case those do not explain."""
+) -> list[Candidate]:
+    """Models one number away from `numbers`, fitted on the first case those do not explain.
+
+    That case may be hidden, and a note then holds a number of it: only the fit on the visible
+    cases alone (graders.diagnosis.diagnose) is ever said.
+    """
     if not traces[spec.id].records or not model.records:
         return []
     mine, theirs = traces[spec.id].records[0], model.records[0]
@@ -192,13 +201,18 @@ def _candidates(
     moved = _ratio(as_tensor(mine["weight"]) - start, as_tensor(theirs["weight"]) - start)
     grad_ratio = _ratio(_tensor(mine["weight_grad"]), _tensor(theirs["weight_grad"]))
     scale = grad_ratio if grad_ratio is not None else moved
-    found: list[tuple[Numbers, Diagnosis, str]] = []
+    found: list[Candidate] = []
     if scale is not None and scale > 0 and not _near(scale, 1):
-        for family, code in SCALES:
+        for index, (family, code) in enumerate(SCALES):
             if _near(family(spec), scale):
                 for scaled in (False, True):
                     found.append(
-                        (replace(numbers, grad_scale=family, loss_scaled=scaled), code, "")
+                        (
+                            replace(numbers, grad_scale=family, loss_scaled=scaled),
+                            code,
+                            f"scale-{index}-{scaled}",
+                            "",
+                        )
                     )
         k = _snap(scale)
         note = f"Your gradients are exactly {k:.4g} times the correct ones."
@@ -207,6 +221,7 @@ def _candidates(
                 (
                     replace(numbers, grad_scale=_constant(k), loss_scaled=scaled),
                     "gradients-scaled",
+                    f"scaled-{scaled}",
                     note,
                 )
             )
@@ -216,6 +231,7 @@ def _candidates(
             (
                 replace(numbers, lr=_lr_times(ratio)),
                 "wrong-learning-rate",
+                "lr-times",
                 f"Your updates are {ratio:.4g} times the size a step of the optimizer makes.",
             )
         )
@@ -224,13 +240,18 @@ def _candidates(
             (
                 replace(numbers, lr=_constant(value)),
                 "wrong-learning-rate",
+                "lr-constant",
                 f"Your updates use a learning rate of {value:.4g} in every case, not the "
                 "optimizer's.",
             )
         )
     if momentum:
-        found.append((replace(numbers, momentum=_constant(0.0)), "wrong-momentum", ""))
-    found.append((replace(numbers, loss_after_update=True), "loss-after-update", ""))
+        found.append(
+            (replace(numbers, momentum=_constant(0.0)), "wrong-momentum", "no-momentum", "")
+        )
+    found.append(
+        (replace(numbers, loss_after_update=True), "loss-after-update", "loss-after-update", "")
+    )
     return found
 
 
@@ -266,17 +287,17 @@ def _replayed_models(
     base = _attempt(exercise, traces, forward, numbers)
     if base.unexplained is None:
         codes = tuple(order) + extra
-        return [Explanation(codes, _order_note(exercise, traces, codes))] if codes else []
+        return [Explanation(codes, "calls", _order_note(exercise, traces, codes))] if codes else []
     if base.trajectory is None:
         return []  # these calls cannot be replayed as a loop of this kind
     found = []
-    for candidate, code, note in _candidates(
+    for candidate, code, model, note in _candidates(
         traces, base.unexplained, base.trajectory, numbers, momentum
     ):
         if _attempt(exercise, traces, forward, candidate, base.unexplained).unexplained:
             continue
         codes = (code, *order, *[e for e in extra if e != code])
-        found.append(Explanation(tuple(sorted(set(codes), key=PRIORITY.index)), note))
+        found.append(Explanation(tuple(sorted(set(codes), key=PRIORITY.index)), model, note))
     return found
 
 

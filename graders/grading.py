@@ -463,7 +463,8 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     trusted = trusted_trajectories(exercise)
     reference = trusted["reference"]
     findings = [
-        kind.judge_case(spec, traces[spec.id], reference[spec.id]) for spec in exercise.cases
+        kind.judge_case(spec, traces[spec.id], reference[spec.id]).as_reported()
+        for spec in exercise.cases
     ]
     checks = [
         check(check_id, points, kind.checks[check_id], findings)

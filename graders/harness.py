@@ -4,8 +4,10 @@ The same functions serve twice. Inside the sandbox, `main()` runs the learner's 
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
 It lives with the graders because it encodes the exercise kinds, and it is shipped into the
-sandbox as the text of this one file: so it imports nothing of ours and touches no process-wide
-torch state (no global seed, no monkeypatching), so the grader may run it in threads.
+sandbox as the text of this one file: so it imports nothing of ours and, in the grader's
+process, touches no process-wide torch state (no global seed, no monkeypatching), so the grader
+may run it in threads. In the sandbox (`main`), the global random generators are seeded from
+each case before learner code runs (`seed_global_random`).
 
 Each exercise kind has a driver: how to call the learner's function on a case and what to
 record. A record is a flat dict of named values: tensors as nested lists, `.grad` as None or
@@ -19,6 +21,7 @@ import json
 import linecache
 import math
 import os
+import random
 import sys
 import time
 import traceback
@@ -176,7 +179,15 @@ def _error_record(error: BaseException, filename: str) -> Record:
 
 
 class CallRecorder:
-    """Sees zero_grad, backward and step through per-instance hooks, never by patching torch."""
+    """Sees zero_grad, backward and step through per-instance hooks, never by patching torch.
+
+    A `backward` is a pass that accumulated into the weight's `.grad`: seen by the autograd
+    engine's post-accumulate hook, during that engine's pass, with `.grad` after it equal to
+    `.grad` before it plus the gradient the pass brought (a tensor hook, run before, saw both),
+    and that gradient not all zeros. `torch.autograd.grad()` (which fires tensor hooks and
+    accumulates nothing), a hook called by hand, `.grad` assigned, and a pass of a zero loss
+    are not one.
+    """
 
     def __init__(self, case: Case, on_step: Callable[[], None] | None = None) -> None:
         self.calls: list[str] = []
@@ -186,8 +197,30 @@ class CallRecorder:
         optimizer.register_step_pre_hook(lambda *_: self._append("step"))
         if on_step is not None:
             optimizer.register_step_post_hook(lambda *_: on_step())
-        # Fires once per backward pass that reaches the weight, however backward was called.
-        model.weight.register_hook(lambda grad: self._append("backward"))  # type: ignore[no-untyped-call]
+        # (engine pass, the gradient it brings, `.grad` before it), from the tensor hook
+        self._incoming: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
+        weight = model.weight
+        weight.register_hook(lambda grad: self._arriving(weight, grad))  # type: ignore[no-untyped-call]
+        weight.register_post_accumulate_grad_hook(self._accumulated)  # type: ignore[no-untyped-call]
+
+    def _arriving(self, weight: torch.Tensor, grad: torch.Tensor) -> None:
+        before = None if weight.grad is None else weight.grad.detach().clone()
+        self._incoming = (_engine_pass(), grad.detach().clone(), before)
+
+    def _accumulated(self, weight: torch.Tensor) -> None:
+        incoming, self._incoming = self._incoming, None
+        engine_pass = _engine_pass()
+        if incoming is None or engine_pass < 0 or incoming[0] != engine_pass:
+            return
+        _, grad, before = incoming
+        expected = grad if before is None else before + grad
+        if (
+            weight.grad is not None
+            and bool(grad.any())
+            and weight.grad.shape == expected.shape
+            and torch.allclose(weight.grad, expected, rtol=1e-6, atol=0.0)
+        ):
+            self._append("backward")
 
     def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -204,6 +237,12 @@ class CallRecorder:
         """The calls since the last take."""
         calls, self.calls = self.calls, []
         return calls
+
+
+def _engine_pass() -> int:
+    """The autograd engine's pass running now (-1 outside one): a hook that the engine did not
+    call, or called for another pass, is not that pass accumulating."""
+    return int(torch._C._current_graph_task_id())
 
 
 Driver = Callable[[Callable[..., Any], dict[str, Any], list[Record]], Record | None]
@@ -319,19 +358,37 @@ DRIVERS: dict[str, Driver] = {
 }
 
 
+def seed_global_random(seed: int) -> None:
+    """Seed torch's, numpy's and Python's global generators from a case.
+
+    Learner code may draw from them unseeded. A cold run would start from torch's fixed default
+    seed and a random one for the others, a warm pool's child from whatever its zygote drew: so
+    a run draws the same numbers whether cold or warm, and again when graded again.
+    """
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")  # torch imports it when it is installed
+    if numpy is not None:
+        numpy.random.seed(seed)
+
+
 def run_case(
     kind: str,
     function: Callable[..., Any],
     spec: dict[str, Any],
     filename: str = SUBMISSION_FILENAME,
+    seeded: bool = False,
 ) -> dict[str, Any]:
     """Run one case of an exercise kind; the records made, and the learner's error if any.
 
     For step-by-step kinds the records made before an error are kept, to say which step failed.
+    `seeded`: seed the global generators from the case first (in the sandbox only).
     """
     records: list[Record] = []
     final = None
     error = None
+    if seeded:
+        seed_global_random(int(spec["seed"]))
     try:
         final = DRIVERS[kind](function, spec, records)
     except BaseException as exc:  # SystemExit too: the learner's code must not end the run
@@ -367,10 +424,16 @@ def load_function(source: str, entry_point: str, filename: str) -> Callable[...,
 
 
 def run_submission(
-    source: str, kind: str, entry_point: str, specs: list[dict[str, Any]]
+    source: str, kind: str, entry_point: str, specs: list[dict[str, Any]], seeded: bool = False
 ) -> dict[str, Any]:
-    """Load the learner's code and run every case; the whole trace as one JSON-ready dict."""
+    """Load the learner's code and run every case; the whole trace as one JSON-ready dict.
+
+    `seeded`: seed the global generators from the first case before loading, and from each case
+    before it runs (in the sandbox only: it changes this process's generators).
+    """
     filename = SUBMISSION_FILENAME
+    if seeded and specs:
+        seed_global_random(int(specs[0]["seed"]))
     try:
         function = load_function(source, entry_point, filename)
     except SyntaxError as exc:
@@ -386,7 +449,7 @@ def run_submission(
         return {"status": "load-error", "error": _error_record(exc, filename)}
     return {
         "status": "ran",
-        "cases": [run_case(kind, function, spec, filename) for spec in specs],
+        "cases": [run_case(kind, function, spec, filename, seeded) for spec in specs],
     }
 
 
@@ -439,7 +502,7 @@ def main() -> None:
     warm_up()
     end_setup()  # nothing of the learner's has run yet
     kind, entry_point = request["kind"], request["entry_point"]
-    first = run_submission(source, kind, entry_point, request["cases"])
+    first = run_submission(source, kind, entry_point, request["cases"], seeded=True)
     channel.write(json.dumps(first))
     channel.flush()
     # Code that did not load is reported as the visible failure it is: loading it again for
@@ -450,7 +513,8 @@ def main() -> None:
                 stream.flush()
         os.write(request_fd, b"?")
         later_cases = json.loads(later_input.read())
-        channel.write(json.dumps(run_submission(source, kind, entry_point, later_cases)))
+        later = run_submission(source, kind, entry_point, later_cases, seeded=True)
+        channel.write(json.dumps(later))
     channel.close()
 
 

@@ -154,6 +154,13 @@ class CaseFindings:
     def where(self) -> str:
         return "a hidden case" if self.spec.hidden else f"case `{self.spec.id}`"
 
+    def as_reported(self) -> CaseFindings:
+        """What the report may read of these findings: for a hidden case, which checks it
+        fails and no word of why (a finding's text holds the case's numbers)."""
+        if not self.spec.hidden:
+            return self
+        return CaseFindings(self.spec, dict.fromkeys(self.failures, HIDDEN_CHECK_FAILURE))
+
 
 @dataclass(frozen=True)
 class KindJudge:

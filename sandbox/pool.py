@@ -522,7 +522,8 @@ class Pool:
     def _release(self, slot: _Slot) -> None:
         """Give the slot to the first job waiting, begun on it here and now: this thread holds
         the interpreter's lock already, and the waiting one would first have to get it
-        (docs/performance.md, run 18). Without one waiting, the slot is idle."""
+        (docs/performance.md#the-freed-slots-thread-begins-the-next-job). Without one waiting,
+        the slot is idle."""
         with self.lock:
             if not self.waiting:
                 self.idle.append(slot)

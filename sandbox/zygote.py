@@ -134,7 +134,8 @@ def _clone_into_namespaces(number: int) -> int:
     consistent (locks another thread held, its thread states), and the zygote has one thread
     (checked after its warm-up), which holds the interpreter's lock through the clone. In the
     child they would run every module's handlers (threading's, logging's, torch's), about
-    0.7 ms and a few hundred copy-on-write faults per job (docs/performance.md, run 9). The
+    0.7 ms and a few hundred copy-on-write faults per job
+    (docs/performance.md#a-job-is-one-clone-without-the-interpreters-fork-hooks). The
     one handler whose effect a job can see, random's new seed, the child takes itself.
     """
     pid = libc_holding_gil.syscall(number, NAMESPACES | signal.SIGCHLD, 0, 0, 0, 0)

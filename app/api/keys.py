@@ -35,7 +35,7 @@ def create_api_key(
 
 
 # Built once: every API request runs it, and building the statement and its cache key each
-# time took two fifths of the lookup's CPU (docs/performance.md, run 19).
+# time took two fifths of the lookup's CPU (docs/performance.md#statements-built-once).
 _LIVE_KEY = select(ApiKey).where(
     ApiKey.key_hash == bindparam("key_hash"), ApiKey.revoked_at.is_(None)
 )

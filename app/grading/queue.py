@@ -234,7 +234,8 @@ class _Lease:
 class _LeaseRenewer:
     """Renews the leases of this process's gradings in progress, each every third of its
     lease, from one thread: a thread started and joined per grading held the grading thread
-    up for a GIL handoff each way, 4-5% of its time in a burst (docs/performance.md, run 9)."""
+    up for a GIL handoff each way, 4-5% of its time in a burst
+    (docs/performance.md#smaller-decisions)."""
 
     def __init__(self) -> None:
         self._reset()

@@ -282,7 +282,8 @@ def create_submission(
     # call as the commit. On SQLite the INSERT takes the one write lock, and flushed here it held
     # it through the rest of the request (the answer's thread hops), about 10 ms a submission
     # and up to a quarter of a second under a burst, while every grading waited to claim or
-    # store (docs/performance.md, run 14). Its id is set now, for the answer and the queue.
+    # store (docs/performance.md#a-submissions-insert-goes-in-with-the-commit). Its id is set
+    # now, for the answer and the queue.
     session.add(submission)
     queue_for_grading(session, submission.id)
     return submission
@@ -304,8 +305,8 @@ class GradingJob:
 
 # The grading path's statements (claim, renew, release, finish) are built once and run on the
 # session's connection with only their values bound: building an ORM statement per call and
-# executing it through the ORM cost two to four times the CPU of running it (docs/performance.md,
-# run 10), for nothing the ORM adds here (no object is loaded or kept in step).
+# executing it through the ORM cost two to four times the CPU of running it, for nothing the ORM
+# adds here: no object is loaded or kept in step (docs/performance.md#statements-built-once).
 def _update_submission(where: ColumnElement[bool], **values: object) -> Update:
     return update(Submission).where(where).values(**values).returning(Submission.id)
 

@@ -75,8 +75,9 @@ def test_a_submission_holds_no_write_lock_until_its_commit(
 ) -> None:
     """SQLite has one writer at a time. A request's submission goes in with its commit, so the
     request does not hold the write lock while its answer is made: another writer (a grading
-    storing its result, another request) is not kept waiting meanwhile (docs/performance.md,
-    run 14: held there, a burst of submissions kept the gradings waiting for seconds)."""
+    storing its result, another request) is not kept waiting meanwhile. Held there, a burst of
+    submissions kept the gradings waiting for seconds
+    (docs/performance.md#a-submissions-insert-goes-in-with-the-commit)."""
     if not settings.database_url.startswith("sqlite"):
         pytest.skip("row locks: a PostgreSQL writer of another row never waits for this one")
     impatient = create_db_engine(settings.database_url, busy_timeout_seconds=0)

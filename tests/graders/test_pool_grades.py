@@ -129,3 +129,35 @@ def test_trusted_trajectories_are_computed_once_per_exercise_version() -> None:
     again = trusted_trajectories(changed)
     assert again is not first
     assert again == first  # the same files: the same numbers, computed anew
+
+
+# Code that draws from the global generators unseeded: a warm pool's child inherits whatever
+# its zygote drew (torch's generator built the warm-up's model), a cold run starts afresh
+# (Python's and numpy's from the OS). The harness seeds them from each case (issue 34).
+DRAWS_UNSEEDED = """
+import random
+
+import numpy
+import torch
+
+NOISE_AT_LOAD = torch.rand(1).item()
+
+
+def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    noise = NOISE_AT_LOAD + torch.rand(1).item() + random.random() + float(numpy.random.rand())
+    loss = loss_fn(model(x), y) * (1 + noise)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+
+
+def test_code_drawing_unseeded_random_numbers_gets_the_same_report_cold_and_warm(
+    cold_grade: ColdGrade, warm: sandbox.Runner
+) -> None:
+    cold = cold_grade("train-step", DRAWS_UNSEEDED)
+    assert cold.score < cold.max_score  # its numbers are the draws'
+    warm_reports = [grade("train-step", DRAWS_UNSEEDED, SHARED_LIMITS, warm) for _ in range(2)]
+    for report in warm_reports:
+        assert report.model_dump() == cold.model_dump(), report.feedback

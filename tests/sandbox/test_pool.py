@@ -412,8 +412,9 @@ def every_slot_held_then(
 def test_a_job_waiting_for_a_slot_is_begun_by_the_job_that_frees_it(
     runner: sandbox.PoolRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No thread hand-off between a job's end and the next one's start (docs/performance.md,
-    run 18): the thread that supervised the freed slot's job begins the waiting job there."""
+    """No thread hand-off between a job's end and the next one's start
+    (docs/performance.md#the-freed-slots-thread-begins-the-next-job): the thread that
+    supervised the freed slot's job begins the waiting job there."""
     pool = runner.pool
     begun_by: list[tuple[int, threading.Thread]] = []
     for slot in pool.slots:
