@@ -163,7 +163,18 @@ class SignInFailure(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     email: Mapped[str] = mapped_column(String(255), index=True)
     client_ip: Mapped[str] = mapped_column(String(64), index=True)
-    failed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    failed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
+
+
+class SignUp(Base):
+    """An account made through the open sign-up form, counted per client address and in all;
+    kept only while a window counts it."""
+
+    __tablename__ = "sign_ups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
+    signed_up_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
 
 
 class Course(Base):
@@ -260,7 +271,7 @@ class Submission(Base):
     # Operator-facing: why the server could not grade it. Never shown to learners.
     error_message: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # When it was last handed to the workers; queued long after that, its message was lost.
     queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=utc_now)

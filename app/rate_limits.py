@@ -45,12 +45,14 @@ def seconds_until_allowed(
     if limit is None or limit.count <= 0:
         return None
     window = timedelta(seconds=limit.window_seconds)
-    recent = session.scalars(
+    # The count-th newest row in the window, alone: a limit of thousands reads one row.
+    oldest_counted = session.scalar(
         select(happened_at)
         .where(*conditions, happened_at > utc_now() - window)
         .order_by(happened_at.desc())
-        .limit(limit.count)
-    ).all()
-    if len(recent) < limit.count:
+        .offset(limit.count - 1)
+        .limit(1)
+    )
+    if oldest_counted is None:
         return None
-    return max(1, math.ceil((recent[-1] + window - utc_now()).total_seconds()))
+    return max(1, math.ceil((oldest_counted + window - utc_now()).total_seconds()))

@@ -138,6 +138,19 @@ class Settings(BaseSettings):
         "in inside a cross-site LMS iframe keep their session.",
     )
     allow_sign_up: bool = Field(default=True, description="Anyone may create a learner account.")
+    sign_up_max_per_address: int = Field(
+        default=20,
+        ge=1,
+        description="Accounts made by sign-up from one client address within the sign-up "
+        "window; more get 429 and Retry-After (a campus NAT signs up a class at once).",
+    )
+    sign_up_max: int = Field(
+        default=500,
+        ge=1,
+        description="Accounts made by sign-up from all addresses within the sign-up window; "
+        "more get 503 and Retry-After.",
+    )
+    sign_up_window_seconds: int = Field(default=3600, ge=1)
     sign_in_max_failures: int = Field(
         default=5,
         ge=1,
@@ -162,6 +175,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Practice submissions without an account from one client address within "
         "the submission window; 0: no limit.",
+    )
+    anonymous_submissions_per_hour_in_total: int = Field(
+        default=1000,
+        ge=0,
+        description="Practice submissions without an account from all client addresses within "
+        "an hour (each keeps its code, up to max_code_bytes); 0: no limit.",
     )
     max_waiting_submissions: int = Field(
         default=200,
@@ -249,6 +268,19 @@ class Settings(BaseSettings):
     )
     lti_state_max_age_seconds: int = Field(
         default=600, ge=30, description="How long an LTI login may take from start to launch."
+    )
+    lti_max_logins_per_address: int = Field(
+        default=100,
+        ge=1,
+        description="LTI logins started from one client address within the login's lifetime "
+        "(lti_state_max_age_seconds); more get 429 and Retry-After. A school's NAT starts a "
+        "class's worth at once.",
+    )
+    lti_max_logins: int = Field(
+        default=20000,
+        ge=1,
+        description="LTI logins started from all addresses within the login's lifetime; more "
+        "get 503 and Retry-After. Each is a row of about 1 KB until it expires.",
     )
     lti_key_encryption_keys: str = Field(
         default="",

@@ -25,8 +25,10 @@ from graders.exercises import Exercise
 
 # Long enough to find a password and sign in again; the browser's own copy outlives it.
 KEPT_SUBMISSION_SECONDS = 24 * 3600
-# Kept code belongs to no account yet: one client address cannot fill the database with it.
+# Kept code belongs to no account yet: one client address cannot fill the database with it,
+# nor can all of them (at most MAX_KEPT_IN_TOTAL times max_code_bytes, 64 MiB by default).
 MAX_KEPT_PER_ADDRESS = 20
+MAX_KEPT_IN_TOTAL = 1000
 
 
 class TooManyKept(SubmissionRejected):
@@ -118,7 +120,8 @@ def keep_submission(
 ) -> str:
     """Keep code sent to `page_path` by a browser whose session had ended; returns the token
     its cookie carries. SubmissionRejected when the code could not have been submitted, or
-    (TooManyKept) when `client_address` has MAX_KEPT_PER_ADDRESS kept already."""
+    (TooManyKept) when `client_address` has MAX_KEPT_PER_ADDRESS kept already, or all
+    addresses MAX_KEPT_IN_TOTAL."""
     check_code(code, max_code_bytes)
     now = utc_now()
     session.execute(delete(KeptSubmission).where(KeptSubmission.expires_at < now))
@@ -129,6 +132,9 @@ def keep_submission(
     )
     if (kept_here or 0) >= MAX_KEPT_PER_ADDRESS:
         raise TooManyKept(f"{kept_here} submissions from your address are kept already")
+    kept = session.scalar(select(func.count()).select_from(KeptSubmission))
+    if (kept or 0) >= MAX_KEPT_IN_TOTAL:
+        raise TooManyKept(f"{kept} submissions are kept already")
     token = secrets.token_urlsafe(32)
     session.add(
         KeptSubmission(

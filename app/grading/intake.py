@@ -177,6 +177,7 @@ def submission_limits(settings: Settings) -> SubmissionLimits:
     return SubmissionLimits(
         per_learner=RateLimit(settings.submission_rate_limit, window),
         anonymous_per_address=RateLimit(settings.anonymous_submission_rate_limit, window),
+        anonymous_in_total=RateLimit(settings.anonymous_submissions_per_hour_in_total, 3600),
         max_waiting=settings.max_waiting_submissions or None,
     )
 

@@ -28,6 +28,7 @@ from fastapi import Depends, Request
 import graders
 import sandbox
 from app.db import SessionFactory, on_commit
+from app.grading.fair_share import FairShare, submission_owners
 from app.grading.submissions import (
     SUBMISSIONS_TO_GRADE,
     GradingJob,
@@ -359,7 +360,9 @@ class LeaseSweeper:
 
 
 class ThreadPoolDispatcher:
-    """`worker_count` grading threads in this process, and the sweep that feeds them."""
+    """`worker_count` grading threads in this process, and the sweep that feeds them. A free
+    thread takes the submission `FairShare` chooses, not the oldest: no owner holds more than
+    the sandbox's slots while others wait."""
 
     def __init__(
         self,
@@ -379,6 +382,10 @@ class ThreadPoolDispatcher:
         self._lock = threading.Lock()
         self._trusted_computed = threading.Event()
         self._trusted_failure: str | None = None
+        slots = min(settings.sandbox_pool_size or settings.worker_count, settings.worker_count)
+        self._fair_share = FairShare(
+            lambda ids: submission_owners(sessions, ids), max_per_owner=slots
+        )
 
     def start(self) -> None:
         self._executor = ThreadPoolExecutor(
@@ -407,11 +414,13 @@ class ThreadPoolDispatcher:
     def enqueue(self, submission_id: str) -> None:
         if self._executor is None:
             raise RuntimeError("dispatcher not started")
-        self._executor.submit(self._run, submission_id)
+        self._fair_share.add(submission_id)
+        self._executor.submit(self._run_waiting)
 
     def stop(self) -> None:
         """Finish the jobs in progress; the rest stay queued in the database for the next start."""
         self._sweeper.stop()
+        self._fair_share.clear()
         with self._lock:
             for timer in self._retry_timers:
                 timer.cancel()
@@ -426,6 +435,15 @@ class ThreadPoolDispatcher:
         if not self._trusted_computed.is_set():
             return "computing the exercises' trusted trajectories (seconds after a start)"
         return self._trusted_failure
+
+    def _run_waiting(self) -> None:
+        """Grade what FairShare hands out until nothing waits that may run now (a run that
+        ends may free its owner's next one: the thread that ended it takes it)."""
+        while (taken := self._fair_share.take()) is not None:
+            try:
+                self._run(taken.submission_id)
+            finally:
+                self._fair_share.done(taken)
 
     def _run(self, submission_id: str) -> None:
         try:
@@ -454,7 +472,8 @@ class ThreadPoolDispatcher:
             self._retry_timers = {timer for timer in self._retry_timers if timer.is_alive()}
             if self._executor is None:
                 return
-            self._executor.submit(self._run, submission_id)
+            self._fair_share.add(submission_id)
+            self._executor.submit(self._run_waiting)
 
 
 def create_dispatcher(

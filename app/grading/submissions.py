@@ -96,13 +96,15 @@ class SubmissionLimits:
     """The caps a new submission must be under (Settings' `submission_*` and `*_queued_*`).
 
     `per_learner`: each learner's submissions. `anonymous_per_address`: practice without an
-    account from one client address, which dropping the learner cookie does not reset.
-    `max_waiting`: submissions queued or being graded; anonymous practice is refused at half
-    of it, so that courses and the API keep room when strangers fill the queue.
+    account from one client address, which dropping the learner cookie does not reset;
+    `anonymous_in_total`: from all addresses (each keeps its code). `max_waiting`:
+    submissions queued or being graded; anonymous practice is refused at half of it, so that
+    courses and the API keep room when strangers fill the queue.
     """
 
     per_learner: RateLimit | None = None
     anonymous_per_address: RateLimit | None = None
+    anonymous_in_total: RateLimit | None = None
     max_waiting: int | None = None
 
 
@@ -137,6 +139,8 @@ def check_rate(
         checks.append(
             (limits.anonymous_per_address, from_address, "Practice from your address has")
         )
+        anonymous = Submission.client_address.is_not(None)
+        checks.append((limits.anonymous_in_total, anonymous, "Practice without an account has"))
     for limit, condition, who in checks:
         retry_after = seconds_until_allowed(session, limit, Submission.created_at, condition)
         if limit is not None and retry_after is not None:

@@ -121,6 +121,42 @@ def raise_for_reply(reply: httpx.Response, what: str) -> None:
     raise PlatformRefused(f"{what}: {_problem(reply)}")
 
 
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def registered_origins(platform: LtiPlatform) -> set[str]:
+    """The origins an operator registered for the platform: its issuer and its URLs."""
+    urls = (platform.issuer, platform.auth_url, platform.token_url, platform.jwks_url)
+    return {_origin(url) for url in urls}
+
+
+def service_request(platform: LtiPlatform, url: str) -> tuple[str, dict[str, Any]]:
+    """Where a call to the platform's service `url` connects, and the request options that
+    keep its host name.
+
+    Service URLs come from the platform's launches, and the call carries its access token: a
+    hostile platform could aim it at this server's own network. A URL on an origin the
+    operator registered for the platform is used as it is (an LMS on the campus network, the
+    tests' fake one on loopback); any other must be https to a host that resolves to public
+    addresses only, and the connection goes to the address checked (the webhooks' check).
+    """
+    if _origin(url) in registered_origins(platform):
+        return url, {}
+    if urlsplit(url).scheme != "https":
+        raise PlatformRefused(f"{url}: a platform's service URL must use https://")
+    # app.lti.webhooks imports this module (for its errors): its check is imported here.
+    from app.lti.webhooks import pinned_request
+
+    try:
+        return pinned_request(url, allow_private_addresses=False)
+    except PlatformRefused as exc:
+        raise PlatformRefused(
+            f"{url}: not an origin registered for the platform, and {exc}"
+        ) from None
+
+
 def call_platform(
     session: Session,
     sealing: MultiFernet,
@@ -133,21 +169,27 @@ def call_platform(
     headers: dict[str, str],
     json_body: dict[str, Any] | None = None,
 ) -> httpx.Response:
-    """One request to a platform's service with an access token for `scope`; a token the
-    platform dropped before its time (HTTP 401) is replaced once. Raises PlatformUnavailable
-    when the platform cannot be reached or refuses the fresh token too; any other answer is
-    the caller's to read."""
+    """One request to a platform's service with an access token for `scope`, sent only where
+    `service_request` allows; a token the platform dropped before its time (HTTP 401) is
+    replaced once. Raises PlatformUnavailable when the platform cannot be reached or refuses
+    the fresh token too; any other answer is the caller's to read."""
     what = f"{method} {url}"
+    target, pinning = service_request(platform, url)
     for attempt in range(2):
         token = tokens.get(session, sealing, platform, [scope])
         try:
-            reply = httpx.request(
-                method,
-                url,
-                json=json_body,
-                headers={**headers, "Authorization": f"Bearer {token}"},
-                timeout=HTTP_TIMEOUT_SECONDS,
-            )
+            with httpx.Client(timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False) as client:
+                reply = client.request(
+                    method,
+                    target,
+                    json=json_body,
+                    headers={
+                        **headers,
+                        **pinning.get("headers", {}),
+                        "Authorization": f"Bearer {token}",
+                    },
+                    extensions=pinning.get("extensions"),
+                )
         except httpx.HTTPError as exc:
             raise PlatformUnavailable(f"{what}: {exc}") from None
         if reply.status_code != 401 or attempt == 1:

@@ -24,30 +24,43 @@ from app.web.sessions import sign, unsign
 from graders.exercises import Exercise
 
 MAX_DATA_CHARS = 4096
+# Time to pick an exercise; a copied request URL is useless to anyone after it, and before it
+# to anyone but the instructor who launched.
+DEEP_LINK_LIFETIME_SECONDS = 3600
 _PURPOSE = "lti-deep-link"
 
 
 @dataclass(frozen=True)
 class DeepLinkRequest:
-    """What the answer needs from the platform's request, carried signed through the page."""
+    """What the answer needs from the platform's request, carried signed through the page,
+    for the user the launch signed in and until `expires_at` (unix seconds)."""
 
     platform_id: str
     deployment_id: str
     return_url: str
     data: str | None
+    user_id: str
+    expires_at: int
 
     def to_signed(self, secret_key: bytes) -> str:
         return sign(secret_key, _PURPOSE, json.dumps(self.__dict__, separators=(",", ":")))
 
     @classmethod
-    def from_signed(cls, secret_key: bytes, signed: str) -> DeepLinkRequest | None:
+    def from_signed(cls, secret_key: bytes, signed: str, *, user_id: str) -> DeepLinkRequest | None:
+        """The request, when it was signed here for `user_id` and has not expired."""
         value = unsign(secret_key, _PURPOSE, signed)
         if value is None:
             return None
-        return cls(**json.loads(value))
+        try:
+            found = cls(**json.loads(value))
+        except TypeError:  # signed before requests carried their user and expiry
+            return None
+        if found.user_id != user_id or found.expires_at < time.time():
+            return None
+        return found
 
 
-def deep_link_request(launch: ValidatedLaunch) -> DeepLinkRequest:
+def deep_link_request(launch: ValidatedLaunch, *, user_id: str) -> DeepLinkRequest:
     settings = launch.claims[DL_CLAIM + "deep_linking_settings"]
     data = settings.get("data")
     return DeepLinkRequest(
@@ -55,6 +68,8 @@ def deep_link_request(launch: ValidatedLaunch) -> DeepLinkRequest:
         deployment_id=launch.deployment_id,
         return_url=settings["deep_link_return_url"],
         data=data if isinstance(data, str) and len(data) <= MAX_DATA_CHARS else None,
+        user_id=user_id,
+        expires_at=int(time.time()) + DEEP_LINK_LIFETIME_SECONDS,
     )
 
 

@@ -26,9 +26,12 @@ from joserfc.errors import BadSignatureError, JoseError
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from app.errors import AppError
 from app.lti.models import LtiDeployment, LtiLoginState, LtiPlatform
 from app.lti.platforms import PlatformKeyCache, PlatformKeysUnavailable, find_platform
 from app.models import utc_now
+from app.rate_limits import RateLimit, seconds_until_allowed
+from app.settings import Settings
 
 LTI_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/"
 DL_CLAIM = "https://purl.imsglobal.org/spec/lti-dl/claim/"
@@ -114,14 +117,68 @@ def storage_key(state: str) -> str:
     return f"state_{state}"
 
 
+class TooManyLogins(AppError):
+    """As many LTI logins were started within a login's lifetime as `LoginLimits` allow:
+    from this client address (429), or from all (503)."""
+
+    title = "Too many LTI logins"
+
+    def __init__(self, retry_after_seconds: int, *, from_everywhere: bool) -> None:
+        where = "everywhere" if from_everywhere else "your network"
+        super().__init__(
+            f"Too many LMS launches were started from {where} in the last minutes. Wait a "
+            "moment and open the link in the LMS again.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+        self.status_code = 503 if from_everywhere else 429
+
+
+@dataclass(frozen=True)
+class LoginLimits:
+    """Logins started within a login's lifetime: from one client address, and from all.
+
+    Anyone who knows a registered issuer (it is public) may start one, and each is a row until
+    it expires: so both are bounded, and expired ones are swept when a login starts."""
+
+    state_max_age_seconds: int
+    per_address: int
+    in_total: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoginLimits:
+        return cls(
+            state_max_age_seconds=settings.lti_state_max_age_seconds,
+            per_address=settings.lti_max_logins_per_address,
+            in_total=settings.lti_max_logins,
+        )
+
+
+def _check_login_limits(session: Session, limits: LoginLimits, client_address: str) -> None:
+    window = limits.state_max_age_seconds
+    started_at = LtiLoginState.created_at
+    retry_after = seconds_until_allowed(
+        session,
+        RateLimit(limits.per_address, window),
+        started_at,
+        LtiLoginState.client_address == client_address,
+    )
+    if retry_after is not None:
+        raise TooManyLogins(retry_after, from_everywhere=False)
+    retry_after = seconds_until_allowed(session, RateLimit(limits.in_total, window), started_at)
+    if retry_after is not None:
+        raise TooManyLogins(retry_after, from_everywhere=True)
+
+
 def begin_login(
     session: Session,
     params: Mapping[str, str],
     *,
     redirect_uri: str,
-    state_max_age_seconds: int,
+    client_address: str,
+    limits: LoginLimits,
 ) -> BegunLogin:
-    """Record a new state and nonce, and the platform's auth URL to send the browser to."""
+    """Record a new state and nonce, and the platform's auth URL to send the browser to.
+    Raises LaunchRejected for a bad request, TooManyLogins past `limits`."""
     issuer = _text(params.get("iss"), "iss")
     login_hint = _text(params.get("login_hint"), "login_hint")
     target_link_uri = _text(params.get("target_link_uri"), "target_link_uri")
@@ -146,22 +203,26 @@ def begin_login(
             "--deployment-id ID --auth-url URL --token-url URL --jwks-url URL "
             "(the admin page /lti/admin lists what is registered).",
         )
+    now = utc_now()
+    # Logins that expired (never finished, or used) are only clutter.
+    session.execute(delete(LtiLoginState).where(LtiLoginState.expires_at < now))
+    client_address = client_address[:64]
+    _check_login_limits(session, limits, client_address)
     state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     storage_value = secrets.token_urlsafe(32) if storage_target else None
-    now = utc_now()
     session.add(
         LtiLoginState(
             state=state,
             nonce=nonce,
             platform_id=platform.id,
             target_link_uri=target_link_uri[:1000],
-            expires_at=now + timedelta(seconds=state_max_age_seconds),
+            client_address=client_address,
+            created_at=now,
+            expires_at=now + timedelta(seconds=limits.state_max_age_seconds),
             storage_target=storage_target,
             storage_value=storage_value,
         )
     )
-    # Logins that were never finished are only clutter.
-    session.execute(delete(LtiLoginState).where(LtiLoginState.expires_at < now - timedelta(days=1)))
     session.flush()
     query = {
         "scope": "openid",

@@ -66,7 +66,9 @@ class LtiLoginState(Base):
     nonce: Mapped[str] = mapped_column(String(64))
     platform_id: Mapped[str] = mapped_column(ForeignKey("lti_platforms.id"))
     target_link_uri: Mapped[str] = mapped_column(String(1000))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # Anyone may start a login: they are counted per client address and in all.
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # LTI Platform Storage: the frame the platform named (lti_storage_target), and the value

@@ -26,6 +26,7 @@ from app.lti.framing import FrameAncestors
 from app.lti.keys import key_sealing, published_keys, tool_jwks
 from app.lti.launch import (
     LaunchRejected,
+    LoginLimits,
     MessageType,
     begin_login,
     login_awaiting_storage,
@@ -49,6 +50,7 @@ from app.web.rendering import (
 from app.web.sessions import (
     CsrfViewerDep,
     ViewerDep,
+    client_address,
     get_secret_key,
     signed_in_user,
     start_session,
@@ -142,7 +144,8 @@ def _login(
         session,
         params,
         redirect_uri=tool_url(request, settings, "/lti/launch"),
-        state_max_age_seconds=settings.lti_state_max_age_seconds,
+        client_address=client_address(request),
+        limits=LoginLimits.from_settings(settings),
     )
     if login.storage_target is None:
         return RedirectResponse(login.auth_redirect, status_code=302)
@@ -243,7 +246,9 @@ def launch(
                 "Only instructors choose exercises",
                 "Adding loopgrade content to the course is for its instructors.",
             )
-        signed = deep_link_request(validated).to_signed(get_secret_key(request))
+        signed = deep_link_request(validated, user_id=provisioned.user.id).to_signed(
+            get_secret_key(request)
+        )
         target = f"/lti/deep-link?request={quote(signed, safe='')}"
     else:
         assert provisioned.link is not None
@@ -415,11 +420,13 @@ def choose_link_exercise(
     return RedirectResponse(f"/courses/{course_id}/exercises/{exercise_id}", status_code=303)
 
 
-def _deep_link(request: Request, signed: str) -> DeepLinkRequest:
-    found = DeepLinkRequest.from_signed(get_secret_key(request), signed)
+def _deep_link(request: Request, signed: str, user: User) -> DeepLinkRequest:
+    found = DeepLinkRequest.from_signed(get_secret_key(request), signed, user_id=user.id)
     if found is None:
         raise PageError(
-            400, "Start again from the LMS", "This content selection is not valid any more."
+            400,
+            "Start again from the LMS",
+            "This content selection is not valid any more, or was started by someone else.",
         )
     return found
 
@@ -431,8 +438,7 @@ def deep_link_page(
     signed: Annotated[str, Query(alias="request")] = "",
 ) -> Response:
     """Content selection: the instructor picks the exercise the new link opens."""
-    signed_in_user(viewer)
-    _deep_link(request, signed)
+    _deep_link(request, signed, signed_in_user(viewer))
     return render(
         request,
         viewer,
@@ -451,8 +457,7 @@ def deep_link_answer(
     exercise: Annotated[str, Form()] = "",
 ) -> Response:
     """The instructor's choice, answered to the platform with a signed LtiDeepLinkingResponse."""
-    signed_in_user(viewer)
-    found = _deep_link(request, deep_link)
+    found = _deep_link(request, deep_link, signed_in_user(viewer))
     exercise_id = exercise_named(exercise)
     if exercise_id is None:
         raise PageError(422, "Unknown exercise", f"There is no exercise {exercise!r}.")

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.db import keep_on_error_response
 from app.errors import AppError
-from app.models import SignInFailure, SiteRole, User, utc_now
+from app.models import SignInFailure, SignUp, SiteRole, User, utc_now
 from app.people.names import hidden_character, normalize_display_name
 from app.rate_limits import RateLimit, seconds_until_allowed
 from app.settings import Settings
@@ -125,6 +125,71 @@ def create_user(
     return user
 
 
+class TooManySignUps(AppError):
+    """Accounts made by sign-up within the window reached a limit: from this client address
+    (429), or from all (503). Wait `retry_after_seconds`."""
+
+    title = "Too many new accounts"
+
+    def __init__(self, message: str, retry_after_seconds: int, *, status_code: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_seconds)})
+        self.status_code = status_code
+        self.retry_after_seconds = retry_after_seconds
+
+
+@dataclass(frozen=True)
+class SignUpLimits:
+    """Accounts anyone may make through the open sign-up form, each in the same window: from
+    one client address, and from all (every account is a row kept for good)."""
+
+    per_address: RateLimit
+    in_total: RateLimit
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SignUpLimits:
+        window = settings.sign_up_window_seconds
+        return cls(
+            per_address=RateLimit(settings.sign_up_max_per_address, window),
+            in_total=RateLimit(settings.sign_up_max, window),
+        )
+
+
+def sign_up(
+    session: Session,
+    *,
+    email: str,
+    name: str,
+    password: str,
+    client_address: str,
+    limits: SignUpLimits,
+) -> User:
+    """A new learner account made by its owner (`create_user`), counted for `limits`.
+
+    Raises TooManySignUps before anything else when a limit is reached, AccountError for a
+    bad field. Sign-ups that left the window are swept."""
+    client_address = client_address[:64]
+    brakes = [
+        (limits.per_address, [SignUp.client_address == client_address], 429, "your network"),
+        (limits.in_total, [], 503, "everywhere"),
+    ]
+    for limit, conditions, status_code, where in brakes:
+        retry_after = seconds_until_allowed(session, limit, SignUp.signed_up_at, *conditions)
+        if retry_after is not None:
+            raise TooManySignUps(
+                f"Too many accounts were made from {where} in the last while. Try again in "
+                f"{max(1, round(retry_after / 60))} minutes.",
+                retry_after,
+                status_code=status_code,
+            )
+    user = create_user(session, email=email, name=name, password=password)
+    now = utc_now()
+    session.add(SignUp(client_address=client_address, signed_up_at=now))
+    longest = max(limits.per_address.window_seconds, limits.in_total.window_seconds)
+    session.execute(delete(SignUp).where(SignUp.signed_up_at < now - timedelta(seconds=longest)))
+    session.flush()
+    return user
+
+
 @dataclass(frozen=True)
 class SignInLimits:
     """Failed sign-ins allowed before a pause, each counted in its own sliding window.
@@ -202,6 +267,14 @@ def sign_in(
     """
     email = normalize_email(email)
     client_address = client_address[:64]
+    # Failures out of every window are only clutter: swept on every attempt, so that a stream
+    # of failures with no success between keeps no more than the windows count.
+    longest = max(limits.per_address.window_seconds, limits.per_account.window_seconds)
+    session.execute(
+        delete(SignInFailure).where(
+            SignInFailure.failed_at < utc_now() - timedelta(seconds=2 * longest)
+        )
+    )
     check_sign_in_limits(
         session, limits, email=email, client_address=client_address, known_browser=known_browser
     )
@@ -221,13 +294,6 @@ def sign_in(
     session.execute(
         delete(SignInFailure).where(
             SignInFailure.email == email, SignInFailure.client_ip == client_address
-        )
-    )
-    # Old failures of everyone are only clutter once out of every window.
-    longest = max(limits.per_address.window_seconds, limits.per_account.window_seconds)
-    session.execute(
-        delete(SignInFailure).where(
-            SignInFailure.failed_at < utc_now() - timedelta(seconds=2 * longest)
         )
     )
     session.flush()

@@ -18,10 +18,12 @@ from app.people.accounts import (
     AccountError,
     SignInLimits,
     SignInRefused,
+    SignUpLimits,
     TooManySignIns,
-    create_user,
+    TooManySignUps,
     normalize_email,
     sign_in,
+    sign_up,
 )
 from app.settings import SettingsDep
 from app.web.rendering import render, safe_next
@@ -194,14 +196,22 @@ def sign_up_form(
     if not settings.allow_sign_up:
         return render(request, viewer, "sign_up.html", context, status_code=403)
     try:
-        user = create_user(session, email=email, name=name, password=password)
-    except AccountError as exc:
+        user = sign_up(
+            session,
+            email=email,
+            name=name,
+            password=password,
+            client_address=client_address(request),
+            limits=SignUpLimits.from_settings(settings),
+        )
+    except (AccountError, TooManySignUps) as exc:
         return render(
             request,
             viewer,
             "sign_up.html",
             {**context, "error": as_sentence(str(exc))},
-            status_code=422,
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
     target = "/"
     if join_code.strip():

@@ -7,9 +7,11 @@ import html
 import re
 
 import httpx
+import pytest
 from sqlalchemy import select, update
 
 from app.db import SessionFactory
+from app.grading import drafts
 from app.grading.drafts import MAX_KEPT_PER_ADDRESS
 from app.models import Draft, KeptSubmission, Submission, WebSession, utc_now
 from app.settings import Settings
@@ -239,3 +241,30 @@ def test_one_address_keeps_only_so_many(client: httpx.Client, sessions: SessionF
     assert refused.status_code == 403 and "Form expired" in refused.text
     with sessions() as session:
         assert len(session.scalars(select(KeptSubmission)).all()) == MAX_KEPT_PER_ADDRESS
+
+
+def test_all_addresses_together_keep_only_so_many(
+    proxied_client: httpx.Client, sessions: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(drafts, "MAX_KEPT_IN_TOTAL", 3)
+    page_path = f"/exercises/{EXERCISE}"
+    origin = {"Origin": str(proxied_client.base_url)}
+
+    def keep_from(address: str) -> httpx.Response:
+        return proxied_client.post(
+            page_path,
+            data={"code": MY_CODE, "csrf_token": "x"},
+            headers={**origin, "X-Forwarded-For": address},
+        )
+
+    for n in range(3):
+        assert keep_from(f"192.0.2.{n}").status_code == 303
+    refused = keep_from("192.0.2.9")
+    assert refused.status_code == 403 and "Form expired" in refused.text
+    with sessions.begin() as session:
+        assert len(session.scalars(select(KeptSubmission)).all()) == 3
+        # Expired ones are swept when code is next kept, and count no more.
+        session.execute(update(KeptSubmission).values(expires_at=utc_now()))
+    assert keep_from("192.0.2.9").status_code == 303
+    with sessions() as session:
+        assert session.scalars(select(KeptSubmission.client_address)).all() == ["192.0.2.9"]

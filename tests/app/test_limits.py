@@ -1,5 +1,6 @@
 """Abuse-proof limits: sign-in keyed so a stranger cannot lock the owner out, anonymous practice
-limited per client address, a capped queue answering 503 with Retry-After.
+and sign-up limited per client address and from all, a capped queue answering 503 with
+Retry-After.
 
 Client addresses come from X-Forwarded-For through a server that trusts a proxy on 127.0.0.1
 (`proxied_client`); the plain `client` shows the header is believed from no one by default.
@@ -7,15 +8,17 @@ Client addresses come from X-Forwarded-For through a server that trusts a proxy 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.db import SessionFactory
-from app.models import Submission, SubmissionStatus
+from app.models import SignInFailure, SignUp, Submission, SubmissionStatus, User, utc_now
 from app.settings import Settings
 from app.web.sessions import KNOWN_BROWSER_COOKIE, SESSION_COOKIE
 from tests.app.conftest import EXERCISE, csrf_token
-from tests.app.people import make_user, sign_in
+from tests.app.people import PASSWORD, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 OWNER, STRANGER, OTHERS = "198.51.100.7", "203.0.113.9", "192.0.2.{}"
@@ -149,6 +152,89 @@ def test_anonymous_practice_is_limited_per_address_without_its_cookie(
     with sessions() as session:
         addresses = session.scalars(select(Submission.client_address)).all()
     assert sorted(addresses, key=str) == sorted([STRANGER, STRANGER, OWNER, None], key=str)
+
+
+def test_anonymous_practice_is_limited_from_all_addresses_together(
+    proxied_client: httpx.Client, sessions: SessionFactory, proxied_settings: Settings
+) -> None:
+    proxied_settings.anonymous_submissions_per_hour_in_total = 3
+    for n in range(3):
+        assert submit_anonymously(proxied_client, OTHERS.format(n)).status_code == 303
+    refused = submit_anonymously(proxied_client, OTHERS.format(9))
+    assert refused.status_code == 429 and 0 < int(refused.headers["Retry-After"]) <= 3600
+    assert "Practice without an account has reached" in refused.text
+    with sessions() as session:
+        assert len(session.scalars(select(Submission.id)).all()) == 3
+    # Learners with an account are not held up by strangers' practice.
+    make_user(sessions, "kim@example.org")
+    proxied_client.cookies.clear()
+    sign_in(proxied_client, "kim@example.org", headers=from_address(OTHERS.format(9)))
+    page = f"/exercises/{EXERCISE}"
+    signed_in = proxied_client.post(
+        page,
+        data={"code": BAD_CODE, "csrf_token": csrf_token(proxied_client, page)},
+        headers=from_address(OTHERS.format(9)),
+    )
+    assert signed_in.status_code == 303
+
+
+def sign_up(client: httpx.Client, email: str, address: str) -> httpx.Response:
+    client.cookies.clear()
+    token = token_of(client.get("/sign-up"))
+    return client.post(
+        "/sign-up",
+        data={"csrf_token": token, "email": email, "name": "", "password": PASSWORD},
+        headers=from_address(address),
+    )
+
+
+def test_sign_ups_are_limited_per_address_and_from_all_and_swept(
+    proxied_client: httpx.Client, sessions: SessionFactory, proxied_settings: Settings
+) -> None:
+    proxied_settings.sign_up_max_per_address = 2
+    proxied_settings.sign_up_max = 3
+    for n in range(2):
+        assert sign_up(proxied_client, f"s{n}@example.org", STRANGER).status_code == 303
+    paused = sign_up(proxied_client, "s9@example.org", STRANGER)
+    assert paused.status_code == 429 and "from your network" in paused.text
+    assert 0 < int(paused.headers["Retry-After"]) <= proxied_settings.sign_up_window_seconds
+    # A campus next door may, until all addresses together made the most allowed.
+    assert sign_up(proxied_client, "o1@example.org", OWNER).status_code == 303
+    full = sign_up(proxied_client, "o2@example.org", OTHERS.format(1))
+    assert full.status_code == 503 and "Retry-After" in full.headers
+    with sessions() as session:
+        emails = set(session.scalars(select(User.email)))
+        assert emails == {"s0@example.org", "s1@example.org", "o1@example.org"}
+    # Once the window has passed they count no more, and are swept at the next sign-up.
+    with sessions.begin() as session:
+        session.execute(
+            update(SignUp).values(
+                signed_up_at=utc_now()
+                - timedelta(seconds=proxied_settings.sign_up_window_seconds + 1)
+            )
+        )
+    assert sign_up(proxied_client, "s9@example.org", STRANGER).status_code == 303
+    with sessions() as session:
+        assert session.scalars(select(SignUp.client_address)).all() == [STRANGER]
+
+
+def test_sign_in_failures_out_of_every_window_are_swept_without_a_success(
+    proxied_client: httpx.Client, sessions: SessionFactory, proxied_settings: Settings
+) -> None:
+    for n in range(3):
+        assert (
+            fail_sign_in(proxied_client, f"u{n}@example.org", OTHERS.format(n)).status_code == 401
+        )
+    longest = max(
+        proxied_settings.sign_in_window_seconds, proxied_settings.sign_in_account_window_seconds
+    )
+    with sessions.begin() as session:
+        session.execute(
+            update(SignInFailure).values(failed_at=utc_now() - timedelta(seconds=2 * longest + 1))
+        )
+    assert fail_sign_in(proxied_client, "u9@example.org", STRANGER).status_code == 401
+    with sessions() as session:
+        assert session.scalars(select(SignInFailure.client_ip)).all() == [STRANGER]
 
 
 def fill_queue(sessions: SessionFactory, count: int) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator
 
 import pytest
+from fastapi import FastAPI, Request, Response
 from sqlalchemy import select
 
 from app.db import SessionFactory
@@ -16,16 +19,18 @@ from app.lti.ags import (
     PlatformUnavailable,
     deliver_score,
     score_message,
+    service_request,
     service_url,
     sync_roster,
 )
 from app.lti.keys import key_sealing
-from app.lti.models import LtiContext, LtiUser
+from app.lti.models import LtiContext, LtiPlatform, LtiUser
 from app.models import CourseRole, Enrolment, Submission, User
 from app.settings import Settings
 from tests.app.people import graded
 from tests.lti.conftest import Launch
 from tests.lti.fake_platform import INSTRUCTOR, LEARNER, FakePlatform
+from tests.servers import app_in_thread
 
 
 def graded_submission(sessions: SessionFactory, score: float) -> str:
@@ -165,3 +170,82 @@ def test_the_roster_is_enrolled_on_first_launch_and_on_demand(
         context = session.scalars(select(LtiContext)).one()
         synced = sync_roster(session, key_sealing(settings), AccessTokens(), context)
     assert (synced.added, synced.updated) == (1, 3)
+
+
+@pytest.fixture
+def token_catcher() -> Iterator[tuple[str, list[str]]]:
+    """A server on loopback, not the platform's: every Authorization header it is sent."""
+    caught: list[str] = []
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def anything(request: Request) -> Response:
+        caught.append(request.headers.get("authorization", ""))
+        return Response(status_code=200, content="[]")
+
+    with app_in_thread(app) as url:
+        yield url, caught
+
+
+def test_the_token_goes_to_no_internal_address_a_platform_names(
+    launch: Launch,
+    platform: FakePlatform,
+    sessions: SessionFactory,
+    settings: Settings,
+    token_catcher: tuple[str, list[str]],
+) -> None:
+    """A hostile platform's launch names services on this server's network: refused before
+    any token is asked for or sent; its registered origin (loopback here) still works."""
+    assert launch().status_code == 303
+    catcher_url, caught = token_catcher
+    port = catcher_url.rsplit(":", 1)[1]
+    message = message_for(sessions, graded_submission(sessions, 10.0))
+    hostile = {
+        f"{catcher_url}/items/1": "must use https",  # plain http to another origin
+        f"https://localhost:{port}/items/1": "127.0.0.1",  # https, resolving to loopback
+        f"https://127.0.0.1:{port}/items/1": "127.0.0.1",
+        f"https://[::1]:{port}/items/1": "::1",
+        "https://169.254.169.254/latest/meta-data": "169.254.169.254",  # cloud metadata
+        f"https://10.0.0.1:{port}/items/1": "10.0.0.1",
+        f"https://[::ffff:127.0.0.1]:{port}/items/1": "127.0.0.1",
+    }
+    tokens_asked = len(platform.token_scopes)
+    with sessions() as session:
+        for url, named in hostile.items():
+            with pytest.raises(PlatformRefused, match=re.escape(named)):
+                deliver_score(
+                    session, key_sealing(settings), AccessTokens(), {**message, "lineitem_url": url}
+                )
+    with sessions.begin() as session:
+        context = session.scalars(select(LtiContext)).one()
+        for url, named in hostile.items():
+            context.memberships_url = url
+            with pytest.raises(PlatformRefused, match=re.escape(named)):
+                sync_roster(session, key_sealing(settings), AccessTokens(), context)
+    assert caught == []
+    assert len(platform.token_scopes) == tokens_asked  # no token was even asked for
+    with sessions() as session:
+        assert (
+            deliver_score(session, key_sealing(settings), AccessTokens(), message)
+            is DeliveryOutcome.DELIVERED
+        )
+
+
+def test_a_registered_origin_is_the_platforms_own_whatever_its_case() -> None:
+    platform = LtiPlatform(
+        issuer="https://lms.example",
+        client_id="c",
+        auth_url="http://127.0.0.1:8001/auth",
+        token_url="https://auth.lms.example/token",
+        jwks_url="https://auth.lms.example/jwks",
+    )
+    assert service_request(platform, "http://127.0.0.1:8001/items/1") == (
+        "http://127.0.0.1:8001/items/1",
+        {},
+    )
+    assert service_request(platform, "HTTPS://LMS.example/items/1")[0] == (
+        "HTTPS://LMS.example/items/1"
+    )
+    # Another port of the same loopback host is another origin.
+    with pytest.raises(PlatformRefused, match="https"):
+        service_request(platform, "http://127.0.0.1:8002/items/1")

@@ -3,18 +3,23 @@ configuration and admin page, the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import time
 from datetime import timedelta
 
 import httpx
 from sqlalchemy import select
 
 from app.db import SessionFactory
+from app.lti.deep_linking import DeepLinkRequest
 from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
-from app.lti.models import LtiPlatform, LtiToolKey
+from app.lti.models import LtiPlatform, LtiToolKey, LtiUser
 from app.models import SiteRole, utc_now
 from app.people.accounts import create_user
 from app.settings import Settings
+from app.web.sessions import load_secret_key, sign
 from tests.app.conftest import loopgrade
 from tests.lti.conftest import Launch, form_fields
 from tests.lti.fake_platform import DL, INSTRUCTOR, LTI, FakePlatform
@@ -75,6 +80,76 @@ def test_deep_linking_answers_a_signed_item_with_a_line_item(
     platform.custom = item["custom"]
     page = enter(browser_client, launch())
     assert page.url.path.endswith("/exercises/train-step")
+
+
+def _deep_link_chooser(
+    launch: Launch, platform: FakePlatform, client: httpx.Client, subject: str
+) -> httpx.Response:
+    platform.message_type = "LtiDeepLinkingRequest"
+    platform.roles = [INSTRUCTOR]
+    platform.subject = subject
+    chooser = enter(client, launch(client=client))
+    assert chooser.url.path == "/lti/deep-link"
+    return chooser
+
+
+def test_a_deep_linking_request_serves_only_the_instructor_who_launched(
+    launch: Launch, platform: FakePlatform, browser_client: httpx.Client
+) -> None:
+    mine = _deep_link_chooser(launch, platform, browser_client, "teacher-1")
+    with httpx.Client(timeout=HTTP_TIMEOUT_SECONDS) as other_browser:
+        theirs = _deep_link_chooser(launch, platform, other_browser, "teacher-2")
+        # teacher-2, signed in, replays teacher-1's signed request (from a shared URL or log).
+        stolen = form_fields(mine.text)["deep_link"]
+        page = other_browser.get(f"{platform.tool_url}/lti/deep-link", params={"request": stolen})
+        assert page.status_code == 400 and "started by someone else" in page.text
+        answer = other_browser.post(
+            f"{platform.tool_url}/lti/deep-link",
+            data={
+                "csrf_token": csrf_of(theirs.text),
+                "deep_link": stolen,
+                "exercise": "train-step",
+            },
+        )
+        assert answer.status_code == 400
+        assert "JWT" not in form_fields(answer.text)
+    # Its owner still can.
+    answer = browser_client.post(
+        f"{platform.tool_url}/lti/deep-link",
+        data={"csrf_token": csrf_of(mine.text), "deep_link": stolen, "exercise": "train-step"},
+    )
+    assert answer.status_code == 200 and "JWT" in form_fields(answer.text)
+
+
+def test_a_deep_linking_request_expires(
+    launch: Launch,
+    platform: FakePlatform,
+    browser_client: httpx.Client,
+    settings: Settings,
+    sessions: SessionFactory,
+) -> None:
+    chooser = _deep_link_chooser(launch, platform, browser_client, "teacher-1")
+    secret_key = load_secret_key(settings)
+    live = DeepLinkRequest.from_signed(
+        secret_key, form_fields(chooser.text)["deep_link"], user_id=_user_of(sessions, "teacher-1")
+    )
+    assert live is not None
+    expired = dataclasses.replace(live, expires_at=int(time.time()) - 1).to_signed(secret_key)
+    answer = browser_client.post(
+        f"{platform.tool_url}/lti/deep-link",
+        data={"csrf_token": csrf_of(chooser.text), "deep_link": expired, "exercise": "train-step"},
+    )
+    assert answer.status_code == 400 and "not valid any more" in answer.text
+    # A request signed before requests carried a user and an expiry is refused too.
+    old = {k: v for k, v in dataclasses.asdict(live).items() if k not in ("user_id", "expires_at")}
+    old_signed = sign(secret_key, "lti-deep-link", json.dumps(old))
+    page = browser_client.get(f"{platform.tool_url}/lti/deep-link", params={"request": old_signed})
+    assert page.status_code == 400
+
+
+def _user_of(sessions: SessionFactory, subject: str) -> str:
+    with sessions() as session:
+        return session.scalars(select(LtiUser.user_id).where(LtiUser.subject == subject)).one()
 
 
 def test_a_learner_cannot_use_deep_linking(launch: Launch, platform: FakePlatform) -> None:

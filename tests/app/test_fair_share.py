@@ -1,0 +1,184 @@
+"""A fair share of the sandbox slots: one owner's slow submissions cannot hold every slot
+while another owner's wait (app/grading/fair_share.py), on the warm pool and cold."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+import sandbox
+from app.db import SessionFactory
+from app.grading.fair_share import FairShare, OwnerKind, Taken, owner_of
+from app.grading.queue import ThreadPoolDispatcher, enqueue_after_commit
+from app.grading.submissions import create_submission
+from app.models import Submission, SubmissionStatus
+from app.settings import Settings
+from graders.grading import POOL_PROGRAM
+from tests.app.conftest import CORRECT_CODE, EXERCISE, GRADING_TIMEOUT_SECONDS
+
+OWNERS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "c1": "C"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fair_share(max_per_owner: int, clock: Clock | None = None) -> FairShare:
+    return FairShare(
+        lambda ids: {i: OWNERS[i] for i in ids if i in OWNERS},
+        max_per_owner=max_per_owner,
+        clock=clock or Clock(),
+    )
+
+
+def taken_id(share: FairShare) -> str | None:
+    taken = share.take()
+    return None if taken is None else taken.submission_id
+
+
+def test_an_owner_holds_at_most_its_slots_and_others_go_first() -> None:
+    share = fair_share(max_per_owner=2)
+    for submission_id in ("a1", "a2", "a3"):
+        share.add(submission_id)
+    first, second = share.take(), share.take()
+    assert first is not None and second is not None
+    assert (first.submission_id, second.submission_id) == ("a1", "a2")
+    assert share.take() is None  # a3 waits: A holds both of its slots, nobody else waits
+    share.add("b1")
+    assert taken_id(share) == "b1"  # B, arriving last, is not held up by A's backlog
+    share.done(first)
+    assert taken_id(share) == "a3"
+
+
+def test_the_owner_with_fewer_runs_then_less_slot_time_goes_first() -> None:
+    clock = Clock()
+    share = fair_share(max_per_owner=4, clock=clock)
+    share.add("a1")
+    a1 = share.take()
+    assert a1 is not None
+    for submission_id in ("a2", "b1"):
+        share.add(submission_id)
+    assert taken_id(share) == "b1"  # A has a run in progress, B none
+    clock.now += 30.0  # a1 slept 30 s in its slot
+    share.done(a1)
+    share.add("c1")
+    # A runs nothing now, but its 30 s count against it: C, later, goes first.
+    assert taken_id(share) == "c1"
+    assert taken_id(share) == "a2"
+
+
+def test_slot_time_fades_and_unknown_rows_are_their_own_owners() -> None:
+    clock = Clock()
+    share = fair_share(max_per_owner=1, clock=clock)
+    share.add("a1")
+    a1 = share.take()
+    assert a1 is not None
+    clock.now += 30.0
+    share.done(a1)
+    clock.now += 3600.0  # an hour later A's use has faded away: oldest first again
+    for submission_id in ("a2", "c1", "gone-1", "gone-2"):
+        share.add(submission_id)
+    assert [taken_id(share) for _ in range(4)] == ["a2", "c1", "gone-1", "gone-2"]
+
+
+def test_owners_are_users_api_keys_and_anonymous_addresses() -> None:
+    assert owner_of(user_id="u", api_key_id="k", client_address=None, learner="l") == (
+        f"{OwnerKind.USER}:u"
+    )
+    assert owner_of(user_id=None, api_key_id="k", client_address=None, learner="l") == (
+        f"{OwnerKind.API_KEY}:k"
+    )
+    assert owner_of(user_id=None, api_key_id=None, client_address="192.0.2.1", learner="x") == (
+        f"{OwnerKind.ADDRESS}:192.0.2.1"
+    )
+
+
+# Correct, but holds its slot asleep (wall time, no CPU) before it is graded.
+SLEEPING_CODE = "import time\ntime.sleep(0.5)\n" + CORRECT_CODE
+
+
+def queue_submissions(sessions: SessionFactory) -> dict[str, str]:
+    """Three sleeping submissions of one learner's, then one of another's; id -> name."""
+    names = {}
+    with sessions.begin() as session:
+        for name, learner, code in (
+            ("a1", "learner-a", SLEEPING_CODE),
+            ("a2", "learner-a", SLEEPING_CODE),
+            ("a3", "learner-a", SLEEPING_CODE),
+            ("b1", "learner-b", CORRECT_CODE),
+        ):
+            row = create_submission(
+                session, exercise_id=EXERCISE, learner=learner, code=code, max_code_bytes=65536
+            )
+            names[row.id] = name
+    return names
+
+
+@pytest.fixture(params=["warm pool", "cold"])
+def grading(
+    request: pytest.FixtureRequest, settings: Settings
+) -> Iterator[tuple[Settings, sandbox.Runner | None]]:
+    """One sandbox slot: the warm pool's (two threads to it, as the server runs), or one
+    thread running cold sandboxes."""
+    if request.param == "cold":
+        yield settings.model_copy(update={"worker_count": 1}), None
+        return
+    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
+    try:
+        yield settings.model_copy(update={"sandbox_pool_size": 1, "worker_count": 2}), runner
+    finally:
+        runner.close()
+
+
+def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
+    sessions: SessionFactory,
+    grading: tuple[Settings, sandbox.Runner | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings, runner = grading
+    names = queue_submissions(sessions)
+    started: list[str] = []
+
+    def on_state_change(submission_id: str, status: SubmissionStatus) -> None:
+        if status is SubmissionStatus.RUNNING:
+            started.append(names[submission_id])
+
+    dispatcher = ThreadPoolDispatcher(
+        sessions, settings, runner=runner, on_state_change=on_state_change
+    )
+    # Nothing is taken before all four wait (start's sweep hands them over one by one).
+    everything_waits = threading.Event()
+    take = dispatcher._fair_share.take
+
+    def take_once_everything_waits() -> Taken | None:
+        everything_waits.wait()
+        return take()
+
+    monkeypatch.setattr(dispatcher._fair_share, "take", take_once_everything_waits)
+    enqueue_after_commit(sessions, dispatcher)
+    dispatcher.start()
+    everything_waits.set()
+    try:
+        deadline = time.monotonic() + 4 * GRADING_TIMEOUT_SECONDS
+        while True:
+            with sessions() as session:
+                rows = session.scalars(select(Submission)).all()
+            if all(row.status == SubmissionStatus.GRADED for row in rows):
+                break
+            assert time.monotonic() < deadline, [(r.status, r.error_message) for r in rows]
+            time.sleep(0.2)
+    finally:
+        dispatcher.stop()
+    # First come, first served would start a2 before b1; learner B waits one turn at most.
+    assert set(started[:2]) == {"a1", "b1"}, started
+    assert started[2:] == ["a2", "a3"]
+    scores = {names[row.id]: (row.score, row.max_score, row.diagnosis) for row in rows}
+    assert all(score == maximum for score, maximum, _ in scores.values()), scores
