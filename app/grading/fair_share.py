@@ -1,11 +1,13 @@
 """Which waiting submission a free grading thread takes next: each owner gets its share.
 
-An owner is whoever the submission counts against: a signed-in user, an API key, the client
-address of anonymous practice. One owner's submissions, however slow, must not hold every
-sandbox slot while others wait. So an owner has at most `max_per_owner` runs in progress (the
-sandbox slots: a newcomer then waits for one slot's turn at most), and the next submission
-taken is the one whose owner has the fewest runs in progress, then the least slot time lately
-(a run's whole wall time counts: sleeping holds a slot as computing does), then the oldest.
+An owner is whoever the submission counts against: a signed-in user, a learner named by an API
+key's client (an LMS submits a whole class under one key, and a class is many owners; the key
+as a whole is bounded by its rate limit), the client address of anonymous practice.
+One owner's submissions, however slow, must not hold every sandbox slot while others wait. So
+an owner has at most `max_per_owner` runs in progress (the sandbox slots: a newcomer then waits
+for one slot's turn at most), and the next submission taken is the one whose owner has the
+fewest runs in progress, then the least slot time lately (a run's whole wall time counts:
+sleeping holds a slot as computing does), then the oldest.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ USAGE_IGNORED_BELOW_SECONDS = 0.01
 
 class OwnerKind(enum.StrEnum):
     USER = "user"
-    API_KEY = "api-key"
+    API_KEY_LEARNER = "api-key"  # a learner as an API key's client names them
     ADDRESS = "address"  # anonymous practice
     LEARNER = "learner"  # none of the above (rows made by hand, by tests)
 
@@ -46,7 +48,7 @@ def owner_of(
     if user_id is not None:
         return f"{OwnerKind.USER}:{user_id}"
     if api_key_id is not None:
-        return f"{OwnerKind.API_KEY}:{api_key_id}"
+        return f"{OwnerKind.API_KEY_LEARNER}:{api_key_id}:{learner}"
     if client_address is not None:
         return f"{OwnerKind.ADDRESS}:{client_address}"
     return f"{OwnerKind.LEARNER}:{learner}"

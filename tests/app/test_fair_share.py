@@ -89,12 +89,16 @@ def test_slot_time_fades_and_unknown_rows_are_their_own_owners() -> None:
     assert [taken_id(share) for _ in range(4)] == ["a2", "c1", "gone-1", "gone-2"]
 
 
-def test_owners_are_users_api_keys_and_anonymous_addresses() -> None:
+def test_owners_are_users_an_api_keys_learners_and_anonymous_addresses() -> None:
     assert owner_of(user_id="u", api_key_id="k", client_address=None, learner="l") == (
         f"{OwnerKind.USER}:u"
     )
     assert owner_of(user_id=None, api_key_id="k", client_address=None, learner="l") == (
-        f"{OwnerKind.API_KEY}:k"
+        f"{OwnerKind.API_KEY_LEARNER}:k:l"
+    )
+    # Two learners of one LMS's key are two owners: a class is not one owner.
+    assert owner_of(user_id=None, api_key_id="k", client_address=None, learner="m") != owner_of(
+        user_id=None, api_key_id="k", client_address=None, learner="l"
     )
     assert owner_of(user_id=None, api_key_id=None, client_address="192.0.2.1", learner="x") == (
         f"{OwnerKind.ADDRESS}:192.0.2.1"
