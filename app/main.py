@@ -35,6 +35,7 @@ from app.grading.state_channel import StateSubscriber, state_channel, state_chan
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
+from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from app.web import account_pages, drafts, events, instructor_pages, learner_pages
 from app.web.events import ProgressStreams
@@ -53,6 +54,7 @@ class DatabaseNotMigrated(RuntimeError):
 
 def create_app(settings: Settings) -> FastAPI:
     """The whole application. Its lifespan opens the database and starts the grading workers."""
+    install_reactions()  # this process stores grades (embedded workers) and delivers them
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -90,6 +92,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.dispatcher = dispatcher
         outbox = OutboxDelivery(sessions, settings)
         app.state.outbox = outbox
+        log.info("a stored grade triggers: %s", installed_reactions())
         enqueue_after_commit(sessions, dispatcher)
         app.state.runner = runner
         # The Celery workers' state changes, from Redis to this process's progress streams.

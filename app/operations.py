@@ -96,7 +96,10 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 def readyz(request: Request) -> Response:
-    """Ready to take work: the database answers, the queue takes jobs, a sandbox runs."""
+    """Ready to take work: the database answers, the queue takes jobs, a sandbox runs; and what
+    a stored grade triggers here."""
+    from app.reactions import installed_reactions  # app.reactions imports the outbox, and it us
+
     problems: dict[str, str] = {}
     try:
         with request.app.state.sessions() as session:
@@ -118,6 +121,7 @@ def readyz(request: Request) -> Response:
             "checks": checks,
             # The runner opened at start-up: its backend, and the warm pool's slots or "cold".
             "sandbox": request.app.state.runner.status,
+            "reactions": installed_reactions()._asdict(),
         },
         status_code=503 if problems else 200,
         headers={"Retry-After": "5"} if problems else None,

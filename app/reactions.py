@@ -1,0 +1,55 @@
+"""What a stored grade triggers, and how each kind of outbox message is delivered: declared
+here, and only here.
+
+Every process that stores grades or delivers outbox messages calls `install_reactions()` as
+it starts: the server (`create_app`), the Celery worker (`loopgrade worker`) and the CLI's
+`loopgrade regrade`. A grade stored where nothing was installed raises rather than lose the
+LMS score and the webhooks (`app.outbox.report_graded`), and the outbox's delivery refuses
+to start without kinds. `/readyz` and the worker's start-up log show `installed_reactions()`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from app import outbox
+from app.lti import ags, webhooks
+
+# In the grading transaction, in this order: the LMS score of a launched submission, then an
+# event for each of the course's webhooks.
+GRADED_LISTENERS: tuple[outbox.GradedListener, ...] = (
+    ags.send_score_to_lms,
+    webhooks.send_to_webhooks,
+)
+DELIVERY_KINDS: dict[str, outbox.Deliver] = {
+    ags.LTI_SCORE_KIND: ags.deliver_lti_score,
+    ags.LTI_ROSTER_KIND: ags.deliver_roster_sync,
+    webhooks.WEBHOOK_KIND: webhooks.deliver_webhook_message,
+}
+
+_install_lock = threading.Lock()
+
+
+def install_reactions() -> None:
+    """Register the graded listeners and delivery kinds with the outbox (once per process)."""
+    with _install_lock:
+        for name, deliver in DELIVERY_KINDS.items():
+            if name not in outbox.DELIVERY_KINDS:
+                outbox.register_delivery_kind(name, deliver)
+        for listener in GRADED_LISTENERS:
+            if listener not in outbox.GRADED_LISTENERS:
+                outbox.register_graded_listener(listener)
+
+
+class InstalledReactions(NamedTuple):
+    on_graded: list[str]
+    outbox_kinds: list[str]
+
+
+def installed_reactions() -> InstalledReactions:
+    """What this process has registered: listener names in call order, kinds sorted."""
+    return InstalledReactions(
+        [listener.__name__ for listener in outbox.GRADED_LISTENERS],
+        sorted(outbox.DELIVERY_KINDS),
+    )
