@@ -120,7 +120,11 @@ def readyz(request: Request) -> Response:
             "status": "not ready" if problems else "ready",
             "checks": checks,
             # The runner opened at start-up: its backend, and the warm pool's slots or "cold".
-            "sandbox": request.app.state.runner.status,
+            "sandbox": (
+                "none here: the workers grade"
+                if request.app.state.runner is None
+                else request.app.state.runner.status
+            ),
             "reactions": installed_reactions()._asdict(),
         },
         status_code=503 if problems else 200,
