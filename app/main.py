@@ -41,6 +41,7 @@ from app.web import account_pages, drafts, events, instructor_pages, learner_pag
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
+from graders.exercises import refused_exercises
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ def create_app(settings: Settings) -> FastAPI:
         outbox = OutboxDelivery(sessions, settings)
         app.state.outbox = outbox
         log.info("a stored grade triggers: %s", installed_reactions())
+        for folder, reason in refused_exercises().items():
+            log.error("exercise folder %s is not served: %s", folder, reason)
         enqueue_after_commit(sessions, dispatcher)
         app.state.runner = runner
         # The Celery workers' state changes, from Redis to this process's progress streams.

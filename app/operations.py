@@ -16,6 +16,7 @@ from sqlalchemy import func, select, text
 import sandbox
 from app.db import SessionFactory
 from app.models import OutboxMessage, OutboxStatus, Submission, SubmissionStatus
+from graders.exercises import refused_exercises
 
 router = APIRouter(include_in_schema=False)
 
@@ -126,6 +127,8 @@ def readyz(request: Request) -> Response:
                 else request.app.state.runner.status
             ),
             "reactions": installed_reactions()._asdict(),
+            # Served without them: folder -> why it was refused (graders/exercises.py).
+            "refused_exercises": refused_exercises(),
         },
         status_code=503 if problems else 200,
         headers={"Retry-After": "5"} if problems else None,

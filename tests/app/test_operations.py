@@ -51,6 +51,7 @@ def test_healthz_and_readyz(client: httpx.Client) -> None:
             # The test kinds registered by the test modules (this one's at least) come too.
             "outbox_kinds": ready.json()["reactions"]["outbox_kinds"],
         },
+        "refused_exercises": {},
     }
     assert "a cold sandbox per run" in ready.json()["sandbox"]
     assert {"lti-score", "lti-roster", "webhook"} <= set(ready.json()["reactions"]["outbox_kinds"])
