@@ -6,7 +6,7 @@ import math
 
 from sqlalchemy.orm import Session
 
-from app.courses.audit import record_event
+from app.courses.audit import AuditAction, record_event
 from app.errors import AppError
 from app.models import Submission, User, utc_now
 
@@ -37,7 +37,7 @@ def set_override(
     record_event(
         session,
         actor=by,
-        action="override.set",
+        action=AuditAction.OVERRIDE_SET,
         course_id=submission.course_id,
         submission_id=submission.id,
         score=score,
@@ -59,7 +59,7 @@ def remove_override(session: Session, submission: Submission, *, by: User) -> No
     record_event(
         session,
         actor=by,
-        action="override.removed",
+        action=AuditAction.OVERRIDE_REMOVED,
         course_id=submission.course_id,
         submission_id=submission.id,
         previous_override=submission.override_score,
