@@ -223,3 +223,17 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     # The same messages, whoever stored the grade.
     assert as_compared(by_worker) == as_compared(by_cli) == as_compared(by_server)
     assert platform.score_posts == 3 and len(receiver.events) == 3
+
+
+def test_the_compose_check_s_lms_receives_a_worker_s_score(
+    host_env: dict[str, str], api: httpx.Client, start_worker: Callable[..., Worker]
+) -> None:
+    """scripts/check_lti_passback.py, as check-compose.sh --up runs it in the stack."""
+    start_worker()
+    checked = subprocess.run(
+        [sys.executable, "scripts/check_lti_passback.py", str(api.base_url), "tests/lti"],
+        cwd=REPO, env={**os.environ, **host_env}, capture_output=True, text=True,
+        timeout=2 * WAIT_SECONDS,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert "the LMS received the score 10/10" in checked.stderr
