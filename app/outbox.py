@@ -21,6 +21,7 @@ timestamp, a webhook with its message id).
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import threading
@@ -92,28 +93,36 @@ def add_to_outbox(session: Session, kind: str, payload: dict[str, Any]) -> Outbo
     return message
 
 
-# What a graded result makes the outbox send: each listener adds the messages it needs
-# (the LTI score of a launched submission, a course's webhooks), in the grading transaction.
-GradedListener = Callable[[Session, Submission], None]
-GRADED_LISTENERS: list[GradedListener] = []
+class ScoreChange(enum.StrEnum):
+    """What changed a submission's score, as the outbox's listeners hear of it."""
+
+    GRADED = "graded"  # a grade was stored, by whichever process graded it
+    OVERRIDDEN = "overridden"  # an instructor set or removed an override
 
 
-def register_graded_listener(listener: GradedListener) -> None:
-    """Call `listener(session, submission)` in the transaction that stores each result."""
-    GRADED_LISTENERS.append(listener)
+# What a score change makes the outbox send: each listener adds the messages it needs (the LTI
+# score of a launched submission, a course's webhooks), in the transaction of the change.
+ScoreListener = Callable[[Session, Submission], None]
+SCORE_LISTENERS: dict[ScoreChange, list[ScoreListener]] = {change: [] for change in ScoreChange}
 
 
-def report_graded(session: Session, submission_id: str) -> None:
-    if not GRADED_LISTENERS:
+def register_score_listener(change: ScoreChange, listener: ScoreListener) -> None:
+    """Call `listener(session, submission)` in the transaction of each such change."""
+    SCORE_LISTENERS[change].append(listener)
+
+
+def report_score_change(session: Session, change: ScoreChange, submission_id: str) -> None:
+    listeners = SCORE_LISTENERS[change]
+    if not listeners:
         raise NothingRegistered(
-            "a grade was stored in a process with nothing registered to react to it "
+            f"a score was {change} in a process with nothing registered to react to it "
             "(call app.reactions.install_reactions() when the process starts)"
         )
     # Loaded once for every listener, in the transaction that holds SQLite's write lock.
     submission = session.get(Submission, submission_id)
     if submission is None:
         return
-    for listener in GRADED_LISTENERS:
+    for listener in listeners:
         listener(session, submission)
 
 

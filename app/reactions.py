@@ -1,10 +1,10 @@
-"""What a stored grade triggers, and how each kind of outbox message is delivered: declared
-here, and only here.
+"""What a stored grade (or an instructor's override) triggers, and how each kind of outbox
+message is delivered: declared here, and only here.
 
 Every process that stores grades or delivers outbox messages calls `install_reactions()` as
 it starts: the server (`create_app`), the Celery worker (`loopgrade worker`) and the CLI's
 `loopgrade regrade`. A grade stored where nothing was installed raises rather than lose the
-LMS score and the webhooks (`app.outbox.report_graded`), and the outbox's delivery refuses
+LMS score and the webhooks (`app.outbox.report_score_change`), and the outbox's delivery refuses
 to start without kinds. `/readyz` and the worker's start-up log show `installed_reactions()`.
 """
 
@@ -16,12 +16,12 @@ from typing import NamedTuple
 from app import outbox
 from app.lti import ags, webhooks
 
-# In the grading transaction, in this order: the LMS score of a launched submission, then an
-# event for each of the course's webhooks.
-GRADED_LISTENERS: tuple[outbox.GradedListener, ...] = (
-    ags.send_score_to_lms,
-    webhooks.send_to_webhooks,
-)
+# In the transaction of each change, in this order: the learner's counted score to the LMS
+# (AGS), then, for a grade, an event for each of the course's webhooks.
+SCORE_LISTENERS: dict[outbox.ScoreChange, tuple[outbox.ScoreListener, ...]] = {
+    outbox.ScoreChange.GRADED: (ags.send_score_to_lms, webhooks.send_to_webhooks),
+    outbox.ScoreChange.OVERRIDDEN: (ags.send_score_to_lms,),
+}
 DELIVERY_KINDS: dict[str, outbox.Deliver] = {
     ags.LTI_SCORE_KIND: ags.deliver_lti_score,
     ags.LTI_ROSTER_KIND: ags.deliver_roster_sync,
@@ -32,24 +32,28 @@ _install_lock = threading.Lock()
 
 
 def install_reactions() -> None:
-    """Register the graded listeners and delivery kinds with the outbox (once per process)."""
+    """Register the score listeners and delivery kinds with the outbox (once per process)."""
     with _install_lock:
         for name, deliver in DELIVERY_KINDS.items():
             if name not in outbox.DELIVERY_KINDS:
                 outbox.register_delivery_kind(name, deliver)
-        for listener in GRADED_LISTENERS:
-            if listener not in outbox.GRADED_LISTENERS:
-                outbox.register_graded_listener(listener)
+        for change, listeners in SCORE_LISTENERS.items():
+            for listener in listeners:
+                if listener not in outbox.SCORE_LISTENERS[change]:
+                    outbox.register_score_listener(change, listener)
 
 
 class InstalledReactions(NamedTuple):
     on_graded: list[str]
+    on_overridden: list[str]
     outbox_kinds: list[str]
 
 
 def installed_reactions() -> InstalledReactions:
     """What this process has registered: listener names in call order, kinds sorted."""
+    registered = outbox.SCORE_LISTENERS
     return InstalledReactions(
-        [listener.__name__ for listener in outbox.GRADED_LISTENERS],
+        [listener.__name__ for listener in registered[outbox.ScoreChange.GRADED]],
+        [listener.__name__ for listener in registered[outbox.ScoreChange.OVERRIDDEN]],
         sorted(outbox.DELIVERY_KINDS),
     )

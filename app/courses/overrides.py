@@ -1,4 +1,7 @@
-"""An instructor's score for a submission, with a reason; it counts until it is removed."""
+"""An instructor's score for a submission, with a reason; it counts until it is removed.
+
+Setting or removing one changes the learner's counted score: the LMS is sent it
+(app/reactions.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.courses.audit import AuditAction, record_event
 from app.errors import AppError
 from app.models import Submission, User, utc_now
+from app.outbox import ScoreChange, report_score_change
 
 MAX_REASON_CHARS = 2000
 
@@ -50,6 +54,7 @@ def set_override(
     submission.override_by_id = by.id
     submission.override_at = utc_now()
     session.flush()
+    report_score_change(session, ScoreChange.OVERRIDDEN, submission.id)
 
 
 def remove_override(session: Session, submission: Submission, *, by: User) -> None:
@@ -70,3 +75,4 @@ def remove_override(session: Session, submission: Submission, *, by: User) -> No
     submission.override_by_id = None
     submission.override_at = None
     session.flush()
+    report_score_change(session, ScoreChange.OVERRIDDEN, submission.id)

@@ -48,6 +48,7 @@ def test_healthz_and_readyz(client: httpx.Client) -> None:
         "sandbox": ready.json()["sandbox"],
         "reactions": {
             "on_graded": ["send_score_to_lms", "send_to_webhooks"],
+            "on_overridden": ["send_score_to_lms"],
             # The test kinds registered by the test modules (this one's at least) come too.
             "outbox_kinds": ready.json()["reactions"]["outbox_kinds"],
         },

@@ -28,11 +28,12 @@ from app.outbox import (
     DeliveryDeferred,
     OutboxDelivery,
     PermanentFailure,
+    ScoreChange,
     add_to_outbox,
     claim_due,
     deliver_one,
     register_delivery_kind,
-    register_graded_listener,
+    register_score_listener,
 )
 from app.settings import Settings
 from graders.report import GradeReport
@@ -263,7 +264,7 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
         reported.append(submission.id)
         add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/", "id": submission.id})
 
-    register_graded_listener(report_score)
+    register_score_listener(ScoreChange.GRADED, report_score)
 
     try:
         submission_id, job = _claimed_submission(sessions)
@@ -279,18 +280,18 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
         assert payloads == [{"url": "http://127.0.0.1:9/", "id": submission_id}]
         assert reported == [submission_id, submission_id]
     finally:
-        outbox.GRADED_LISTENERS.remove(report_score)
+        outbox.SCORE_LISTENERS[ScoreChange.GRADED].remove(report_score)
 
 
 def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory) -> None:
     # Each listener's own load by id went to the database again (the identity map keeps no
     # object nobody holds): the full row and its JSON read twice, under SQLite's write lock.
     seen: list[Submission] = []
-    listeners: list[outbox.GradedListener] = [
+    listeners: list[outbox.ScoreListener] = [
         lambda _session, submission: seen.append(submission) for _ in "ab"
     ]
     for listener in listeners:
-        register_graded_listener(listener)
+        register_score_listener(ScoreChange.GRADED, listener)
     submission_id, job = _claimed_submission(sessions)
     reads: list[str] = []
     engine = sessions.kw["bind"]
@@ -307,7 +308,7 @@ def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory
     finally:
         event.remove(engine, "before_cursor_execute", count_reads)
         for listener in listeners:
-            outbox.GRADED_LISTENERS.remove(listener)
+            outbox.SCORE_LISTENERS[ScoreChange.GRADED].remove(listener)
     assert len(reads) == 1
     assert [s.id for s in seen] == [submission_id, submission_id]
     assert [(s.status, s.score) for s in seen] == [("graded", 10)] * 2
@@ -318,7 +319,7 @@ def test_nothing_registered_refuses_delivery_and_storing_a_grade(
 ) -> None:
     # A process that forgot app.reactions.install_reactions(): loud, never silent.
     monkeypatch.setattr(outbox, "DELIVERY_KINDS", {})
-    monkeypatch.setattr(outbox, "GRADED_LISTENERS", [])
+    monkeypatch.setattr(outbox, "SCORE_LISTENERS", {change: [] for change in ScoreChange})
     with pytest.raises(outbox.NothingRegistered, match="install_reactions"):
         OutboxDelivery(sessions, settings).start()
     submission_id, job = _claimed_submission(sessions)

@@ -1,7 +1,8 @@
 """What a stored grade triggers, wherever it is stored: an LTI learner's submission graded by
 a `loopgrade worker` process reaches the fake platform (AGS) and the course's webhook; a
 `loopgrade regrade` process and a `loopgrade serve` process grading in its own threads store
-grades of the same submission, and every path writes the same outbox messages.
+grades of the same submission, and every path writes the same outbox messages; an
+instructor's override sends the LMS its score.
 
 All on one PostgreSQL; the API host runs in this process, sends submissions to Redis and
 grades nothing; the fake platform and the webhook receiver listen on 127.0.0.1.
@@ -22,6 +23,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from app.courses.overrides import set_override
 from app.db import SessionFactory
 from app.lti.models import LtiContext
 from app.lti.platforms import add_platform
@@ -35,7 +37,7 @@ from app.models import (
     SubmissionStatus,
     utc_now,
 )
-from app.people.accounts import create_user
+from app.people.accounts import create_user, find_user_by_email
 from tests.app.conftest import CORRECT_CODE, csrf_token
 from tests.hosts.conftest import Worker
 from tests.lti.conftest import browser_client, form_fields  # noqa: F401 (a fixture)
@@ -49,6 +51,7 @@ INSTRUCTOR = "tess@example.org"
 WHEN_FIELDS = ("timestamp", "created_at", "graded_at", "id")
 ALL_REACTIONS = {
     "on_graded": ["send_score_to_lms", "send_to_webhooks"],
+    "on_overridden": ["send_score_to_lms"],
     "outbox_kinds": ["lti-roster", "lti-score", "webhook"],
 }
 
@@ -223,6 +226,19 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     # The same messages, whoever stored the grade.
     assert as_compared(by_worker) == as_compared(by_cli) == as_compared(by_server)
     assert platform.score_posts == 3 and len(receiver.events) == 3
+
+    # 4. An instructor's override changes the counted score: the LMS gets it (no webhook: it
+    # reports grades). Delivered by the API host, which finds it within its poll.
+    before = last_message_id(sessions)
+    with sessions.begin() as session:
+        submission = session.get(Submission, submission_id)
+        instructor = find_user_by_email(session, INSTRUCTOR)
+        assert submission is not None and instructor is not None
+        set_override(session, submission, score=4.0, reason="oral exam", by=instructor)
+    wait_for(lambda: delivered(sessions, before, 1), "the override's score")
+    assert [m.kind for m in messages_after(sessions, before)] == ["lti-score"]
+    ((overridden,),) = [list(scores.values()) for scores in platform.scores.values()]
+    assert overridden.score_given == 4 and len(receiver.events) == 3
 
 
 def test_the_compose_check_s_lms_receives_a_worker_s_score(
