@@ -25,9 +25,7 @@ from sqlalchemy import select, update
 
 from app.courses.overrides import set_override
 from app.db import SessionFactory
-from app.lti.models import LtiContext
 from app.lti.platforms import add_platform
-from app.lti.webhooks import create_webhook
 from app.models import (
     OutboxMessage,
     OutboxStatus,
@@ -40,8 +38,13 @@ from app.models import (
 from app.people.accounts import create_user, find_user_by_email
 from tests.app.conftest import CORRECT_CODE, csrf_token
 from tests.hosts.conftest import Worker
-from tests.lti.conftest import browser_client, form_fields  # noqa: F401 (a fixture)
-from tests.lti.fake_platform import FakePlatform, follow_login
+from tests.lti.conftest import (  # noqa: F401 (browser_client and receiver: fixtures)
+    browser_client,
+    give_course_webhook,
+    launch_to_exercise,
+    receiver,
+)
+from tests.lti.fake_platform import FakePlatform
 from tests.lti.receiver import Receiver
 from tests.servers import REPO, app_in_thread, running_server
 
@@ -83,28 +86,13 @@ def platform(api: httpx.Client, sessions: SessionFactory) -> Iterator[FakePlatfo
         yield fake
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    found = Receiver()
-    with app_in_thread(found.app()) as url:
-        found.url = f"{url}/hook"
-        yield found
-
-
 def launch_and_submit(
-    client: httpx.Client, platform: FakePlatform, sessions: SessionFactory, receiver: Receiver
+    client: httpx.Client, platform: FakePlatform, sessions: SessionFactory, hooks: Receiver
 ) -> str:
     """Launch from the platform, give the course a webhook, submit the correct loop; its id."""
-    page = follow_login(client, platform)
-    launched = client.post(f"{platform.tool_url}/lti/launch", data=form_fields(page.text))
-    assert launched.status_code == 303, launched.text
-    exercise = client.get(platform.tool_url + launched.headers["location"], follow_redirects=True)
-    assert exercise.url.path.endswith("/exercises/train-step"), exercise.text
+    exercise = launch_to_exercise(client, platform)
+    give_course_webhook(sessions, hooks)
     with sessions.begin() as session:
-        course_id = session.scalars(select(LtiContext.course_id)).one()
-        receiver.secret = create_webhook(
-            session, course_id=course_id, url=receiver.url, allow_private_addresses=True
-        ).secret
         create_user(
             session, email=INSTRUCTOR, name="Tess", password="x" * 12, site_role=SiteRole.INSTRUCTOR
         )
@@ -164,7 +152,7 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     host_env: dict[str, str],
     api: httpx.Client,
     platform: FakePlatform,
-    receiver: Receiver,
+    receiver: Receiver,  # noqa: F811
     sessions: SessionFactory,
     start_worker: Callable[..., Worker],
     browser_client: httpx.Client,  # noqa: F811
