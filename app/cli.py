@@ -339,8 +339,12 @@ def cmd_regrade(args: argparse.Namespace) -> int:
                     by=by,
                     reason=RegradeReason(args.reason),
                 )
-            except (RegradeRejected, UnknownExercise) as exc:
+            except RegradeRejected as exc:
                 raise CommandFailed(str(exc)) from None
+            except UnknownExercise:
+                raise CommandFailed(
+                    f"no exercise has the id {args.exercise!r} (see /api/v1/exercises)"
+                ) from None
         log.info(
             "regrade %s: %d submissions of %s in %r queued",
             batch_id,
