@@ -164,14 +164,16 @@ def configuration_problem(exercise: Exercise) -> str | None:
     """What in the exercise the grader cannot judge (a kind it knows only in part, a check its
     kind does not make), said as the field and what to do; None when all is known."""
     # Imported here: the kinds' modules import this one (for Kind and CaseSpec).
+    from graders.harness import DRIVERS
     from graders.kinds import JUDGES
     from graders.trace import RECORD_FIELDS
 
     judge = JUDGES.get(exercise.kind)
-    if judge is None or exercise.kind not in RECORD_FIELDS:
+    if judge is None or exercise.kind not in RECORD_FIELDS or exercise.kind not in DRIVERS:
         return (
-            f"kind: {exercise.kind!r} is not fully registered in graders/kinds and "
-            "graders/trace.py: register it there, or use another kind"
+            f"kind: {exercise.kind!r} is not fully registered (graders/kinds JUDGES, "
+            "graders/trace.py RECORD_FIELDS, graders/harness.py DRIVERS): register it in "
+            "all three, or use another kind"
         )
     unknown = sorted(set(exercise.checks) - set(judge.checks))
     if unknown:

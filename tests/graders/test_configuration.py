@@ -14,7 +14,9 @@ import sandbox
 from graders import exercises, grade, grading
 from graders.exercises import get_exercise, list_exercises, refused_exercises
 from graders.grading import GraderFault
+from graders.harness import DRIVERS
 from graders.kinds import JUDGES
+from graders.trace import RECORD_FIELDS
 from tests.app.conftest import CORRECT_CODE
 from tests.graders.conftest import SHARED_LIMITS
 
@@ -61,10 +63,11 @@ def test_an_unknown_diagnosis_code_refuses_its_folder(folders: Path) -> None:
     assert len(list_exercises()) == 4
 
 
+@pytest.mark.parametrize("registry", [JUDGES, RECORD_FIELDS, DRIVERS])
 def test_a_kind_registered_in_part_refuses_its_folders(
-    folders: Path, monkeypatch: pytest.MonkeyPatch
+    folders: Path, monkeypatch: pytest.MonkeyPatch, registry: dict[str, object]
 ) -> None:
-    monkeypatch.delitem(JUDGES, "grad-magnitude")
+    monkeypatch.delitem(registry, "grad-magnitude")
     assert list(refused_exercises()) == ["grad-magnitude"]
     assert "kind: 'grad-magnitude' is not fully registered" in refused_exercises()["grad-magnitude"]
     assert "grad-magnitude" not in [e.id for e in list_exercises()]
