@@ -1,6 +1,7 @@
 """Faults of an exercise's configuration are the operator's, never a learner's: a folder the
 grader cannot judge is refused and named on /readyz and in the log while a real server serves
-the others; a grade that fails on the exercise's own fault is stored as `error`."""
+the others; a grade that fails on the exercise's own fault is stored as `error`, and graded
+again once the exercise is fixed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 
 from app.db import SessionFactory
 from app.grading.queue import GradingOutcome, run_grading_job
+from app.grading.regrades import request_regrade
 from app.grading.submissions import create_submission
-from app.models import Submission
+from app.models import RegradeReason, Submission
+from app.people.accounts import create_user
 from app.settings import Settings
 from graders import grading
 from graders.exercises import get_exercise
@@ -65,3 +68,15 @@ def test_a_grade_the_exercise_cannot_judge_is_an_error_not_a_score(
         assert (stored.status, stored.score, stored.diagnosis) == ("error", None, None)
     assert f"submission {submission_id}: grading failed (exercise {EXERCISE}" in caplog.text
     assert "cannot judge its own reference" in caplog.text
+
+    # The operator fixes the exercise; a regrade grades the submission as it deserves.
+    monkeypatch.undo()
+    with sessions.begin() as session:
+        tess = create_user(session, email="tess@example.org", name="Tess", password="x" * 12)
+        stored = session.get(Submission, submission_id)
+        assert stored is not None
+        request_regrade(session, stored, by=tess, reason=RegradeReason.GRADER_UPDATED)
+    assert run_grading_job(sessions, submission_id, settings).outcome is GradingOutcome.GRADED
+    with sessions() as session:
+        stored = session.get(Submission, submission_id)
+        assert stored is not None and (stored.status, stored.score) == ("graded", 10)
