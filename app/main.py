@@ -36,11 +36,13 @@ from app.grading.state_channel import StateSubscriber, state_channel, state_chan
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
+from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from app.web import account_pages, drafts, events, instructor_pages, learner_pages
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
+from graders.exercises import refused_exercises
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class DatabaseNotMigrated(RuntimeError):
 
 def create_app(settings: Settings) -> FastAPI:
     """The whole application. Its lifespan opens the database and starts the grading workers."""
+    install_reactions()  # this process stores grades (embedded workers) and delivers them
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -115,6 +118,9 @@ def create_app(settings: Settings) -> FastAPI:
         outbox = OutboxDelivery(grading_sessions, settings)
         outbox.wake_after_commits_of(sessions)
         app.state.outbox = outbox
+        log.info("a stored grade triggers: %s", installed_reactions())
+        for folder, reason in refused_exercises().items():
+            log.error("exercise folder %s is not served: %s", folder, reason)
         enqueue_after_commit(sessions, dispatcher)
         enqueue_after_commit(grading_sessions, dispatcher)
         app.state.runner = runner

@@ -16,6 +16,7 @@ from sqlalchemy import func, select, text
 import sandbox
 from app.db import SessionFactory
 from app.models import OutboxMessage, OutboxStatus, Submission, SubmissionStatus
+from graders.exercises import refused_exercises
 
 router = APIRouter(include_in_schema=False)
 
@@ -96,7 +97,10 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 def readyz(request: Request) -> Response:
-    """Ready to take work: the database answers, the queue takes jobs, a sandbox runs."""
+    """Ready to take work: the database answers, the queue takes jobs, a sandbox runs; and what
+    a stored grade triggers here."""
+    from app.reactions import installed_reactions  # app.reactions imports the outbox, and it us
+
     problems: dict[str, str] = {}
     try:
         with request.app.state.sessions() as session:
@@ -117,7 +121,14 @@ def readyz(request: Request) -> Response:
             "status": "not ready" if problems else "ready",
             "checks": checks,
             # The runner opened at start-up: its backend, and the warm pool's slots or "cold".
-            "sandbox": request.app.state.runner.status,
+            "sandbox": (
+                "none here: the workers grade"
+                if request.app.state.runner is None
+                else request.app.state.runner.status
+            ),
+            "reactions": installed_reactions()._asdict(),
+            # Served without them: folder -> why it was refused (graders/exercises.py).
+            "refused_exercises": refused_exercises(),
         },
         status_code=503 if problems else 200,
         headers={"Retry-After": "5"} if problems else None,

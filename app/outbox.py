@@ -1,7 +1,7 @@
 """The outbox: messages to other systems, written in the transaction of the change they
 report, and delivered afterwards with retries and backoff, by every host that runs it.
 
-A kind of delivery is one function registered with `@delivery_kind("name")`: it gets the
+A kind of delivery is one function registered with `register_delivery_kind`: it gets the
 session factory (to read what it needs in short transactions of its own: a platform's URLs,
 the tool's signing key), the settings (what may be reached, the key that unseals the tool's
 signing key) and the message's payload, and either returns (delivered), raises
@@ -9,9 +9,10 @@ signing key) and the message's payload, and either returns (delivered), raises
 `DeliveryDeferred` (not yet: it waits on another delivery; tried again after the wait it names,
 which is neither an attempt nor a failure) or raises anything else (tried again after a wait
 that doubles, up to `outbox_max_attempts`).
-LTI grade passback and webhooks are kinds. A change that must be reported calls
-`add_to_outbox(session, kind, payload)`; the message exists only if that transaction
-commits, and the delivery loop is woken then.
+LTI grade passback and webhooks are kinds; `app.reactions` registers them, and what a stored
+grade triggers, in every process that stores grades or delivers. A change that must be
+reported calls `add_to_outbox(session, kind, payload)`; the message exists only if that
+transaction commits, and the delivery loop is woken then.
 
 Deliveries are at least once: a host that dies mid-delivery leaves the claim to expire and
 another tries again, so a kind must be idempotent at the receiver (a score with its
@@ -20,6 +21,7 @@ timestamp, a webhook with its message id).
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import threading
@@ -63,16 +65,16 @@ class DeliveryKind:
 DELIVERY_KINDS: dict[str, DeliveryKind] = {}
 
 
-def delivery_kind(name: str) -> Callable[[Deliver], Deliver]:
-    """Register `deliver` as the way messages of kind `name` are delivered."""
+def register_delivery_kind(name: str, deliver: Deliver) -> None:
+    """Deliver messages of kind `name` with `deliver`."""
+    if name in DELIVERY_KINDS:
+        raise ValueError(f"outbox kind {name!r} is registered twice")
+    DELIVERY_KINDS[name] = DeliveryKind(name, deliver)
 
-    def register(deliver: Deliver) -> Deliver:
-        if name in DELIVERY_KINDS:
-            raise ValueError(f"outbox kind {name!r} is registered twice")
-        DELIVERY_KINDS[name] = DeliveryKind(name, deliver)
-        return deliver
 
-    return register
+class NothingRegistered(RuntimeError):
+    """This process registered no reactions (app.reactions.install_reactions was not called):
+    what it stores or delivers would be lost without a word."""
 
 
 # session.info key: this transaction added outbox messages (wake the loop once it commits).
@@ -91,24 +93,36 @@ def add_to_outbox(session: Session, kind: str, payload: dict[str, Any]) -> Outbo
     return message
 
 
-# What a graded result makes the outbox send: each listener adds the messages it needs
-# (the LTI score of a launched submission, a course's webhooks), in the grading transaction.
-GradedListener = Callable[[Session, Submission], None]
-GRADED_LISTENERS: list[GradedListener] = []
+class ScoreChange(enum.StrEnum):
+    """What changed a submission's score, as the outbox's listeners hear of it."""
+
+    GRADED = "graded"  # a grade was stored, by whichever process graded it
+    OVERRIDDEN = "overridden"  # an instructor set or removed an override
 
 
-def on_graded(listener: GradedListener) -> GradedListener:
-    """Call `listener(session, submission)` in the transaction that stores each result."""
-    GRADED_LISTENERS.append(listener)
-    return listener
+# What a score change makes the outbox send: each listener adds the messages it needs (the LTI
+# score of a launched submission, a course's webhooks), in the transaction of the change.
+ScoreListener = Callable[[Session, Submission], None]
+SCORE_LISTENERS: dict[ScoreChange, list[ScoreListener]] = {change: [] for change in ScoreChange}
 
 
-def report_graded(session: Session, submission_id: str) -> None:
+def register_score_listener(change: ScoreChange, listener: ScoreListener) -> None:
+    """Call `listener(session, submission)` in the transaction of each such change."""
+    SCORE_LISTENERS[change].append(listener)
+
+
+def report_score_change(session: Session, change: ScoreChange, submission_id: str) -> None:
+    listeners = SCORE_LISTENERS[change]
+    if not listeners:
+        raise NothingRegistered(
+            f"a score was {change} in a process with nothing registered to react to it "
+            "(call app.reactions.install_reactions() when the process starts)"
+        )
     # Loaded once for every listener, in the transaction that holds SQLite's write lock.
     submission = session.get(Submission, submission_id)
     if submission is None:
         return
-    for listener in GRADED_LISTENERS:
+    for listener in listeners:
         listener(session, submission)
 
 
@@ -286,6 +300,12 @@ class OutboxDelivery:
         on_commit(sessions, _OUTBOX_WRITTEN, lambda _written: self._wake.set())
 
     def start(self) -> None:
+        """Start delivering; refused with NothingRegistered when no kind is registered."""
+        if not DELIVERY_KINDS:
+            raise NothingRegistered(
+                "the outbox has no delivery kind registered: every message would fail "
+                "(call app.reactions.install_reactions() when the process starts)"
+            )
         self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
         self._thread.start()
 

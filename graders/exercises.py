@@ -1,15 +1,21 @@
-"""Exercises as data: one folder each under `exercises/`, read from `exercise.toml`."""
+"""Exercises as data: one folder each under `exercises/`, read from `exercise.toml`.
+
+A folder whose configuration is wrong (a check, kind or diagnosis code the grader does not
+know, a missing field) is refused when exercises load, with a one-line reason that names the
+file, the field and what to do; the other folders still load (`refused_exercises`).
+"""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders.report import Diagnosis
 
@@ -28,6 +34,9 @@ EXERCISES_DIR = Path(
 # that would fail every grading.
 MAX_CASES = 64
 MAX_CASE_ID_CHARS = 48
+
+
+log = logging.getLogger(__name__)
 
 
 class UnknownExercise(KeyError):
@@ -103,11 +112,23 @@ def _content_hash(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+class ExerciseRefused(ValueError):
+    """An exercise folder that cannot be graded as configured; the message is one line."""
+
+
+def _one_line(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
+    )
+
+
 def load_exercise(folder: Path) -> Exercise:
-    """Read one exercise folder; raises ValueError naming the file and field that is wrong."""
-    config = tomllib.loads((folder / "exercise.toml").read_text())
+    """Read one exercise folder; raises ExerciseRefused naming the file and field that is
+    wrong and what to do."""
+    toml = folder / "exercise.toml"
     try:
-        return Exercise.model_validate(
+        config = tomllib.loads(toml.read_text())
+        exercise = Exercise.model_validate(
             {
                 "id": config["id"],
                 "title": config["title"],
@@ -127,14 +148,68 @@ def load_exercise(folder: Path) -> Exercise:
                 "version": _content_hash(folder),
             }
         )
-    except (KeyError, OSError, ValueError) as exc:
-        raise ValueError(f"{folder / 'exercise.toml'}: {exc}") from exc
+    except ValidationError as exc:
+        raise ExerciseRefused(f"{toml}: {_one_line(exc)} (see docs/exercises.md)") from exc
+    except KeyError as exc:
+        raise ExerciseRefused(f"{toml}: the field {exc} is missing: add it") from exc
+    except (OSError, ValueError) as exc:
+        raise ExerciseRefused(f"{toml}: {exc}".replace("\n", " ")) from exc
+    problem = configuration_problem(exercise)
+    if problem is not None:
+        raise ExerciseRefused(f"{toml}: {problem}")
+    return exercise
+
+
+def configuration_problem(exercise: Exercise) -> str | None:
+    """What in the exercise the grader cannot judge (a kind it knows only in part, a check its
+    kind does not make), said as the field and what to do; None when all is known."""
+    # Imported here: the kinds' modules import this one (for Kind and CaseSpec).
+    from graders.harness import DRIVERS
+    from graders.kinds import JUDGES
+    from graders.trace import RECORD_FIELDS
+
+    judge = JUDGES.get(exercise.kind)
+    if judge is None or exercise.kind not in RECORD_FIELDS or exercise.kind not in DRIVERS:
+        return (
+            f"kind: {exercise.kind!r} is not fully registered (graders/kinds JUDGES, "
+            "graders/trace.py RECORD_FIELDS, graders/harness.py DRIVERS): register it in "
+            "all three, or use another kind"
+        )
+    unknown = sorted(set(exercise.checks) - set(judge.checks))
+    if unknown:
+        return (
+            f"checks: {', '.join(map(repr, unknown))} is no check of kind {exercise.kind!r}: "
+            f"use one of {', '.join(sorted(judge.checks))}"
+        )
+    return None
 
 
 @functools.cache
+def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
+    """The exercises that load, by id, and the folders refused, with why."""
+    loaded: list[Exercise] = []
+    refused: dict[str, str] = {}
+    for toml in sorted(EXERCISES_DIR.glob("*/exercise.toml")):
+        try:
+            exercise = load_exercise(toml.parent)
+            if any(other.id == exercise.id for other in loaded):
+                raise ExerciseRefused(f"{toml}: id: {exercise.id!r} is taken: give it another")
+        except ExerciseRefused as exc:
+            refused[toml.parent.name] = str(exc)
+            log.error("exercise folder %s refused: %s", toml.parent.name, exc)
+            continue
+        loaded.append(exercise)
+    by_id = {exercise.id: exercise for exercise in sorted(loaded, key=lambda e: e.position)}
+    return by_id, refused
+
+
 def _all_exercises() -> dict[str, Exercise]:
-    loaded = [load_exercise(path.parent) for path in EXERCISES_DIR.glob("*/exercise.toml")]
-    return {exercise.id: exercise for exercise in sorted(loaded, key=lambda e: e.position)}
+    return _loaded()[0]
+
+
+def refused_exercises() -> dict[str, str]:
+    """The exercise folders that were not loaded: folder name -> the one-line reason."""
+    return dict(_loaded()[1])
 
 
 def list_exercises() -> list[Exercise]:

@@ -89,9 +89,9 @@ def grade(
     """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
 
     `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
-    from the environment. Raises graders.exercises.UnknownExercise, and
-    sandbox.SandboxUnavailable when this host cannot run untrusted code safely (a server
-    fault, not the learner's).
+    from the environment. Raises graders.exercises.UnknownExercise, GraderFault when the
+    exercise or the grader is at fault, and sandbox.SandboxUnavailable when this host cannot
+    run untrusted code safely (server faults, not the learner's).
     """
     exercise = get_exercise(exercise_id)
     limits = limits or GRADING_LIMITS
@@ -139,14 +139,32 @@ def grade_runs(
             if cases[0].hidden:
                 failure = Failure(failure.diagnosis, hidden_failure_message(failure.diagnosis))
             return failure_report(exercise, failure, output)
-    trusted_trajectories(exercise)  # trusted code: a failure here is the server's
+    trusted = trusted_trajectories(exercise)  # trusted code: a failure here is the server's
     try:
         return judged(exercise, traces, output)
     except Exception:
-        # The traces are validated, but they are the learner's numbers: whatever judging them
-        # raises is said as the learner's failure, and logged for us.
+        # The learner's numbers made judging fail only if the reference's own pass: else the
+        # exercise's configuration or the grader's code is at fault (GraderFault, not theirs).
+        check_judging_sound(exercise, trusted["reference"])
         log.exception("exercise=%s judging the learner's traces failed", exercise.id)
         return failure_report(exercise, UNJUDGEABLE, output)
+
+
+class GraderFault(Exception):
+    """Judging fails on trusted input (the reference's own run): the exercise's configuration
+    or the grader's code is wrong. The server's fault: the submission's status is `error`,
+    never a learner's score; it is graded again once the fault is fixed (a regrade)."""
+
+
+def check_judging_sound(exercise: Exercise, reference: dict[str, CaseTrace]) -> None:
+    """Raise GraderFault when judging the reference's trajectories raises."""
+    try:
+        judge(exercise, reference)
+    except Exception as exc:
+        raise GraderFault(
+            f"exercise {exercise.id} (version {exercise.version}) cannot judge its own "
+            f"reference: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def hidden_failure_message(diagnosis: Diagnosis) -> str:

@@ -113,7 +113,6 @@ NO_FORK = (
     *_refuse("fork", "vfork"),
     Rule("clone", conditions=(Arg(0, 0, mask=CLONE_THREAD),)),  # threads only
 )
-NO_EXEC = _refuse("execve", "execveat")
 UNIX_SOCKETS_ONLY = (Rule("socket", conditions=(Arg(0, AF_UNIX, negate=True),)),)
 
 

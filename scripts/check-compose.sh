@@ -4,8 +4,9 @@
 #   scripts/check-compose.sh          `compose config`: the files are valid and complete
 #   scripts/check-compose.sh --up     also build the images, bring the stack up with two
 #                                     workers, grade one submission through it over HTTP,
-#                                     check that both workers grade from a warm pool,
-#                                     take it down
+#                                     launch a learner from a fake LMS whose score a worker
+#                                     sends it (scripts/check_lti_passback.py), check that
+#                                     both workers grade from a warm pool, take it down
 #
 # Compose is the v2 plugin (`docker compose`) where installed; Debian bookworm packages only
 # v1 (`docker-compose`, 1.29), which is installed when neither is there. Both read the files.
@@ -86,7 +87,19 @@ print(f"check-compose: graded through the stack: {result['status']} {result['dia
       f"{result['score']}/{result['max_score']}", file=sys.stderr)
 assert (result["status"], result["diagnosis"]) == ("graded", "correct"), result
 PY
-# Both workers consume the queue (up -d does not wait for them), and one of them graded it once.
+# An LMS on the stack's loopback, which the workers share: the fake LTI 1.3 platform of
+# tests/lti (copied in: the image has no tests) launches a learner who submits in the page;
+# the API grades nothing, so the score that reaches it is a worker's grade, sent by AGS.
+# With a bridge network each container has a loopback of its own, which no worker shares.
+if [ "${files[*]}" = "${loopback[*]}" ]; then
+    "${stack[@]}" exec -T api sh -c 'mkdir -p /tmp/lms && cat >/tmp/lms/fake_platform.py' <tests/lti/fake_platform.py
+    "${stack[@]}" exec -T api python3 - http://127.0.0.1:8000 /tmp/lms <scripts/check_lti_passback.py
+    lms_submissions=1
+else
+    say "NOT checked: a worker's score reaching an LMS (only the loopback layout runs the fake LMS)"
+    lms_submissions=0
+fi
+# Both workers consume the queue (up -d does not wait for them), and each submission was graded once.
 ready=0
 for _ in $(seq 120); do
     ready=$("${stack[@]}" logs --no-color worker | grep -c 'ready\.$' || true)
@@ -109,5 +122,6 @@ per_slot=$("${stack[@]}" exec -T api python3 -c 'from app.settings import WORKER
 threads=$("${stack[@]}" logs --no-color worker | grep -cE "concurrency: $((per_slot * slots)) \(thread\)" || true)
 [ "$threads" -eq 2 ] || { say "$threads of the 2 workers run $per_slot threads a slot ($slots slots)"; exit 1; }
 grades=$("${stack[@]}" logs --no-color worker | grep -c ': grading (exercise' || true)
-[ "$grades" -eq 1 ] || { say "the submission was graded $grades times, not once"; exit 1; }
-say "stack up with 2 warm workers of $slots slots and $((per_slot * slots)) threads each and one submission graded in $(($(date +%s) - started)) s"
+submissions=$((1 + lms_submissions))
+[ "$grades" -eq "$submissions" ] || { say "$submissions submissions were graded $grades times, not once each"; exit 1; }
+say "stack up with 2 warm workers of $slots slots and $((per_slot * slots)) threads each and $submissions submissions graded (the LMS check: $lms_submissions) in $(($(date +%s) - started)) s"

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from app.db import upgrade_database
+from app.reactions import install_reactions
 from app.settings import sqlite_database_url, with_psycopg_driver
 from tests.services import (
     create_database,
@@ -35,6 +36,9 @@ from tests.services import (
     postgres_server,
     redis_binary,
 )
+
+# Tests store grades by calling the grading functions in this process, as the server does.
+install_reactions()
 
 TEST_DATABASE_URL = with_psycopg_driver(os.environ.get("LOOPGRADE_TEST_DATABASE_URL", ""))
 REQUIRE_SERVICES = bool(os.environ.get("LOOPGRADE_REQUIRE_SERVICES"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,18 +15,31 @@ from app.models import AuditEvent, RegradeReason, Submission, User
 from graders.exercises import UnknownExercise, get_exercise
 
 
+class AuditAction(enum.StrEnum):
+    """What an audit event records; stored as its value in `audit_events.action`."""
+
+    OVERRIDE_SET = "override.set"
+    OVERRIDE_REMOVED = "override.removed"
+    REGRADE_SUBMISSION = "regrade.submission"
+    REGRADE_EXERCISE = "regrade.exercise"
+    ASSIGNMENT_SET = "assignment.set"
+    ASSIGNMENT_REMOVED = "assignment.removed"
+    COURSE_JOIN_CODE = "course.join-code"
+    COURSE_INSTRUCTOR_ADDED = "course.instructor-added"
+
+
 def record_event(
     session: Session,
     *,
     actor: User | None,
-    action: str,
+    action: AuditAction,
     course_id: str | None = None,
     submission_id: str | None = None,
     **details: Any,
 ) -> AuditEvent:
     event = AuditEvent(
         actor_id=actor.id if actor else None,
-        action=action,
+        action=action.value,
         course_id=course_id,
         submission_id=submission_id,
         details=details,
@@ -32,6 +47,16 @@ def record_event(
     session.add(event)
     session.flush()
     return event
+
+
+@dataclass(frozen=True)
+class Said:
+    """What a sentence names: who acted, the exercise, whose submission of it, the details."""
+
+    who: str
+    exercise: str
+    whose: str
+    details: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -52,60 +77,13 @@ class AuditEntry:
         exercise = _title(
             self.submission.exercise_id if self.submission else details.get("exercise")
         )
-        whose = f"{self._learner_name()}'s {exercise}"
+        said = Said(who, exercise, f"{self._learner_name()}'s {exercise}", details)
         action = self.event.action
-        if action == "override.set":
-            before = details.get("previous_override")
-            before = details.get("graded_score") if before is None else before
-            text = (
-                f"{who} overrode {whose} score {_number(before)} → {_number(details.get('score'))}"
-            )
-            if details.get("reason"):
-                text += f": “{details['reason']}”"
-        elif action == "override.removed":
-            text = (
-                f"{who} removed the override of {whose} score "
-                f"({_number(details.get('previous_override'))}; the graded "
-                f"{_number(details.get('graded_score'))} counts again)"
-            )
-        elif action == "regrade.submission":
-            text = (
-                f"{who} had {whose} submission graded again "
-                f"(it had {_number(details.get('old_score'))})"
-            ) + _regrade_why(details)
-        elif action == "regrade.exercise":
-            count = details.get("submissions", 0)
-            which = "outdated " if details.get("only_outdated") else ""
-            text = (
-                f"{who} had {count} {which}submission{'s' if count != 1 else ''} of {exercise} "
-                "graded again"
-            ) + _regrade_why(details)
-        elif action == "assignment.set":
-            due = details.get("due_at")
-            due_words = (
-                f"due {datetime.fromisoformat(due).strftime('%Y-%m-%d %H:%M UTC')}"
-                if due
-                else "no due date"
-            )
-            late = (
-                "locked after the due date"
-                if details.get("late_policy") == "lock"
-                else f"{_number(details.get('late_penalty_percent_per_day'))}% off per day late"
-            )
-            text = (
-                f"{who} set {exercise}: {due_words}, {late}, "
-                f"the {details.get('scoring_policy', 'best')} submission counts"
-            )
-        elif action == "assignment.removed":
-            text = f"{who} took {exercise} out of the course"
-        elif action == "course.join-code":
-            text = f"{who} made a new join code (the old one stopped working)"
-        elif action == "course.instructor-added":
-            text = f"{who} added {details.get('email', 'someone')} as an instructor"
-        else:
-            shown = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in details.items() if v)
-            text = f"{who}: {action}" + (f" ({shown})" if shown else "")
-        return text + "."
+        if action in set(AuditAction):
+            return SENTENCES[AuditAction(action)](said) + "."
+        # An action no longer recorded: its name and details as they are.
+        shown = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in details.items() if v)
+        return f"{who}: {action}" + (f" ({shown})" if shown else "") + "."
 
     def _learner_name(self) -> str:
         if self.learner is not None:
@@ -160,3 +138,77 @@ def _regrade_why(details: dict[str, Any]) -> str:
     if details.get("note"):
         text += f" (“{details['note']}”)"
     return text
+
+
+def _override_set(said: Said) -> str:
+    details = said.details
+    before = details.get("previous_override")
+    before = details.get("graded_score") if before is None else before
+    text = (
+        f"{said.who} overrode {said.whose} score {_number(before)} → "
+        f"{_number(details.get('score'))}"
+    )
+    if details.get("reason"):
+        text += f": “{details['reason']}”"
+    return text
+
+
+def _override_removed(said: Said) -> str:
+    return (
+        f"{said.who} removed the override of {said.whose} score "
+        f"({_number(said.details.get('previous_override'))}; the graded "
+        f"{_number(said.details.get('graded_score'))} counts again)"
+    )
+
+
+def _regrade_submission(said: Said) -> str:
+    return (
+        f"{said.who} had {said.whose} submission graded again "
+        f"(it had {_number(said.details.get('old_score'))})"
+    ) + _regrade_why(said.details)
+
+
+def _regrade_exercise(said: Said) -> str:
+    count = said.details.get("submissions", 0)
+    which = "outdated " if said.details.get("only_outdated") else ""
+    return (
+        f"{said.who} had {count} {which}submission{'s' if count != 1 else ''} of "
+        f"{said.exercise} graded again"
+    ) + _regrade_why(said.details)
+
+
+def _assignment_set(said: Said) -> str:
+    details = said.details
+    due = details.get("due_at")
+    due_words = (
+        f"due {datetime.fromisoformat(due).strftime('%Y-%m-%d %H:%M UTC')}"
+        if due
+        else "no due date"
+    )
+    late = (
+        "locked after the due date"
+        if details.get("late_policy") == "lock"
+        else f"{_number(details.get('late_penalty_percent_per_day'))}% off per day late"
+    )
+    return (
+        f"{said.who} set {said.exercise}: {due_words}, {late}, "
+        f"the {details.get('scoring_policy', 'best')} submission counts"
+    )
+
+
+SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
+    AuditAction.OVERRIDE_SET: _override_set,
+    AuditAction.OVERRIDE_REMOVED: _override_removed,
+    AuditAction.REGRADE_SUBMISSION: _regrade_submission,
+    AuditAction.REGRADE_EXERCISE: _regrade_exercise,
+    AuditAction.ASSIGNMENT_SET: _assignment_set,
+    AuditAction.ASSIGNMENT_REMOVED: lambda said: (
+        f"{said.who} took {said.exercise} out of the course"
+    ),
+    AuditAction.COURSE_JOIN_CODE: lambda said: (
+        f"{said.who} made a new join code (the old one stopped working)"
+    ),
+    AuditAction.COURSE_INSTRUCTOR_ADDED: lambda said: (
+        f"{said.who} added {said.details.get('email', 'someone')} as an instructor"
+    ),
+}

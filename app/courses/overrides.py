@@ -1,4 +1,7 @@
-"""An instructor's score for a submission, with a reason; it counts until it is removed."""
+"""An instructor's score for a submission, with a reason; it counts until it is removed.
+
+Setting or removing one changes the learner's counted score: the LMS is sent it
+(app/reactions.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +9,10 @@ import math
 
 from sqlalchemy.orm import Session
 
-from app.courses.audit import record_event
+from app.courses.audit import AuditAction, record_event
 from app.errors import AppError
 from app.models import Submission, User, utc_now
+from app.outbox import ScoreChange, report_score_change
 
 MAX_REASON_CHARS = 2000
 
@@ -37,7 +41,7 @@ def set_override(
     record_event(
         session,
         actor=by,
-        action="override.set",
+        action=AuditAction.OVERRIDE_SET,
         course_id=submission.course_id,
         submission_id=submission.id,
         score=score,
@@ -50,6 +54,7 @@ def set_override(
     submission.override_by_id = by.id
     submission.override_at = utc_now()
     session.flush()
+    report_score_change(session, ScoreChange.OVERRIDDEN, submission.id)
 
 
 def remove_override(session: Session, submission: Submission, *, by: User) -> None:
@@ -59,7 +64,7 @@ def remove_override(session: Session, submission: Submission, *, by: User) -> No
     record_event(
         session,
         actor=by,
-        action="override.removed",
+        action=AuditAction.OVERRIDE_REMOVED,
         course_id=submission.course_id,
         submission_id=submission.id,
         previous_override=submission.override_score,
@@ -70,3 +75,4 @@ def remove_override(session: Session, submission: Submission, *, by: User) -> No
     submission.override_by_id = None
     submission.override_at = None
     session.flush()
+    report_score_change(session, ScoreChange.OVERRIDDEN, submission.id)

@@ -31,6 +31,9 @@ from app.grading.queue import (
     run_grading_job,
 )
 from app.grading.state_channel import StatePublisher
+from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+from app.outbox import OutboxDelivery
+from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from sandbox import Runner
 
@@ -126,7 +129,9 @@ def send_grading_task(celery: Celery, settings: Settings, submission_id: str) ->
 
 
 def run_worker(settings: Settings) -> int:
-    """`loopgrade worker`: a Celery worker and the lease sweep, until a signal stops it."""
+    """`loopgrade worker`: a Celery worker, the lease sweep and the outbox's delivery (the LMS
+    scores and webhooks of the grades it stores), until a signal stops it."""
+    install_reactions()
     engine = create_db_engine(
         settings.database_url, busy_timeout_seconds=settings.database_busy_timeout_seconds
     )
@@ -135,6 +140,16 @@ def run_worker(settings: Settings) -> int:
         log.error("the database is at migration %s, not %s: run 'loopgrade migrate'", current, head)
         return 1
     sessions = create_session_factory(engine)
+    try:
+        # The worker signs the LMS score requests of its grades: a wrong key-encryption key
+        # stops its start, not the first delivery.
+        with sessions.begin() as session:
+            prepare_tool_keys(session, key_sealing(settings))
+    except ToolKeysUnreadable as exc:
+        log.error("%s", exc)
+        engine.dispose()
+        return 1
+    log.info("a stored grade triggers: %s", installed_reactions())
     # The threads share one runner (its warm pool); prefork children fork from this process,
     # so they run cold sandboxes rather than inherit a pool's zygotes.
     runner = open_grading_runner(settings) if settings.worker_pool == "threads" else None
@@ -153,6 +168,9 @@ def run_worker(settings: Settings) -> int:
     enqueue_after_commit(sessions, CeleryDispatcher(settings, celery))
     sweeper = LeaseSweeper(sessions, settings)
     sweeper.start()
+    # Woken by this process's own commits: what a grade here writes goes out at once.
+    outbox = OutboxDelivery(sessions, settings)
+    outbox.start()
     try:
         celery.worker_main(
             [
@@ -168,6 +186,7 @@ def run_worker(settings: Settings) -> int:
         )
     finally:
         sweeper.stop()
+        outbox.stop()
         publisher.close()
         if runner is not None:
             runner.close()

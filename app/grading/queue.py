@@ -21,9 +21,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
-from typing import Annotated, Protocol
-
-from fastapi import Depends, Request
+from typing import Protocol
 
 import graders
 import sandbox
@@ -493,11 +491,3 @@ def create_dispatcher(
 
         return CeleryDispatcher(settings)
     return ThreadPoolDispatcher(sessions, settings, runner=runner, on_state_change=on_state_change)
-
-
-async def get_dispatcher(request: Request) -> Dispatcher:  # async: no worker thread (get_settings)
-    dispatcher: Dispatcher = request.app.state.dispatcher
-    return dispatcher
-
-
-DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.courses.audit import record_event
+from app.courses.audit import AuditAction, record_event
 from app.errors import AppError
 from app.grading.submissions import queue_for_grading
 from app.models import (
@@ -91,7 +91,7 @@ def request_regrade(
     record_event(
         session,
         actor=by,
-        action="regrade.submission",
+        action=AuditAction.REGRADE_SUBMISSION,
         course_id=submission.course_id,
         submission_id=submission.id,
         batch_id=batch_id,
@@ -149,7 +149,7 @@ def request_exercise_regrade(
     record_event(
         session,
         actor=by,
-        action="regrade.exercise",
+        action=AuditAction.REGRADE_EXERCISE,
         course_id=course_id,
         exercise=exercise_id,
         batch_id=batch_id,

@@ -20,7 +20,7 @@ from app.models import (
     new_id,
     utc_now,
 )
-from app.outbox import report_graded
+from app.outbox import ScoreChange, report_score_change
 from app.people.names import hidden_character
 from app.rate_limits import RateLimit, seconds_until_allowed
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
@@ -449,7 +449,7 @@ def record_report(session: Session, job: GradingJob, report: GradeReport) -> boo
     )
     if stored:
         # In this transaction: the result and what reports it elsewhere commit together.
-        report_graded(session, job.submission_id)
+        report_score_change(session, ScoreChange.GRADED, job.submission_id)
         _finish_regrades(
             session,
             job,

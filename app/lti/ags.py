@@ -32,13 +32,7 @@ from app.db import SessionFactory
 from app.lti.keys import SIGNED_TOKEN_LIFETIME, key_sealing, sign_jwt
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
-from app.outbox import (
-    DeliveryDeferred,
-    PermanentFailure,
-    add_to_outbox,
-    delivery_kind,
-    on_graded,
-)
+from app.outbox import DeliveryDeferred, PermanentFailure, add_to_outbox
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -437,7 +431,6 @@ def sync_roster(
 ACCESS_TOKENS = AccessTokens()
 
 
-@delivery_kind(LTI_SCORE_KIND)
 def deliver_lti_score(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:
@@ -469,7 +462,6 @@ def deliver_lti_score(
     )
 
 
-@on_graded
 def send_score_to_lms(session: Session, submission: Submission) -> None:
     """A graded submission reached through LTI: its counted score goes to the LMS."""
     message = score_message(session, submission)
@@ -477,7 +469,6 @@ def send_score_to_lms(session: Session, submission: Submission) -> None:
         add_to_outbox(session, LTI_SCORE_KIND, message)
 
 
-@delivery_kind(LTI_ROSTER_KIND)
 def deliver_roster_sync(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:

@@ -18,8 +18,6 @@ from sqlalchemy.orm import Session
 
 from app.courses.courses import require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
-
-# ags and webhooks register their outbox kinds and graded listeners on import.
 from app.lti import ags, integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.framing import FrameAncestors

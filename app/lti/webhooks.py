@@ -27,7 +27,7 @@ from app.db import SessionFactory
 from app.lti.ags import PlatformRefused, PlatformUnavailable
 from app.lti.models import Webhook
 from app.models import Submission, utc_now
-from app.outbox import PermanentFailure, add_to_outbox, delivery_kind, on_graded
+from app.outbox import PermanentFailure, add_to_outbox
 from app.settings import Settings
 
 SIGNATURE_HEADER = "Loopgrade-Signature"
@@ -233,7 +233,6 @@ def deliver_webhook(
         raise PlatformRefused(problem)
 
 
-@delivery_kind(WEBHOOK_KIND)
 def deliver_webhook_message(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:
@@ -248,7 +247,6 @@ def deliver_webhook_message(
             raise PermanentFailure(str(exc)) from None
 
 
-@on_graded
 def send_to_webhooks(session: Session, submission: Submission) -> None:
     """A graded submission in a course: an event for each of the course's webhooks."""
     for message in graded_messages(session, submission):

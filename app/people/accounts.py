@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.db import keep_on_error_response
@@ -298,7 +298,3 @@ def sign_in(
     )
     session.flush()
     return user
-
-
-def count_users(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(User)) or 0

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from app.courses.audit import events, record_event
+from app.courses.audit import AuditAction, events, record_event
 from app.courses.courses import (
     AssignedExercise,
     CourseError,
@@ -659,7 +659,7 @@ def settings_form(
         record_event(
             session,
             actor=user,
-            action="assignment.set" if row else "assignment.removed",
+            action=AuditAction.ASSIGNMENT_SET if row else AuditAction.ASSIGNMENT_REMOVED,
             course_id=course.id,
             exercise=exercise_id,
             due_at=row.due_at.isoformat() if row and row.due_at else None,
@@ -672,13 +672,13 @@ def settings_form(
         record_event(
             session,
             actor=user,
-            action="course.instructor-added",
+            action=AuditAction.COURSE_INSTRUCTOR_ADDED,
             course_id=course.id,
             email=other.email,
         )
     if new_join_code:
         new_course_join_code(session, course)
-        record_event(session, actor=user, action="course.join-code", course_id=course.id)
+        record_event(session, actor=user, action=AuditAction.COURSE_JOIN_CODE, course_id=course.id)
     done = "saved" if changed or other is not None or new_join_code else "unchanged"
     query = urlencode({"done": done, **({"changed": ",".join(changed)} if changed else {})})
     return RedirectResponse(f"/courses/{course.id}/settings?{query}", status_code=303)

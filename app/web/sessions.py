@@ -30,7 +30,6 @@ from app.settings import Settings
 
 SESSION_COOKIE = "loopgrade_session"
 CSRF_COOKIE = "loopgrade_csrf"
-CSRF_FIELD = "csrf_token"
 
 
 def load_secret_key(settings: Settings) -> bytes:

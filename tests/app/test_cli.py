@@ -240,3 +240,32 @@ def test_worker_and_pool_defaults_follow_what_the_machine_carries(
     assert Settings().worker_count == cores  # a cold grade keeps one core busy
     monkeypatch.setenv("LOOPGRADE_WORKER_COUNT", "3")
     assert Settings().worker_count == 3  # what the operator set stands
+
+
+def test_regrade_refuses_what_it_cannot_regrade_in_one_line(tmp_path: Path) -> None:
+    env = {"LOOPGRADE_PASSWORD": "a long enough password"}
+    made = loopgrade(
+        "users", "create", "tess@example.org", "--role", "instructor", data_dir=tmp_path, env=env
+    )
+    assert made.returncode == 0, made.stderr
+    course = loopgrade(
+        "courses", "create", "DL", "--instructor", "tess@example.org", data_dir=tmp_path
+    )
+    join_code = course.stdout.splitlines()[-1]
+    refusals = {
+        ("nope", EXERCISE, "tess@example.org"): "no course has the id or join code 'nope'",
+        (join_code, EXERCISE, "who@example.org"): "no user has the email 'who@example.org'",
+        (join_code, "no-such-exercise", "tess@example.org"): (
+            "no exercise has the id 'no-such-exercise'"
+        ),
+        (join_code, EXERCISE, "tess@example.org"): (
+            "every submission is already graded against the current version"
+        ),
+    }
+    for (course_id, exercise, by), reason in refusals.items():
+        regrade = loopgrade(
+            "regrade", "--course", course_id, "--exercise", exercise, "--by", by, data_dir=tmp_path
+        )
+        assert regrade.returncode == 1, regrade.stderr
+        last_line = regrade.stderr.strip().splitlines()[-1]
+        assert last_line.startswith("loopgrade: ") and reason in last_line, regrade.stderr

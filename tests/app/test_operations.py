@@ -18,16 +18,18 @@ from app.grading.queue import run_grading_job
 from app.grading.submissions import create_submission
 from app.models import OutboxMessage, OutboxStatus
 from app.operations import SubmissionIdFilter
-from app.outbox import add_to_outbox, delivery_kind
+from app.outbox import add_to_outbox, register_delivery_kind
 from app.settings import Settings
 from tests.app.conftest import EXERCISE
 
 SYNTAX_ERROR_CODE = "def train_step(model, optimizer, loss_fn, x, y)\n    return 0.0\n"
 
 
-@delivery_kind("tests.never-delivered")
 def never_delivered(sessions: SessionFactory, settings: Settings, payload: dict[str, Any]) -> None:
     raise ConnectionError("the receiver is down")
+
+
+register_delivery_kind("tests.never-delivered", never_delivered)
 
 
 def metric(text: str, name: str) -> float:
@@ -49,8 +51,16 @@ def test_healthz_and_readyz(client: httpx.Client) -> None:
         "checks": {"database": "ok", "queue": "ok", "sandbox": "ok"},
         # The app tests' servers run cold (tests/app/conftest.py): the status says so.
         "sandbox": ready.json()["sandbox"],
+        "reactions": {
+            "on_graded": ["send_score_to_lms", "send_to_webhooks"],
+            "on_overridden": ["send_score_to_lms"],
+            # The test kinds registered by the test modules (this one's at least) come too.
+            "outbox_kinds": ready.json()["reactions"]["outbox_kinds"],
+        },
+        "refused_exercises": {},
     }
     assert "a cold sandbox per run" in ready.json()["sandbox"]
+    assert {"lti-score", "lti-roster", "webhook"} <= set(ready.json()["reactions"]["outbox_kinds"])
 
 
 def test_readyz_says_what_is_missing(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,11 +28,12 @@ from app.outbox import (
     DeliveryDeferred,
     OutboxDelivery,
     PermanentFailure,
+    ScoreChange,
     add_to_outbox,
     claim_due,
     deliver_one,
-    delivery_kind,
-    on_graded,
+    register_delivery_kind,
+    register_score_listener,
 )
 from app.settings import Settings
 from graders.report import GradeReport
@@ -41,13 +42,15 @@ from tests.app.conftest import CORRECT_CODE, EXERCISE
 KIND = "tests.http-post"
 
 
-@delivery_kind(KIND)
 def post_to_receiver(sessions: SessionFactory, settings: Settings, payload: dict[str, Any]) -> None:
     """As a webhook delivers: POST the payload; a 4xx will never succeed, a 5xx may."""
     response = httpx.post(payload["url"], json=payload, timeout=10)
     if 400 <= response.status_code < 500:
         raise PermanentFailure(f"the receiver answered {response.status_code}")
     response.raise_for_status()
+
+
+register_delivery_kind(KIND, post_to_receiver)
 
 
 class Receiver:
@@ -168,7 +171,6 @@ WAITING_KIND = "tests.waits-once"
 WAITED: set[str] = set()  # the receivers a waits-once message has waited for
 
 
-@delivery_kind(WAITING_KIND)
 def wait_once_then_deliver(
     sessions: SessionFactory, settings: Settings, payload: dict[str, Any]
 ) -> None:
@@ -177,6 +179,9 @@ def wait_once_then_deliver(
         WAITED.add(payload["url"])
         raise DeliveryDeferred("another delivery goes first", retry_after_seconds=0.05)
     post_to_receiver(sessions, settings, payload)
+
+
+register_delivery_kind(WAITING_KIND, wait_once_then_deliver)
 
 
 def test_a_deferred_delivery_is_tried_again_uncounted(
@@ -255,10 +260,11 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
 ) -> None:
     reported: list[str] = []
 
-    @on_graded
     def report_score(session: Session, submission: Submission) -> None:
         reported.append(submission.id)
         add_to_outbox(session, KIND, {"url": "http://127.0.0.1:9/", "id": submission.id})
+
+    register_score_listener(ScoreChange.GRADED, report_score)
 
     try:
         submission_id, job = _claimed_submission(sessions)
@@ -274,14 +280,18 @@ def test_a_result_and_its_message_are_stored_in_one_transaction(
         assert payloads == [{"url": "http://127.0.0.1:9/", "id": submission_id}]
         assert reported == [submission_id, submission_id]
     finally:
-        outbox.GRADED_LISTENERS.remove(report_score)
+        outbox.SCORE_LISTENERS[ScoreChange.GRADED].remove(report_score)
 
 
 def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory) -> None:
     # Each listener's own load by id went to the database again (the identity map keeps no
     # object nobody holds): the full row and its JSON read twice, under SQLite's write lock.
     seen: list[Submission] = []
-    listeners = [on_graded(lambda _session, submission: seen.append(submission)) for _ in "ab"]
+    listeners: list[outbox.ScoreListener] = [
+        lambda _session, submission: seen.append(submission) for _ in "ab"
+    ]
+    for listener in listeners:
+        register_score_listener(ScoreChange.GRADED, listener)
     submission_id, job = _claimed_submission(sessions)
     reads: list[str] = []
     engine = sessions.kw["bind"]
@@ -298,7 +308,22 @@ def test_the_listeners_share_one_load_of_the_submission(sessions: SessionFactory
     finally:
         event.remove(engine, "before_cursor_execute", count_reads)
         for listener in listeners:
-            outbox.GRADED_LISTENERS.remove(listener)
+            outbox.SCORE_LISTENERS[ScoreChange.GRADED].remove(listener)
     assert len(reads) == 1
     assert [s.id for s in seen] == [submission_id, submission_id]
     assert [(s.status, s.score) for s in seen] == [("graded", 10)] * 2
+
+
+def test_nothing_registered_refuses_delivery_and_storing_a_grade(
+    sessions: SessionFactory, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process that forgot app.reactions.install_reactions(): loud, never silent.
+    monkeypatch.setattr(outbox, "DELIVERY_KINDS", {})
+    monkeypatch.setattr(outbox, "SCORE_LISTENERS", {change: [] for change in ScoreChange})
+    with pytest.raises(outbox.NothingRegistered, match="install_reactions"):
+        OutboxDelivery(sessions, settings).start()
+    submission_id, job = _claimed_submission(sessions)
+    with pytest.raises(outbox.NothingRegistered), sessions.begin() as session:
+        record_report(session, job, CORRECT_REPORT)
+    with sessions() as session:
+        assert session.get(Submission, submission_id).status == "running"  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import httpx
 
+from app.courses.audit import SENTENCES, AuditAction
 from app.db import SessionFactory
 from app.models import SiteRole, utc_now
 from tests.app.conftest import EXERCISE
@@ -96,3 +97,7 @@ def test_the_audit_log_reads_as_sentences_naming_the_learner(
     assert log.index("removed the override") < log.index("overrode")  # newest first
     page = html.unescape(teacher.get(f"/submissions/{submission_id}").text)
     assert "Tess overrode Alice's" in page
+
+
+def test_every_audit_action_has_its_sentence() -> None:
+    assert set(SENTENCES) == set(AuditAction)

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from app.db import SessionFactory, create_db_engine, create_session_factory
+from app.lti.models import LtiContext
 from app.lti.platforms import add_platform
+from app.lti.webhooks import create_webhook
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import migrated_database
@@ -103,6 +106,25 @@ def launch(browser_client: httpx.Client, platform: FakePlatform) -> Launch:
         return client.post(f"{platform.tool_url}/lti/launch", data=fields)
 
     return run
+
+
+def launch_to_exercise(client: httpx.Client, platform: FakePlatform) -> httpx.Response:
+    """Log in, launch, and follow the launch to the exercise page of the platform's link."""
+    page = follow_login(client, platform)
+    launched = client.post(f"{platform.tool_url}/lti/launch", data=form_fields(page.text))
+    assert launched.status_code == 303, launched.text
+    exercise = client.get(platform.tool_url + launched.headers["location"], follow_redirects=True)
+    assert exercise.url.path.endswith("/exercises/train-step"), exercise.text
+    return exercise
+
+
+def give_course_webhook(sessions: SessionFactory, receiver: Receiver) -> None:
+    """A webhook to `receiver` for the course the launch made (the only one)."""
+    with sessions.begin() as session:
+        course_id = session.scalars(select(LtiContext.course_id)).one()
+        receiver.secret = create_webhook(
+            session, course_id=course_id, url=receiver.url, allow_private_addresses=True
+        ).secret
 
 
 @pytest.fixture

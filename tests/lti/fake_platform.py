@@ -25,7 +25,8 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, RSAKey
 
-from tests.servers import HTTP_TIMEOUT_SECONDS
+# Standalone (no import of tests/): scripts/check-compose.sh runs it inside the app container.
+HTTP_TIMEOUT_SECONDS = 60
 
 LTI = "https://purl.imsglobal.org/spec/lti/claim/"
 DL = "https://purl.imsglobal.org/spec/lti-dl/claim/"

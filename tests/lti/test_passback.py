@@ -16,12 +16,10 @@ import httpx
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.models import LtiContext
-from app.lti.webhooks import create_webhook
 from app.models import OutboxMessage, OutboxStatus, Submission
 from tests.app.conftest import CORRECT_CODE
-from tests.lti.conftest import form_fields
-from tests.lti.fake_platform import FakePlatform, follow_login
+from tests.lti.conftest import give_course_webhook, launch_to_exercise
+from tests.lti.fake_platform import FakePlatform
 from tests.lti.receiver import Receiver
 from tests.servers import app_in_thread, running_server
 
@@ -60,16 +58,8 @@ def test_a_score_survives_a_crash_mid_post_and_a_platform_failing_twice(
 
         with running_server(data_dir, log_path, env=env) as (server, url):
             platform.tool_url = url
-            page = follow_login(browser_client, platform)
-            launched = browser_client.post(f"{url}/lti/launch", data=form_fields(page.text))
-            assert launched.status_code == 303, launched.text
-            exercise = browser_client.get(url + launched.headers["location"], follow_redirects=True)
-            assert exercise.url.path.endswith("/exercises/train-step"), exercise.text
-            with sessions.begin() as session:
-                course_id = session.scalars(select(LtiContext.course_id)).one()
-                receiver.secret = create_webhook(
-                    session, course_id=course_id, url=receiver.url, allow_private_addresses=True
-                ).secret
+            exercise = launch_to_exercise(browser_client, platform)
+            give_course_webhook(sessions, receiver)
 
             platform.stall_next_score_post = True
             platform.fail_score_posts = 2

@@ -1,0 +1,82 @@
+"""Faults of an exercise's configuration are the operator's, never a learner's: a folder the
+grader cannot judge is refused and named on /readyz and in the log while a real server serves
+the others; a grade that fails on the exercise's own fault is stored as `error`, and graded
+again once the exercise is fixed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.db import SessionFactory
+from app.grading.queue import GradingOutcome, run_grading_job
+from app.grading.regrades import request_regrade
+from app.grading.submissions import create_submission
+from app.models import RegradeReason, Submission
+from app.people.accounts import create_user
+from app.settings import Settings
+from graders import grading
+from graders.exercises import get_exercise
+from tests.app.conftest import CORRECT_CODE, EXERCISE
+from tests.servers import running_server
+
+REPO_EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+
+
+def test_a_refused_folder_is_named_and_the_others_are_served(tmp_path: Path) -> None:
+    folders = tmp_path / "exercises"
+    shutil.copytree(REPO_EXERCISES, folders)
+    toml = folders / "train-step" / "exercise.toml"
+    toml.write_text(toml.read_text().replace("weights-match = 3", "weights-matches = 3"))
+    log_path = tmp_path / "server.log"
+    env = {**os.environ, "LOOPGRADE_EXERCISES_DIR": str(folders)}
+    with running_server(tmp_path / "data", log_path, env) as (_, url):
+        served = httpx.get(f"{url}/api/v1/exercises").json()
+        ready = httpx.get(f"{url}/readyz")
+    assert "train-step" not in [e["id"] for e in served] and len(served) == 4
+    assert ready.status_code == 200, ready.text
+    (reason,) = ready.json()["refused_exercises"].values()
+    assert list(ready.json()["refused_exercises"]) == ["train-step"]
+    assert "checks: 'weights-matches' is no check of kind 'train-step'" in reason
+    assert "exercise folder train-step is not served" in log_path.read_text()
+
+
+def test_a_grade_the_exercise_cannot_judge_is_an_error_not_a_score(
+    sessions: SessionFactory,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exercise = get_exercise(EXERCISE)
+    broken = exercise.model_copy(update={"checks": {**exercise.checks, "no-such-check": 1.0}})
+    monkeypatch.setattr(grading, "get_exercise", lambda _id: broken)
+    with sessions.begin() as session:
+        submission_id = create_submission(
+            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
+        ).id
+    with caplog.at_level(logging.ERROR):
+        run = run_grading_job(sessions, submission_id, settings)
+    assert run.outcome is GradingOutcome.ERROR
+    with sessions() as session:
+        stored = session.get(Submission, submission_id)
+        assert stored is not None
+        assert (stored.status, stored.score, stored.diagnosis) == ("error", None, None)
+    assert f"submission {submission_id}: grading failed (exercise {EXERCISE}" in caplog.text
+    assert "cannot judge its own reference" in caplog.text
+
+    # The operator fixes the exercise; a regrade grades the submission as it deserves.
+    monkeypatch.undo()
+    with sessions.begin() as session:
+        tess = create_user(session, email="tess@example.org", name="Tess", password="x" * 12)
+        stored = session.get(Submission, submission_id)
+        assert stored is not None
+        request_regrade(session, stored, by=tess, reason=RegradeReason.GRADER_UPDATED)
+    assert run_grading_job(sessions, submission_id, settings).outcome is GradingOutcome.GRADED
+    with sessions() as session:
+        stored = session.get(Submission, submission_id)
+        assert stored is not None and (stored.status, stored.score) == ("graded", 10)
