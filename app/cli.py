@@ -12,35 +12,27 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.cli_support import (
+    CommandFailed,
+    build_settings,
+    check_tool_keys,
+    database_session,
+    migrate_database,
+)
+from app.lti.cli import add_lti_commands
 from app.operations import configure_logging
-from app.settings import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 log = logging.getLogger("loopgrade")
-
-
-def build_settings(args: argparse.Namespace) -> Settings:
-    """Settings from the environment; `--data-dir` wins over LOOPGRADE_DATA_DIR."""
-    data_dir: Path | None = getattr(args, "data_dir", None)
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
-
-
-def migrate_database(settings: Settings) -> None:
-    from app.db import upgrade_database
-
-    revision = upgrade_database(settings.database_url)
-    shown_url = make_url(settings.database_url).render_as_string(hide_password=True)
-    log.info("database %s is at migration %s", shown_url, revision)
 
 
 def check_sandbox() -> bool:
@@ -58,20 +50,6 @@ def check_sandbox() -> bool:
         return False
     log.info("sandbox backend: %s", sandbox.backend_name())
     return True
-
-
-def check_tool_keys(settings: Settings) -> None:
-    """Seal and check the tool's LTI keys (app.lti.keys.prepare_tool_keys), so that a wrong
-    key-encryption key is one sentence on stderr, not a traceback (the app's start-up checks
-    the same, for other ASGI servers)."""
-    from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
-
-    try:
-        sealing = key_sealing(settings)
-        with database_session(settings) as session:
-            prepare_tool_keys(session, sealing)
-    except ToolKeysUnreadable as exc:
-        raise CommandFailed(str(exc)) from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -128,24 +106,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     migrate_database(build_settings(args))
     return 0
-
-
-@contextmanager
-def database_session(settings: Settings) -> Iterator[Session]:
-    """One transaction on the migrated database, committed when the block ends without error."""
-    from app.db import create_db_engine, create_session_factory
-
-    migrate_database(settings)
-    engine = create_db_engine(settings.database_url)
-    try:
-        with create_session_factory(engine).begin() as session:
-            yield session
-    finally:
-        engine.dispose()
-
-
-class CommandFailed(Exception):
-    """Print the message to stderr and exit with status 1."""
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -521,8 +481,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=cmd_check_exercises)
 
-    from app.lti.cli import add_lti_commands
-
     add_lti_commands(commands, add_data_dir)
     return parser
 
@@ -543,8 +501,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # As `python -m app.cli` this file is __main__; run app.cli's main, whose CommandFailed
-    # is the one commands in other modules (app.lti.cli) raise.
-    from app.cli import main as module_main
-
-    sys.exit(module_main())
+    sys.exit(main())
