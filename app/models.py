@@ -440,6 +440,3 @@ class KeptSubmission(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
-
-# The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.
-from app.lti import models as _lti_models  # noqa: E402, F401
