@@ -31,7 +31,8 @@ from app.db import (
     head_revision,
 )
 from app.errors import AppError
-from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
+from app.grading.dispatch import create_dispatcher
+from app.grading.queue import enqueue_after_commit, open_grading_runner
 from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti

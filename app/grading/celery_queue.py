@@ -22,9 +22,9 @@ from app.db import (
     database_revision,
     head_revision,
 )
+from app.grading.leases import LeaseSweeper
 from app.grading.queue import (
     GradingOutcome,
-    LeaseSweeper,
     enqueue_after_commit,
     ignore_state_change,
     open_grading_runner,

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from app.db import SessionFactory
-from app.grading.queue import GradingOutcome, lease_renewed, run_grading_job, sweep
+from app.grading.leases import lease_renewed, sweep
+from app.grading.queue import GradingOutcome, run_grading_job
 from app.grading.submissions import (
     GradingJob,
     claim_submission,
