@@ -72,7 +72,8 @@ def cmd_lineitems(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
     from app.cli_support import CommandFailed, build_settings, check_tool_keys, database_session
-    from app.lti.ags import AccessTokens, PlatformRefused, PlatformUnavailable
+    from app.lti.ags_client import AccessTokens
+    from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
     from app.lti.keys import key_sealing
     from app.lti.line_items import list_line_items
     from app.lti.models import LtiContext
@@ -98,7 +99,8 @@ def cmd_lineitems(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     from app.cli_support import CommandFailed, build_settings, check_tool_keys, database_session
-    from app.lti.ags import AccessTokens, PlatformRefused, PlatformUnavailable
+    from app.lti.ags_client import AccessTokens
+    from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
     from app.lti.keys import key_sealing
     from app.lti.line_items import reconcile_course
 
