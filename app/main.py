@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app import operations
+from app import health
 from app.admission import AdmissionControl, RequestCapacity
 from app.api import routes as api_routes
 from app.db import (
@@ -183,7 +183,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     install_error_handlers(app)
     install_sign_in_redirect(app)
-    app.include_router(operations.router)
+    app.include_router(health.router)
     install_lti(app, settings)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
