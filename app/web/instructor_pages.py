@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from app.courses.audit import AuditAction, events, record_event
+from app.audit import AuditAction, events, record_event
 from app.courses.courses import (
     AssignedExercise,
     CourseError,
