@@ -110,7 +110,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     from app.api.keys import create_api_key
-    from app.courses.courses import find_course
+    from app.courses.membership import find_course
 
     with database_session(build_settings(args)) as session:
         course_id, course_name = None, ""
@@ -140,7 +140,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def _course_of(session: Session, id_or_join_code: str) -> tuple[str, str]:
-    from app.courses.courses import find_course
+    from app.courses.membership import find_course
 
     course = find_course(session, id_or_join_code)
     if course is None:
@@ -213,7 +213,7 @@ def cmd_users_create(args: argparse.Namespace) -> int:
 
 
 def cmd_courses_create(args: argparse.Namespace) -> int:
-    from app.courses.courses import CourseError, create_course
+    from app.courses.membership import CourseError, create_course
     from app.people.accounts import find_user_by_email
 
     try:
@@ -240,7 +240,7 @@ def cmd_courses_create(args: argparse.Namespace) -> int:
 def cmd_courses_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from app.courses.courses import members
+    from app.courses.membership import members
     from app.models import Course, CourseRole
 
     with database_session(build_settings(args)) as session:

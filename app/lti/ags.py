@@ -19,8 +19,8 @@ from cryptography.fernet import MultiFernet
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
+from app.courses.membership import assignment_of
 from app.db import SessionFactory
 from app.lti.ags_client import (
     LINEITEM_SCOPE,

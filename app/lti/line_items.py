@@ -22,8 +22,8 @@ from cryptography.fernet import MultiFernet
 from sqlalchemy import Connection, Engine, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
+from app.courses.membership import assignment_of
 from app.lti.ags_client import (
     AGS_SCOPE,
     HTTP_TIMEOUT_SECONDS,

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import ChoiceLoader, FileSystemLoader
 from sqlalchemy.orm import Session
 
-from app.courses.courses import require_instructor, require_member
+from app.courses.membership import require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
 from app.lti import ags, integration_pages
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt

@@ -18,7 +18,8 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, events, record_event
-from app.courses.courses import (
+from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.courses.membership import (
     AssignedExercise,
     CourseError,
     Forbidden,
@@ -31,7 +32,6 @@ from app.courses.courses import (
     require_instructor,
     set_assignment,
 )
-from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
 from app.errors import as_sentence

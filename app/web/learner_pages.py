@@ -17,7 +17,8 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.courses.courses import (
+from app.courses.gradebook import learner_cells, practice_assignment, progress_of
+from app.courses.membership import (
     AssignedExercise,
     assignment_of,
     assignments_of,
@@ -25,7 +26,6 @@ from app.courses.courses import (
     courses_of,
     require_member,
 )
-from app.courses.gradebook import learner_cells, practice_assignment, progress_of
 from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
