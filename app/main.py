@@ -39,7 +39,7 @@ from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
-from app.web import account_pages, drafts, events, instructor_pages, learner_pages
+from app.web import account_pages, draft_api, events, instructor_pages, learner_pages
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
@@ -189,7 +189,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
     app.include_router(events.router)
-    app.include_router(drafts.router)
+    app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
