@@ -39,7 +39,14 @@ from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
-from app.web import account_pages, draft_api, events, instructor_pages, learner_pages
+from app.web import (
+    account_pages,
+    draft_api,
+    events,
+    instructor_pages,
+    integration_pages,
+    learner_pages,
+)
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
@@ -185,6 +192,7 @@ def create_app(settings: Settings) -> FastAPI:
     install_sign_in_redirect(app)
     app.include_router(health.router)
     install_lti(app, settings)
+    app.include_router(integration_pages.router)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
