@@ -31,9 +31,7 @@ from tests.app.conftest import CORRECT_CODE, EXERCISE
 
 def add_submission(sessions: SessionFactory, code: str = CORRECT_CODE) -> str:
     with sessions.begin() as session:
-        return create_submission(
-            session, exercise_id=EXERCISE, learner="l", code=code, max_code_bytes=65536
-        ).id
+        return create_submission(session, exercise_id=EXERCISE, learner="l", code=code).id
 
 
 def row_state(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:
