@@ -347,21 +347,16 @@ def cmd_check_exercises(args: argparse.Namespace) -> int:
     return check_exercises()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from app.models import RegradeReason
-
-    parser = argparse.ArgumentParser(
-        prog="loopgrade", description="Auto-graded exercises for PyTorch training loops."
+def add_data_dir(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--data-dir",
+        type=Path,
+        help="where the database lives (default: $LOOPGRADE_DATA_DIR, or ./data)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add_data_dir(command: argparse.ArgumentParser) -> None:
-        command.add_argument(
-            "--data-dir",
-            type=Path,
-            help="where the database lives (default: $LOOPGRADE_DATA_DIR, or ./data)",
-        )
 
+def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """serve, worker, migrate."""
     serve = commands.add_parser(
         "serve", help="apply migrations, check the sandbox, serve the web app and API"
     )
@@ -389,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_dir(migrate)
     migrate.set_defaults(run=cmd_migrate)
 
+
+def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """keys create, list, revoke."""
     keys = commands.add_parser("keys", help="manage REST API keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     keys_create = keys_commands.add_parser(
@@ -413,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_dir(keys_revoke)
     keys_revoke.set_defaults(run=cmd_keys_revoke)
 
+
+def _add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """users create."""
     users = commands.add_parser("users", help="manage accounts")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
     users_create = users_commands.add_parser(
@@ -428,6 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
     users_create.add_argument("--name", help="shown name (default: the email's local part)")
     add_data_dir(users_create)
     users_create.set_defaults(run=cmd_users_create)
+
+
+def _add_course_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """courses create, list; regrade."""
+    from app.models import RegradeReason
 
     courses = commands.add_parser("courses", help="manage courses")
     courses_commands = courses.add_subparsers(
@@ -466,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_dir(regrade)
     regrade.set_defaults(run=cmd_regrade)
 
+
+def _add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """grade, check-exercises: on this machine, without a server."""
     grade = commands.add_parser("grade", help="grade a file locally, without a server")
     grade.add_argument(
         "file", type=Path, help="a .py file (or .ipynb notebook) defining the exercise's function"
@@ -481,6 +490,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=cmd_check_exercises)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopgrade", description="Auto-graded exercises for PyTorch training loops."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_server_commands(commands)
+    _add_key_commands(commands)
+    _add_user_commands(commands)
+    _add_course_commands(commands)
+    _add_local_commands(commands)
     add_lti_commands(commands, add_data_dir)
     return parser
 
