@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from graders.exercises import Exercise
 from graders.report import Diagnosis
 
 # Bidirectional overrides and isolates reorder what is shown around them; other invisible
@@ -194,8 +195,17 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "look for a division by zero, a log of zero or of a negative number, or a loss that "
         "is added to itself instead of replaced."
     ),
+    "not-started": (
+        "Nothing of the exercise is done yet, so nothing is scored. Make the changes the "
+        "exercise asks for and submit again."
+    ),
     "incorrect": (
         "Your weights differ from the reference, and not in the way of any mistake we know. "
         "Read the checks above: they say which step went wrong first. " + ORDER
     ),
 }
+
+
+def explanation(code: Diagnosis, exercise: Exercise) -> str:
+    """What a diagnosis means, in words that are true of this exercise."""
+    return EXPLANATIONS[code]

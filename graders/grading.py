@@ -27,6 +27,7 @@ from graders.feedback import EXPLANATIONS, learner_text
 from graders.judging import check
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
+from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
     MAX_MAGNITUDE,
     AnyTrace,
@@ -94,6 +95,8 @@ def grade(
     run untrusted code safely (server faults, not the learner's).
     """
     exercise = get_exercise(exercise_id)
+    if is_starter_source(exercise, source):
+        return not_started_report(exercise)
     limits = limits or GRADING_LIMITS
     runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     first, *later = case_groups(exercise)
@@ -418,7 +421,8 @@ _trusted_lock = threading.Lock()
 def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     """Reference and known-bug trajectories for every case, keyed 'reference' or variant id.
 
-    Computed in this process from the exercise's own files, once per exercise version.
+    Computed in this process from the exercise's own files, once per exercise version. The
+    starter's are under 'starter': a submission that behaves as it does is not started.
     """
     key = (exercise.id, exercise.version)
     cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
@@ -426,7 +430,7 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
         return cached
     with _trusted_lock:
         if key not in _trusted_cache:
-            sources = {"reference": exercise.solution_code}
+            sources = {"reference": exercise.solution_code, "starter": exercise.starter_code}
             sources.update({variant.id: variant.source for variant in exercise.variants})
             _trusted_cache[key] = {
                 name: trusted_run(exercise, source) for name, source in sources.items()
@@ -479,6 +483,8 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     """Score, diagnose and explain the learner's traces of every case of the exercise."""
     kind = JUDGES[exercise.kind]
     trusted = trusted_trajectories(exercise)
+    if behaves_as_starter(exercise, traces, trusted["starter"]):
+        return not_started_report(exercise, output)
     reference = trusted["reference"]
     findings = [
         kind.judge_case(spec, traces[spec.id], reference[spec.id]).as_reported()

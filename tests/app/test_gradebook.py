@@ -186,7 +186,7 @@ def test_statistics_of_an_exercise(client: httpx.Client, sessions: SessionFactor
     assert figures["Attempts to solve"].startswith("median 2")
     # The diagnoses chart, most common first, with an accessible description.
     assert 'role="img"' in page.text
-    assert "Gradients never cleared: 6; Correct: 1" in page.text
+    assert "Gradients not cleared before backward: 6; Correct: 1" in page.text
     assert 'regrade?which=all">Regrade all…' in page.text
 
 
