@@ -7,6 +7,7 @@ placeholder runs, changes no weights, returns a float), and the class statistics
 from __future__ import annotations
 
 import ast
+import threading
 
 from graders.exercises import Exercise
 from graders.feedback import explanation
@@ -14,13 +15,18 @@ from graders.judging import call_stream, same_trace
 from graders.report import Check, GradeReport
 from graders.trace import CaseTrace
 
+# CPython 3.11's conversion of a parsed tree to Python objects keeps its recursion depth in
+# state that concurrent ast.parse calls share (SystemError "AST constructor recursion depth
+# mismatch"): grading threads parse one at a time.
+_parse_lock = threading.Lock()
 NOT_SCORED = "Not scored: your code is the starter code, or behaves exactly as it does."
 
 
 def _code_shape(source: str) -> str | None:
     """The source's syntax tree without comments, layout and docstrings; None if unreadable."""
     try:
-        tree = ast.parse(source)
+        with _parse_lock:
+            tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in ast.walk(tree):
