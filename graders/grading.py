@@ -23,7 +23,7 @@ import sandbox
 from graders import harness
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.feedback import EXPLANATIONS, learner_text
+from graders.feedback import explanation, learner_text
 from graders.judging import check
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
@@ -407,7 +407,7 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
         max_score=exercise.max_score,
         diagnosis=failure.diagnosis,
         checks=checks,
-        feedback=f"{failure.message}\n\n{EXPLANATIONS[failure.diagnosis]}",
+        feedback=f"{failure.message}\n\n{explanation(failure.diagnosis, exercise)}",
         output=output,
     )
 
@@ -496,7 +496,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     ]
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, verdict.note, EXPLANATIONS[verdict.diagnosis]]
+    parts = [first_failure, verdict.note, explanation(verdict.diagnosis, exercise)]
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
