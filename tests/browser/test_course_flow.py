@@ -186,7 +186,9 @@ def test_learner_and_instructor_through_the_course(
     teacher.get_by_role("link", name="One training step: zero, backward, step").last.click()
     expect(teacher.get_by_role("heading", level=1)).to_contain_text("One training step")
     expect(teacher.locator(".figures")).to_contain_text("100%")
-    expect(teacher.locator("svg.bar-chart").first).to_contain_text("Gradients not cleared before backward")
+    expect(teacher.locator("svg.bar-chart").first).to_contain_text(
+        "Gradients not cleared before backward"
+    )
     assert_accessible_basics(teacher)
     screenshot(teacher, "desktop-statistics")
 
