@@ -25,6 +25,7 @@ from app.db import (
 from app.grading.queue import (
     GradingOutcome,
     LeaseSweeper,
+    compute_trusted_trajectories,
     enqueue_after_commit,
     ignore_state_change,
     open_grading_runner,
@@ -150,6 +151,10 @@ def run_worker(settings: Settings) -> int:
         engine.dispose()
         return 1
     log.info("a stored grade triggers: %s", installed_reactions())
+    # Before the first task is taken (and before prefork children fork, so they inherit them):
+    # a worker's first grading does not wait for them.
+    if compute_trusted_trajectories() is None:
+        log.info("the exercises' trusted trajectories are computed")
     # The threads share one runner (its warm pool); prefork children fork from this process,
     # so they run cold sandboxes rather than inherit a pool's zygotes.
     runner = open_grading_runner(settings) if settings.worker_pool == "threads" else None

@@ -357,6 +357,19 @@ class LeaseSweeper:
                 log.exception("lease sweep failed")
 
 
+def compute_trusted_trajectories() -> str | None:
+    """Compute every exercise's trusted trajectories (about a second and a half), so that no
+    grading waits for them; what failed, or None. Each grading tries again itself on a failure,
+    and its error then says what failed."""
+    try:
+        for exercise in list_exercises():
+            trusted_trajectories(exercise)
+    except Exception as exc:
+        log.exception("computing the trusted trajectories failed")
+        return f"computing the trusted trajectories failed: {exc}"
+    return None
+
+
 class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process, and the sweep that feeds them. A free
     thread takes the submission `FairShare` chooses, not the oldest: no owner holds more than
@@ -400,13 +413,7 @@ class ThreadPoolDispatcher:
         self._sweeper.start()
 
     def _compute_trusted(self) -> None:
-        try:
-            for exercise in list_exercises():
-                trusted_trajectories(exercise)
-        except Exception as exc:
-            # Each grading tries again itself, and its error says what failed.
-            log.exception("computing the trusted trajectories failed")
-            self._trusted_failure = f"computing the trusted trajectories failed: {exc}"
+        self._trusted_failure = compute_trusted_trajectories()
         self._trusted_computed.set()
 
     def enqueue(self, submission_id: str) -> None:

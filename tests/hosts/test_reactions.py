@@ -169,6 +169,10 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     (event,) = receiver.events
     assert event["data"]["submission_id"] == submission_id and event["data"]["score"] == 10
     assert "a stored grade triggers" in worker.log()
+    # Computed at the worker's start, before it took its first task: no grading waited for them.
+    log = worker.log()
+    assert "trusted trajectories are computed" in log and "received" in log, log
+    assert log.index("trusted trajectories are computed") < log.index("received")
     assert "send_score_to_lms" in worker.log() and "'webhook'" in worker.log()
     assert api.get("/readyz").json()["reactions"] == ALL_REACTIONS
     worker.stop()
