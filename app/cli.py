@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser(
         "check-exercises",
-        help="prove every exercise sound: the reference scores full, the starter does not, "
+        help="prove every exercise sound: the reference scores full, the starter scores 0, "
         "every known bug gets its diagnosis",
     )
     check.set_defaults(run=cmd_check_exercises)
