@@ -485,7 +485,7 @@ def _add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
     check = commands.add_parser(
         "check-exercises",
-        help="prove every exercise sound: the reference scores full, the starter does not, "
+        help="prove every exercise sound: the reference scores full, the starter scores 0, "
         "every known bug gets its diagnosis",
     )
     check.set_defaults(run=cmd_check_exercises)

@@ -29,7 +29,7 @@ from graders.explanation import (
     agrees,
     same_numbers,
 )
-from graders.feedback import EXPLANATIONS
+from graders.feedback import explanation
 from graders.fitting import stepping_models
 from graders.judging import (
     batch_of,
@@ -82,7 +82,7 @@ def diagnose(
             {id_: traces[id_] for id_ in ids},
             {name: {id_: runs[id_] for id_ in ids} for name, runs in trusted.items()},
         )
-    return verdict(fitting, said)
+    return verdict(exercise, fitting, said)
 
 
 def explanations(
@@ -134,22 +134,24 @@ def _right_but_returns_wrong_type(exercise: Exercise, traces: Traces, reference:
     )
 
 
-def verdict(explanations: Sequence[Explanation], said: Sequence[Explanation]) -> Verdict:
+def verdict(
+    exercise: Exercise, explanations: Sequence[Explanation], said: Sequence[Explanation]
+) -> Verdict:
     """One diagnosis from the explanations that fit: the first, and the others said too.
 
     Notes are taken from `said` (the visible cases' fit), for the same model naming the same
     main mistake; an explanation that has none there is told in the words of its code alone.
     """
     notes: dict[tuple[Diagnosis, str], str] = {}
-    for explanation in said:
-        notes.setdefault((explanation.codes[0], explanation.model), explanation.note)
+    for fit in said:
+        notes.setdefault((fit.codes[0], fit.model), fit.note)
 
-    def note(explanation: Explanation) -> str:
-        return notes.get((explanation.codes[0], explanation.model), "")
+    def note(fit: Explanation) -> str:
+        return notes.get((fit.codes[0], fit.model), "")
 
     by_code: dict[Diagnosis, Explanation] = {}
-    for explanation in explanations:
-        by_code.setdefault(explanation.codes[0], explanation)
+    for fit in explanations:
+        by_code.setdefault(fit.codes[0], fit)
     if len(by_code) > 1:
         by_code.pop("incorrect", None)  # a declared look-alike that names nothing
     if not by_code:
@@ -157,11 +159,13 @@ def verdict(explanations: Sequence[Explanation], said: Sequence[Explanation]) ->
     main, *others = by_code.values()
     parts = [note(main)] if note(main) else []
     for code in main.codes[1:]:
-        parts.append(f"Your loop makes a second mistake as well (`{code}`): {EXPLANATIONS[code]}")
+        parts.append(
+            f"Your code makes a second mistake as well (`{code}`): {explanation(code, exercise)}"
+        )
     for other in others:
         parts.append(
             "Another explanation fits your numbers and your calls just as well "
-            f"(`{other.codes[0]}`): {note(other) or EXPLANATIONS[other.codes[0]]}"
+            f"(`{other.codes[0]}`): {note(other) or explanation(other.codes[0], exercise)}"
         )
     return Verdict(main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from graders.exercises import Exercise, Kind
 from graders.report import Diagnosis
 
 # Bidirectional overrides and isolates reorder what is shown around them; other invisible
@@ -49,32 +50,32 @@ ORDER = "The order is always: **zero, backward, step** — in that order, every 
 EXPLANATIONS: dict[Diagnosis, str] = {
     "correct": (
         "Your loop clears the old gradients, computes this batch's with `backward()`, then "
-        "steps. Every update matched the reference. " + ORDER
+        "steps. Every update matched the reference."
     ),
     "missing-zero-grad": (
         "Your gradients **accumulate**: PyTorch adds each new gradient to whatever is already "
         "in `.grad`, and your loop does not clear it before `backward()`. So each step used the "
         "sum of this batch's gradient and everything left over before it. Call "
-        "`optimizer.zero_grad()` at the start of the step, before `backward()`. " + ORDER
+        "`optimizer.zero_grad()` at the start of the step, before `backward()`."
     ),
     "step-before-backward": (
         "Your optimizer stepped before `backward()`: each update used the gradients that were "
         "lying around — the previous batch's, or none at all — not this batch's. Nothing errors "
-        "and the loss curve just looks noisy. Call `loss.backward()` first, then "
-        "`optimizer.step()`. " + ORDER
+        "and the loss curve just looks noisy. Clear the gradients, call `loss.backward()`, and "
+        "only then `optimizer.step()`."
     ),
     "zero-grad-before-step": (
         "Your loop clears the gradients between `backward()` and `step()`, so the optimizer "
         "steps on empty gradients and the weights never move. Clear them at the start of the "
-        "step, before `backward()`. " + ORDER
+        "step, before `backward()`."
     ),
     "missing-step": (
         "Your loop computes gradients but never calls `optimizer.step()`, so the weights never "
-        "change. " + ORDER
+        "change."
     ),
     "missing-backward": (
         "Your loop never calls `loss.backward()`, so there are no gradients for the optimizer "
-        "to use and the weights never change. " + ORDER
+        "to use and the weights never change."
     ),
     "grad-none-error": (
         "Your code reached for `.grad` when it was `None`. Since PyTorch 2.0, `zero_grad()` "
@@ -103,22 +104,22 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "Your gradients are a whole multiple of the correct ones: `backward()` ran more than "
         "once before the step. PyTorch adds each new gradient to whatever is already in "
         "`.grad`, so two backward passes give the sum of both. Call `loss.backward()` once per "
-        "step. " + ORDER
+        "step."
     ),
     "step-twice": (
         "Your loop calls `optimizer.step()` more than once per iteration: every extra step "
         "applies the same gradients again, so the weights move too far. Step once, after "
-        "`backward()`. " + ORDER
+        "`backward()`."
     ),
     "step-skipped": (
         "On some calls your loop never reached `optimizer.step()`: those calls computed "
-        "gradients that no step applied. Step on every call. " + ORDER
+        "gradients that no step applied. Step on every call."
     ),
     "zero-grad-skipped": (
         "Your loop clears the gradients on some calls but not on others. PyTorch adds each new "
         "gradient to whatever is already in `.grad`, so after a call that did not clear, the "
         "step used the sum of the last few calls' gradients. Call `optimizer.zero_grad()` on "
-        "every call, before `backward()`. " + ORDER
+        "every call, before `backward()`."
     ),
     "gradients-scaled": (
         "Your gradients are a constant multiple of the correct ones: the loss, or the gradient, "
@@ -167,35 +168,91 @@ EXPLANATIONS: dict[Diagnosis, str] = {
     ),
     "modifies-gradients": (
         "Your function changes the gradients it measures. A function that reads `.grad` must "
-        "leave it as it was: the training loop still needs it for the step."
+        "leave it as it was: the code that runs after it still needs it."
     ),
     "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
     "missing-function": "The function the exercise asks for is not defined in your code.",
     "wrong-return-type": (
-        "Your loop updates the weights correctly, but returns the wrong thing: return the "
-        "loss before the update as a Python `float`, e.g. `loss.item()`, not the tensor."
+        "Your values are right, but your function returns the wrong type of value: return what "
+        "the exercise's signature says."
     ),
-    "runtime-error": "Your code raised an exception, so its steps could not be checked.",
+    "runtime-error": "Your code raised an exception, so what it does could not be checked.",
     "timeout": (
-        "Your code ran out of time. One training step on a tiny `nn.Linear` takes "
-        "milliseconds: look for a loop that never ends or a call that waits."
+        "Your code ran out of time. What this exercise asks takes milliseconds on a tiny "
+        "`nn.Linear`: look for a loop that never ends or a call that waits."
     ),
     "memory-limit": (
-        "Your code used more memory than it may. One step on a tiny `nn.Linear` needs almost "
-        "none: look for a tensor or list that grows without bound."
+        "Your code used more memory than it may. What this exercise asks needs almost none on "
+        "a tiny `nn.Linear`: look for a tensor or list that grows without bound."
     ),
     "output-limit": (
         "Your code printed more than the output limit allows. Print less, or nothing: the "
         "grader does not read printed output."
     ),
     "non-finite-value": (
-        "Your code produced a value that is not a finite number: NaN, an infinity, or one so "
-        "large that training has blown up. A step on these small problems never gets there: "
-        "look for a division by zero, a log of zero or of a negative number, or a loss that "
-        "is added to itself instead of replaced."
+        "Your code produced a value that is not a finite number: NaN, an infinity, or one far "
+        "larger than these small problems ever give. Look for a division by zero, a log of "
+        "zero or of a negative number, or a value that is added to itself instead of replaced."
+    ),
+    "not-started": (
+        "Nothing of the exercise is done yet, so nothing is scored. Make the changes the "
+        "exercise asks for and submit again."
     ),
     "incorrect": (
-        "Your weights differ from the reference, and not in the way of any mistake we know. "
-        "Read the checks above: they say which step went wrong first. " + ORDER
+        "Your results differ from the reference's, and not in the way of any mistake we know. "
+        "Read the checks above: they say what went wrong first."
     ),
 }
+
+
+# The kinds that train with an optimizer, and those given micro-batches: the other exercises
+# take no step (prove-accumulation forbids one), so no word about a step is true of them.
+STEPPING_KINDS: frozenset[Kind] = frozenset({"train-step", "accumulate-microbatches", "whole-loop"})
+MICRO_BATCH_KINDS: frozenset[Kind] = frozenset({"accumulate-microbatches"})
+# The codes whose words are about an optimizer's step, or about micro-batches: on an exercise of
+# another kind no model gives them, and a declared bug that did is told in neutral words.
+ABOUT_STEPS: frozenset[Diagnosis] = frozenset(
+    {
+        "missing-zero-grad", "step-before-backward", "zero-grad-before-step", "missing-step",
+        "missing-backward", "backward-twice", "step-twice", "step-skipped", "zero-grad-skipped",
+        "gradients-scaled", "loss-sum-not-mean", "wrong-learning-rate", "wrong-momentum",
+        "loss-after-update",
+    }
+)  # fmt: skip
+ABOUT_MICRO_BATCHES: frozenset[Diagnosis] = frozenset(
+    {"wrong-loss-scaling", "step-per-microbatch", "zero-grad-inside-accumulation"}
+)
+# The lesson's order closes what is said of a training loop's calls.
+WITH_ORDER: frozenset[Diagnosis] = frozenset(
+    {
+        "correct", "incorrect", "missing-zero-grad", "step-before-backward",
+        "zero-grad-before-step", "missing-step", "missing-backward", "backward-twice",
+        "step-twice", "step-skipped", "zero-grad-skipped",
+    }
+)  # fmt: skip
+# Said on an exercise that takes no step, where the stepping words would be false.
+WITHOUT_STEPS: dict[Diagnosis, str] = {
+    "correct": "Every check passed in every case: your function does exactly what was asked.",
+    "grad-none-error": (
+        "Your code reached for `.grad` when it was `None`. A gradient is `None` until a "
+        "backward pass fills it, and again once it is released (since PyTorch 2.0, clearing "
+        "releases it). Check for `None` before using it: `if p.grad is not None`."
+    ),
+}
+
+
+def explanation(code: Diagnosis, exercise: Exercise) -> str:
+    """What a diagnosis means, in words that are true of this exercise.
+
+    A code about steps or micro-batches on an exercise without them (only a declared bug could
+    give one) is said as `incorrect` is: nothing false is said of the learner's code.
+    """
+    steps = exercise.kind in STEPPING_KINDS
+    if (code in ABOUT_STEPS and not steps) or (
+        code in ABOUT_MICRO_BATCHES and exercise.kind not in MICRO_BATCH_KINDS
+    ):
+        code = "incorrect"
+    text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
+    if code == "wrong-return-type":
+        text += f" Here: `{exercise.signature}`."
+    return f"{text} {ORDER}" if steps and code in WITH_ORDER else text

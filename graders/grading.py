@@ -23,10 +23,11 @@ import sandbox
 from graders import harness
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.feedback import EXPLANATIONS, learner_text
+from graders.feedback import explanation, learner_text
 from graders.judging import check
 from graders.kinds import JUDGES
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
+from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
     MAX_MAGNITUDE,
     AnyTrace,
@@ -94,6 +95,8 @@ def grade(
     run untrusted code safely (server faults, not the learner's).
     """
     exercise = get_exercise(exercise_id)
+    if is_starter_source(exercise, source):
+        return not_started_report(exercise)
     limits = limits or GRADING_LIMITS
     runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     first, *later = case_groups(exercise)
@@ -404,7 +407,7 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
         max_score=exercise.max_score,
         diagnosis=failure.diagnosis,
         checks=checks,
-        feedback=f"{failure.message}\n\n{EXPLANATIONS[failure.diagnosis]}",
+        feedback=f"{failure.message}\n\n{explanation(failure.diagnosis, exercise)}",
         output=output,
     )
 
@@ -418,7 +421,8 @@ _trusted_lock = threading.Lock()
 def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     """Reference and known-bug trajectories for every case, keyed 'reference' or variant id.
 
-    Computed in this process from the exercise's own files, once per exercise version.
+    Computed in this process from the exercise's own files, once per exercise version. The
+    starter's are under 'starter': a submission that behaves as it does is not started.
     """
     key = (exercise.id, exercise.version)
     cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
@@ -426,7 +430,7 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
         return cached
     with _trusted_lock:
         if key not in _trusted_cache:
-            sources = {"reference": exercise.solution_code}
+            sources = {"reference": exercise.solution_code, "starter": exercise.starter_code}
             sources.update({variant.id: variant.source for variant in exercise.variants})
             _trusted_cache[key] = {
                 name: trusted_run(exercise, source) for name, source in sources.items()
@@ -479,6 +483,8 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     """Score, diagnose and explain the learner's traces of every case of the exercise."""
     kind = JUDGES[exercise.kind]
     trusted = trusted_trajectories(exercise)
+    if behaves_as_starter(exercise, traces, trusted["starter"]):
+        return not_started_report(exercise, output)
     reference = trusted["reference"]
     findings = [
         kind.judge_case(spec, traces[spec.id], reference[spec.id]).as_reported()
@@ -490,7 +496,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     ]
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, verdict.note, EXPLANATIONS[verdict.diagnosis]]
+    parts = [first_failure, verdict.note, explanation(verdict.diagnosis, exercise)]
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases

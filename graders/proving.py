@@ -23,6 +23,7 @@ from graders.grading import (
 from graders.judging import same_trace
 from graders.mutation import Mutant, reference_mutants
 from graders.report import GradeReport
+from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 
 
@@ -40,6 +41,8 @@ def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace],
 
 def judge_source(exercise: Exercise, source: str) -> GradeReport:
     """Grade trusted source in this process: the same trace, parsing and judging as grade()."""
+    if is_starter_source(exercise, source):
+        return not_started_report(exercise)
     traces, failure = trace_source(exercise, source)
     if failure is not None:
         return failure_report(exercise, failure)
@@ -106,10 +109,18 @@ def soundness(exercise: Exercise) -> Soundness:
             f"{exercise.id}: the reference solution scores {reference.score:g}/"
             f"{exercise.max_score:g} ({reference.diagnosis}): {failing}"
         )
-    starter = judge_source(exercise, exercise.starter_code)
-    if starter.score >= exercise.max_score:
-        problems.append(f"{exercise.id}: the starter code scores full marks unchanged")
     trusted = trusted_trajectories(exercise)
+    # Unchanged, the starter is recognised by its code; edited without changing what it does,
+    # by its trajectory: either way it earns nothing.
+    starters = [("unchanged", judge_source(exercise, exercise.starter_code))]
+    if all(trace.error is None for trace in trusted["starter"].values()):
+        starters.append(("behaving as it does", judge(exercise, trusted["starter"])))
+    for how, starter in starters:
+        if starter.score != 0 or starter.diagnosis != "not-started":
+            problems.append(
+                f"{exercise.id}: the starter code scores {starter.score:g}/"
+                f"{exercise.max_score:g} {how} ({starter.diagnosis}), not 0 (not-started)"
+            )
     for variant in exercise.variants:
         report = judge_source(exercise, variant.source)
         differing = [
@@ -117,6 +128,15 @@ def soundness(exercise: Exercise) -> Soundness:
             for spec in exercise.cases
             if not same_trace(trusted[variant.id][spec.id], trusted["reference"][spec.id])
         ]
+        if all(
+            same_trace(trusted[variant.id][spec.id], trusted["starter"][spec.id])
+            for spec in exercise.cases
+        ):
+            problems.append(
+                f"{exercise.id}: known bug {variant.id} behaves exactly like the starter code, "
+                "which is not-started: remove it"
+            )
+            continue
         if not differing:
             problems.append(
                 f"{exercise.id}: the reference solution behaves exactly like known bug "

@@ -39,6 +39,7 @@ Diagnosis = Literal[
     "memory-limit",
     "output-limit",
     "non-finite-value",
+    "not-started",
     "incorrect",
 ]
 
@@ -46,7 +47,7 @@ Diagnosis = Literal[
 # returns the codes). docs/exercises.md says what each one means.
 DIAGNOSIS_NAMES: dict[Diagnosis, str] = {
     "correct": "Correct",
-    "missing-zero-grad": "Gradients never cleared",
+    "missing-zero-grad": "Gradients not cleared before backward",
     "step-before-backward": "Step before backward",
     "zero-grad-before-step": "Cleared before the step",
     "missing-step": "No optimizer step",
@@ -77,6 +78,7 @@ DIAGNOSIS_NAMES: dict[Diagnosis, str] = {
     "memory-limit": "Memory limit reached",
     "output-limit": "Output limit reached",
     "non-finite-value": "Training blew up",
+    "not-started": "Not started",
     "incorrect": "Incorrect",
 }
 

@@ -35,6 +35,16 @@ def free_port() -> int:
         return port
 
 
+def wait_until_ready(url: str, seconds: float = 120) -> httpx.Response:
+    """/readyz's 200, as a load balancer waits for it: a server is ready only once its trusted
+    trajectories are computed, seconds after it answers."""
+    deadline = time.monotonic() + seconds
+    while (ready := httpx.get(f"{url}/readyz", timeout=HTTP_TIMEOUT_SECONDS)).status_code != 200:
+        assert time.monotonic() < deadline, ready.text
+        time.sleep(0.1)
+    return ready
+
+
 @contextmanager
 def running_server(
     data_dir: Path,

@@ -415,7 +415,8 @@ class ExerciseStats:
     learners_solved: int
     attempts_to_solve: list[int]  # per solver: submissions up to and including the first solve
     score_distribution: list[tuple[str, int]]  # learners' counted scores, in SCORE_BUCKETS
-    diagnoses: list[tuple[str, int, int]]  # (code, submissions, learners), most common first
+    # (code, submissions, learners), most common first; submissions of the starter left out
+    diagnoses: list[tuple[str, int, int]]
 
     @property
     def share_solved(self) -> float | None:
@@ -458,6 +459,8 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
     learners: dict[str, set[str]] = {}
     for submission in graded:
         code = submission.diagnosis or "unknown"
+        if code == "not-started":  # the starter code, untouched: no mistake of the class's
+            continue
         counts[code] += 1
         learners.setdefault(code, set()).add(submission.user_id or submission.learner)
     diagnoses = [(code, n, len(learners[code])) for code, n in counts.most_common()]

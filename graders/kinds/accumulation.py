@@ -68,6 +68,14 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         for name in ("first", "second")
         if record[name] is not None and record[f"{name}_after_clearing"] != record[name]
     ]
+    # A tuple holding anything but two tensors holds no copy (a placeholder `...`, None). A
+    # list or other container is not looked inside: returns-pair says what to return instead.
+    if record["result_type"] == "tuple" and (first is None or second is None):
+        findings.fail(
+            "copies",
+            f"{at}: your function returned no gradient tensors, so there is no copy to check. "
+            "Return `model.weight.grad.clone()` as each of `(first, second)`.",
+        )
     if changed:
         findings.fail(
             "copies",

@@ -38,6 +38,7 @@ from tests.servers import (
     raw_request,
     request_on_own_connection,
     running_server,
+    wait_until_ready,
 )
 from tests.services import create_database, drop_database
 
@@ -114,13 +115,7 @@ def _serve(data_dir: Path, log_path: Path, database_url: str) -> Iterator[Server
     assert created.returncode == 0, created.stderr
     headers = {"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"}
     with running_server(data_dir, log_path, env) as (_, url):
-        # As a load balancer would: traffic once /readyz says ready.
-        deadline = time.monotonic() + ANSWER_BOUND_SECONDS
-        while (
-            ready := httpx.get(f"{url}/readyz", timeout=HTTP_TIMEOUT_SECONDS)
-        ).status_code != 200:
-            assert time.monotonic() < deadline, ready.text
-            time.sleep(0.1)
+        wait_until_ready(url, ANSWER_BOUND_SECONDS)  # as a load balancer sends traffic
         yield Server(url, int(url.rsplit(":", 1)[1]), headers, database_url, log_path)
 
 

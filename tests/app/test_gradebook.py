@@ -26,6 +26,7 @@ from app.models import (
     utc_now,
 )
 from graders.exercises import get_exercise
+from graders.proving import judge_source
 from tests.app.conftest import (
     CORRECT_CODE,
     EXERCISE,
@@ -186,8 +187,35 @@ def test_statistics_of_an_exercise(client: httpx.Client, sessions: SessionFactor
     assert figures["Attempts to solve"].startswith("median 2")
     # The diagnoses chart, most common first, with an accessible description.
     assert 'role="img"' in page.text
-    assert "Gradients never cleared: 6; Correct: 1" in page.text
+    assert "Gradients not cleared before backward: 6; Correct: 1" in page.text
     assert 'regrade?which=all">Regrade all…' in page.text
+
+
+def test_starter_submissions_are_no_mistake_of_the_class(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    course_id = make_class(sessions)
+    exercise = get_exercise(EXERCISE)
+    starter = judge_source(exercise, exercise.starter_code)  # the grader's own verdict
+    assert starter.diagnosis == "not-started"
+    for index in range(3):
+        graded(
+            sessions,
+            user_id=None,
+            course_id=course_id,
+            score=starter.score,
+            learner=f"lms-learner-{index}",
+            diagnosis=starter.diagnosis,
+            code=exercise.starter_code,
+        )
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
+    sign_in(teacher, "teacher@example.org")
+    page = teacher.get(f"/courses/{course_id}/exercises/{EXERCISE}/stats")
+    figures = dict(re.findall(r"<dt>(.*?)</dt><dd>([^<]*)", page.text))
+    assert figures["Submissions graded"].strip() == "10"  # graded, and counted as such
+    mistakes = page.text.split('id="diag-heading"', 1)[1].split("</section>", 1)[0]
+    assert "Gradients not cleared before backward: 6; Correct: 1" in mistakes
+    assert "Not started" not in mistakes and "not-started" not in mistakes
 
 
 def wait_for(condition: object, what: str) -> None:

@@ -160,7 +160,7 @@ def test_result_shows_hidden_checks_and_escapes_feedback(
     assert page.status_code == 200
     assert "3 / 10" in page.text
     # The diagnosis in words, its code kept for scripts.
-    assert 'data-code="missing-zero-grad">Gradients never cleared</span>' in page.text
+    assert 'data-code="missing-zero-grad">Gradients not cleared before backward</span>' in page.text
     assert "<strong><code>optimizer.zero_grad()</code></strong>" in page.text
     assert "<script>alert(1)</script>" not in page.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text

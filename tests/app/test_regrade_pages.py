@@ -102,7 +102,7 @@ def test_a_learner_sees_that_a_regrade_changed_their_result_and_why(
     learner = _browser(client, "lee@example.org")
     page = " ".join(learner.get(f"/submissions/{submission_id}").text.split())
     assert "the score went from 4 to <strong>7</strong> of 10" in page
-    assert "Gradients never cleared → Wrong learning rate" in page
+    assert "Gradients not cleared before backward → Wrong learning rate" in page
     assert "Why: The grader was corrected: “the step check now allows a float32 rounding”." in page
     home = " ".join(learner.get(f"/courses/{course_id}").text.split())
     assert "A regrade changed 1 of your results:" in home

@@ -42,7 +42,7 @@ def test_diagnosis_list_and_next_submission_keep_the_filter(
     page = teacher.get(f"/courses/{course_id}/submissions?exercise={EXERCISE}").text
     assert '<input id="diagnosis"' not in page
     options = re.findall(r'<option value="([a-z-]+)" >([^<]+)</option>', page)
-    assert ("missing-zero-grad", "Gradients never cleared (3)") in options
+    assert ("missing-zero-grad", "Gradients not cleared before backward (3)") in options
     assert ("correct", "Correct (1)") in options
 
     listed = teacher.get(

@@ -150,7 +150,7 @@ def test_learner_and_instructor_through_the_course(
     rows = learner.locator("table.history tbody tr")
     expect(rows).to_have_count(2)
     expect(rows.nth(0)).to_contain_text("Correct")
-    expect(rows.nth(1)).to_contain_text("Gradients never cleared")
+    expect(rows.nth(1)).to_contain_text("Gradients not cleared before backward")
     assert_accessible_basics(learner)
     screenshot(learner, "desktop-history")
     # The learner cannot open the gradebook.
@@ -186,7 +186,9 @@ def test_learner_and_instructor_through_the_course(
     teacher.get_by_role("link", name="One training step: zero, backward, step").last.click()
     expect(teacher.get_by_role("heading", level=1)).to_contain_text("One training step")
     expect(teacher.locator(".figures")).to_contain_text("100%")
-    expect(teacher.locator("svg.bar-chart").first).to_contain_text("Gradients never cleared")
+    expect(teacher.locator("svg.bar-chart").first).to_contain_text(
+        "Gradients not cleared before backward"
+    )
     assert_accessible_basics(teacher)
     screenshot(teacher, "desktop-statistics")
 

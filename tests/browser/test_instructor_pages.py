@@ -159,7 +159,12 @@ def test_regrade_override_review_and_audit(
     page.goto(f"{course_url}/submissions?exercise={EXERCISE}")
     diagnosis = page.get_by_label("Diagnosis")
     expect(diagnosis.locator("option")).to_have_text(
-        ["Any", "Gradients never cleared (3)", "Correct (1)", "Step before backward (1)"]
+        [
+            "Any",
+            "Gradients not cleared before backward (3)",
+            "Correct (1)",
+            "Step before backward (1)",
+        ]
     )
     diagnosis.select_option("missing-zero-grad")
     page.get_by_role("button", name="Show").click()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from graders.exercises import get_exercise, list_exercises
-from graders.feedback import EXPLANATIONS
+from graders.feedback import EXPLANATIONS, explanation
 from graders.report import GradeReport
 from tests.graders.conftest import ColdGrade
 
@@ -83,7 +83,7 @@ def test_every_submission_is_graded_right(
         assert report.score == get_exercise(entry.exercise).max_score
         return
     assert report.score < report.max_score
-    assert EXPLANATIONS[report.diagnosis] in report.feedback
+    assert explanation(report.diagnosis, get_exercise(entry.exercise)) in report.feedback
     first_failure = next(c for c in report.checks if not c.passed)
     # What first went wrong is said whatever the diagnosis: the model's name never replaces it.
     assert first_failure.message in report.feedback

@@ -423,7 +423,7 @@ def test_every_known_bug_scores_below_full_with_its_diagnosis(
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
-def test_through_the_sandbox_the_solution_scores_full_and_the_starter_does_not(
+def test_through_the_sandbox_the_solution_scores_full_and_the_starter_nothing(
     exercise: Exercise,
     grading_runner: sandbox.Runner,
 ) -> None:
@@ -431,7 +431,12 @@ def test_through_the_sandbox_the_solution_scores_full_and_the_starter_does_not(
     assert solution.diagnosis == "correct", solution.feedback
     assert solution.score == exercise.max_score
     starter = grade(exercise.id, exercise.starter_code, runner=grading_runner)
-    assert starter.score < exercise.max_score
+    assert (starter.score, starter.diagnosis) == (0, "not-started")
+    # Edited without changing what it does, it is run, and recognised by its trajectory.
+    edited = grade(
+        exercise.id, "# my attempt\n" + exercise.starter_code + "\nx = 1\n", runner=grading_runner
+    )
+    assert (edited.score, edited.diagnosis) == (0, "not-started"), edited.feedback
 
 
 def test_check_messages_say_what_was_seen_and_what_it_means() -> None:
@@ -479,12 +484,38 @@ def test_check_exercises_rejects_look_alikes_it_cannot_separate(tmp_path: Path) 
 
 def test_check_exercises_rejects_a_reference_that_is_a_known_bug(tmp_path: Path) -> None:
     folder = copy_exercise(tmp_path, "fix-the-loop")
-    (folder / "solution.py").write_text((folder / "starter.py").read_text())
+    bug = (folder / "bugs" / "order_fixed_never_clears.py").read_text()
+    (folder / "solution.py").write_text(bug)
     problems = prove(load_exercise(folder))
-    assert "fix-the-loop: the starter code scores full marks unchanged" in problems
     assert (
-        "fix-the-loop: the reference solution behaves exactly like known bug as-given in every case"
+        "fix-the-loop: the reference solution behaves exactly like known bug "
+        "order-fixed-never-clears in every case"
     ) in problems
+
+
+def test_check_exercises_rejects_a_starter_that_is_the_reference(tmp_path: Path) -> None:
+    folder = copy_exercise(tmp_path, "train-step")
+    (folder / "starter.py").write_text((folder / "solution.py").read_text())
+    assert prove(load_exercise(folder)) == [
+        "train-step: the reference solution scores 0/10 (not-started): Not scored: your code "
+        "is the starter code, or behaves exactly as it does."
+    ]
+
+
+def test_check_exercises_rejects_a_known_bug_that_is_the_starter(tmp_path: Path) -> None:
+    folder = copy_exercise(tmp_path, "fix-the-loop")
+    (folder / "bugs" / "as_given.py").write_text((folder / "starter.py").read_text())
+    toml = folder / "exercise.toml"
+    toml.write_text(
+        toml.read_text()
+        + '\n[[variants]]\nid = "as-given"\nfile = "bugs/as_given.py"\n'
+        + 'diagnosis = "step-before-backward"\n'
+    )
+    problems = prove(load_exercise(folder))
+    assert problems == [
+        "fix-the-loop: known bug as-given behaves exactly like the starter code, which is "
+        "not-started: remove it"
+    ]
 
 
 def test_check_exercises_rejects_a_failing_reference_and_unknown_checks(tmp_path: Path) -> None:
