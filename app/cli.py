@@ -12,35 +12,27 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.cli_support import (
+    CommandFailed,
+    build_settings,
+    check_tool_keys,
+    database_session,
+    migrate_database,
+)
+from app.lti.cli import add_lti_commands
 from app.operations import configure_logging
-from app.settings import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 log = logging.getLogger("loopgrade")
-
-
-def build_settings(args: argparse.Namespace) -> Settings:
-    """Settings from the environment; `--data-dir` wins over LOOPGRADE_DATA_DIR."""
-    data_dir: Path | None = getattr(args, "data_dir", None)
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
-
-
-def migrate_database(settings: Settings) -> None:
-    from app.db import upgrade_database
-
-    revision = upgrade_database(settings.database_url)
-    shown_url = make_url(settings.database_url).render_as_string(hide_password=True)
-    log.info("database %s is at migration %s", shown_url, revision)
 
 
 def check_sandbox() -> bool:
@@ -58,20 +50,6 @@ def check_sandbox() -> bool:
         return False
     log.info("sandbox backend: %s", sandbox.backend_name())
     return True
-
-
-def check_tool_keys(settings: Settings) -> None:
-    """Seal and check the tool's LTI keys (app.lti.keys.prepare_tool_keys), so that a wrong
-    key-encryption key is one sentence on stderr, not a traceback (the app's start-up checks
-    the same, for other ASGI servers)."""
-    from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
-
-    try:
-        sealing = key_sealing(settings)
-        with database_session(settings) as session:
-            prepare_tool_keys(session, sealing)
-    except ToolKeysUnreadable as exc:
-        raise CommandFailed(str(exc)) from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -130,27 +108,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextmanager
-def database_session(settings: Settings) -> Iterator[Session]:
-    """One transaction on the migrated database, committed when the block ends without error."""
-    from app.db import create_db_engine, create_session_factory
-
-    migrate_database(settings)
-    engine = create_db_engine(settings.database_url)
-    try:
-        with create_session_factory(engine).begin() as session:
-            yield session
-    finally:
-        engine.dispose()
-
-
-class CommandFailed(Exception):
-    """Print the message to stderr and exit with status 1."""
-
-
 def cmd_keys_create(args: argparse.Namespace) -> int:
     from app.api.keys import create_api_key
-    from app.courses.courses import find_course
+    from app.courses.membership import find_course
 
     with database_session(build_settings(args)) as session:
         course_id, course_name = None, ""
@@ -180,7 +140,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def _course_of(session: Session, id_or_join_code: str) -> tuple[str, str]:
-    from app.courses.courses import find_course
+    from app.courses.membership import find_course
 
     course = find_course(session, id_or_join_code)
     if course is None:
@@ -253,7 +213,7 @@ def cmd_users_create(args: argparse.Namespace) -> int:
 
 
 def cmd_courses_create(args: argparse.Namespace) -> int:
-    from app.courses.courses import CourseError, create_course
+    from app.courses.membership import CourseError, create_course
     from app.people.accounts import find_user_by_email
 
     try:
@@ -280,7 +240,7 @@ def cmd_courses_create(args: argparse.Namespace) -> int:
 def cmd_courses_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from app.courses.courses import members
+    from app.courses.membership import members
     from app.models import Course, CourseRole
 
     with database_session(build_settings(args)) as session:
@@ -387,21 +347,16 @@ def cmd_check_exercises(args: argparse.Namespace) -> int:
     return check_exercises()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from app.models import RegradeReason
-
-    parser = argparse.ArgumentParser(
-        prog="loopgrade", description="Auto-graded exercises for PyTorch training loops."
+def add_data_dir(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--data-dir",
+        type=Path,
+        help="where the database lives (default: $LOOPGRADE_DATA_DIR, or ./data)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add_data_dir(command: argparse.ArgumentParser) -> None:
-        command.add_argument(
-            "--data-dir",
-            type=Path,
-            help="where the database lives (default: $LOOPGRADE_DATA_DIR, or ./data)",
-        )
 
+def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """serve, worker, migrate."""
     serve = commands.add_parser(
         "serve", help="apply migrations, check the sandbox, serve the web app and API"
     )
@@ -429,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_dir(migrate)
     migrate.set_defaults(run=cmd_migrate)
 
+
+def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """keys create, list, revoke."""
     keys = commands.add_parser("keys", help="manage REST API keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     keys_create = keys_commands.add_parser(
@@ -453,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_dir(keys_revoke)
     keys_revoke.set_defaults(run=cmd_keys_revoke)
 
+
+def _add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """users create."""
     users = commands.add_parser("users", help="manage accounts")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
     users_create = users_commands.add_parser(
@@ -468,6 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
     users_create.add_argument("--name", help="shown name (default: the email's local part)")
     add_data_dir(users_create)
     users_create.set_defaults(run=cmd_users_create)
+
+
+def _add_course_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """courses create, list; regrade."""
+    from app.models import RegradeReason
 
     courses = commands.add_parser("courses", help="manage courses")
     courses_commands = courses.add_subparsers(
@@ -506,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_dir(regrade)
     regrade.set_defaults(run=cmd_regrade)
 
+
+def _add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """grade, check-exercises: on this machine, without a server."""
     grade = commands.add_parser("grade", help="grade a file locally, without a server")
     grade.add_argument(
         "file", type=Path, help="a .py file (or .ipynb notebook) defining the exercise's function"
@@ -521,8 +490,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=cmd_check_exercises)
 
-    from app.lti.cli import add_lti_commands
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopgrade", description="Auto-graded exercises for PyTorch training loops."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_server_commands(commands)
+    _add_key_commands(commands)
+    _add_user_commands(commands)
+    _add_course_commands(commands)
+    _add_local_commands(commands)
     add_lti_commands(commands, add_data_dir)
     return parser
 
@@ -543,8 +521,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # As `python -m app.cli` this file is __main__; run app.cli's main, whose CommandFailed
-    # is the one commands in other modules (app.lti.cli) raise.
-    from app.cli import main as module_main
-
-    sys.exit(module_main())
+    sys.exit(main())

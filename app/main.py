@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import Headers
@@ -20,29 +22,39 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app import operations
+from app import health
 from app.admission import AdmissionControl, RequestCapacity
 from app.api import routes as api_routes
 from app.db import (
     RequestTransaction,
+    SessionFactory,
     create_db_engine,
     create_session_factory,
     database_revision,
     head_revision,
 )
 from app.errors import AppError
-from app.grading.queue import create_dispatcher, enqueue_after_commit, open_grading_runner
+from app.grading.dispatch import create_dispatcher
+from app.grading.queue import Dispatcher, enqueue_after_commit, open_grading_runner
 from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
-from app.web import account_pages, drafts, events, instructor_pages, learner_pages
+from app.web import (
+    account_pages,
+    draft_api,
+    events,
+    instructor_pages,
+    integration_pages,
+    learner_pages,
+)
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
 from app.web.sessions import load_secret_key
 from graders.exercises import refused_exercises
+from sandbox import Runner
 
 log = logging.getLogger(__name__)
 
@@ -57,49 +69,73 @@ class DatabaseNotMigrated(RuntimeError):
     """The database schema is not at the newest migration."""
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The whole application. Its lifespan opens the database and starts the grading workers."""
-    install_reactions()  # this process stores grades (embedded workers) and delivers them
+@dataclass
+class Databases:
+    """Two engines, so that requests and grading never wait for each other's connections: the
+    requests' pool holds one connection per admitted request (app/admission.py), the grading's
+    one per grading thread and one per background thread."""
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Two engines, so that requests and grading never wait for each other's connections:
-        # the requests' pool holds one connection per admitted request (app/admission.py), the
-        # grading's one per grading thread and one per background thread.
-        capacity = RequestCapacity.from_settings(settings)
-        anyio.to_thread.current_default_thread_limiter().total_tokens = capacity.threads
-        engine = create_db_engine(
-            settings.database_url,
-            busy_timeout_seconds=settings.database_busy_timeout_seconds,
-            pool_size=capacity.connections,
-            max_overflow=0,
+    engine: Engine
+    grading_engine: Engine
+
+    @classmethod
+    def open(cls, settings: Settings, capacity: RequestCapacity) -> Databases:
+        """Open both; raise (and close them) unless the schema is the newest and the tool's
+        LTI keys can be read."""
+        databases = cls(
+            create_db_engine(
+                settings.database_url,
+                busy_timeout_seconds=settings.database_busy_timeout_seconds,
+                pool_size=capacity.connections,
+                max_overflow=0,
+            ),
+            create_db_engine(
+                settings.database_url,
+                busy_timeout_seconds=settings.database_busy_timeout_seconds,
+                pool_size=settings.worker_count + BACKGROUND_CONNECTIONS,
+                max_overflow=settings.worker_count,
+            ),
         )
-        grading_engine = create_db_engine(
-            settings.database_url,
-            busy_timeout_seconds=settings.database_busy_timeout_seconds,
-            pool_size=settings.worker_count + BACKGROUND_CONNECTIONS,
-            max_overflow=settings.worker_count,
-        )
-        current, head = database_revision(engine), head_revision()
-        if current != head:
-            engine.dispose()
-            grading_engine.dispose()
-            raise DatabaseNotMigrated(
-                f"the database is at migration {current or 'none'}, not {head}: "
-                "run 'loopgrade migrate' (serve does it too)"
-            )
-        sessions = create_session_factory(engine)
-        grading_sessions = create_session_factory(grading_engine)
         try:
+            current, head = database_revision(databases.engine), head_revision()
+            if current != head:
+                raise DatabaseNotMigrated(
+                    f"the database is at migration {current or 'none'}, not {head}: "
+                    "run 'loopgrade migrate' (serve does it too)"
+                )
             # Here, not at the first launch: a wrong key-encryption key stops the start.
-            with sessions.begin() as session:
+            with create_session_factory(databases.engine).begin() as session:
                 prepare_tool_keys(session, key_sealing(settings))
-        except ToolKeysUnreadable:
-            engine.dispose()
-            grading_engine.dispose()
+        except (DatabaseNotMigrated, ToolKeysUnreadable):
+            databases.close()
             raise
+        return databases
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self.grading_engine.dispose()
+
+
+@dataclass
+class Grading:
+    """What grades and delivers in this process: the sandbox runner (none with a broker: the
+    workers grade), the dispatcher, the outbox, and the Celery workers' state changes from
+    Redis to this process's progress streams."""
+
+    runner: Runner | None
+    dispatcher: Dispatcher
+    outbox: OutboxDelivery
+    subscriber: StateSubscriber | None
+
+    @classmethod
+    async def start(
+        cls,
+        settings: Settings,
+        sessions: SessionFactory,
+        grading_sessions: SessionFactory,
+        progress_streams: ProgressStreams,
+    ) -> Grading:
         # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
-        # With a broker the workers grade: this process runs no sandbox.
         runner = (
             None
             if settings.broker_url
@@ -113,18 +149,10 @@ def create_app(settings: Settings) -> FastAPI:
             runner=runner,
             on_state_change=progress_streams.state_changed,
         )
-        app.state.sessions = sessions
-        app.state.dispatcher = dispatcher
         outbox = OutboxDelivery(grading_sessions, settings)
         outbox.wake_after_commits_of(sessions)
-        app.state.outbox = outbox
-        log.info("a stored grade triggers: %s", installed_reactions())
-        for folder, reason in refused_exercises().items():
-            log.error("exercise folder %s is not served: %s", folder, reason)
         enqueue_after_commit(sessions, dispatcher)
         enqueue_after_commit(grading_sessions, dispatcher)
-        app.state.runner = runner
-        # The Celery workers' state changes, from Redis to this process's progress streams.
         channel_url = state_channel_url(settings)
         subscriber = (
             StateSubscriber(
@@ -140,18 +168,42 @@ def create_app(settings: Settings) -> FastAPI:
         outbox.start()
         if subscriber is not None:
             subscriber.start()
+        return cls(runner, dispatcher, outbox, subscriber)
+
+    async def stop(self) -> None:
+        if self.subscriber is not None:
+            await anyio.to_thread.run_sync(self.subscriber.stop)
+        # Waits for the grades in progress; queued ones stay in the database (and broker).
+        await anyio.to_thread.run_sync(self.dispatcher.stop)
+        await anyio.to_thread.run_sync(self.outbox.stop)
+        if self.runner is not None:
+            self.runner.close()
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The whole application. Its lifespan opens the database and starts the grading workers."""
+    install_reactions()  # this process stores grades (embedded workers) and delivers them
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        capacity = RequestCapacity.from_settings(settings)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = capacity.threads
+        databases = Databases.open(settings, capacity)
+        sessions = create_session_factory(databases.engine)
+        grading_sessions = create_session_factory(databases.grading_engine)
+        grading = await Grading.start(settings, sessions, grading_sessions, progress_streams)
+        app.state.sessions = sessions
+        app.state.dispatcher = grading.dispatcher
+        app.state.outbox = grading.outbox
+        app.state.runner = grading.runner
+        log.info("a stored grade triggers: %s", installed_reactions())
+        for folder, reason in refused_exercises().items():
+            log.error("exercise folder %s is not served: %s", folder, reason)
         try:
             yield
         finally:
-            if subscriber is not None:
-                await anyio.to_thread.run_sync(subscriber.stop)
-            # Waits for the grades in progress; queued ones stay in the database (and broker).
-            await anyio.to_thread.run_sync(dispatcher.stop)
-            await anyio.to_thread.run_sync(outbox.stop)
-            if runner is not None:
-                runner.close()
-            engine.dispose()
-            grading_engine.dispose()
+            await grading.stop()
+            databases.close()
 
     app = FastAPI(
         title="loopgrade",
@@ -182,13 +234,14 @@ def create_app(settings: Settings) -> FastAPI:
 
     install_error_handlers(app)
     install_sign_in_redirect(app)
-    app.include_router(operations.router)
+    app.include_router(health.router)
     install_lti(app, settings)
+    app.include_router(integration_pages.router)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(learner_pages.router)
     app.include_router(events.router)
-    app.include_router(drafts.router)
+    app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

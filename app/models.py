@@ -439,7 +439,3 @@ class KeptSubmission(Base):
     client_address: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
-
-
-# The LTI tables live with the LTI code; imported here so that Base.metadata holds them all.
-from app.lti import models as _lti_models  # noqa: E402, F401

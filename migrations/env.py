@@ -6,8 +6,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 from app.db import create_db_engine
-from app.models import Base
 from app.settings import Settings
+from app.tables import metadata
 
 config = context.config
 
@@ -15,7 +15,7 @@ config = context.config
 if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def database_url() -> str:

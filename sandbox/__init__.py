@@ -25,16 +25,13 @@ A host where no backend works refuses to run anything: SandboxUnavailable.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
-from sandbox import bwrap
+from sandbox import bwrap, probes
 from sandbox import docker as docker_backend
 from sandbox import pool as pool_module
 from sandbox.errors import SandboxError, SandboxUnavailable
@@ -61,8 +58,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BACKENDS = ("bwrap", "docker")  # in the order `auto` tries them
-PROBE_PROGRAM = "import os\nos.write(3, b'ok')\n"
-PROBE_LIMITS = Limits(wall_timeout_seconds=30.0, cpu_seconds=10.0)
 
 
 class Runner(Protocol):
@@ -258,11 +253,11 @@ def _cold_runner(setting: str) -> BwrapRunner | DockerRunner:
     for name in BACKENDS if setting == "auto" else (setting,):
         try:
             if name == "bwrap":
-                binary = _bwrap_binary()
-                _probe_bwrap(binary)
+                binary = probes.bwrap_binary()
+                probes.probe_bwrap(binary)
                 return BwrapRunner(binary)
             settings = docker_backend.DockerSettings.from_environment()
-            _probe_docker(settings)
+            probes.probe_docker(settings)
             return DockerRunner(settings)
         except SandboxUnavailable as error:
             if setting != "auto":
@@ -271,86 +266,3 @@ def _cold_runner(setting: str) -> BwrapRunner | DockerRunner:
     raise SandboxUnavailable(
         "no sandbox backend works on this host. " + " | ".join(failures)
     ) from None
-
-
-def _bwrap_binary() -> str:
-    configured = os.environ.get("LOOPGRADE_BWRAP")
-    found = configured if configured else shutil.which("bwrap")
-    if not found or not os.access(found, os.X_OK):
-        where = (
-            f"LOOPGRADE_BWRAP={configured!r} is not an executable"
-            if configured
-            else "no `bwrap` on PATH"
-        )
-        raise SandboxUnavailable(
-            f"bubblewrap is not installed ({where}). Install it: apt-get install bubblewrap"
-        )
-    return found
-
-
-@functools.cache  # only successes are cached: a failed probe raises
-def _probe_bwrap(binary: str) -> None:
-    """Run a trivial program in a real sandbox; raise SandboxUnavailable saying why it failed."""
-    try:
-        result = bwrap.run_program(binary, PROBE_PROGRAM, {}, PROBE_LIMITS)
-    except SandboxError as error:
-        raise SandboxUnavailable(_explain(binary, str(error))) from error
-    if result.exit_code != 0 or result.payload != b"ok":
-        stderr = result.stderr.decode(errors="replace").strip()
-        raise SandboxUnavailable(
-            _explain(binary, f"a trivial program failed (exit {result.exit_code}): {stderr}")
-        )
-
-
-def _probe_docker(settings: docker_backend.DockerSettings) -> None:
-    """Check the engine, the image and the runtime, then run a trivial program in a container."""
-    client = docker_backend.connect()
-    try:
-        docker_backend.check_engine(client, settings)
-    finally:
-        client.close()
-    _probe_docker_run(settings)
-
-
-@functools.cache  # only successes are cached: a failed probe raises
-def _probe_docker_run(settings: docker_backend.DockerSettings) -> None:
-    try:
-        result = docker_backend.run_program(settings, PROBE_PROGRAM, {}, PROBE_LIMITS)
-    except SandboxError as error:
-        raise SandboxUnavailable(f"docker cannot run a sandbox container: {error}") from error
-    if result.exit_code != 0 or result.payload != b"ok":
-        stderr = result.stderr.decode(errors="replace").strip()
-        raise SandboxUnavailable(
-            f"docker: a trivial program failed in {settings.image} "
-            f"(exit {result.exit_code}): {stderr}"
-        )
-
-
-def _explain(binary: str, failure: str) -> str:
-    hints = []
-
-    def sysctl(name: str) -> str | None:
-        try:
-            return Path("/proc/sys", name).read_text().strip()
-        except OSError:
-            return None
-
-    if sysctl("user/max_user_namespaces") == "0":
-        hints.append("user namespaces are disabled: sysctl -w user.max_user_namespaces=10000")
-    if sysctl("kernel/unprivileged_userns_clone") == "0":
-        hints.append(
-            "unprivileged user namespaces are disabled: "
-            "sysctl -w kernel.unprivileged_userns_clone=1"
-        )
-    if sysctl("kernel/apparmor_restrict_unprivileged_userns") == "1":
-        hints.append(
-            "AppArmor restricts unprivileged user namespaces: give bwrap a profile that allows "
-            "them, or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
-        )
-    if Path("/.dockerenv").exists():
-        hints.append(
-            "inside Docker, the default seccomp profile blocks user namespaces: run the "
-            "container with a profile that allows them"
-        )
-    advice = "; ".join(hints) or "bwrap needs unprivileged user namespaces"
-    return f"bubblewrap ({binary}) cannot create a sandbox: {failure}. Hint: {advice}"

@@ -22,8 +22,8 @@ from app.api.schemas import (
     SubmissionCreate,
     SubmissionOut,
 )
-from app.courses.courses import NotFound, assignment_of, assignments_of
 from app.courses.gradebook import FILTERS, build_gradebook, gradebook_json
+from app.courses.membership import NotFound, assignment_of, assignments_of
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
 from app.grading.results import shown_result

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.courses.courses import AssignedExercise, assignments_of, members
+from app.courses.membership import AssignedExercise, assignments_of, members
 from app.grading.submissions import submissions_of
 from app.models import (
     Assignment,

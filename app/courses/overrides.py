@@ -9,7 +9,7 @@ import math
 
 from sqlalchemy.orm import Session
 
-from app.courses.audit import AuditAction, record_event
+from app.audit import AuditAction, record_event
 from app.errors import AppError
 from app.models import Submission, User, utc_now
 from app.outbox import ScoreChange, report_score_change

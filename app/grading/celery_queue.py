@@ -22,9 +22,9 @@ from app.db import (
     database_revision,
     head_revision,
 )
+from app.grading.leases import LeaseSweeper
 from app.grading.queue import (
     GradingOutcome,
-    LeaseSweeper,
     compute_trusted_trajectories,
     enqueue_after_commit,
     ignore_state_change,

@@ -119,7 +119,6 @@ def accept_submission(
         exercise_id=exercise_id,
         learner=learner,
         code=code,
-        max_code_bytes=settings.max_code_bytes,
         api_key_id=api_key_id,
         user_id=user_id,
         course_id=course_id,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.courses.audit import AuditAction, record_event
+from app.audit import AuditAction, record_event
 from app.errors import AppError
 from app.grading.submissions import queue_for_grading
 from app.models import (

@@ -211,7 +211,6 @@ def create_submission(
     exercise_id: str,
     learner: str,
     code: str,
-    max_code_bytes: int,
     api_key_id: str | None = None,
     user_id: str | None = None,
     course_id: str | None = None,
@@ -222,6 +221,9 @@ def create_submission(
     upload_notices: list[str] | None = None,
 ) -> Submission:
     """Validate and store a queued submission. Raises SubmissionRejected (or a subclass).
+
+    The code's text (size, NUL, Unicode) is checked once, before this, by the one intake path
+    (`app.grading.intake.accept_submission`).
 
     In a course, `assignment` is the exercise as the course sets it (its lock after the due
     date applies); `limits` caps the learner's submissions (TooManySubmissions) and the queue
@@ -235,7 +237,6 @@ def create_submission(
             f"unknown exercise {exercise_id[:100]!r}; known exercises: {known}"
         ) from None
 
-    check_code(code, max_code_bytes)
     if not code.strip():
         raise SubmissionRejected(f"code is empty: paste your {exercise.entry_point} function")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def cmd_platforms_add(args: argparse.Namespace) -> int:
-    from app.cli import CommandFailed, build_settings, database_session
+    from app.cli_support import CommandFailed, build_settings, database_session
     from app.lti.platforms import PlatformError, add_platform, deployments_of
 
     try:
@@ -34,7 +34,7 @@ def cmd_platforms_add(args: argparse.Namespace) -> int:
 
 
 def cmd_platforms_list(args: argparse.Namespace) -> int:
-    from app.cli import build_settings, database_session
+    from app.cli_support import build_settings, database_session
     from app.lti.platforms import deployments_of, list_platforms
 
     with database_session(build_settings(args)) as session:
@@ -52,7 +52,7 @@ def cmd_platforms_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
-    from app.cli import build_settings, check_tool_keys, database_session
+    from app.cli_support import build_settings, check_tool_keys, database_session
     from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
 
     settings = build_settings(args)
@@ -71,8 +71,9 @@ def cmd_keys_rotate(args: argparse.Namespace) -> int:
 def cmd_lineitems(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from app.cli import CommandFailed, build_settings, check_tool_keys, database_session
-    from app.lti.ags import AccessTokens, PlatformRefused, PlatformUnavailable
+    from app.cli_support import CommandFailed, build_settings, check_tool_keys, database_session
+    from app.lti.ags_client import AccessTokens
+    from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
     from app.lti.keys import key_sealing
     from app.lti.line_items import list_line_items
     from app.lti.models import LtiContext
@@ -97,8 +98,9 @@ def cmd_lineitems(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from app.cli import CommandFailed, build_settings, check_tool_keys, database_session
-    from app.lti.ags import AccessTokens, PlatformRefused, PlatformUnavailable
+    from app.cli_support import CommandFailed, build_settings, check_tool_keys, database_session
+    from app.lti.ags_client import AccessTokens
+    from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
     from app.lti.keys import key_sealing
     from app.lti.line_items import reconcile_course
 

@@ -22,21 +22,20 @@ from cryptography.fernet import MultiFernet
 from sqlalchemy import Connection, Engine, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.courses.courses import assignment_of
 from app.courses.gradebook import learner_cells
-from app.lti.ags import (
+from app.courses.membership import assignment_of
+from app.lti.ags_client import (
     AGS_SCOPE,
     HTTP_TIMEOUT_SECONDS,
     LINEITEM_SCOPE,
     AccessTokens,
     LineItemBeingMade,
-    PlatformRefused,
-    PlatformUnavailable,
     call_platform,
     fetch_all_pages,
     raise_for_reply,
     service_url,
 )
+from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import User, utc_now
 from graders.exercises import get_exercise

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.courses.courses import enrolment_of, new_join_code
+from app.courses.membership import enrolment_of, new_join_code
 from app.lti.launch import AGS_ENDPOINT_CLAIM, NRPS_CLAIM, MessageType, ValidatedLaunch
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Assignment, Course, CourseRole, Enrolment, SiteRole, User

@@ -16,9 +16,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import ChoiceLoader, FileSystemLoader
 from sqlalchemy.orm import Session
 
-from app.courses.courses import require_instructor, require_member
+from app.courses.membership import require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
-from app.lti import ags, integration_pages
+from app.lti import ags
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.framing import FrameAncestors
 from app.lti.keys import key_sealing, published_keys, tool_jwks
@@ -81,7 +81,6 @@ def install_lti(app: FastAPI, settings: Settings) -> None:
 
     app.add_middleware(FrameAncestors)
     app.include_router(router)
-    app.include_router(integration_pages.router)
 
 
 def tool_url(request: Request, settings: Settings, path: str) -> str:

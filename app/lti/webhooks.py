@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import SessionFactory
-from app.lti.ags import PlatformRefused, PlatformUnavailable
+from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
 from app.lti.models import Webhook
 from app.models import Submission, utc_now
 from app.outbox import PermanentFailure, add_to_outbox

@@ -8,8 +8,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.courses.courses import CourseError, courses_of, create_course, join_course
 from app.courses.gradebook import practice_cells
+from app.courses.membership import CourseError, courses_of, create_course, join_course
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import SiteRole, User

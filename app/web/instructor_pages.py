@@ -17,8 +17,9 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from app.courses.audit import AuditAction, events, record_event
-from app.courses.courses import (
+from app.audit import AuditAction, events, record_event
+from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.courses.membership import (
     AssignedExercise,
     CourseError,
     Forbidden,
@@ -31,7 +32,6 @@ from app.courses.courses import (
     require_instructor,
     set_assignment,
 )
-from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.overrides import OverrideRejected, remove_override, set_override
 from app.db import SessionDep
 from app.errors import as_sentence
@@ -612,24 +612,7 @@ def settings_form(
     when one has an error, none is, and the page comes back with everything as it was sent)."""
     user, course = instructor_course(session, viewer, course_id)
     columns = (exercise, due_at, late_policy, late_penalty_percent_per_day, scoring_policy)
-    if not exercise or len({len(column) for column in columns}) != 1:
-        raise PageError(422, "Not accepted", "The settings form was incomplete: reload the page.")
-    known = {e.id: e for e in list_exercises()}
-    sent: list[tuple[AssignmentFields, dict[str, Any] | None]] = []
-    for exercise_id, due, late, penalty, scoring in zip(*columns, strict=True):
-        if exercise_id not in known:
-            raise PageError(422, "Not accepted", f"There is no exercise called “{exercise_id}”.")
-        sent.append(
-            _sent_fields(
-                known[exercise_id],
-                assigned=exercise_id in assigned,
-                due_at=due,
-                late_policy=late,
-                late_penalty_percent_per_day=penalty,
-                scoring_policy=scoring,
-                timezone=timezone,
-            )
-        )
+    sent = _sent_assignments(columns, assigned=assigned, timezone=timezone)
     fields = [f for f, _ in sent]
     errors = [f"{f.exercise.title}: {f.error}" for f in fields if f.error]
     other = find_user_by_email(session, instructor_email) if instructor_email.strip() else None
@@ -647,6 +630,57 @@ def settings_form(
         }
         return render(request, viewer, "settings.html", context, status_code=422)
 
+    changed = _save_assignments(session, user, course, sent)
+    if other is not None:
+        add_instructor(session, course=course, user=other)
+        record_event(
+            session,
+            actor=user,
+            action=AuditAction.COURSE_INSTRUCTOR_ADDED,
+            course_id=course.id,
+            email=other.email,
+        )
+    if new_join_code:
+        new_course_join_code(session, course)
+        record_event(session, actor=user, action=AuditAction.COURSE_JOIN_CODE, course_id=course.id)
+    done = "saved" if changed or other is not None or new_join_code else "unchanged"
+    query = urlencode({"done": done, **({"changed": ",".join(changed)} if changed else {})})
+    return RedirectResponse(f"/courses/{course.id}/settings?{query}", status_code=303)
+
+
+def _sent_assignments(
+    columns: tuple[list[str], ...], *, assigned: list[str], timezone: str
+) -> list[tuple[AssignmentFields, dict[str, Any] | None]]:
+    """Each exercise's row of the form, read: its fields as sent, and its values (None when
+    one has an error)."""
+    if not columns[0] or len({len(column) for column in columns}) != 1:
+        raise PageError(422, "Not accepted", "The settings form was incomplete: reload the page.")
+    known = {e.id: e for e in list_exercises()}
+    sent = []
+    for exercise_id, due, late, penalty, scoring in zip(*columns, strict=True):
+        if exercise_id not in known:
+            raise PageError(422, "Not accepted", f"There is no exercise called “{exercise_id}”.")
+        sent.append(
+            _sent_fields(
+                known[exercise_id],
+                assigned=exercise_id in assigned,
+                due_at=due,
+                late_policy=late,
+                late_penalty_percent_per_day=penalty,
+                scoring_policy=scoring,
+                timezone=timezone,
+            )
+        )
+    return sent
+
+
+def _save_assignments(
+    session: Session,
+    user: User,
+    course: Course,
+    sent: list[tuple[AssignmentFields, dict[str, Any] | None]],
+) -> list[str]:
+    """Store every exercise's settings; audit and return the ids of those that changed."""
     before = {a.id: _assignment_state(a.assignment) for a in assignments_of(session, course.id)}
     changed = []
     for fields_sent, values in sent:
@@ -667,21 +701,7 @@ def settings_form(
             late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
             scoring_policy=row.scoring_policy if row else None,
         )
-    if other is not None:
-        add_instructor(session, course=course, user=other)
-        record_event(
-            session,
-            actor=user,
-            action=AuditAction.COURSE_INSTRUCTOR_ADDED,
-            course_id=course.id,
-            email=other.email,
-        )
-    if new_join_code:
-        new_course_join_code(session, course)
-        record_event(session, actor=user, action=AuditAction.COURSE_JOIN_CODE, course_id=course.id)
-    done = "saved" if changed or other is not None or new_join_code else "unchanged"
-    query = urlencode({"done": done, **({"changed": ",".join(changed)} if changed else {})})
-    return RedirectResponse(f"/courses/{course.id}/settings?{query}", status_code=303)
+    return changed
 
 
 @router.get("/courses/{course_id}/audit")

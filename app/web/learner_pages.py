@@ -17,7 +17,8 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.courses.courses import (
+from app.courses.gradebook import learner_cells, practice_assignment, progress_of
+from app.courses.membership import (
     AssignedExercise,
     assignment_of,
     assignments_of,
@@ -25,7 +26,6 @@ from app.courses.courses import (
     courses_of,
     require_member,
 )
-from app.courses.gradebook import learner_cells, practice_assignment, progress_of
 from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
@@ -247,13 +247,7 @@ def _submit(
     # Browsers send textarea lines with CRLF.
     code = code.replace("\r\n", "\n")
     user = viewer.user
-    new_learner = None
-    if user is not None:
-        learner = user.email
-    else:
-        learner = anonymous_learner(request, viewer) or ""
-        if not learner:
-            learner = new_learner = new_learner_id()
+    learner, new_learner = _learner_of(request, viewer)
     in_place = _wants_json(request)
     try:
         accepted = accept_submission(
@@ -280,18 +274,8 @@ def _submit(
                 status_code=exc.status_code,
                 headers=exc.headers,
             )
-        # The form again, with the learner's code and what to fix; the status says why.
-        context = exercise_context(
-            request, session, viewer, settings, exercise, course, assigned, code
-        )
-        opening = _editable_code(request, session, viewer, exercise, course, None)
-        return render(
-            request,
-            viewer,
-            "exercise.html",
-            {**context, **opening, "code": code, "kept": False, "error": str(exc)},
-            status_code=exc.status_code,
-            headers=exc.headers,
+        return _refused_page(
+            request, session, settings, viewer, exercise, course, assigned, code, exc
         )
     submission = accepted.submission
     if user is not None:
@@ -304,12 +288,60 @@ def _submit(
             code=submission.code,
             max_code_bytes=settings.max_code_bytes,
         )
-    page_url = f"/submissions/{submission.id}"
+    return _submitted(request, session, submission.id, in_place=in_place, new_learner=new_learner)
+
+
+def _learner_of(request: Request, viewer: Viewer) -> tuple[str, str | None]:
+    """Who submits: the signed-in user's email, else the browser's anonymous learner id; and
+    that id when it is new here (for its cookie), else None."""
+    if viewer.user is not None:
+        return viewer.user.email, None
+    learner = anonymous_learner(request, viewer)
+    if learner:
+        return learner, None
+    new_learner = new_learner_id()
+    return new_learner, new_learner
+
+
+def _refused_page(
+    request: Request,
+    session: Session,
+    settings: Settings,
+    viewer: Viewer,
+    exercise: Exercise,
+    course: Course | None,
+    assigned: AssignedExercise | None,
+    code: str,
+    exc: SubmissionRejected,
+) -> Response:
+    """The form again, with the learner's code and what to fix; the status says why."""
+    context = exercise_context(request, session, viewer, settings, exercise, course, assigned, code)
+    opening = _editable_code(request, session, viewer, exercise, course, None)
+    return render(
+        request,
+        viewer,
+        "exercise.html",
+        {**context, **opening, "code": code, "kept": False, "error": str(exc)},
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+def _submitted(
+    request: Request,
+    session: Session,
+    submission_id: str,
+    *,
+    in_place: bool,
+    new_learner: str | None,
+) -> Response:
+    """Where the accepted submission is: JSON for the page's script, else a redirect."""
+    page_url = f"/submissions/{submission_id}"
     response: Response
     if in_place:
         response = JSONResponse(
             {
-                "id": submission.id,
+                "id": submission_id,
                 "url": page_url,
                 "events": f"{page_url}/events",
                 "result": f"{page_url}/result",

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlencode
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.courses.audit import events
+from app.audit import events
 from app.grading.queue import grading_limits
 from app.grading.regrades import regrades_of
 from app.models import RegradeReason, Submission, User

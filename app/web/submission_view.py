@@ -8,7 +8,7 @@ from fastapi import Request
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from app.courses.courses import can_view_submission, course_role
+from app.courses.membership import can_view_submission, course_role
 from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission

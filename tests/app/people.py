@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from app.courses.courses import create_course, join_course
+from app.courses.membership import create_course, join_course
 from app.db import SessionFactory
 from app.models import SiteRole, Submission, SubmissionStatus, utc_now
 from app.people.accounts import create_user

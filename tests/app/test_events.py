@@ -60,7 +60,6 @@ def queued_submission(sessions: SessionFactory, learner: str = LEARNER) -> str:
             exercise_id=EXERCISE,
             learner=learner,
             code=MISSING_ZERO_GRAD_CODE,
-            max_code_bytes=65536,
         ).id
 
 

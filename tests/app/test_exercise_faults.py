@@ -56,7 +56,7 @@ def test_a_grade_the_exercise_cannot_judge_is_an_error_not_a_score(
     monkeypatch.setattr(grading, "get_exercise", lambda _id: broken)
     with sessions.begin() as session:
         submission_id = create_submission(
-            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
+            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE
         ).id
     with caplog.at_level(logging.ERROR):
         run = run_grading_job(sessions, submission_id, settings)

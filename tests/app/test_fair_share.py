@@ -119,9 +119,7 @@ def queue_submissions(sessions: SessionFactory) -> dict[str, str]:
             ("a3", "learner-a", SLEEPING_CODE),
             ("b1", "learner-b", CORRECT_CODE),
         ):
-            row = create_submission(
-                session, exercise_id=EXERCISE, learner=learner, code=code, max_code_bytes=65536
-            )
+            row = create_submission(session, exercise_id=EXERCISE, learner=learner, code=code)
             names[row.id] = name
     return names
 

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 import httpx
 
 from app.api.keys import create_api_key
-from app.courses.courses import AssignedExercise
 from app.courses.gradebook import score_cell
+from app.courses.membership import AssignedExercise
 from app.db import SessionFactory
 from app.models import (
     Assignment,

@@ -13,15 +13,15 @@ from sqlalchemy import inspect
 
 from app.db import alembic_config, create_db_engine, database_revision, head_revision
 from app.main import DatabaseNotMigrated, create_app
-from app.models import Base
 from app.settings import Settings
+from app.tables import metadata
 
 
 def test_migrations_match_the_models(settings: Settings) -> None:
     engine = create_db_engine(settings.database_url)
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, Base.metadata) == []
+        assert compare_metadata(context, metadata) == []
     assert database_revision(engine) == head_revision()
     engine.dispose()
 

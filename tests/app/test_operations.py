@@ -81,9 +81,7 @@ def test_metrics_count_the_queue_and_the_outbox_from_the_database(
     # Written by another process's sessions: this server's workers are not told of them.
     with sessions.begin() as session:
         for learner in ("a", "b"):
-            create_submission(
-                session, exercise_id=EXERCISE, learner=learner, code="x = 1\n", max_code_bytes=99
-            )
+            create_submission(session, exercise_id=EXERCISE, learner=learner, code="x = 1\n")
         add_to_outbox(session, "tests.never-delivered", {})
         session.add(
             OutboxMessage(kind="tests.never-delivered", payload={}, status=OutboxStatus.FAILED)
@@ -133,7 +131,6 @@ def test_a_grading_logs_its_submission_id_on_every_line_and_is_measured(
             exercise_id=EXERCISE,
             learner="a",
             code=SYNTAX_ERROR_CODE,
-            max_code_bytes=65536,
         ).id
     graded_before = sample("loopgrade_grading_seconds_count")
     syntax_errors_before = sample("loopgrade_grades_total", {"diagnosis": "syntax-error"})

@@ -247,7 +247,7 @@ def _claimed_submission(sessions: SessionFactory) -> tuple[str, GradingJob]:
     """A stored submission and a worker's claim on it, as a grading holds before its result."""
     with sessions.begin() as session:
         submission_id = create_submission(
-            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE, max_code_bytes=65536
+            session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE
         ).id
     with sessions.begin() as session:
         job = claim_submission(session, submission_id, lease_seconds=30)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from app.db import SessionFactory
-from app.grading.queue import GradingOutcome, lease_renewed, run_grading_job, sweep
+from app.grading.leases import lease_renewed, sweep
+from app.grading.queue import GradingOutcome, run_grading_job
 from app.grading.submissions import (
     GradingJob,
     claim_submission,
@@ -30,9 +31,7 @@ from tests.app.conftest import CORRECT_CODE, EXERCISE
 
 def add_submission(sessions: SessionFactory, code: str = CORRECT_CODE) -> str:
     with sessions.begin() as session:
-        return create_submission(
-            session, exercise_id=EXERCISE, learner="l", code=code, max_code_bytes=65536
-        ).id
+        return create_submission(session, exercise_id=EXERCISE, learner="l", code=code).id
 
 
 def row_state(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:

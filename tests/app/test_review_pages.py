@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import httpx
 
-from app.courses.audit import SENTENCES, AuditAction
+from app.audit import SENTENCES, AuditAction
 from app.db import SessionFactory
 from app.models import SiteRole, utc_now
 from tests.app.conftest import EXERCISE

@@ -57,7 +57,6 @@ def _submit(session: Session) -> Submission:
         exercise_id=EXERCISE,
         learner="alice",
         code=CORRECT_CODE,
-        max_code_bytes=65536,
     )
 
 

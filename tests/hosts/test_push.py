@@ -235,7 +235,6 @@ def test_a_worker_whose_redis_is_away_still_stores_its_grade(
             exercise_id=EXERCISE,
             learner="redis-away",
             code=MISSING_FUNCTION_CODE,
-            max_code_bytes=host_settings.max_code_bytes,
         ).id
     own_redis.kill()
     caplog.set_level(logging.WARNING, logger="app.grading.state_channel")

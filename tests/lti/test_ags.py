@@ -11,18 +11,9 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.ags import (
-    SCORE_SCOPE,
-    AccessTokens,
-    DeliveryOutcome,
-    PlatformRefused,
-    PlatformUnavailable,
-    deliver_score,
-    score_message,
-    service_request,
-    service_url,
-    sync_roster,
-)
+from app.lti.ags import DeliveryOutcome, deliver_score, score_message, sync_roster
+from app.lti.ags_client import SCORE_SCOPE, AccessTokens, service_request, service_url
+from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
 from app.lti.keys import key_sealing
 from app.lti.models import LtiContext, LtiPlatform, LtiUser
 from app.models import CourseRole, Enrolment, Submission, User

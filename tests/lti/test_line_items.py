@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.ags import AccessTokens, DeliveryOutcome, deliver_lti_score, deliver_score
+from app.lti.ags import DeliveryOutcome, deliver_lti_score, deliver_score
+from app.lti.ags_client import AccessTokens
 from app.lti.keys import key_sealing
 from app.lti.line_items import (
     LINE_ITEM_CLAIM_SECONDS,

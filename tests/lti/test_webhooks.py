@@ -14,7 +14,7 @@ import pytest
 
 from app.db import SessionFactory
 from app.lti import webhooks
-from app.lti.ags import PlatformRefused, PlatformUnavailable
+from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
 from app.lti.webhooks import (
     IPAddress,
     WebhookError,

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
-from app.courses.courses import assignment_of, require_member
+from app.courses.membership import assignment_of, require_member
 from app.db import SessionDep
 from app.grading.drafts import (
     find_draft,

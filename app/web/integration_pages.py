@@ -129,7 +129,7 @@ def _page(
     **extra: Any,
 ) -> HTMLResponse:
     context = {**integrations_context(session, course), **extra}
-    return render(request, viewer, "lti/integrations.html", context, status_code=status_code)
+    return render(request, viewer, "integrations.html", context, status_code=status_code)
 
 
 def _done(course_id: str, done: str) -> Response:

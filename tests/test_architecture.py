@@ -1,0 +1,87 @@
+"""The import structure: no circle among app's modules, and the layers point one way
+(app -> graders -> sandbox). Every import counts, at module level or inside a function."""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Each top-level package and the packages it must never import.
+LOWER_LAYERS_MUST_NOT_IMPORT = {"graders": {"app"}, "sandbox": {"app", "graders"}}
+
+
+def module_files(package: str) -> dict[str, Path]:
+    """Module name -> file, for every module of `package` (a package is its __init__.py)."""
+    modules = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(module: str, path: Path) -> set[str]:
+    """Every dotted name `module` imports, relative imports made absolute; for `from a import
+    b` both `a` and `a.b` (b may be a module or a name in a)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of `package` it imports (the deepest module each name is in)."""
+    modules = module_files(package)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in imported_names(module, path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            # A module's package (its __init__) is imported with it: not an arrow back.
+            if name and name != module and not module.startswith(name + "."):
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def test_the_import_graph_sees_function_level_imports() -> None:
+    # app.cli imports the app factory inside `cmd_serve` only (a cheap `keys` command).
+    assert "app.main" in import_graph("app")["app.cli"]
+
+
+def test_no_import_circle_in_app() -> None:
+    try:
+        TopologicalSorter(import_graph("app")).prepare()
+    except CycleError as exc:
+        circle = exc.args[1]
+        pytest.fail(
+            "import circle in app/: " + " -> ".join(circle)
+            + ". Move what both sides need into a module below them."
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("package", sorted(LOWER_LAYERS_MUST_NOT_IMPORT))
+def test_lower_layers_do_not_import_higher_ones(package: str) -> None:
+    forbidden = LOWER_LAYERS_MUST_NOT_IMPORT[package]
+    back_arrows = [
+        f"{module} imports {name}"
+        for module, path in module_files(package).items()
+        for name in sorted(imported_names(module, path))
+        if name.split(".")[0] in forbidden
+    ]
+    assert back_arrows == []
