@@ -52,7 +52,14 @@ def test_a_grade_the_exercise_cannot_judge_is_an_error_not_a_score(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     exercise = get_exercise(EXERCISE)
-    broken = exercise.model_copy(update={"checks": {**exercise.checks, "no-such-check": 1.0}})
+    # A changed exercise.toml changes the folder's content hash, the version: judgments and
+    # trajectories cached for the good folder (by an earlier test) are not this one's.
+    broken = exercise.model_copy(
+        update={
+            "checks": {**exercise.checks, "no-such-check": 1.0},
+            "version": f"{exercise.version}-no-such-check",
+        }
+    )
     monkeypatch.setattr(grading, "get_exercise", lambda _id: broken)
     with sessions.begin() as session:
         submission_id = create_submission(
