@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graders.exercises import Exercise, list_exercises
-from graders.grading import GRADING_LIMITS, grade_runs
+from graders.grading import GRADING_LIMITS, grade_runs, judge, trusted_trajectories
 from graders.judging import within_tolerance
 from graders.report import GradeReport
 from tests.graders.sandbox_results import groups, harness_document, harness_result, result
@@ -188,13 +188,24 @@ def test_the_harness_records_odd_results_as_the_learners(name: str) -> None:
 
 
 def test_whatever_judging_a_trace_raises_is_the_learners_failure(monkeypatch: Any) -> None:
-    """A judge that trips over some learner value it did not expect makes no server error."""
+    """A judge that trips over some learner value it did not expect makes no server error.
+
+    It judges the reference's own trajectories as before: a judge that fails on those too is
+    the exercise's or the grader's fault (GraderFault, tests/graders/test_configuration.py)."""
     exercise = next(e for e in EXERCISES if e.id == "train-step")
+    reference = trusted_trajectories(exercise)["reference"]
+
+    def judge_tripping_on_learner_values(
+        exercise: Exercise, traces: dict[str, Any], output: str = ""
+    ) -> GradeReport:
+        if traces is reference:
+            return judge(exercise, traces, output)
+        raise OverflowError("a value no judge expected")
 
     def tripping(*_: Any) -> None:
         raise OverflowError("a value no judge expected")
 
-    monkeypatch.setattr("graders.grading.judge", tripping)
+    monkeypatch.setattr("graders.grading.judge", judge_tripping_on_learner_values)
     report = grade_documents(exercise, DOCUMENTS[exercise.id])
     assert (report.score, report.diagnosis) == (0, "incorrect")
     assert "could not be judged" in report.feedback
