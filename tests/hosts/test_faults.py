@@ -89,6 +89,9 @@ def status_of(sessions: SessionFactory, submission_id: str) -> str:
     return rows(sessions, [submission_id])[submission_id].status
 
 
+SLOW_CORRECT_CODE = "import time\ntime.sleep(3)\n" + CORRECT_CODE
+
+
 def test_a_worker_killed_mid_grade_loses_nothing_and_grades_once(
     api: httpx.Client,
     auth: dict[str, str],
@@ -96,7 +99,9 @@ def test_a_worker_killed_mid_grade_loses_nothing_and_grades_once(
     start_worker: Callable[..., Worker],
 ) -> None:
     doomed = start_worker()
-    submission_id = submit(api, auth, "survivor")
+    # Correct, but it holds its run for seconds: a warm worker otherwise grades it between two
+    # looks at its status, and there is no "mid-grade" to kill it in.
+    submission_id = submit(api, auth, "survivor", SLOW_CORRECT_CODE)
     wait_for(lambda: status_of(sessions, submission_id) == "running", "the first claim")
     doomed.kill()
     assert status_of(sessions, submission_id) == "running", "killed before it stored anything"
