@@ -49,6 +49,7 @@ from app.web import (
     instructor_pages,
     integration_pages,
     learner_pages,
+    misconception_pages,
 )
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
@@ -243,6 +244,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(events.router)
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
+    app.include_router(misconception_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastapi import APIRouter, Depends, Form, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
@@ -56,7 +56,7 @@ from app.models import (
 )
 from app.people.accounts import find_user_by_email
 from app.web.charts import bar_chart
-from app.web.rendering import PageError, render
+from app.web.rendering import PageError, csv_download, file_slug, render
 from app.web.review import (
     MAX_LISTED_SUBMISSIONS,
     SubmissionFilter,
@@ -157,16 +157,7 @@ def gradebook_csv_export(
     """Exactly the rows, columns and order of the page with the same query."""
     _, course = instructor_course(session, viewer, course_id)
     book = build_gradebook(session, course, **asdict(query))
-    slug = "".join(c if c.isalnum() else "-" for c in course.name.lower()).strip("-") or "course"
-    return PlainTextResponse(
-        gradebook_csv(book),
-        media_type="text/csv; charset=utf-8",
-        headers={
-            "Content-Disposition": f'attachment; filename="{slug}-gradebook.csv"',
-            "Cache-Control": "no-store",
-            "X-Content-Type-Options": "nosniff",
-        },
-    )
+    return csv_download(gradebook_csv(book), f"{file_slug(course.name, 'course')}-gradebook.csv")
 
 
 @router.get("/courses/{course_id}/exercises/{exercise_id}/stats")
