@@ -180,9 +180,11 @@ def transition_chart(
 
     Columns are numbered (a state's number is in its row's label): long labels fit a phone.
     """
-    cell, label_width, top = 34, 200, 46
+    cell, top, char_width = 40, 46, 6.5  # 11 px text is about 6.5 px a character
+    longest = max((len(f"{len(states)}. {label}") for _, label in states), default=0)
+    label_width = round(12 + char_width * longest)
     sources, targets = states, states[1:]  # nothing moves back to the start
-    width = label_width + cell * max(1, len(targets)) + 8
+    width = max(label_width + cell * max(1, len(targets)) + 8, round(16 + 7 * len(title)))
     height = top + cell * len(sources) + 8
     most = max(counts.values(), default=0) or 1
     parts = [

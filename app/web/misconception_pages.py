@@ -43,6 +43,15 @@ def state_name(code: str) -> str:
     return "Start" if code == START else diagnosis_name(code)
 
 
+def duration(hours: float) -> str:
+    """A time span in the unit a person reads it in."""
+    if hours < 1:
+        return f"{hours * 60:.0f} min"
+    if hours < 48:
+        return f"{hours:.1f} h"
+    return f"{hours / 24:.1f} days"
+
+
 def _hours(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
 
@@ -116,6 +125,7 @@ def misconception_map_page(
             "items": items,
             "tables": list(MapTable),
             "state_name": state_name,
+            "duration": duration,
             "moves_chart": Markup(
                 transition_chart(
                     "Moves between diagnoses (attempt to next attempt)",
