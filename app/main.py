@@ -44,6 +44,7 @@ from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from app.web import (
     account_pages,
+    diagnosis_report_pages,
     draft_api,
     events,
     instructor_pages,
@@ -245,6 +246,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
     app.include_router(misconception_pages.router)
+    app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 

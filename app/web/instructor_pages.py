@@ -18,6 +18,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, events, record_event
+from app.courses.diagnosis_reports import reported_counts, reported_submission_ids
 from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.membership import (
     AssignedExercise,
@@ -64,7 +65,7 @@ from app.web.review import (
     filtered_submissions,
 )
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
-from app.web.submission_view import submission_context
+from app.web.submission_view import submission_refused
 from graders.exercises import Exercise, list_exercises
 from graders.report import diagnosis_name
 
@@ -181,6 +182,7 @@ def statistics_page(
             "stats": stats,
             "exercises": assignments_of(session, course.id),
             "outdated": outdated_count(session, course_id=course.id, exercise_id=assigned.id),
+            "reported": reported_counts(session, course.id, assigned.id),
             "diagnoses_chart": Markup(
                 bar_chart(
                     "Submissions by diagnosis",
@@ -208,10 +210,14 @@ def course_submissions_page(
     exercise: str = "",
     diagnosis: str = "",
     learner: str = "",
+    reported: str = "",
 ) -> HTMLResponse:
-    """Every submission in the course, newest first, filtered by exercise, diagnosis, learner."""
+    """Every submission in the course, newest first, filtered by exercise, diagnosis, learner,
+    and to those whose diagnosis the learner reported as wrong."""
     _, course = instructor_course(session, viewer, course_id)
-    chosen = SubmissionFilter(exercise=exercise, diagnosis=diagnosis, learner=learner)
+    chosen = SubmissionFilter(
+        exercise=exercise, diagnosis=diagnosis, learner=learner, reported="1" if reported else ""
+    )
     return render(
         request,
         viewer,
@@ -223,6 +229,7 @@ def course_submissions_page(
             "exercises": assignments_of(session, course.id),
             "titles": {e.id: e.title for e in list_exercises()},
             "diagnoses": diagnosis_counts(session, course.id, exercise),
+            "reported_ids": reported_submission_ids(session, course.id),
             "chosen": chosen,
             "list_query": chosen.query_string(),
             "everyone_query": replace(chosen, learner="").query_string(),
@@ -238,15 +245,6 @@ def _done(submission_id: str, done: str, list_query: str) -> Response:
 
 # Each review form sends back the list the submission was opened from (see review_position).
 ListQueryForm = Annotated[str, Form(alias="list")]
-
-
-def _refused(
-    request: Request, session: Session, viewer: Viewer, submission_id: str, message: str
-) -> Response:
-    context = submission_context(request, session, viewer, submission_id)
-    return render(
-        request, viewer, "submission.html", {**context, "error": message}, status_code=422
-    )
 
 
 @router.post("/submissions/{submission_id}/override", response_model=None)
@@ -265,7 +263,7 @@ def override_form(
         set_override(session, submission, score=value, reason=reason, by=user)
     except ValueError as exc:
         message = str(exc) if isinstance(exc, OverrideRejected) else f"{score!r} is not a number"
-        return _refused(
+        return submission_refused(
             request, session, viewer, submission_id, f"The override was not set: {message}."
         )
     return _done(submission_id, "override-set", list_query)
@@ -283,7 +281,9 @@ def remove_override_form(
     try:
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
-        return _refused(request, session, viewer, submission_id, f"Nothing removed: {exc}.")
+        return submission_refused(
+            request, session, viewer, submission_id, f"Nothing removed: {exc}."
+        )
     return _done(submission_id, "override-removed", list_query)
 
 
@@ -302,11 +302,11 @@ def regrade_submission_form(
         why = RegradeReason(reason)
     except ValueError:
         message = "Not regraded: say why you regrade; the learner is told if the result changes."
-        return _refused(request, session, viewer, submission_id, message)
+        return submission_refused(request, session, viewer, submission_id, message)
     try:
         request_regrade(session, submission, by=user, reason=why, note=note)
     except RegradeRejected as exc:
-        return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
+        return submission_refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
     return _done(submission_id, "regrade", list_query)
 
 

@@ -535,6 +535,7 @@ DONE_MESSAGES = {
     "override-set": "Override set: it counts instead of the graded score until you remove it.",
     "override-removed": "Override removed: the graded score counts again.",
     "regrade": "Regrading: the new result replaces the old one, which is kept below.",
+    "reported": "Sent: your instructors see your note with this submission.",
 }
 
 
