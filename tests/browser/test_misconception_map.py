@@ -92,3 +92,22 @@ def test_the_map_on_a_phone_and_framed_by_an_lms(
         assert_no_axe_violations(inner)
         assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth")
         screenshot(page, "framed-misconception-map")
+
+
+@pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
+def test_a_learner_reports_a_diagnosis_that_looks_wrong(
+    browser: Browser, base_url: str, course_id: str, phone: bool
+) -> None:
+    page = signed_in_page(browser, base_url, "bob@example.edu", PASSWORD, phone=phone)
+    page.goto("/history")
+    # A submission of its own for each: a reported one opens with its report shown.
+    page.locator("table a[href^='/submissions/']:not([download])").nth(int(phone)).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Your submission")
+    page.get_by_text("Does this diagnosis look wrong?").click()
+    page.get_by_label("What did the grader get wrong? (optional)").fill("zero_grad is on line 2")
+    assert_accessible_basics(page)
+    page.get_by_role("button", name="Tell my instructors").click()
+    expect(page.get_by_role("status")).to_contain_text("your instructors see your note")
+    expect(page.locator(".diagnosis-report")).to_contain_text("“zero_grad is on line 2”")
+    assert_accessible_basics(page)
+    screenshot(page, f"{'phone' if phone else 'desktop'}-diagnosis-report")
