@@ -27,7 +27,7 @@ def _reports(sessions: SessionFactory) -> list[tuple[str, str, str]]:
         rows = session.execute(
             select(DiagnosisReport.submission_id, DiagnosisReport.diagnosis, DiagnosisReport.note)
         )
-        return [tuple(row) for row in rows]
+        return [(submission, code, note) for submission, code, note in rows]
 
 
 def test_a_report_reaches_the_instructors_and_is_counted(
