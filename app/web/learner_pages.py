@@ -17,6 +17,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.courses.attempts import note_first_open
 from app.courses.gradebook import learner_cells, practice_assignment, progress_of
 from app.courses.membership import (
     AssignedExercise,
@@ -224,8 +225,10 @@ def course_exercise_page(
     edit: str | None = None,
 ) -> HTMLResponse:
     user = signed_in_user(viewer)
-    course, _ = require_member(session, user, course_id)
+    course, role = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
+    if role == CourseRole.LEARNER:
+        note_first_open(session, course_id=course.id, exercise_id=assigned.id, user_id=user.id)
     opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
     context = exercise_context(
         request, session, viewer, settings, assigned.exercise, course, assigned, opening["code"]
@@ -532,6 +535,7 @@ DONE_MESSAGES = {
     "override-set": "Override set: it counts instead of the graded score until you remove it.",
     "override-removed": "Override removed: the graded score counts again.",
     "regrade": "Regrading: the new result replaces the old one, which is kept below.",
+    "reported": "Sent: your instructors see your note with this submission.",
 }
 
 

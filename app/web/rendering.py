@@ -148,6 +148,24 @@ def render(
     return response
 
 
+def csv_download(text: str, filename: str) -> Response:
+    """A CSV file to save: never cached, never sniffed as anything else."""
+    return Response(
+        text,
+        media_type="text/csv; charset=utf-8",
+        headers={
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def file_slug(name: str, fallback: str) -> str:
+    """A name as a file name's part: letters and digits, the rest as dashes."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or fallback
+
+
 def error_page(
     request: Request,
     status_code: int,
