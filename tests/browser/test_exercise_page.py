@@ -324,6 +324,12 @@ def test_phone_title_and_editor_come_first(browser: Browser, base_url: str) -> N
     screenshot(page, "exercise-phone")
     to_editor.click()
     expect(page.locator(".cm-editor")).to_be_in_viewport()
+    # In the editor, the way out of it shows under it, the page no wider for it.
+    way_out = page.locator("#editor-way-out")
+    expect(way_out).to_be_hidden()
+    page.locator(".cm-content").tap()
+    expect(way_out).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     page.context.close()
 
 
