@@ -271,7 +271,6 @@
           const there = fresh.getElementById(id);
           if (here && there) here.replaceChildren.apply(here, Array.from(there.childNodes));
         });
-        document.dispatchEvent(new CustomEvent("loopgrade:progress"));
       })
       .catch(function () {
         // Shown on the next visit; the result itself is in place.
