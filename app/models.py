@@ -153,6 +153,9 @@ class WebSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Set for a session an LMS launch started: the LMS page's origin. Such a session has no
+    # "Sign out" (it ends with the LMS's), and its frame's messages go to that origin.
+    lms_origin: Mapped[str | None] = mapped_column(String(255))
 
 
 class SignInFailure(Base):

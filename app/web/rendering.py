@@ -138,6 +138,7 @@ def render(
             "user": viewer.user,
             "csrf_token": viewer.csrf_token,
             "style_nonce": style_nonce,
+            "lms_origin": viewer.web_session.lms_origin if viewer.web_session else None,
             **context,
         },
         status_code=status_code,
