@@ -19,9 +19,10 @@ from app.models import LatePolicy, PersonalToken, ScoringPolicy, Submission, utc
 from app.settings import Settings
 from graders import harness
 from graders.exercises import get_exercise
-from tests.app.conftest import CORRECT_CODE, EXERCISE, HTTP_TIMEOUT_SECONDS, wait_until_finished
+from tests.app.conftest import CORRECT_CODE, EXERCISE, wait_until_finished
 from tests.app.people import graded, make_course, make_user, post_form, sign_in
 from tests.graders.test_hidden import secrets
+from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
 @contextmanager
