@@ -27,7 +27,7 @@ from app.api.learner_schemas import (
     LearnerSubmissionOut,
     PracticeKitOut,
 )
-from app.api.routes import IdempotencyKeyHeader, answered, submission_out
+from app.api.routes import IdempotencyKeyHeader, accepted_answer, answered, submission_out
 from app.api.schemas import ErrorOut, SubmissionAccepted
 from app.courses.gradebook import Cell, learner_cells, practice_assignment
 from app.courses.membership import (
@@ -41,11 +41,11 @@ from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
-from app.models import Submission, SubmissionStatus
+from app.models import Submission
 from app.people.tokens import TokenHolder, TokenHolderDep
 from app.settings import Settings, SettingsDep
 from app.web.charts import line_chart
-from app.web.events import ProgressStreams
+from app.web.events import progress_stream_response
 from app.web.sessions import client_address
 from graders import harness
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
@@ -138,7 +138,7 @@ def submit_mine(
         body.course,
         code=body.code,
     )
-    return _answer(accepted)
+    return accepted_answer(accepted, f"{router.prefix}/submissions")
 
 
 @router.post(
@@ -168,7 +168,7 @@ def submit_my_file(
         course or None,
         upload=Upload(file.filename or "", file.file),
     )
-    return _answer(accepted)
+    return accepted_answer(accepted, f"{router.prefix}/submissions")
 
 
 def _accept_mine(
@@ -203,17 +203,6 @@ def _accept_mine(
         idempotency=Idempotency.from_header(f"user:{user.id}", idempotency_key),
         personal_token_id=holder.token.id,
     )
-
-
-def _answer(accepted: Accepted) -> Response:
-    submission = accepted.submission
-    headers = {"Location": f"/api/v1/me/submissions/{submission.id}"}
-    if accepted.replayed:
-        headers["Idempotent-Replayed"] = "true"
-    body = SubmissionAccepted(
-        id=submission.id, status=SubmissionStatus(submission.status), notices=accepted.notices
-    )
-    return answered(body, status.HTTP_202_ACCEPTED, headers)
 
 
 def _my_submission(session: Session, holder: TokenHolder, submission_id: str) -> Submission:
@@ -280,14 +269,7 @@ def follow_my_submission(
     """Your submission's progress as server-sent events, the page's own stream: `queued`,
     `running`, `heartbeat`, then `done`; read the result from the submission after `done`."""
     _my_submission(session, holder, submission_id)
-    streams: ProgressStreams = request.app.state.progress_streams
-    client = client_address(request)
-    streams.check_room(client, submission_id)
-    return StreamingResponse(
-        streams.stream(request.app.state.sessions, submission_id, client),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return progress_stream_response(request, submission_id)
 
 
 @router.get(
