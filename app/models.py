@@ -249,6 +249,26 @@ class ApiKey(Base):
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
 
 
+class PersonalToken(Base):
+    """A learner's personal access token for the command-line client and the notebook magic.
+
+    Only the SHA-256 of the secret is kept. It acts for its user alone: it submits as them and
+    reads their own submissions and exercises, nothing of anyone else's, until it expires or is
+    revoked.
+    """
+
+    __tablename__ = "personal_tokens"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class Submission(Base):
     """One learner's code for one exercise, its grading state and, once graded, its result."""
 
@@ -282,9 +302,12 @@ class Submission(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     api_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
-    # Who submitted from the pages (None for the API and anonymous practice), and where.
+    # Who submitted from the pages or a personal token (None for the API and anonymous
+    # practice), and where.
     user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), index=True)
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
+    # Sent by the learner's client with this personal token (user_id is the token's user).
+    personal_token_id: Mapped[str | None] = mapped_column(ForeignKey("personal_tokens.id"))
     upload_filename: Mapped[str | None] = mapped_column(String(255))
     # Anonymous practice only: the client address it came from, which its rate limit counts.
     client_address: Mapped[str | None] = mapped_column(String(64), index=True)
