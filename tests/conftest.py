@@ -207,13 +207,21 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# The suites whose apps, served in the test process, grade in it (tests/hosts' apps hand their
+# gradings to Celery workers).
+SUITES_SERVING_APPS = ("app", "lti", "browser")
 _cold_wanted = threading.Event()  # set during a test marked cold_sandbox
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_warm_pool() -> Iterator[SharedWarmPool]:
-    """Apps served in this process with no pool of their own grade through this one."""
+def shared_warm_pool(request: pytest.FixtureRequest) -> Iterator[SharedWarmPool]:
+    """Apps served in this process with no pool of their own grade through this one. It starts
+    before the first test when the session holds tests that serve apps: starting it inside an
+    app's start-up would hold that start-up for the seconds its zygotes take."""
     shared = SharedWarmPool()
+    serving = [Path(__file__).parent / suite for suite in SUITES_SERVING_APPS]
+    if any(item.path.is_relative_to(suite) for item in request.session.items for suite in serving):
+        shared.get()
     open_own_runner = open_grading_runner_of_settings
 
     def open_grading_runner(settings: Settings) -> sandbox.Runner:
