@@ -150,7 +150,17 @@ def _override_set(said: Said) -> str:
     )
     if details.get("reason"):
         text += f": “{details['reason']}”"
-    return text
+    return text + _counted_words(details)
+
+
+def _counted_words(details: dict[str, Any]) -> str:
+    """What an override change did to the learner's counted score (older events lack it)."""
+    if "counted_after" not in details:
+        return ""
+    before, after = details.get("counted_before"), details.get("counted_after")
+    if before == after:
+        return f"; the counted score stays {_number(after)}"
+    return f"; counted score {_number(before)} → {_number(after)}"
 
 
 def _override_removed(said: Said) -> str:
@@ -158,7 +168,7 @@ def _override_removed(said: Said) -> str:
         f"{said.who} removed the override of {said.whose} score "
         f"({_number(said.details.get('previous_override'))}; the graded "
         f"{_number(said.details.get('graded_score'))} counts again)"
-    )
+    ) + _counted_words(said.details)
 
 
 def _regrade_submission(said: Said) -> str:

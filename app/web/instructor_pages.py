@@ -32,7 +32,13 @@ from app.courses.membership import (
     require_instructor,
     set_assignment,
 )
-from app.courses.overrides import OverrideRejected, remove_override, set_override
+from app.courses.overrides import (
+    OverrideRejected,
+    check_override,
+    counted_change,
+    remove_override,
+    set_override,
+)
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.grading.regrades import (
@@ -266,11 +272,24 @@ def override_form(
     viewer: CsrfViewerDep,
     score: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
+    confirmed: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
+    """First says what the override does to the counted score; saves it once confirmed."""
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         value = float(score)
+        if confirmed != "yes":
+            check_override(submission, score=value, reason=reason)
+            change = counted_change(session, submission, value)
+            context = submission_context(request, session, viewer, submission_id)
+            preview = {
+                "score": f"{value:g}",
+                "reason": reason,
+                "change": change,
+                "list_query": list_query,
+            }
+            return render(request, viewer, "submission.html", {**context, "preview": preview})
         set_override(session, submission, score=value, reason=reason, by=user)
     except ValueError as exc:
         message = str(exc) if isinstance(exc, OverrideRejected) else f"{score!r} is not a number"
