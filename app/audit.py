@@ -200,10 +200,11 @@ def _assignment_set(said: Said) -> str:
         if details.get("late_policy") == "lock"
         else f"{_number(details.get('late_penalty_percent_per_day'))}% off per day late"
     )
+    changed = details.get("counted_scores_changed")
     return (
         f"{said.who} set {said.exercise}: {due_words}, {late}, "
         f"the {details.get('scoring_policy', 'best')} submission counts"
-    )
+    ) + (f" ({changed} counted score{'s' if changed != 1 else ''} changed)" if changed else "")
 
 
 SENTENCES: dict[AuditAction, Callable[[Said], str]] = {

@@ -504,3 +504,20 @@ def counted_cell(
     else:
         query = query.where(Submission.user_id.is_(None), Submission.learner == submission.learner)
     return score_cell(assigned, list(session.scalars(query)), assumed)
+
+
+def counted_scores_changed(
+    session: Session, course: Course, exercise: Exercise, policy: Assignment
+) -> int:
+    """How many learners' counted scores for `exercise` would change if the course set it with
+    `policy` (a due date moved, a penalty or the scoring changed). `policy` is not stored."""
+    current = [a for a in assignments_of(session, course.id) if a.id == exercise.id]
+    if not current:
+        return 0
+    before = learner_rows(session, course, current)
+    after = learner_rows(session, course, [AssignedExercise(exercise, policy)])
+    return sum(
+        1
+        for old, new in zip(before, after, strict=True)
+        if old.cells[0].score != new.cells[0].score
+    )

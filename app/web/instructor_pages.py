@@ -18,7 +18,13 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, events, record_event
-from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.courses.gradebook import (
+    FILTERS,
+    build_gradebook,
+    counted_scores_changed,
+    exercise_stats,
+    gradebook_csv,
+)
 from app.courses.membership import (
     AssignedExercise,
     CourseError,
@@ -626,6 +632,7 @@ def settings_form(
     timezone: Annotated[str, Form()] = "",
     instructor_email: Annotated[str, Form()] = "",
     new_join_code: Annotated[str, Form()] = "",
+    confirmed: Annotated[str, Form()] = "",
 ) -> Response:
     """The whole settings page is one form: every exercise's fields are saved together (or,
     when one has an error, none is, and the page comes back with everything as it was sent)."""
@@ -649,7 +656,20 @@ def settings_form(
         }
         return render(request, viewer, "settings.html", context, status_code=422)
 
-    changed = _save_assignments(session, user, course, sent)
+    counted_changes = _counted_changes(session, course, sent)
+    summary = ",".join(f"{exercise_id}:{n}" for exercise_id, _, n in counted_changes)
+    if counted_changes and confirmed != summary:
+        # Said before saving; a form changed since it was said is said again.
+        context = {
+            **settings_context(session, course, fields),
+            "counted_changes": counted_changes,
+            "confirm_summary": summary,
+            "instructor_email": instructor_email,
+            "new_join_code": bool(new_join_code),
+        }
+        return render(request, viewer, "settings.html", context)
+    changes_by_exercise = {exercise_id: n for exercise_id, _, n in counted_changes}
+    changed = _save_assignments(session, user, course, sent, changes_by_exercise)
     if other is not None:
         add_instructor(session, course=course, user=other)
         record_event(
@@ -693,11 +713,31 @@ def _sent_assignments(
     return sent
 
 
+def _counted_changes(
+    session: Session, course: Course, sent: list[tuple[AssignmentFields, dict[str, Any] | None]]
+) -> list[tuple[str, str, int]]:
+    """(exercise id, title, learners whose counted score changes) for each exercise still set
+    whose new policy changes any."""
+    changes = []
+    for fields_sent, values in sent:
+        if values is None or not values["assigned"]:
+            continue
+        policy = {key: value for key, value in values.items() if key != "assigned"}
+        exercise = fields_sent.exercise
+        count = counted_scores_changed(
+            session, course, exercise, Assignment(exercise_id=exercise.id, **policy)
+        )
+        if count:
+            changes.append((exercise.id, exercise.title, count))
+    return changes
+
+
 def _save_assignments(
     session: Session,
     user: User,
     course: Course,
     sent: list[tuple[AssignmentFields, dict[str, Any] | None]],
+    counted_changes: dict[str, int],
 ) -> list[str]:
     """Store every exercise's settings; audit and return the ids of those that changed."""
     before = {a.id: _assignment_state(a.assignment) for a in assignments_of(session, course.id)}
@@ -719,6 +759,7 @@ def _save_assignments(
             late_policy=row.late_policy if row else None,
             late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
             scoring_policy=row.scoring_policy if row else None,
+            counted_scores_changed=counted_changes.get(exercise_id, 0),
         )
     return changed
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import html
 import io
+import re
 from datetime import timedelta
 
 import httpx
@@ -16,6 +17,7 @@ from app.db import SessionFactory
 from app.models import Assignment, AuditEvent, SiteRole, Submission, utc_now
 from tests.app.conftest import EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
+from tests.app.test_course_settings import form_of, post
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
@@ -29,17 +31,14 @@ def text_of(response: httpx.Response) -> str:
     return html.unescape(" ".join(response.text.split()))
 
 
-def counted_in_gradebook(teacher: httpx.Client, course_id: str) -> str:
-    rows = list(
-        csv.DictReader(
-            io.StringIO(teacher.get(f"/courses/{course_id}/gradebook.csv?exercise={EXERCISE}").text)
-        )
-    )
-    (row,) = rows
+def counted_in_gradebook(teacher: httpx.Client, course_id: str) -> list[str]:
+    """Each learner's counted score for the exercise, as the gradebook's CSV gives it."""
+    path = f"/courses/{course_id}/gradebook.csv?exercise={EXERCISE}"
+    rows = list(csv.DictReader(io.StringIO(teacher.get(path).text)))
     (column,) = [
-        key for key in row if key.startswith("One training step") and "counted as" not in key
+        key for key in rows[0] if key.startswith("One training step") and "counted as" not in key
     ]
-    return row[column]
+    return [row[column] for row in rows]
 
 
 def test_an_override_of_an_older_attempt_never_lowers_a_solve(
@@ -54,7 +53,7 @@ def test_an_override_of_an_older_attempt_never_lowers_a_solve(
     )
     solve = graded(sessions, user_id=ann, course_id=course_id, score=10, created_at=now)
     teacher = signed_in(client, "tess@example.org")
-    assert counted_in_gradebook(teacher, course_id) == "10"
+    assert counted_in_gradebook(teacher, course_id) == ["10"]
 
     # First the consequence, and nothing saved yet.
     form = {
@@ -74,7 +73,7 @@ def test_an_override_of_an_older_attempt_never_lowers_a_solve(
 
     saved = teacher.post(f"/submissions/{older}/override", data={**form, "confirmed": "yes"})
     assert saved.status_code == 303
-    assert counted_in_gradebook(teacher, course_id) == "10"
+    assert counted_in_gradebook(teacher, course_id) == ["10"]
     audit = text_of(teacher.get(f"/courses/{course_id}/audit"))
     assert "score 3 → 7: “partial credit”; the counted score stays 10." in audit
 
@@ -98,7 +97,7 @@ def test_an_override_of_an_older_attempt_never_lowers_a_solve(
         ).status_code
         == 303
     )
-    assert counted_in_gradebook(teacher, course_id) == "7"
+    assert counted_in_gradebook(teacher, course_id) == ["7"]
     assert "“copied”; counted score 10 → 7." in text_of(teacher.get(f"/courses/{course_id}/audit"))
 
     # Bad input gets a 4xx with a sentence, before and at the confirmation; nothing changes.
@@ -112,7 +111,7 @@ def test_an_override_of_an_older_attempt_never_lowers_a_solve(
         refused = teacher.post(f"/submissions/{solve}/override", data={**data, "csrf_token": token})
         assert refused.status_code == 422
         assert "The override was not set:" in refused.text
-    assert counted_in_gradebook(teacher, course_id) == "7"
+    assert counted_in_gradebook(teacher, course_id) == ["7"]
 
 
 def test_late_and_locked_results_say_what_they_count_and_why(
@@ -153,7 +152,7 @@ def test_late_and_locked_results_say_what_they_count_and_why(
 
     teacher = signed_in(client, "tess@example.org")
     book = teacher.get(f"/courses/{course_id}/gradebook")
-    assert "late −20%" in text_of(book)
+    assert "late \N{MINUS SIGN}20%" in text_of(book)
     exported = list(
         csv.reader(
             io.StringIO(teacher.get(f"/courses/{course_id}/gradebook.csv?exercise={EXERCISE}").text)
@@ -183,3 +182,65 @@ def test_late_and_locked_results_say_what_they_count_and_why(
         f"/api/v1/submissions/{late}", headers={"Authorization": f"Bearer {key}"}
     ).json()
     assert (answer["counted_score"], answer["counted_as"]) == (0, "locked")
+
+
+def test_moving_a_due_date_into_the_past_says_how_many_counted_scores_change(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
+    learners = [make_user(sessions, f"{n}@example.org") for n in ("ann", "ben", "cat")]
+    course_id = make_course(
+        sessions, "tess@example.org", *(f"{n}@example.org" for n in ("ann", "ben", "cat"))
+    )
+    now = utc_now()
+    for user_id in learners[:2]:  # Ann and Ben solved it an hour ago; Cat never tried
+        graded(
+            sessions,
+            user_id=user_id,
+            course_id=course_id,
+            score=10,
+            created_at=now - timedelta(hours=1),
+        )
+    teacher = signed_in(client, "tess@example.org")
+    path = f"/courses/{course_id}/settings"
+    due = (now - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M")
+    changes = {EXERCISE: {"due_at": due, "late_penalty_percent_per_day": "20"}}
+    form = form_of(token_of(teacher.get(path)), changes)
+
+    asked = post(teacher, path, form)
+    assert asked.status_code == 200
+    said = text_of(asked)
+    assert "Not saved yet: this changes counted scores" in said
+    assert (
+        "One training step: zero, backward, step: the counted score of 2 learners changes" in said
+    )
+    with sessions() as session:
+        row = session.scalars(
+            select(Assignment).where(
+                Assignment.course_id == course_id, Assignment.exercise_id == EXERCISE
+            )
+        ).one()
+        assert row.due_at is None  # nothing saved
+    confirmed = re.search(r'name="confirmed" value="([^"]+)"', asked.text)
+    assert confirmed and confirmed[1] == f"{EXERCISE}:2"
+
+    # Confirmed as said: saved.
+    assert counted_in_gradebook(teacher, course_id) == ["10", "10", ""]
+    saved = post(teacher, path, [*form, ("confirmed", confirmed[1])])
+    assert saved.status_code == 303
+    assert counted_in_gradebook(teacher, course_id) == ["8", "8", ""]
+    audit = text_of(teacher.get(f"/courses/{course_id}/audit"))
+    assert "20% off per day late, the best submission counts (2 counted scores changed)." in audit
+
+    # A stale confirmation (the count it confirmed is no longer the count) is asked again.
+    harsher = {EXERCISE: {"due_at": due, "late_penalty_percent_per_day": "50"}}
+    again = post(
+        teacher,
+        path,
+        [*form_of(token_of(teacher.get(path)), harsher), ("confirmed", f"{EXERCISE}:1")],
+    )
+    assert again.status_code == 200 and "the counted score of 2 learners changes" in text_of(again)
+    # Bad input is refused with a sentence, whatever was confirmed.
+    bad = {EXERCISE: {"due_at": "yesterday", "late_penalty_percent_per_day": "20"}}
+    refused = post(teacher, path, [*form_of(token_of(teacher.get(path)), bad), ("confirmed", "x")])
+    assert refused.status_code == 422 and "is not a date and time" in text_of(refused)
