@@ -21,6 +21,25 @@ from tests.app.test_course_settings import form_of, post
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
+def set_policy(sessions: SessionFactory, course_id: str, **values: object) -> None:
+    """Set the course's policy for EXERCISE as the settings page would store it."""
+    with sessions.begin() as session:
+        assignment = session.scalars(
+            select(Assignment).where(
+                Assignment.course_id == course_id, Assignment.exercise_id == EXERCISE
+            )
+        ).one()
+        for name, value in values.items():
+            setattr(assignment, name, value)
+
+
+def teacher_and_ann(sessions: SessionFactory) -> tuple[str, str]:
+    """A course taught by Tess with Ann enrolled: (course id, Ann's user id)."""
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
+    ann = make_user(sessions, "ann@example.org", name="Ann")
+    return make_course(sessions, "tess@example.org", "ann@example.org"), ann
+
+
 def signed_in(client: httpx.Client, email: str) -> httpx.Client:
     other = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(other, email)
@@ -44,9 +63,7 @@ def counted_in_gradebook(teacher: httpx.Client, course_id: str) -> list[str]:
 def test_an_override_of_an_older_attempt_never_lowers_a_solve(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
-    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
-    ann = make_user(sessions, "ann@example.org", name="Ann")
-    course_id = make_course(sessions, "tess@example.org", "ann@example.org")
+    course_id, ann = teacher_and_ann(sessions)
     now = utc_now()
     older = graded(
         sessions, user_id=ann, course_id=course_id, score=3, created_at=now - timedelta(hours=1)
@@ -117,18 +134,12 @@ def test_an_override_of_an_older_attempt_never_lowers_a_solve(
 def test_late_and_locked_results_say_what_they_count_and_why(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
-    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
-    ann = make_user(sessions, "ann@example.org", name="Ann")
-    course_id = make_course(sessions, "tess@example.org", "ann@example.org")
+    course_id, ann = teacher_and_ann(sessions)
     now = utc_now()
+    set_policy(
+        sessions, course_id, due_at=now - timedelta(hours=3), late_penalty_percent_per_day=20
+    )
     with sessions.begin() as session:
-        assignment = session.scalars(
-            select(Assignment).where(
-                Assignment.course_id == course_id, Assignment.exercise_id == EXERCISE
-            )
-        ).one()
-        assignment.due_at = now - timedelta(hours=3)
-        assignment.late_penalty_percent_per_day = 20
         _, key = create_api_key(session, name="lms", course_id=course_id)
     late = graded(
         sessions,
@@ -161,13 +172,7 @@ def test_late_and_locked_results_say_what_they_count_and_why(
     assert exported[1][2:4] == ["8", "late"]
 
     # Under the lock policy the solve counts 0, and says so: not a plain green 0.
-    with sessions.begin() as session:
-        assignment = session.scalars(
-            select(Assignment).where(
-                Assignment.course_id == course_id, Assignment.exercise_id == EXERCISE
-            )
-        ).one()
-        assignment.late_policy = "lock"
+    set_policy(sessions, course_id, late_policy="lock")
     locked = "locked: submitted 2 h late, after the due date, counts 0"
     assert locked in text_of(ann_client.get(f"/submissions/{late}"))
     book = teacher.get(f"/courses/{course_id}/gradebook")

@@ -9,12 +9,11 @@ from datetime import timedelta
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.models import Assignment, SiteRole, utc_now
-from tests.app.conftest import EXERCISE
+from app.models import SiteRole, utc_now
 from tests.app.people import PASSWORD, graded, make_course, make_user
+from tests.app.test_counted_scores import set_policy
 from tests.browser.conftest import (
     assert_accessible_basics,
     assert_no_axe_violations,
@@ -35,36 +34,22 @@ def course(module_sessions: SessionFactory) -> dict[str, str]:
     ben = make_user(module_sessions, "ben@example.edu", name="Ben Baker")
     course_id = make_course(module_sessions, TEACHER, "ann@example.edu", "ben@example.edu")
     now = utc_now()
-    with module_sessions.begin() as session:
-        assignment = session.scalars(
-            select(Assignment).where(
-                Assignment.course_id == course_id, Assignment.exercise_id == EXERCISE
-            )
-        ).one()
-        assignment.due_at = now - timedelta(hours=3)
-        assignment.late_penalty_percent_per_day = 20
+    set_policy(
+        module_sessions, course_id, due_at=now - timedelta(hours=3), late_penalty_percent_per_day=20
+    )
     ids = {
-        "older": graded(
+        name: graded(
             module_sessions,
-            user_id=ann,
+            user_id=user_id,
             course_id=course_id,
-            score=3,
-            created_at=now - timedelta(hours=5),
-        ),
-        "solve": graded(
-            module_sessions,
-            user_id=ann,
-            course_id=course_id,
-            score=10,
-            created_at=now - timedelta(hours=4),
-        ),
-        "late": graded(
-            module_sessions,
-            user_id=ben,
-            course_id=course_id,
-            score=10,
-            created_at=now - timedelta(hours=1),
-        ),
+            score=score,
+            created_at=now - timedelta(hours=hours_ago),
+        )
+        for name, user_id, score, hours_ago in (
+            ("older", ann, 3, 5),
+            ("solve", ann, 10, 4),
+            ("late", ben, 10, 1),
+        )
     }
     return {"course": course_id, **ids}
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from app.courses.overrides import set_override
+from app.courses.overrides import CountedChange, set_override
 from app.db import SessionFactory
 from app.lti.ags import LTI_SCORE_KIND, deliver_score
 from app.lti.ags_client import AccessTokens
@@ -27,6 +27,16 @@ def lti_scores_queued(sessions: SessionFactory) -> list[float]:
         return [row.payload["score_given"] for row in rows]
 
 
+def override(
+    sessions: SessionFactory, submission_id: str, score: float, *, by: str
+) -> CountedChange:
+    with sessions.begin() as session:
+        teacher = session.get(User, by)
+        submission = session.get(Submission, submission_id)
+        assert teacher is not None and submission is not None
+        return set_override(session, submission, score=score, reason="partial credit", by=teacher)
+
+
 def test_an_override_of_an_older_attempt_sends_the_better_solve(
     launch: Launch, platform: FakePlatform, sessions: SessionFactory, settings: Settings
 ) -> None:
@@ -43,11 +53,7 @@ def test_an_override_of_an_older_attempt_sends_the_better_solve(
     queued_before = len(lti_scores_queued(sessions))
 
     # "Partial credit" on the older 3/10: the 10/10 still counts, and the LMS is sent 10.
-    with sessions.begin() as session:
-        teacher = session.get(User, teacher_id)
-        submission = session.get(Submission, older)
-        assert teacher is not None and submission is not None
-        change = set_override(session, submission, score=7, reason="partial credit", by=teacher)
+    change = override(sessions, older, 7, by=teacher_id)
     assert (change.before, change.after) == (10, 10)
     sent = lti_scores_queued(sessions)[queued_before:]
     assert sent == [10.0]
@@ -63,10 +69,6 @@ def test_an_override_of_an_older_attempt_sends_the_better_solve(
     assert (stored.user_id, stored.score_given, stored.score_maximum) == ("learner-1", 10.0, 10.0)
 
     # An override of the counted attempt itself does lower it: to the best left, 7.
-    with sessions.begin() as session:
-        teacher = session.get(User, teacher_id)
-        submission = session.get(Submission, solve)
-        assert teacher is not None and submission is not None
-        change = set_override(session, submission, score=5, reason="copied", by=teacher)
+    change = override(sessions, solve, 5, by=teacher_id)
     assert (change.before, change.after) == (10, 7)
     assert lti_scores_queued(sessions)[-1] == 7.0
