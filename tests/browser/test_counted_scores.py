@@ -148,3 +148,27 @@ def test_the_confirmation_and_the_late_words_in_a_cross_site_lms_frame(
         expect(frame.locator("#result .graded-score")).to_contain_text(
             "overridden by your instructor to 9/10"
         )
+
+
+def test_moving_the_due_date_says_first_how_many_counted_scores_change(
+    browser: Browser, base_url: str, course: dict[str, str]
+) -> None:
+    """Runs last: Ann's on-time solve becomes late (10 -> 8); Ben's stays as overridden."""
+    page = signed_in(browser, base_url, TEACHER)
+    page.goto(f"/courses/{course['course']}/settings")
+    # In the browser's own zone, as the page's time.js shows and sends it.
+    earlier = (utc_now() - timedelta(hours=6)).astimezone().strftime("%Y-%m-%dT%H:%M")
+    page.locator("#due-train-step").fill(earlier)
+    page.get_by_role("button", name="Save settings").click()
+    said = page.locator("#confirm-counted")
+    expect(said).to_contain_text("Not saved yet: this changes counted scores")
+    expect(said).to_contain_text(
+        "One training step: zero, backward, step: the counted score of 1 learner changes"
+    )
+    expect(page.locator("#due-train-step")).to_have_value(earlier)
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-settings-confirm-counted")
+    page.get_by_role("button", name="Confirm and save settings").click()
+    expect(page.locator(".notice")).to_contain_text("Settings saved.")
+    page.goto(f"/courses/{course['course']}/audit")
+    expect(page.locator(".audit-log li").first).to_contain_text("(1 counted score changed)")
