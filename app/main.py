@@ -44,11 +44,13 @@ from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from app.web import (
     account_pages,
+    diagnosis_report_pages,
     draft_api,
     events,
     instructor_pages,
     integration_pages,
     learner_pages,
+    misconception_pages,
 )
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
@@ -243,6 +245,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(events.router)
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
+    app.include_router(misconception_pages.router)
+    app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 

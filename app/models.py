@@ -153,6 +153,9 @@ class WebSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Set for a session an LMS launch started: the LMS page's origin. Such a session has no
+    # "Sign out" (it ends with the LMS's), and its frame's messages go to that origin.
+    lms_origin: Mapped[str | None] = mapped_column(String(255))
 
 
 class SignInFailure(Base):
@@ -439,3 +442,34 @@ class KeptSubmission(Base):
     client_address: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class ExerciseOpen(Base):
+    """When a course's learner first opened one of its exercises: item analysis measures the
+    time from here to the first solve. One row per learner and exercise, never updated."""
+
+    __tablename__ = "exercise_opens"
+    __table_args__ = (UniqueConstraint("course_id", "exercise_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class DiagnosisReport(Base):
+    """A learner's word that their submission's diagnosis looks wrong: it reaches the course's
+    instructors with the submission, and is counted per diagnosis (where the grader errs)."""
+
+    __tablename__ = "diagnosis_reports"
+    __table_args__ = (UniqueConstraint("submission_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"))
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"), index=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    # The diagnosis reported (a regrade may change the submission's since).
+    diagnosis: Mapped[str] = mapped_column(String(64))
+    note: Mapped[str] = mapped_column(Text, default="")
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

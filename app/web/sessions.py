@@ -69,14 +69,18 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_session(session: Session, user: User, *, max_age_seconds: int) -> tuple[WebSession, str]:
-    """A new session for `user`; returns it and the token, which only the cookie keeps."""
+def start_session(
+    session: Session, user: User, *, max_age_seconds: int, lms_origin: str | None = None
+) -> tuple[WebSession, str]:
+    """A new session for `user` (`lms_origin`: started by a launch from that LMS page);
+    returns it and the token, which only the cookie keeps."""
     token = secrets.token_urlsafe(32)
     web_session = WebSession(
         token_hash=_token_hash(token),
         user_id=user.id,
         csrf_token=secrets.token_urlsafe(32),
         expires_at=utc_now() + timedelta(seconds=max_age_seconds),
+        lms_origin=lms_origin,
     )
     session.add(web_session)
     # Expired sessions of this user are only clutter.
