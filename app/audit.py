@@ -150,7 +150,17 @@ def _override_set(said: Said) -> str:
     )
     if details.get("reason"):
         text += f": “{details['reason']}”"
-    return text
+    return text + _counted_words(details)
+
+
+def _counted_words(details: dict[str, Any]) -> str:
+    """What an override change did to the learner's counted score (older events lack it)."""
+    if "counted_after" not in details:
+        return ""
+    before, after = details.get("counted_before"), details.get("counted_after")
+    if before == after:
+        return f"; the counted score stays {_number(after)}"
+    return f"; counted score {_number(before)} → {_number(after)}"
 
 
 def _override_removed(said: Said) -> str:
@@ -158,7 +168,7 @@ def _override_removed(said: Said) -> str:
         f"{said.who} removed the override of {said.whose} score "
         f"({_number(said.details.get('previous_override'))}; the graded "
         f"{_number(said.details.get('graded_score'))} counts again)"
-    )
+    ) + _counted_words(said.details)
 
 
 def _regrade_submission(said: Said) -> str:
@@ -190,10 +200,11 @@ def _assignment_set(said: Said) -> str:
         if details.get("late_policy") == "lock"
         else f"{_number(details.get('late_penalty_percent_per_day'))}% off per day late"
     )
+    changed = details.get("counted_scores_changed")
     return (
         f"{said.who} set {said.exercise}: {due_words}, {late}, "
         f"the {details.get('scoring_policy', 'best')} submission counts"
-    )
+    ) + (f" ({changed} counted score{'s' if changed != 1 else ''} changed)" if changed else "")
 
 
 SENTENCES: dict[AuditAction, Callable[[Said], str]] = {

@@ -22,7 +22,14 @@ from app.api.schemas import (
     SubmissionCreate,
     SubmissionOut,
 )
-from app.courses.gradebook import FILTERS, build_gradebook, gradebook_json
+from app.courses.counted import Standing
+from app.courses.gradebook import (
+    FILTERS,
+    build_gradebook,
+    gradebook_json,
+    standing_of,
+    standings_of,
+)
 from app.courses.membership import NotFound, assignment_of, assignments_of
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
@@ -64,8 +71,12 @@ def answered(
     )
 
 
-def submission_out(submission: Submission) -> SubmissionOut:
+def submission_out(
+    submission: Submission, counted: tuple[Standing | None, str | None]
+) -> SubmissionOut:
+    """The submission as the API answers it; `counted` is what it counts (standings_of)."""
     shown = shown_result(submission)
+    standing, counted_because = counted
     return SubmissionOut.model_validate(
         {
             "id": submission.id,
@@ -74,6 +85,9 @@ def submission_out(submission: Submission) -> SubmissionOut:
             "status": submission.status,
             "score": submission.score,
             "max_score": submission.max_score,
+            "counted_score": standing.value if standing else None,
+            "counted_as": standing.counted_as if standing else None,
+            "counted_because": counted_because,
             "diagnosis": submission.diagnosis,
             "checks": [check.model_dump() for check in shown.checks],
             "feedback": shown.feedback,
@@ -228,7 +242,7 @@ def read_submission(submission_id: str, session: SessionDep, api_key: ApiKeyDep)
     # Another course's submission is answered exactly like a missing one.
     if submission is None or not _key_sees(api_key, submission):
         raise HTTPException(404, detail=f"no submission with id {submission_id!r}")
-    return answered(submission_out(submission))
+    return answered(submission_out(submission, standing_of(session, submission)))
 
 
 def _key_sees(api_key: ApiKey, submission: Submission) -> bool:
@@ -262,8 +276,9 @@ def list_submissions(
         query = query.where(Submission.learner == learner)
     if exercise is not None:
         query = query.where(Submission.exercise_id == exercise)
-    rows = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit))
-    return [submission_out(row) for row in rows]
+    rows = list(session.scalars(query.order_by(Submission.created_at.desc()).limit(limit)))
+    counted = standings_of(session, rows)
+    return [submission_out(row, counted[row.id]) for row in rows]
 
 
 @router.get(

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.courses.counted import CountedAs
 from app.models import SubmissionStatus
 
 
@@ -50,6 +51,17 @@ class SubmissionOut(BaseModel):
     status: SubmissionStatus
     score: float | None = Field(description="Null until graded.")
     max_score: float | None
+    counted_score: float | None = Field(
+        description="What this submission counts under its course's policy: its override, or "
+        "its score after any late penalty (0 when locked). The learner's counted score for the "
+        "exercise is the best (or latest) of these. Null until graded."
+    )
+    counted_as: CountedAs | None = Field(
+        description="Why it counts that: graded, late, locked or overridden."
+    )
+    counted_because: str | None = Field(
+        description="The same in words, as the learner reads it; null when it counts as graded."
+    )
     # Not the grader's Literal: a stored result must stay readable if a code is ever retired.
     diagnosis: str | None = Field(description="A stable code naming the mistake.")
     checks: list[CheckOut]

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.courses.gradebook import is_solved
+from app.courses.counted import is_solved
 from app.courses.membership import members
 from app.models import CourseRole, ExerciseOpen, Submission, SubmissionStatus
 

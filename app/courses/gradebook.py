@@ -1,29 +1,37 @@
 """Scores under a course's policies: the gradebook, its CSV and JSON, per-exercise statistics.
 
-The counted score of a learner for an exercise:
-- an instructor's override wins: the most recently set one, whatever the policy;
-- otherwise over the learner's graded submissions, the best or the latest (the assignment's
-  scoring policy), each after its late penalty: `late_penalty_percent_per_day` per started
-  day after the due date, up to 100%; with the lock policy, a late submission counts nothing.
-A learner has `solved` an exercise once any submission scored full marks, late or not.
+What counts of a learner's submissions is app/courses/counted.py's one rule.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import statistics
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.courses.membership import AssignedExercise, assignments_of, members
+from app.courses.counted import (
+    AssumedOverrides,
+    Cell,
+    Standing,
+    is_solved,
+    score_cell,
+    standing_words,
+    submission_standing,
+)
+from app.courses.membership import (
+    AssignedExercise,
+    NotFound,
+    assignment_of,
+    assignments_of,
+    members,
+)
 from app.grading.submissions import submissions_of
 from app.models import (
     Assignment,
@@ -35,10 +43,8 @@ from app.models import (
     SubmissionStatus,
     User,
 )
-from graders.exercises import Exercise
+from graders.exercises import Exercise, UnknownExercise, get_exercise
 
-State = Literal["not-tried", "tried", "solved"]
-DAY = timedelta(days=1)
 SORTS = ("name", "email", "total")
 FILTERS = {
     "all": "Everyone",
@@ -47,98 +53,6 @@ FILTERS = {
     "late": "Counted a late submission",
     "overridden": "Has an override",
 }
-
-
-def late_days(created_at: datetime, due_at: datetime | None) -> int:
-    """Started days after the due date (1 for a minute late); 0 when on time or undated."""
-    if due_at is None or created_at <= due_at:
-        return 0
-    return math.ceil((created_at - due_at) / DAY)
-
-
-def penalty_percent(assigned: AssignedExercise, days: int) -> float:
-    if days == 0:
-        return 0.0
-    if assigned.assignment.late_policy == LatePolicy.LOCK:
-        return 100.0
-    return min(100.0, days * assigned.assignment.late_penalty_percent_per_day)
-
-
-def is_solved(submission: Submission) -> bool:
-    return (
-        submission.status == SubmissionStatus.GRADED
-        and submission.score is not None
-        and submission.max_score is not None
-        and submission.score >= submission.max_score
-    )
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One learner's standing on one exercise."""
-
-    exercise_id: str
-    max_score: float
-    score: float | None  # what counts; None while nothing graded counts
-    state: State
-    attempts: int
-    pending: int  # submissions still being graded
-    counted_submission_id: str | None = None
-    graded_score: float | None = None  # the counted submission's score before any penalty
-    late_days: int = 0
-    penalty_percent: float = 0.0
-    overridden: bool = False
-
-
-def score_cell(assigned: AssignedExercise, submissions: list[Submission]) -> Cell:
-    """The counted score of one learner's submissions (any order) for one exercise."""
-    ordered = sorted(submissions, key=lambda s: s.created_at)
-    graded = [s for s in ordered if s.status == SubmissionStatus.GRADED and s.score is not None]
-    max_score = assigned.exercise.max_score
-    state: State = (
-        "solved" if any(is_solved(s) for s in graded) else "tried" if ordered else "not-tried"
-    )
-    pending = sum(
-        1 for s in ordered if s.status in (SubmissionStatus.QUEUED, SubmissionStatus.RUNNING)
-    )
-    base = Cell(assigned.id, max_score, None, state, len(ordered), pending)
-
-    overridden = [s for s in graded if s.override_score is not None and s.override_at is not None]
-    if overridden:
-        latest = max(overridden, key=lambda s: s.override_at or s.created_at)
-        return replace(
-            base,
-            score=latest.override_score,
-            counted_submission_id=latest.id,
-            graded_score=latest.score,
-            late_days=late_days(latest.created_at, assigned.assignment.due_at),
-            overridden=True,
-        )
-
-    candidates: list[tuple[float, Submission, int, float]] = []
-    for submission in graded:
-        days = late_days(submission.created_at, assigned.assignment.due_at)
-        percent = penalty_percent(assigned, days)
-        if assigned.assignment.late_policy == LatePolicy.LOCK and days > 0:
-            continue
-        assert submission.score is not None
-        candidates.append((submission.score * (1 - percent / 100), submission, days, percent))
-    if not candidates:
-        return base
-    if assigned.assignment.scoring_policy == ScoringPolicy.LATEST:
-        chosen = candidates[-1]
-    else:
-        # The best; of equals, the earliest.
-        chosen = max(candidates, key=lambda c: (c[0], -c[1].created_at.timestamp()))
-    score, submission, days, percent = chosen
-    return replace(
-        base,
-        score=round(score, 4),
-        counted_submission_id=submission.id,
-        graded_score=submission.score,
-        late_days=days,
-        penalty_percent=percent,
-    )
 
 
 @dataclass(frozen=True)
@@ -322,24 +236,24 @@ def csv_text(value: str) -> str:
 
 
 def gradebook_csv(gradebook: Gradebook) -> str:
-    """Exactly the rows and columns shown, as CSV (scores as counted)."""
+    """Exactly the rows and columns shown, as CSV (scores as counted). Each exercise has two
+    columns: its counted score, and why it counts that (docs/people.md lists the columns)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
-    writer.writerow(
-        [
-            "learner",
-            "email",
-            *(f"{a.exercise.title} ({a.exercise.max_score:g})" for a in gradebook.exercises),
-            "total",
-            "max_total",
-        ]
-    )
+    exercise_columns = []
+    for a in gradebook.exercises:
+        title = f"{a.exercise.title} ({a.exercise.max_score:g})"
+        exercise_columns += [title, f"{title} counted as"]
+    writer.writerow(["learner", "email", *exercise_columns, "total", "max_total"])
     for row in gradebook.rows:
+        cells = []
+        for cell in row.cells:
+            cells += [_number(cell.score), cell.counted_as or ""]
         writer.writerow(
             [
                 csv_text(row.name),
                 csv_text(row.email or ""),
-                *(_number(cell.score) for cell in row.cells),
+                *cells,
                 _number(row.total),
                 _number(row.max_total),
             ]
@@ -382,6 +296,8 @@ def gradebook_json(gradebook: Gradebook) -> dict[str, Any]:
                         "late_days": cell.late_days,
                         "penalty_percent": cell.penalty_percent,
                         "overridden": cell.overridden,
+                        "locked": cell.locked,
+                        "counted_as": cell.counted_as,
                         "submission": cell.counted_submission_id,
                     }
                     for cell in row.cells
@@ -530,4 +446,78 @@ def practice_cells(
         course_id=None,
         user_id=user_id,
         anonymous_learner=anonymous_learner,
+    )
+
+
+def assigned_exercise_of(session: Session, submission: Submission) -> AssignedExercise | None:
+    """The exercise as the submission's course sets it (practice's policy outside a course);
+    None when the exercise is no longer installed."""
+    try:
+        exercise = get_exercise(submission.exercise_id)
+    except UnknownExercise:
+        return None
+    if submission.course_id is not None:
+        try:
+            return assignment_of(session, submission.course_id, submission.exercise_id)
+        except NotFound:
+            pass  # taken out of the course: its submissions count as practice would
+    return practice_assignment(exercise)
+
+
+def standings_of(
+    session: Session, submissions: list[Submission]
+) -> dict[str, tuple[Standing | None, str | None]]:
+    """What each submission counts and why, in words for the learner (None: as graded), by
+    submission id. Each course's policy is read once."""
+    policies: dict[tuple[str | None, str], AssignedExercise | None] = {}
+    out = {}
+    for submission in submissions:
+        key = (submission.course_id, submission.exercise_id)
+        if key not in policies:
+            policies[key] = assigned_exercise_of(session, submission)
+        assigned = policies[key]
+        standing = submission_standing(assigned, submission) if assigned else None
+        out[submission.id] = (standing, standing_words(standing, submission.max_score))
+    return out
+
+
+def standing_of(session: Session, submission: Submission) -> tuple[Standing | None, str | None]:
+    return standings_of(session, [submission])[submission.id]
+
+
+def counted_cell(
+    session: Session, submission: Submission, assumed: AssumedOverrides | None = None
+) -> Cell | None:
+    """The counted score of the learner who made `submission`, for its exercise in its course
+    (or practice); with `assumed`, as it would be with those overrides."""
+    assigned = assigned_exercise_of(session, submission)
+    if assigned is None:
+        return None
+    query = select(Submission).where(
+        Submission.exercise_id == submission.exercise_id,
+        Submission.course_id.is_(None)
+        if submission.course_id is None
+        else Submission.course_id == submission.course_id,
+    )
+    if submission.user_id is not None:
+        query = query.where(Submission.user_id == submission.user_id)
+    else:
+        query = query.where(Submission.user_id.is_(None), Submission.learner == submission.learner)
+    return score_cell(assigned, list(session.scalars(query)), assumed)
+
+
+def counted_scores_changed(
+    session: Session, course: Course, exercise: Exercise, policy: Assignment
+) -> int:
+    """How many learners' counted scores for `exercise` would change if the course set it with
+    `policy` (a due date moved, a penalty or the scoring changed). `policy` is not stored."""
+    current = [a for a in assignments_of(session, course.id) if a.id == exercise.id]
+    if not current:
+        return 0
+    before = learner_rows(session, course, current)
+    after = learner_rows(session, course, [AssignedExercise(exercise, policy)])
+    return sum(
+        1
+        for old, new in zip(before, after, strict=True)
+        if old.cells[0].score != new.cells[0].score
     )

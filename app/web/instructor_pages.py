@@ -19,7 +19,13 @@ from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, events, record_event
 from app.courses.diagnosis_reports import reported_counts, reported_submission_ids
-from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
+from app.courses.gradebook import (
+    FILTERS,
+    build_gradebook,
+    counted_scores_changed,
+    exercise_stats,
+    gradebook_csv,
+)
 from app.courses.membership import (
     AssignedExercise,
     CourseError,
@@ -33,7 +39,13 @@ from app.courses.membership import (
     require_instructor,
     set_assignment,
 )
-from app.courses.overrides import OverrideRejected, remove_override, set_override
+from app.courses.overrides import (
+    OverrideRejected,
+    check_override,
+    counted_change,
+    remove_override,
+    set_override,
+)
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.grading.regrades import (
@@ -65,7 +77,7 @@ from app.web.review import (
     filtered_submissions,
 )
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
-from app.web.submission_view import submission_refused
+from app.web.submission_view import submission_context, submission_refused
 from graders.exercises import Exercise, list_exercises
 from graders.report import diagnosis_name
 
@@ -255,11 +267,24 @@ def override_form(
     viewer: CsrfViewerDep,
     score: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
+    confirmed: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
+    """First says what the override does to the counted score; saves it once confirmed."""
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         value = float(score)
+        if confirmed != "yes":
+            check_override(submission, score=value, reason=reason)
+            change = counted_change(session, submission, value)
+            context = submission_context(request, session, viewer, submission_id)
+            preview = {
+                "score": f"{value:g}",
+                "reason": reason,
+                "change": change,
+                "list_query": list_query,
+            }
+            return render(request, viewer, "submission.html", {**context, "preview": preview})
         set_override(session, submission, score=value, reason=reason, by=user)
     except ValueError as exc:
         message = str(exc) if isinstance(exc, OverrideRejected) else f"{score!r} is not a number"
@@ -598,6 +623,7 @@ def settings_form(
     timezone: Annotated[str, Form()] = "",
     instructor_email: Annotated[str, Form()] = "",
     new_join_code: Annotated[str, Form()] = "",
+    confirmed: Annotated[str, Form()] = "",
 ) -> Response:
     """The whole settings page is one form: every exercise's fields are saved together (or,
     when one has an error, none is, and the page comes back with everything as it was sent)."""
@@ -621,7 +647,20 @@ def settings_form(
         }
         return render(request, viewer, "settings.html", context, status_code=422)
 
-    changed = _save_assignments(session, user, course, sent)
+    counted_changes = _counted_changes(session, course, sent)
+    summary = ",".join(f"{exercise_id}:{n}" for exercise_id, _, n in counted_changes)
+    if counted_changes and confirmed != summary:
+        # Said before saving; a form changed since it was said is said again.
+        context = {
+            **settings_context(session, course, fields),
+            "counted_changes": counted_changes,
+            "confirm_summary": summary,
+            "instructor_email": instructor_email,
+            "new_join_code": bool(new_join_code),
+        }
+        return render(request, viewer, "settings.html", context)
+    changes_by_exercise = {exercise_id: n for exercise_id, _, n in counted_changes}
+    changed = _save_assignments(session, user, course, sent, changes_by_exercise)
     if other is not None:
         add_instructor(session, course=course, user=other)
         record_event(
@@ -665,11 +704,31 @@ def _sent_assignments(
     return sent
 
 
+def _counted_changes(
+    session: Session, course: Course, sent: list[tuple[AssignmentFields, dict[str, Any] | None]]
+) -> list[tuple[str, str, int]]:
+    """(exercise id, title, learners whose counted score changes) for each exercise still set
+    whose new policy changes any."""
+    changes = []
+    for fields_sent, values in sent:
+        if values is None or not values["assigned"]:
+            continue
+        policy = {key: value for key, value in values.items() if key != "assigned"}
+        exercise = fields_sent.exercise
+        count = counted_scores_changed(
+            session, course, exercise, Assignment(exercise_id=exercise.id, **policy)
+        )
+        if count:
+            changes.append((exercise.id, exercise.title, count))
+    return changes
+
+
 def _save_assignments(
     session: Session,
     user: User,
     course: Course,
     sent: list[tuple[AssignmentFields, dict[str, Any] | None]],
+    counted_changes: dict[str, int],
 ) -> list[str]:
     """Store every exercise's settings; audit and return the ids of those that changed."""
     before = {a.id: _assignment_state(a.assignment) for a in assignments_of(session, course.id)}
@@ -691,6 +750,7 @@ def _save_assignments(
             late_policy=row.late_policy if row else None,
             late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
             scoring_policy=row.scoring_policy if row else None,
+            counted_scores_changed=counted_changes.get(exercise_id, 0),
         )
     return changed
 

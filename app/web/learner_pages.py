@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from sqlalchemy.orm import Session
 
 from app.courses.attempts import note_first_open
-from app.courses.gradebook import learner_cells, practice_assignment, progress_of
+from app.courses.gradebook import learner_cells, practice_assignment, progress_of, standings_of
 from app.courses.membership import (
     AssignedExercise,
     assignment_of,
@@ -602,7 +602,7 @@ def submission_result(
 ) -> HTMLResponse:
     """The result section alone, which the submission page polls until it is finished."""
     submission = viewable_submission(request, session, viewer, submission_id)
-    return render(request, viewer, "_result.html", result_context(submission))
+    return render(request, viewer, "_result.html", result_context(session, submission))
 
 
 @router.get("/history")
@@ -637,6 +637,10 @@ def history(
         "history.html",
         {
             "rows": rows,
+            # Why a row counts other than as graded: late, locked, overridden.
+            "counted_words": {
+                key: words for key, (_, words) in standings_of(session, rows).items()
+            },
             "courses": courses,
             "titles": titles,
             "course_filter": course,

@@ -10,6 +10,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.courses.diagnosis_reports import report_of
+from app.courses.gradebook import standing_of
 from app.courses.membership import can_view_submission, course_role
 from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
@@ -39,13 +40,17 @@ def viewable_submission(
     return submission
 
 
-def result_context(submission: Submission) -> dict[str, Any]:
+def result_context(session: Session, submission: Submission) -> dict[str, Any]:
     shown = shown_result(submission)
+    standing, counted_words = standing_of(session, submission)
     runs = next((check for check in shown.checks if check.id == "runs"), None)
     return {
         "submission": submission,
         "finished": submission.status in FINISHED,
         "result": shown,
+        # What it counts and why, when not as graded: late, locked or overridden.
+        "standing": standing,
+        "counted_words": counted_words,
         # The line a syntax error or an exception names, marked in the code shown.
         "error_line": failure_line(runs.message, submission.code) if runs else None,
         # line_chart escapes every text it puts in the SVG.
@@ -82,7 +87,7 @@ def submission_context(
         "review": review,
         "regrade_change": changed_by_regrade(session, [submission.id]).get(submission.id),
         "diagnosis_report": report_of(session, submission.id),
-        **result_context(submission),
+        **result_context(session, submission),
     }
 
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import httpx
 
 from app.api.keys import create_api_key
-from app.courses.gradebook import score_cell
+from app.courses.counted import score_cell
 from app.courses.membership import AssignedExercise
 from app.db import SessionFactory
 from app.models import (
@@ -77,7 +77,9 @@ def test_best_latest_late_penalty_lock_and_override() -> None:
 
     locked = score_cell(assigned(late_policy="lock"), [on_time, late_full])
     assert (locked.score, locked.state) == (6, "solved")  # solved late, but it does not count
-    assert score_cell(assigned(late_policy="lock"), [late_full]).score is None
+    # Only a locked one: it counts 0, marked as locked (not a plain 0).
+    only_locked = score_cell(assigned(late_policy="lock"), [late_full])
+    assert (only_locked.score, only_locked.locked, only_locked.counted_as) == (0, True, "locked")
 
     capped = score_cell(assigned(late_penalty_percent_per_day=60), [late_full])
     assert capped.score == 0.0
@@ -86,7 +88,10 @@ def test_best_latest_late_penalty_lock_and_override() -> None:
 
     overridden = submission(2, DUE - timedelta(days=2), override_score=9.5, override_at=utc_now())
     cell = score_cell(assigned(), [on_time, late_full, overridden])
-    assert (cell.score, cell.overridden) == (9.5, True)  # wins over the best
+    assert (cell.score, cell.overridden) == (9.5, True)  # better than the best graded 8
+    lower = submission(2, DUE - timedelta(days=2), override_score=5, override_at=utc_now())
+    cell = score_cell(assigned(), [on_time, late_full, lower])
+    assert (cell.score, cell.overridden) == (8.0, False)  # an override never lowers a better one
 
     queued = Submission(exercise_id=EXERCISE, status="queued", created_at=DUE)
     assert score_cell(assigned(), [queued]).state == "tried"
@@ -152,8 +157,10 @@ def test_page_csv_and_api_show_the_same_gradebook(
     rows = list(csv.reader(io.StringIO(exported.text)))
     assert rows[0][0:2] == ["learner", "email"] and rows[0][-2:] == ["total", "max_total"]
     assert [row[0] for row in rows[1:]] == ["Ann", "lms-learner-9", "Ben", "'=Dan", "Cat"]
-    train_column = 2 + 2  # train-step is the unit's third exercise
+    train_column = 2 + 2 * 2  # train-step is the unit's third exercise: score, counted as
+    assert rows[0][train_column + 1] == rows[0][train_column] + " counted as"
     assert [row[train_column] for row in rows[1:]] == ["10", "7", "4", "0", ""]
+    assert [row[train_column + 1] for row in rows[1:]] == ["graded"] * 4 + [""]
     assert [row[-2] for row in rows[1:]] == ["10", "7", "4", "0", "0"]
 
     api = client.get(f"/api/v1/gradebook{query}", headers={"Authorization": f"Bearer {key}"}).json()
@@ -170,7 +177,7 @@ def test_page_csv_and_api_show_the_same_gradebook(
     rows = list(
         csv.reader(io.StringIO(teacher.get(f"/courses/{course_id}/gradebook.csv{narrowed}").text))
     )
-    assert len(rows[0]) == 2 + 1 + 2
+    assert len(rows[0]) == 2 + 2 + 2
     assert [row[0] for row in rows[1:]] == ["'=Dan", "Ben", "lms-learner-9"]
 
 
@@ -260,6 +267,7 @@ def test_override_wins_until_removed_and_regrade_keeps_the_old_result(
         data={
             "score": "8",
             "reason": "Oral exam showed it",
+            "confirmed": "yes",
             "csrf_token": token_of(teacher.get(page_path)),
         },
     )

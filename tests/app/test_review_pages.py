@@ -78,7 +78,12 @@ def test_the_audit_log_reads_as_sentences_naming_the_learner(
     assert token
     set_it = teacher.post(
         f"/submissions/{submission_id}/override",
-        data={"csrf_token": token[1], "score": "7", "reason": "explained it in the lab"},
+        data={
+            "csrf_token": token[1],
+            "score": "7",
+            "reason": "explained it in the lab",
+            "confirmed": "yes",
+        },
     )
     assert set_it.status_code == 303
     removed = teacher.post(
@@ -88,11 +93,11 @@ def test_the_audit_log_reads_as_sentences_naming_the_learner(
     log = html.unescape(" ".join(teacher.get(f"/courses/{course_id}/audit").text.split()))
     assert (
         "Tess overrode Alice's One training step: zero, backward, step score 4 → 7: "
-        "“explained it in the lab”." in log
+        "“explained it in the lab”; counted score 4 → 7." in log
     )
     assert (
         "Tess removed the override of Alice's One training step: zero, backward, step score "
-        "(7; the graded 4 counts again)." in log
+        "(7; the graded 4 counts again); counted score 7 → 4." in log
     )
     assert log.index("removed the override") < log.index("overrode")  # newest first
     page = html.unescape(teacher.get(f"/submissions/{submission_id}").text)

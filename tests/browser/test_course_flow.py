@@ -180,7 +180,9 @@ def test_learner_and_instructor_through_the_course(
     exported = list(csv.reader(Path(download.value.path()).read_text().splitlines()))
     shown = gradebook_rows(teacher)
     assert [row[0] for row in exported[1:]] == [row[0] for row in shown]
-    assert exported[1][2:7] == ["", "", "10", "", ""] and exported[1][7:] == ["10", "50"]
+    # Each exercise: its counted score, then why it counts that.
+    assert exported[1][2:12] == ["", "", "", "", "10", "graded", "", "", "", ""]
+    assert exported[1][12:] == ["10", "50"]
 
     # The statistics: who tried, who solved, what went wrong.
     teacher.get_by_role("link", name="One training step: zero, backward, step").last.click()
@@ -198,12 +200,17 @@ def test_learner_and_instructor_through_the_course(
     teacher.get_by_label(re.compile("^Score")).fill("6")
     teacher.get_by_label("Reason").fill("Explained the fix in the lab")
     teacher.get_by_role("button", name="Set override").click()
+    # Lee solved it since: an override of the older attempt never lowers that solve.
+    expect(teacher.locator(".confirm-override")).to_contain_text(
+        "This does not change the counted score: a better attempt counts (10)."
+    )
+    teacher.get_by_role("button", name="Confirm override").click()
     expect(teacher.locator(".notice")).to_contain_text("Override set")
     assert_accessible_basics(teacher)
     screenshot(teacher, "desktop-submission-instructor")
     teacher.goto(course_url + "/gradebook")
-    expect(teacher.locator("table.gradebook tbody tr").first).to_contain_text("override")
-    assert gradebook_rows(teacher)[0][3] == "6"
+    expect(teacher.locator("table.gradebook tbody tr").first).not_to_contain_text("override")
+    assert gradebook_rows(teacher)[0][3] == "10"
 
     # Regrade every submission of the exercise, watching the progress.
     teacher.goto(course_url + "/exercises/train-step/stats")

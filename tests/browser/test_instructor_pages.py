@@ -182,6 +182,10 @@ def test_regrade_override_review_and_audit(
     page.get_by_label(re.compile("^Score")).fill("7")
     page.get_by_label("Reason").fill("Explained the fix in the lab")
     page.get_by_role("button", name="Set override").click()
+    expect(page.locator(".confirm-override")).to_contain_text(
+        "This changes the counted score from 4 to 7."
+    )
+    page.get_by_role("button", name="Confirm override").click()
     expect(page.locator("#result .score-value")).to_have_text("7 / 10")
     expect(page.locator("#result .graded-score")).to_contain_text("graded 4 / 10")
     expect(nav).to_contain_text("Submission 2 of 3")  # still in the list
@@ -191,7 +195,7 @@ def test_regrade_override_review_and_audit(
     page.goto(f"{course_url}/audit")
     expect(page.locator(".audit-log li").first).to_contain_text(
         "Tess Teacher overrode Bob Brown's One training step: zero, backward, step score "
-        "4 → 7: “Explained the fix in the lab”."
+        "4 → 7: “Explained the fix in the lab”; counted score 4 → 7."
     )
     assert_accessible_basics(page)
     screenshot(page, "desktop-audit")

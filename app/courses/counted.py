@@ -1,0 +1,200 @@
+"""The counted score: what a learner's submissions for an exercise count in a course.
+
+One rule, used by the course page, the gradebook and its CSV and JSON, grade passback and the
+API, and said in the result, the history and the submission page:
+- each graded submission counts a value: the instructor's override of it if there is one;
+  otherwise its score after the late penalty (`late_penalty_percent_per_day` per started day
+  after the due date, up to 100%); under the lock policy a late submission counts nothing;
+- under the "best" policy the highest value counts (of equals, the earliest); under "latest"
+  the latest submission's value. So under "best" submitting again, or an override of an older
+  attempt, never lowers the counted score; an override of the counted attempt can.
+A learner has `solved` an exercise once any submission scored full marks, late or not.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Literal
+
+from app.courses.membership import AssignedExercise
+from app.models import LatePolicy, ScoringPolicy, Submission, SubmissionStatus
+
+State = Literal["not-tried", "tried", "solved"]
+DAY = timedelta(days=1)
+
+
+def late_days(created_at: datetime, due_at: datetime | None) -> int:
+    """Started days after the due date (1 for a minute late); 0 when on time or undated."""
+    if due_at is None or created_at <= due_at:
+        return 0
+    return math.ceil((created_at - due_at) / DAY)
+
+
+def penalty_percent(assigned: AssignedExercise, days: int) -> float:
+    if days == 0:
+        return 0.0
+    if assigned.assignment.late_policy == LatePolicy.LOCK:
+        return 100.0
+    return min(100.0, days * assigned.assignment.late_penalty_percent_per_day)
+
+
+def is_solved(submission: Submission) -> bool:
+    return (
+        submission.status == SubmissionStatus.GRADED
+        and submission.score is not None
+        and submission.max_score is not None
+        and submission.score >= submission.max_score
+    )
+
+
+class CountedAs(enum.StrEnum):
+    """Why a graded submission counts what it counts."""
+
+    GRADED = "graded"  # on time (or undated): its graded score
+    LATE = "late"  # its graded score minus the late penalty
+    LOCKED = "locked"  # late under the lock policy: nothing
+    OVERRIDDEN = "overridden"  # the instructor's score for it
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What one graded submission counts under its exercise's policy, and why."""
+
+    value: float
+    counted_as: CountedAs
+    late_by: timedelta
+    late_days: int
+    penalty_percent: float
+
+
+# Overrides to assume instead of the stored ones, by submission id (None: no override): what
+# the counted score would be after a change, shown to the instructor before it is saved.
+AssumedOverrides = Mapping[str, float | None]
+
+
+def _override_of(submission: Submission, assumed: AssumedOverrides) -> float | None:
+    if submission.id is not None and submission.id in assumed:
+        return assumed[submission.id]
+    return submission.override_score
+
+
+def submission_standing(
+    assigned: AssignedExercise, submission: Submission, assumed: AssumedOverrides | None = None
+) -> Standing | None:
+    """What a submission counts; None while it has no graded score."""
+    if submission.status != SubmissionStatus.GRADED or submission.score is None:
+        return None
+    due_at = assigned.assignment.due_at
+    late_by = submission.created_at - due_at if due_at and submission.created_at > due_at else None
+    days = late_days(submission.created_at, due_at)
+    late = (late_by or timedelta(0), days)
+    override = _override_of(submission, assumed or {})
+    if override is not None:
+        return Standing(override, CountedAs.OVERRIDDEN, *late, 0.0)
+    if days == 0:
+        return Standing(submission.score, CountedAs.GRADED, *late, 0.0)
+    if assigned.assignment.late_policy == LatePolicy.LOCK:
+        return Standing(0.0, CountedAs.LOCKED, *late, 100.0)
+    percent = penalty_percent(assigned, days)
+    value = round(submission.score * (1 - percent / 100), 4)
+    return Standing(value, CountedAs.LATE, *late, percent)
+
+
+def _duration_words(late_by: timedelta) -> str:
+    minutes = max(1, math.ceil(late_by.total_seconds() / 60))
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = math.ceil(minutes / 60)
+    if hours < 48:
+        return f"{hours} h"
+    return f"{math.ceil(hours / 24)} days"
+
+
+def standing_words(standing: Standing | None, max_score: float | None) -> str | None:
+    """Why a result counts what it counts, for the learner; None when it counts as graded:
+    "counts 8/10: submitted 2 h late, -20%"."""
+    if standing is None or standing.counted_as == CountedAs.GRADED:
+        return None
+    out_of = f"/{max_score:g}" if max_score is not None else ""
+    late = f"submitted {_duration_words(standing.late_by)} late"
+    if standing.counted_as == CountedAs.OVERRIDDEN:
+        return f"overridden by your instructor to {standing.value:g}{out_of}"
+    if standing.counted_as == CountedAs.LOCKED:
+        return f"locked: {late}, after the due date, counts 0"
+    penalty = f"-{standing.penalty_percent:g}%" if standing.penalty_percent else "no penalty"
+    return f"counts {standing.value:g}{out_of}: {late}, {penalty}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One learner's standing on one exercise."""
+
+    exercise_id: str
+    max_score: float
+    score: float | None  # what counts; None while nothing graded counts
+    state: State
+    attempts: int
+    pending: int  # submissions still being graded
+    counted_submission_id: str | None = None
+    graded_score: float | None = None  # the counted submission's score before any penalty
+    late_days: int = 0
+    penalty_percent: float = 0.0
+    overridden: bool = False
+    locked: bool = False  # what counts is a late submission under the lock policy: 0
+
+    @property
+    def counted_as(self) -> CountedAs | None:
+        """Why the counted score is what it is; None while nothing counts."""
+        if self.score is None:
+            return None
+        if self.overridden:
+            return CountedAs.OVERRIDDEN
+        if self.locked:
+            return CountedAs.LOCKED
+        return CountedAs.LATE if self.late_days else CountedAs.GRADED
+
+
+def score_cell(
+    assigned: AssignedExercise,
+    submissions: list[Submission],
+    assumed: AssumedOverrides | None = None,
+) -> Cell:
+    """The counted score of one learner's submissions (any order) for one exercise."""
+    ordered = sorted(submissions, key=lambda s: s.created_at)
+    max_score = assigned.exercise.max_score
+    state: State = (
+        "solved" if any(is_solved(s) for s in ordered) else "tried" if ordered else "not-tried"
+    )
+    pending = sum(
+        1 for s in ordered if s.status in (SubmissionStatus.QUEUED, SubmissionStatus.RUNNING)
+    )
+    base = Cell(assigned.id, max_score, None, state, len(ordered), pending)
+
+    standings = [
+        (standing, submission)
+        for submission in ordered
+        if (standing := submission_standing(assigned, submission, assumed)) is not None
+    ]
+    if not standings:
+        return base
+    # A locked submission counts only when nothing else does: then it counts 0, said as such.
+    counting = [c for c in standings if c[0].counted_as != CountedAs.LOCKED] or standings
+    if assigned.assignment.scoring_policy == ScoringPolicy.LATEST:
+        standing, submission = counting[-1]
+    else:
+        # max keeps the first of equals: the earliest.
+        standing, submission = max(counting, key=lambda c: c[0].value)
+    return replace(
+        base,
+        score=round(standing.value, 4),
+        counted_submission_id=submission.id,
+        graded_score=submission.score,
+        late_days=standing.late_days,
+        penalty_percent=standing.penalty_percent,
+        overridden=standing.counted_as == CountedAs.OVERRIDDEN,
+        locked=standing.counted_as == CountedAs.LOCKED,
+    )
