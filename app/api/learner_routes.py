@@ -29,7 +29,8 @@ from app.api.learner_schemas import (
 )
 from app.api.routes import IdempotencyKeyHeader, accepted_answer, answered, submission_out
 from app.api.schemas import ErrorOut, SubmissionAccepted
-from app.courses.gradebook import Cell, learner_cells, practice_assignment
+from app.courses.counted import Cell, Standing
+from app.courses.gradebook import learner_cells, practice_assignment, standing_of, standings_of
 from app.courses.membership import (
     AssignedExercise,
     assignment_of,
@@ -213,11 +214,14 @@ def _my_submission(session: Session, holder: TokenHolder, submission_id: str) ->
     return submission
 
 
-def _learner_submission_out(submission: Submission) -> LearnerSubmissionOut:
+def _learner_submission_out(
+    submission: Submission, counted: tuple[Standing | None, str | None]
+) -> LearnerSubmissionOut:
+    """As the course API answers it (with what it counts), and what a learner's client shows."""
     shown = shown_result(submission)
     return LearnerSubmissionOut.model_validate(
         {
-            **submission_out(submission).model_dump(),
+            **submission_out(submission, counted).model_dump(),
             "course": submission.course_id,
             "diagnosis_text": diagnosis_name(submission.diagnosis)
             if submission.diagnosis
@@ -236,7 +240,8 @@ def _learner_submission_out(submission: Submission) -> LearnerSubmissionOut:
 )
 def read_my_submission(submission_id: str, session: SessionDep, holder: TokenHolderDep) -> Response:
     """Your submission: its status and, once graded, its result, as its page shows it."""
-    return answered(_learner_submission_out(_my_submission(session, holder, submission_id)))
+    submission = _my_submission(session, holder, submission_id)
+    return answered(_learner_submission_out(submission, standing_of(session, submission)))
 
 
 @router.get("/submissions", response_model=list[LearnerSubmissionOut], responses=_token_errors)
@@ -250,8 +255,9 @@ def list_my_submissions(
     query = select(Submission).where(Submission.user_id == holder.user.id)
     if exercise is not None:
         query = query.where(Submission.exercise_id == exercise)
-    rows = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit))
-    return [_learner_submission_out(row) for row in rows]
+    rows = list(session.scalars(query.order_by(Submission.created_at.desc()).limit(limit)))
+    counted = standings_of(session, rows)
+    return [_learner_submission_out(row, counted[row.id]) for row in rows]
 
 
 @router.get(
