@@ -79,7 +79,7 @@ def request_regrade(
     submission: Submission,
     *,
     by: User,
-    reason: RegradeReason = RegradeReason.INSTRUCTOR_REQUEST,
+    reason: RegradeReason,
     note: str = "",
 ) -> str:
     """Queue one graded submission again; returns the batch id."""

@@ -302,7 +302,7 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    reason: Annotated[str, Form()] = RegradeReason.INSTRUCTOR_REQUEST,
+    reason: Annotated[str, Form()] = "",
     note: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
@@ -328,6 +328,8 @@ def _regrade_confirmation(
     which: str,
     *,
     notice: str = "",
+    chosen_reason: str = "",
+    note: str = "",
     status_code: int = 200,
 ) -> HTMLResponse:
     only_outdated = which != "all"
@@ -345,9 +347,8 @@ def _regrade_confirmation(
             "count": len(candidates),
             "learners": len({s.user_id or s.learner for s in candidates}),
             "reasons": list(RegradeReason),
-            "default_reason": (
-                RegradeReason.EXERCISE_UPDATED if only_outdated else RegradeReason.GRADER_UPDATED
-            ),
+            "chosen_reason": chosen_reason,
+            "note": note,
             "notice": notice,
         },
         status_code=status_code,
@@ -399,6 +400,8 @@ def regrade_exercise_form(
             which,
             notice=f"The number of submissions changed since the page was opened "
             f"(now {count}): check it and confirm again.",
+            chosen_reason=reason,
+            note=note,
             status_code=409,
         )
     try:
@@ -412,6 +415,7 @@ def regrade_exercise_form(
             assigned,
             which,
             notice="Say why you regrade: the learners whose result changes are told.",
+            note=note,
             status_code=422,
         )
     try:

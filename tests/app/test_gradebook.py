@@ -278,8 +278,16 @@ def test_override_wins_until_removed_and_regrade_keeps_the_old_result(
     sign_in(learner, "ann@example.org")
     assert "Oral exam showed it" in learner.get(page_path).text
 
-    regrade = teacher.post(
+    # No reason is assumed: the instructor gives one, or nothing is queued.
+    unexplained = teacher.post(
         f"{page_path}/regrade", data={"csrf_token": token_of(teacher.get(page_path))}
+    )
+    assert unexplained.status_code == 422 and "say why you regrade" in unexplained.text
+    with sessions() as session:
+        assert session.query(Regrade).count() == 0
+    regrade = teacher.post(
+        f"{page_path}/regrade",
+        data={"csrf_token": token_of(teacher.get(page_path)), "reason": "instructor-request"},
     )
     assert regrade.status_code == 303
 
