@@ -241,7 +241,7 @@ def read_done(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:
     with sessions() as session:
         submission = session.get(Submission, submission_id)
         assert submission is not None
-        context = result_context(submission)
+        context = result_context(session, submission)
         return {
             "status": submission.status,
             "url": f"/submissions/{submission_id}",

@@ -9,6 +9,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.courses.membership import can_view_submission, course_role
+from app.courses.practice import courses_setting
 from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
@@ -37,8 +38,14 @@ def viewable_submission(
     return submission
 
 
-def result_context(submission: Submission) -> dict[str, Any]:
+def result_context(session: Session, submission: Submission) -> dict[str, Any]:
     shown = shown_result(submission)
+    # A practice result offers its learner's courses that set the exercise, to take it there.
+    in_courses = (
+        courses_setting(session, submission.user_id).get(submission.exercise_id, [])
+        if submission.course_id is None and submission.status == SubmissionStatus.GRADED
+        else []
+    )
     runs = next((check for check in shown.checks if check.id == "runs"), None)
     return {
         "submission": submission,
@@ -48,6 +55,7 @@ def result_context(submission: Submission) -> dict[str, Any]:
         "error_line": failure_line(runs.message, submission.code) if runs else None,
         # line_chart escapes every text it puts in the SVG.
         "charts": [Markup(line_chart(plot)) for plot in shown.plots],
+        "in_courses": in_courses,
     }
 
 
@@ -79,5 +87,5 @@ def submission_context(
         "is_owner": is_owner,
         "review": review,
         "regrade_change": changed_by_regrade(session, [submission.id]).get(submission.id),
-        **result_context(submission),
+        **result_context(session, submission),
     }
