@@ -136,8 +136,8 @@ def test_no_one_is_steered_to_a_course_they_do_not_learn_in(
     make_user(sessions, "lee@example.org")
     course_id = make_course(sessions, "tess@example.org", "lee@example.org")
     others = graded(sessions, user_id=None, course_id=None, score=10, code="# someone else's\n")
-    page = _browser(client, "lee@example.org").get(
+    opened = _browser(client, "lee@example.org").get(
         f"/courses/{course_id}/exercises/{EXERCISE}?edit={others}"
     )
-    assert page.status_code == 200 and "someone else" not in page.text
-    assert "Your practice code of" not in page.text
+    assert opened.status_code == 200 and "someone else" not in opened.text
+    assert "Your practice code of" not in opened.text
