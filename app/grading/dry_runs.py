@@ -22,7 +22,7 @@ from app.audit import AuditAction, record_event
 from app.courses.gradebook import Cell, score_cell
 from app.courses.membership import AssignedExercise
 from app.db import SessionFactory
-from app.grading.regrades import RegradeRejected, regrade_candidates
+from app.grading.regrades import submissions_to_regrade
 from app.grading.submissions import queue_for_grading
 from app.models import DryRunGrade, Submission, SubmissionStatus, User, new_id, utc_now
 from app.settings import Settings
@@ -57,15 +57,9 @@ def request_dry_run(
 ) -> tuple[str, int]:
     """Queue a dry run of the regrade of an exercise in a course; returns the batch id and how
     many submissions it grades. The caller's commit sends them to the workers."""
-    submissions = regrade_candidates(
+    submissions = submissions_to_regrade(
         session, course_id=course_id, exercise_id=exercise_id, only_outdated=only_outdated
     )
-    if not submissions:
-        raise RegradeRejected(
-            "every submission is already graded against the current version"
-            if only_outdated
-            else "there are no graded submissions to regrade"
-        )
     batch_id = new_id()
     rows = [
         DryRunGrade(

@@ -45,20 +45,26 @@ def _count(sessions: SessionFactory, model: type) -> int:
         return session.query(model).count()
 
 
-def test_a_dry_run_shows_what_a_regrade_would_change_and_changes_nothing(
-    client: httpx.Client, sessions: SessionFactory
-) -> None:
+def course_with_a_webhook(sessions: SessionFactory) -> tuple[str, str]:
+    """Tess's course with Ann in it and a webhook, which a real grade in it would call (a dry
+    run must not): (course id, Ann's id)."""
     make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
     ann = make_user(sessions, "ann@example.org", name="Ann")
     course_id = make_course(sessions, "tess@example.org", "ann@example.org")
     with sessions.begin() as session:
-        # A real grade in this course sends a webhook: a dry run must send none.
         create_webhook(
             session,
             course_id=course_id,
             url="http://127.0.0.1:9/hook",
             allow_private_addresses=True,
         )
+    return course_id, ann
+
+
+def test_a_dry_run_shows_what_a_regrade_would_change_and_changes_nothing(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    course_id, ann = course_with_a_webhook(sessions)
     # The correct code recorded as 2/10 (an old grader's mistake); the buggy code as graded now.
     fixed = graded(sessions, user_id=ann, course_id=course_id, score=2, code=CORRECT_CODE)
     buggy = judge_source(get_exercise(EXERCISE), MISSING_ZERO_GRAD_CODE)

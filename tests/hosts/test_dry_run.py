@@ -10,10 +10,10 @@ import httpx
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.webhooks import create_webhook
-from app.models import DryRunGrade, OutboxMessage, Regrade, SiteRole, Submission
+from app.models import DryRunGrade, OutboxMessage, Regrade, Submission
 from tests.app.conftest import CORRECT_CODE, EXERCISE
-from tests.app.people import graded, make_course, make_user, sign_in, token_of
+from tests.app.people import graded, sign_in, token_of
+from tests.app.test_regrade_dry_run import course_with_a_webhook
 from tests.hosts.conftest import Worker
 from tests.hosts.test_faults import wait_for
 from tests.servers import HTTP_TIMEOUT_SECONDS
@@ -22,16 +22,7 @@ from tests.servers import HTTP_TIMEOUT_SECONDS
 def test_a_dry_run_on_a_celery_worker_stores_and_sends_nothing(
     api: httpx.Client, sessions: SessionFactory, start_worker: Callable[..., Worker]
 ) -> None:
-    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
-    ann = make_user(sessions, "ann@example.org")
-    course_id = make_course(sessions, "tess@example.org", "ann@example.org")
-    with sessions.begin() as session:
-        create_webhook(
-            session,
-            course_id=course_id,
-            url="http://127.0.0.1:9/hook",
-            allow_private_addresses=True,
-        )
+    course_id, ann = course_with_a_webhook(sessions)
     # The correct code, recorded as 2/10 by an older grader: a regrade would make it 10.
     submission_id = graded(sessions, user_id=ann, course_id=course_id, score=2, code=CORRECT_CODE)
     with sessions() as session:
