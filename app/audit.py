@@ -169,21 +169,21 @@ def _regrade_submission(said: Said) -> str:
     ) + _regrade_why(said.details)
 
 
-def _regrade_exercise(said: Said) -> str:
+def _regraded_submissions(said: Said) -> str:
+    """What a regrade of an exercise ran: "12 outdated submissions of One training step"."""
     count = said.details.get("submissions", 0)
     which = "outdated " if said.details.get("only_outdated") else ""
-    return (
-        f"{said.who} had {count} {which}submission{'s' if count != 1 else ''} of "
-        f"{said.exercise} graded again"
-    ) + _regrade_why(said.details)
+    return f"{count} {which}submission{'s' if count != 1 else ''} of {said.exercise}"
+
+
+def _regrade_exercise(said: Said) -> str:
+    return f"{said.who} had {_regraded_submissions(said)} graded again" + _regrade_why(said.details)
 
 
 def _regrade_dry_run(said: Said) -> str:
-    count = said.details.get("submissions", 0)
-    which = "outdated " if said.details.get("only_outdated") else ""
     return (
-        f"{said.who} made a dry run of a regrade of {count} {which}"
-        f"submission{'s' if count != 1 else ''} of {said.exercise} (nothing was changed)"
+        f"{said.who} made a dry run of a regrade of {_regraded_submissions(said)} "
+        "(nothing was changed)"
     )
 
 
