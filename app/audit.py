@@ -22,6 +22,7 @@ class AuditAction(enum.StrEnum):
     OVERRIDE_REMOVED = "override.removed"
     REGRADE_SUBMISSION = "regrade.submission"
     REGRADE_EXERCISE = "regrade.exercise"
+    REGRADE_DRY_RUN = "regrade.dry-run"
     ASSIGNMENT_SET = "assignment.set"
     ASSIGNMENT_REMOVED = "assignment.removed"
     COURSE_JOIN_CODE = "course.join-code"
@@ -178,13 +179,22 @@ def _regrade_submission(said: Said) -> str:
     ) + _regrade_why(said.details)
 
 
-def _regrade_exercise(said: Said) -> str:
+def _regraded_submissions(said: Said) -> str:
+    """What a regrade of an exercise ran: "12 outdated submissions of One training step"."""
     count = said.details.get("submissions", 0)
     which = "outdated " if said.details.get("only_outdated") else ""
+    return f"{count} {which}submission{'s' if count != 1 else ''} of {said.exercise}"
+
+
+def _regrade_exercise(said: Said) -> str:
+    return f"{said.who} had {_regraded_submissions(said)} graded again" + _regrade_why(said.details)
+
+
+def _regrade_dry_run(said: Said) -> str:
     return (
-        f"{said.who} had {count} {which}submission{'s' if count != 1 else ''} of "
-        f"{said.exercise} graded again"
-    ) + _regrade_why(said.details)
+        f"{said.who} made a dry run of a regrade of {_regraded_submissions(said)} "
+        "(nothing was changed)"
+    )
 
 
 def _assignment_set(said: Said) -> str:
@@ -212,6 +222,7 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     AuditAction.OVERRIDE_REMOVED: _override_removed,
     AuditAction.REGRADE_SUBMISSION: _regrade_submission,
     AuditAction.REGRADE_EXERCISE: _regrade_exercise,
+    AuditAction.REGRADE_DRY_RUN: _regrade_dry_run,
     AuditAction.ASSIGNMENT_SET: _assignment_set,
     AuditAction.ASSIGNMENT_REMOVED: lambda said: (
         f"{said.who} took {said.exercise} out of the course"

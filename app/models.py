@@ -320,6 +320,29 @@ class Submission(Base):
     override_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+class DryRunGrade(Base):
+    """One submission graded again in a regrade's dry run: the new result is kept here only.
+    The submission, its outbox and the LMS never see it; the row is the dry run's job record."""
+
+    __tablename__ = "dry_run_grades"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    batch_id: Mapped[str] = mapped_column(String(36), index=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), index=True)
+    requested_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # queued, running, graded or error (a SubmissionStatus), as a submission's.
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=utc_now)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    new_score: Mapped[float | None] = mapped_column(Float)
+    new_max_score: Mapped[float | None] = mapped_column(Float)
+    new_diagnosis: Mapped[str | None] = mapped_column(String(64))
+    new_exercise_version: Mapped[str | None] = mapped_column(String(64))
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class Regrade(Base):
     """One submission graded again: the result before, and after once the worker is done."""
 

@@ -308,6 +308,8 @@ def gradebook_json(gradebook: Gradebook) -> dict[str, Any]:
     }
 
 
+NOT_MISTAKES = frozenset({"correct", "not-started"})
+
 SCORE_BUCKETS = ("0%", "1-25%", "26-50%", "51-75%", "76-99%", "100%")
 
 
@@ -328,15 +330,16 @@ class ExerciseStats:
     submissions: int  # graded
     pending: int
     learners_tried: int
-    learners_solved: int
+    learners_enrolled: int
+    learners_solved: int  # of those enrolled
     attempts_to_solve: list[int]  # per solver: submissions up to and including the first solve
     score_distribution: list[tuple[str, int]]  # learners' counted scores, in SCORE_BUCKETS
-    # (code, submissions, learners), most common first; submissions of the starter left out
+    # (code, submissions, learners), most common first; solves and the starter left out
     diagnoses: list[tuple[str, int, int]]
 
     @property
     def share_solved(self) -> float | None:
-        return self.learners_solved / self.learners_tried if self.learners_tried else None
+        return self.learners_solved / self.learners_enrolled if self.learners_enrolled else None
 
     @property
     def median_attempts_to_solve(self) -> float | None:
@@ -359,11 +362,14 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
         by_learner.setdefault(key, []).append(submission)
 
     attempts_to_solve = []
-    for mine in by_learner.values():
+    solvers = set()
+    for key, mine in by_learner.items():
         for number, submission in enumerate(mine, start=1):
             if is_solved(submission):
                 attempts_to_solve.append(number)
+                solvers.add(key)
                 break
+    enrolled = {f"user:{user.id}" for user in members(session, course.id, CourseRole.LEARNER)}
 
     distribution = [0] * len(SCORE_BUCKETS)
     for row in rows:
@@ -375,7 +381,8 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
     learners: dict[str, set[str]] = {}
     for submission in graded:
         code = submission.diagnosis or "unknown"
-        if code == "not-started":  # the starter code, untouched: no mistake of the class's
+        # A solve is no mistake, nor is the starter code left untouched.
+        if code in NOT_MISTAKES:
             continue
         counts[code] += 1
         learners.setdefault(code, set()).add(submission.user_id or submission.learner)
@@ -386,7 +393,8 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
         submissions=len(graded),
         pending=sum(1 for s in submissions if s.status in ("queued", "running")),
         learners_tried=len(by_learner),
-        learners_solved=len(attempts_to_solve),
+        learners_enrolled=len(enrolled),
+        learners_solved=len(solvers & enrolled),
         attempts_to_solve=attempts_to_solve,
         score_distribution=list(zip(SCORE_BUCKETS, distribution, strict=True)),
         diagnoses=diagnoses,

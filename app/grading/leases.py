@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 
 from app.db import SessionFactory
+from app.grading.dry_runs import requeue_dry_runs
 from app.grading.submissions import (
     GradingJob,
     renew_lease,
@@ -124,11 +125,12 @@ def sweep(sessions: SessionFactory, settings: Settings, *, all_queued: bool = Fa
         # Waiting rows first: the expired ones, queued again just now, are not among them.
         waiting = requeue_waiting(session, queued_before=queued_before)
         expired = requeue_expired_leases(session)
+        dry_runs = requeue_dry_runs(session, queued_before=queued_before)
     if expired:
         log.warning("requeued %d submission(s) whose worker lease expired", len(expired))
     if waiting:
         log.info("sent %d queued submission(s) to the workers again", len(waiting))
-    return [*waiting, *expired]
+    return [*waiting, *expired, *dry_runs]
 
 
 class LeaseSweeper:

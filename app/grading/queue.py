@@ -22,6 +22,7 @@ from typing import Protocol
 import graders
 import sandbox
 from app.db import SessionFactory, on_commit
+from app.grading.dry_runs import row_id_of, run_dry_run_job
 from app.grading.fair_share import FairShare, submission_owners
 from app.grading.leases import LeaseSweeper, lease_renewed, sweep
 from app.grading.submissions import (
@@ -131,12 +132,22 @@ def run_grading_job(
     on_state_change: StateChanged = ignore_state_change,
 ) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
+    A dry run's job id (app/grading/dry_runs.py) is graded for its own row instead.
 
     A SandboxError (the sandbox failed, not the learner's code) puts the submission back in
     the queue for a retry until `grading_max_attempts` claims were spent, then stores an error.
     `on_state_change` is told each change once it is committed: the claim (running), then the
     outcome. Every log line meanwhile carries the submission id.
     """
+    dry_run_row = row_id_of(submission_id)
+    if dry_run_row is not None:
+        # A regrade's dry run: graded the same way, stored on its own row only.
+        retry_in_seconds = run_dry_run_job(
+            sessions, dry_run_row, settings, limits=grading_limits(settings), runner=runner
+        )
+        if retry_in_seconds is not None:
+            return GradingRun(GradingOutcome.RETRY, retry_in_seconds)
+        return GradingRun(GradingOutcome.GRADED)
     with logging_submission(submission_id):
         run = _grade(sessions, submission_id, settings, runner, on_state_change)
         status = STATUS_AFTER.get(run.outcome)

@@ -79,7 +79,7 @@ def request_regrade(
     submission: Submission,
     *,
     by: User,
-    reason: RegradeReason = RegradeReason.INSTRUCTOR_REQUEST,
+    reason: RegradeReason,
     note: str = "",
 ) -> str:
     """Queue one graded submission again; returns the batch id."""
@@ -120,6 +120,22 @@ def regrade_candidates(
     return list(session.scalars(query.order_by(Submission.created_at)))
 
 
+def submissions_to_regrade(
+    session: Session, *, course_id: str, exercise_id: str, only_outdated: bool
+) -> list[Submission]:
+    """The regrade's candidates; RegradeRejected when there are none."""
+    submissions = regrade_candidates(
+        session, course_id=course_id, exercise_id=exercise_id, only_outdated=only_outdated
+    )
+    if not submissions:
+        raise RegradeRejected(
+            "every submission is already graded against the current version"
+            if only_outdated
+            else "there are no graded submissions to regrade"
+        )
+    return submissions
+
+
 def request_exercise_regrade(
     session: Session,
     *,
@@ -134,15 +150,9 @@ def request_exercise_regrade(
     against an older version of it); returns the batch id and the submission ids."""
     note = _checked_note(note)
     current = get_exercise(exercise_id).version
-    submissions = regrade_candidates(
+    submissions = submissions_to_regrade(
         session, course_id=course_id, exercise_id=exercise_id, only_outdated=only_outdated
     )
-    if not submissions:
-        raise RegradeRejected(
-            "every submission is already graded against the current version"
-            if only_outdated
-            else "there are no graded submissions to regrade"
-        )
     batch_id = new_id()
     for submission in submissions:
         _queue_again(session, submission, batch_id, by, reason, note or None)

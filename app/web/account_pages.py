@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.courses.gradebook import practice_cells
 from app.courses.membership import CourseError, courses_of, create_course, join_course
+from app.courses.practice import courses_setting
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import SiteRole, User
@@ -71,6 +72,7 @@ def home_context(request: Request, session: SessionDep, viewer: ViewerDep) -> di
         "can_create_course": user is not None
         and user.site_role in (SiteRole.ADMIN, SiteRole.INSTRUCTOR),
         "unit": list(zip(exercises, cells, strict=True)),
+        "in_courses": courses_setting(session, user.id if user else None),
     }
 
 

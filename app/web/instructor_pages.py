@@ -48,6 +48,7 @@ from app.courses.overrides import (
 )
 from app.db import SessionDep
 from app.errors import as_sentence
+from app.grading.dry_runs import MAX_ROWS_SHOWN, dry_run_report, request_dry_run
 from app.grading.regrades import (
     RegradeRejected,
     outdated_count,
@@ -318,7 +319,7 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
-    reason: Annotated[str, Form()] = RegradeReason.INSTRUCTOR_REQUEST,
+    reason: Annotated[str, Form()] = "",
     note: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
@@ -344,6 +345,8 @@ def _regrade_confirmation(
     which: str,
     *,
     notice: str = "",
+    chosen_reason: str = "",
+    note: str = "",
     status_code: int = 200,
 ) -> HTMLResponse:
     only_outdated = which != "all"
@@ -361,9 +364,8 @@ def _regrade_confirmation(
             "count": len(candidates),
             "learners": len({s.user_id or s.learner for s in candidates}),
             "reasons": list(RegradeReason),
-            "default_reason": (
-                RegradeReason.EXERCISE_UPDATED if only_outdated else RegradeReason.GRADER_UPDATED
-            ),
+            "chosen_reason": chosen_reason,
+            "note": note,
             "notice": notice,
         },
         status_code=status_code,
@@ -415,6 +417,8 @@ def regrade_exercise_form(
             which,
             notice=f"The number of submissions changed since the page was opened "
             f"(now {count}): check it and confirm again.",
+            chosen_reason=reason,
+            note=note,
             status_code=409,
         )
     try:
@@ -428,6 +432,7 @@ def regrade_exercise_form(
             assigned,
             which,
             notice="Say why you regrade: the learners whose result changes are told.",
+            note=note,
             status_code=422,
         )
     try:
@@ -443,6 +448,55 @@ def regrade_exercise_form(
     except RegradeRejected as exc:
         raise PageError(409, "Nothing to regrade", f"Nothing was regraded: {exc}.") from None
     return RedirectResponse(f"/courses/{course.id}/regrades/{batch_id}", status_code=303)
+
+
+@router.post("/courses/{course_id}/exercises/{exercise_id}/regrade/dry-run", response_model=None)
+def regrade_dry_run_form(
+    course_id: str,
+    exercise_id: str,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    which: Annotated[str, Form()] = "outdated",
+) -> Response:
+    """Grade what the regrade would, changing nothing: the result is shown on its own page."""
+    user, course = instructor_course(session, viewer, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    try:
+        batch_id, _ = request_dry_run(
+            session,
+            course_id=course.id,
+            exercise_id=assigned.id,
+            only_outdated=which != "all",
+            by=user,
+        )
+    except RegradeRejected as exc:
+        raise PageError(409, "Nothing to regrade", f"No dry run was made: {exc}.") from None
+    return RedirectResponse(
+        f"/courses/{course.id}/exercises/{assigned.id}/dry-runs/{batch_id}", status_code=303
+    )
+
+
+@router.get("/courses/{course_id}/exercises/{exercise_id}/dry-runs/{batch_id}")
+def regrade_dry_run_page(
+    request: Request,
+    course_id: str,
+    exercise_id: str,
+    batch_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+) -> HTMLResponse:
+    _, course = instructor_course(session, viewer, course_id)
+    assigned = assignment_of(session, course.id, exercise_id)
+    report = dry_run_report(session, course.id, assigned, batch_id)
+    if report is None:
+        raise NotFound("There is no such dry run in this course.")
+    template = "_dry_run_progress.html" if request.query_params.get("part") else "dry_run.html"
+    return render(
+        request,
+        viewer,
+        template,
+        {"course": course, "assigned": assigned, "report": report, "max_rows": MAX_ROWS_SHOWN},
+    )
 
 
 @router.get("/courses/{course_id}/regrades/{batch_id}")

@@ -28,6 +28,7 @@ from app.courses.membership import (
     courses_of,
     require_member,
 )
+from app.courses.practice import courses_setting
 from app.db import SessionDep, keep_on_error_response
 from app.grading.drafts import opening_code, save_draft
 from app.grading.intake import Idempotency, Upload, accept_submission, submission_limits
@@ -143,6 +144,12 @@ def exercise_context(
         "rate_limit": limit.describe("submission") if limit and limit.count > 0 else None,
         "closed": closed,
         "max_upload_kib": settings.max_upload_bytes // 1024,
+        # Practice: the courses of the learner's that set this exercise, where it would count.
+        "in_courses": (
+            courses_setting(session, viewer.user.id if viewer.user else None).get(exercise.id, [])
+            if course is None
+            else []
+        ),
     }
 
 
@@ -200,6 +207,7 @@ def _editable_code(
         exercise=exercise,
     )
     code, kept = opening.code, kept_submission_of(request, session)
+    carried: Submission | None = None
     if kept is not None:
         code = kept.code
     elif edit:
@@ -212,10 +220,13 @@ def _editable_code(
             )
         ):
             code = previous.code
+            if course is not None and previous.course_id is None:
+                carried = previous  # practice code taken to the course: not submitted here yet
     place = course.id if course else "practice"
     return {
         "code": code,
         "kept": kept is not None,
+        "carried": carried,
         "draft": {
             "key": f"{user_id or 'anon'}:{place}:{exercise.id}",
             "url": f"/drafts/{place}/{exercise.id}" if user_id else "",

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.courses.diagnosis_reports import report_of
 from app.courses.gradebook import standing_of
 from app.courses.membership import can_view_submission, course_role
+from app.courses.practice import courses_setting
 from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
@@ -43,6 +44,12 @@ def viewable_submission(
 def result_context(session: Session, submission: Submission) -> dict[str, Any]:
     shown = shown_result(submission)
     standing, counted_words = standing_of(session, submission)
+    # A practice result offers its learner's courses that set the exercise, to take it there.
+    in_courses = (
+        courses_setting(session, submission.user_id).get(submission.exercise_id, [])
+        if submission.course_id is None and submission.status == SubmissionStatus.GRADED
+        else []
+    )
     runs = next((check for check in shown.checks if check.id == "runs"), None)
     return {
         "submission": submission,
@@ -55,6 +62,7 @@ def result_context(session: Session, submission: Submission) -> dict[str, Any]:
         "error_line": failure_line(runs.message, submission.code) if runs else None,
         # line_chart escapes every text it puts in the SVG.
         "charts": [Markup(line_chart(plot)) for plot in shown.plots],
+        "in_courses": in_courses,
     }
 
 

@@ -106,6 +106,7 @@ def test_a_learner_gets_403_on_instructor_pages_and_outsiders_404(
         f"/submissions/{course['submission']}/override": {"score": "10", "reason": "mine now"},
         f"/submissions/{course['submission']}/regrade": {},
         f"/courses/{course['course']}/exercises/{EXERCISE}/regrade": {"which": "all"},
+        f"/courses/{course['course']}/exercises/{EXERCISE}/regrade/dry-run": {"which": "all"},
         f"/courses/{course['course']}/settings": {
             "exercise": EXERCISE,
             "due_at": "",

@@ -65,6 +65,21 @@ def test_regrade_all_says_how_many_and_asks_first(
     assert stale.status_code == 409
     assert "changed since the page was opened (now 4)" in stale.text
     assert "Regrade 4 submissions</button>" in stale.text
+    assert 'value="grader-updated" required checked' in stale.text  # the choice is kept
+    # Without a reason: said on the page (none chosen for the instructor), nothing queued.
+    confirm = teacher.get(f"/courses/{course_id}/exercises/{EXERCISE}/regrade?which=all")
+    assert "checked" not in confirm.text.split("<fieldset>", 1)[1].split("</fieldset>", 1)[0]
+    unexplained = teacher.post(
+        f"/courses/{course_id}/exercises/{EXERCISE}/regrade",
+        data={
+            "csrf_token": token_of(confirm),
+            "which": "all",
+            "expected_count": "4",
+            "note": "kept",
+        },
+    )
+    assert unexplained.status_code == 422
+    assert "Say why you regrade" in unexplained.text and ">kept</textarea>" in unexplained.text
     with sessions() as session:
         assert session.query(Regrade).count() == 0
         assert session.query(Submission).filter_by(status="queued").count() == 0
@@ -124,12 +139,15 @@ def test_one_submission_is_regraded_with_its_reason_and_note(
     form = page.text.split(f'action="/submissions/{submission_id}/regrade"')[1].split("</form>")[0]
     # The same choice of reasons as a regrade of the whole exercise, "on request" first.
     assert form.count('type="radio" name="reason"') == len(RegradeReason)
-    assert 'value="instructor-request" checked' in form
+    # No reason is chosen for the instructor, and one is required.
+    assert "checked" not in form
+    assert form.count(" required ") == len(RegradeReason)
     assert 'name="note"' in form
     regrade = f"/submissions/{submission_id}/regrade"
 
     # A reason that is not one, or a note too long: said on the page, nothing queued.
     for data, said in (
+        ({}, "say why you regrade"),
         ({"reason": "because"}, "say why you regrade"),
         ({"reason": "grader-updated", "note": "x" * 501}, "at most 500 characters"),
     ):

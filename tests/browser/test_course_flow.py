@@ -217,6 +217,7 @@ def test_learner_and_instructor_through_the_course(
     teacher.get_by_role("link", name="Regrade all…").click()
     expect(teacher.locator(".lede")).to_contain_text("This will grade 2 submissions by 1 learner")
     assert_accessible_basics(teacher)
+    teacher.get_by_label("The grader was corrected").check()
     teacher.get_by_role("button", name="Regrade 2 submissions").click()
     expect(teacher.locator("#result .status")).to_contain_text(
         "2 of 2 regraded: done", timeout=2 * GRADING_MS

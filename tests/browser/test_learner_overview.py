@@ -65,9 +65,11 @@ def test_desktop_overview_downloads_and_practice_strip(
     browser: Browser, base_url: str, course_id: str
 ) -> None:
     page = signed_in(browser, base_url)
-    # Solved in the course: the practice strip on the home page says so.
+    # Solved in the course: the practice strip on the home page says so, and so does the line
+    # naming the course it counts in.
     practice = page.locator(".exercise-list li", has_text="Prove it: gradients accumulate")
-    expect(practice.locator(".state-solved")).to_be_visible()
+    expect(practice.locator(".state-solved")).to_have_count(2)
+    expect(practice.locator(".in-course .state-solved")).to_be_visible()
     page.goto(f"/courses/{course_id}")
     expect(page.locator(".progress-summary")).to_have_text(
         re.compile(r"1 of 5 solved,\s+17/50 points")
