@@ -19,10 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders.report import Diagnosis
 
-Kind = Literal[
-    "train-step", "accumulate-microbatches", "accumulation-demo", "grad-magnitude", "whole-loop"
-]
-
 EXERCISES_DIR = Path(
     os.environ.get("LOOPGRADE_EXERCISES_DIR", Path(__file__).resolve().parent.parent / "exercises")
 )
@@ -89,7 +85,7 @@ class Exercise(BaseModel):
     id: str
     title: str
     position: int = Field(description="Place in the unit, from 1.")
-    kind: Kind
+    kind: str = Field(description="A kind registered in graders.kinds.KINDS.")
     entry_point: str
     signature: str
     prompt_markdown: str
@@ -161,25 +157,19 @@ def load_exercise(folder: Path) -> Exercise:
 
 
 def configuration_problem(exercise: Exercise) -> str | None:
-    """What in the exercise the grader cannot judge (a kind it knows only in part, a check its
-    kind does not make), said as the field and what to do; None when all is known."""
-    # Imported here: the kinds' modules import this one (for Kind and CaseSpec).
-    from graders.harness import DRIVERS
-    from graders.kinds import JUDGES
-    from graders.trace import RECORD_FIELDS
+    """What in the exercise the grader cannot judge (a kind it does not know, a check its kind
+    does not make), said as the field and what to do; None when all is known."""
+    # Imported here: the kinds' modules import this one (for CaseSpec and Exercise).
+    from graders.kinds import KINDS
 
-    judge = JUDGES.get(exercise.kind)
-    if judge is None or exercise.kind not in RECORD_FIELDS or exercise.kind not in DRIVERS:
-        return (
-            f"kind: {exercise.kind!r} is not fully registered (graders/kinds JUDGES, "
-            "graders/trace.py RECORD_FIELDS, graders/harness.py DRIVERS): register it in "
-            "all three, or use another kind"
-        )
-    unknown = sorted(set(exercise.checks) - set(judge.checks))
+    kind = KINDS.get(exercise.kind)
+    if kind is None:
+        return f"kind: {exercise.kind!r} is no kind: use one of {', '.join(sorted(KINDS))}"
+    unknown = sorted(set(exercise.checks) - set(kind.judge.checks))
     if unknown:
         return (
             f"checks: {', '.join(map(repr, unknown))} is no check of kind {exercise.kind!r}: "
-            f"use one of {', '.join(sorted(judge.checks))}"
+            f"use one of {', '.join(sorted(kind.judge.checks))}"
         )
     return None
 

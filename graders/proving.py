@@ -21,6 +21,7 @@ from graders.grading import (
     trusted_trajectories,
 )
 from graders.judging import same_trace
+from graders.kinds import kind_of
 from graders.mutation import Mutant, reference_mutants
 from graders.report import GradeReport
 from graders.starter import is_starter_source, not_started_report
@@ -30,10 +31,11 @@ from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
     """Trace trusted source in this process, as the sandbox would: its cases, or its failure."""
     specs = [spec.harness_spec() for spec in exercise.cases]
-    document = harness.run_submission(source, exercise.kind, exercise.entry_point, specs)
+    kind = kind_of(exercise)
+    document = harness.run_submission(source, kind.record, exercise.entry_point, specs)
     traces: dict[str, CaseTrace] = {}
     try:
-        trace = parse_trace(json.dumps(document).encode(), exercise.kind, list(exercise.cases))
+        trace = parse_trace(json.dumps(document).encode(), kind.trace, list(exercise.cases))
     except NonFiniteValue as error:  # a mutant's training may blow up
         return traces, non_finite_failure(error)
     return traces, trace_failure(exercise, trace, list(exercise.cases), traces)
