@@ -59,6 +59,11 @@ class TraceShape:
     exact: bool = True
 
 
+def one_record_per_case(spec: CaseSpec) -> int:
+    """For kinds whose function is called once per case."""
+    return 1
+
+
 MAX_LOOP_RECORDS = 2000
 
 

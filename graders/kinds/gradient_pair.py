@@ -32,7 +32,7 @@ from graders.judging import (
 )
 from graders.kind import ExerciseKind
 from graders.report import PlotSeries
-from graders.trace import PARAMETERS, CaseTrace, TraceShape
+from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 
 
 def record_pair(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
@@ -60,10 +60,6 @@ def record_pair(function: Callable[..., Any], spec: dict[str, Any], records: lis
     records.append(record)
 
 
-def one_record(spec: CaseSpec) -> int:
-    return 1
-
-
 TRACE = TraceShape(
     record_fields={
         **PARAMETERS,
@@ -75,7 +71,7 @@ TRACE = TraceShape(
         "calls": "calls",
     },
     final_fields=None,
-    most_records=one_record,
+    most_records=one_record_per_case,
 )
 
 CHECKS = {

@@ -21,7 +21,7 @@ from graders.harness import Case, Record, build_case, number_of, parameters_of, 
 from graders.judging import CaseFindings, KindJudge, close, same_value, within_tolerance
 from graders.kind import ExerciseKind
 from graders.report import Diagnosis, PlotSeries
-from graders.trace import PARAMETERS, CaseTrace, TraceShape
+from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 
 
 def prepare_gradients(case: Case, state: str) -> nn.Linear:
@@ -52,14 +52,10 @@ def record_reading(
     )
 
 
-def one_record(spec: CaseSpec) -> int:
-    return 1
-
-
 TRACE = TraceShape(
     record_fields={**PARAMETERS, "value": "number", "value_type": "text"},
     final_fields=None,
-    most_records=one_record,
+    most_records=one_record_per_case,
 )
 
 CHECKS = {
