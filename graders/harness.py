@@ -4,7 +4,7 @@ The same functions serve twice. Inside the sandbox, `main()` runs the learner's 
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
 It is shipped into the sandbox as text: this file, then the recorders of every exercise kind
-(each declared in its module under graders/kinds, `graders.kinds.sandbox_program`), which fill
+(each declared in its module under graders/kinds; `graders.kinds.SANDBOX_PROGRAM`), which fill
 `RECORDERS`. So it imports nothing of ours and, in the grader's process, touches no
 process-wide torch state (no global seed, no monkeypatching), so the grader may run it in
 threads. In the sandbox (`main`), the global random generators are seeded from each case before
