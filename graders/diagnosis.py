@@ -2,7 +2,7 @@
 
 An explanation is a known buggy loop of the exercise (its `exercise.toml` variants, run here) or a
 small model fitted here to the learner's recorded weights, gradients, losses and calls
-(`graders.fitting` for the kinds that step; below for the two kinds that only read). It is given
+(`graders.fitting` for the kinds that step; each kind's module declares its own). It is given
 only when it reproduces the learner's recorded values within the judging tolerance *and* the
 learner's recorded order of calls agrees with it. When explanations with different names fit,
 all of them are said; when none fits, the diagnosis is `incorrect` and the checks say what first
@@ -14,13 +14,10 @@ The score is fixed by the checks before any of this runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import torch
-
-from graders.exercises import Exercise, Kind
+from graders.exercises import Exercise
 from graders.explanation import (
     RETURN_FIELDS,
     TYPE_FIELDS,
@@ -30,20 +27,11 @@ from graders.explanation import (
     same_numbers,
 )
 from graders.feedback import explanation
-from graders.fitting import stepping_models
 from graders.judging import (
-    batch_of,
     call_stream,
-    case_data,
-    cleared,
-    close,
-    close_values,
-    loss_and_gradients,
     same_trace,
-    same_value,
 )
-from graders.kinds import JUDGES
-from graders.kinds.magnitude import expected_magnitudes
+from graders.kinds import kind_of
 from graders.report import Check, Diagnosis
 
 
@@ -90,7 +78,8 @@ def explanations(
 ) -> list[Explanation]:
     """Every explanation that fits the learner's numbers and calls in all of `exercise`'s cases."""
     found = known_bugs(exercise, traces, trusted)
-    found += MODELS[exercise.kind](exercise, traces)
+    kind = kind_of(exercise)
+    found += kind.models(kind, exercise, traces)
     if not found and _right_but_returns_wrong_type(exercise, traces, trusted["reference"]):
         found.append(Explanation(("wrong-return-type",), "return-type"))
     return found
@@ -121,7 +110,7 @@ def known_bugs(exercise: Exercise, traces: Traces, trusted: dict[str, Traces]) -
 
 
 def _right_but_returns_wrong_type(exercise: Exercise, traces: Traces, reference: Traces) -> bool:
-    type_field, wanted = JUDGES[exercise.kind].return_type
+    type_field, wanted = kind_of(exercise).judge.return_type
     returned = {
         record[type_field]
         for trace in traces.values()
@@ -168,117 +157,3 @@ def verdict(
             f"(`{other.codes[0]}`): {note(other) or explanation(other.codes[0], exercise)}"
         )
     return Verdict(main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others))
-
-
-# --- the kinds that only read --------------------------------------------------------------------
-
-
-def demonstration_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
-    """accumulation_demo: returned tensors that are the live `.grad`, passes cleared between,
-    copies taken after the wrong number of passes.
-
-    Each model predicts the two returned tensors from the case's one-pass gradient g (computed
-    here): the reference returns copies g and 2g; a live `.grad` returned is 2g and reads zero
-    once the harness clears `.grad`; clearing between the passes returns g and g; copies taken
-    after a and b of the recorded backward passes return a*g and b*g.
-    """
-    aliased, cleared_between = True, True
-    any_alias = False
-    passes: set[tuple[int, int]] = set()
-    for spec in exercise.cases:
-        record = traces[spec.id].records[0]
-        data = case_data(spec)
-        _, fresh, _ = loss_and_gradients(data.weight, data.bias, *batch_of(data.inputs[0]))
-        if record["first"] is None or record["second"] is None:
-            return []
-        backwards = call_stream(traces[spec.id]).count("backward")
-        live = {
-            name: record[f"{name}_after_clearing"] != record[name] for name in ("first", "second")
-        }
-        any_alias = any_alias or any(live.values())
-        expected = {"first": fresh, "second": 2 * fresh}
-        aliased = aliased and backwards == 2
-        for name, is_live in live.items():
-            if is_live:
-                aliased = aliased and close_values(record[name], 2 * fresh)
-                aliased = aliased and cleared(record[f"{name}_after_clearing"])
-            else:
-                aliased = aliased and close_values(record[name], expected[name])
-        cleared_between = (
-            cleared_between
-            and backwards == 2
-            and not any(live.values())
-            and close_values(record["first"], fresh)
-            and close_values(record["second"], fresh)
-        )
-        first = _whole_passes(record["first"], fresh, backwards)
-        second = _whole_passes(record["second"], fresh, backwards)
-        if any(live.values()) or first is None or second != backwards or first > second:
-            passes.add((0, 0))  # not copies of whole backward passes
-        else:
-            passes.add((first, second))
-    found = []
-    if aliased and any_alias:
-        found.append(Explanation(("returns-live-gradient",), "live-gradient"))
-    if cleared_between:
-        found.append(Explanation(("cleared-between-passes",), "cleared-between"))
-    if len(passes) == 1 and (counted := passes.pop()) not in ((0, 0), (1, 2)):
-        found.append(
-            Explanation(
-                ("wrong-number-of-passes",),
-                "passes",
-                f"Your first tensor holds {_passes(counted[0])}' gradients and your second "
-                f"{_passes(counted[1])}'.",
-            )
-        )
-    return found
-
-
-def _whole_passes(values: Any, fresh: torch.Tensor, backwards: int) -> int | None:
-    """How many backward passes' gradients a returned tensor holds, when a whole number does."""
-    return next(
-        (n for n in range(1, backwards + 1) if close_values(values, n * fresh)),
-        None,
-    )
-
-
-def _passes(count: int) -> str:
-    return {1: "one pass", 2: "two passes", 3: "three passes"}.get(count, f"{count} passes")
-
-
-def magnitude_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
-    """total_grad_magnitude: the sum without abs(), and gradients changed by a function that
-    should only read them."""
-    changed, all_right = False, True
-    for spec in exercise.cases:
-        record = traces[spec.id].records[0]
-        expected, no_abs, before = expected_magnitudes(spec)
-        value = record["value"]
-        if value is None:
-            return []
-        right = _near_value(value, expected)
-        if not (right or _near_value(value, no_abs)):
-            return []
-        all_right = all_right and right
-        changed = changed or not all(
-            same_value(name, record[name], before[name])
-            and (record[name] is None) == (before[name] is None)
-            for name in ("weight_grad", "bias_grad")
-        )
-    codes: list[Diagnosis] = [] if all_right else ["missing-abs"]
-    if changed:
-        codes.append("modifies-gradients")
-    return [Explanation(tuple(codes), "magnitude")] if codes else []
-
-
-def _near_value(value: float, expected: float) -> bool:
-    return close(torch.tensor([value]), torch.tensor([expected]))
-
-
-MODELS: dict[Kind, Callable[[Exercise, Traces], list[Explanation]]] = {
-    "train-step": stepping_models,
-    "accumulate-microbatches": stepping_models,
-    "whole-loop": stepping_models,
-    "accumulation-demo": demonstration_models,
-    "grad-magnitude": magnitude_models,
-}

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import logging
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -18,10 +19,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders.report import Diagnosis
-
-Kind = Literal[
-    "train-step", "accumulate-microbatches", "accumulation-demo", "grad-magnitude", "whole-loop"
-]
 
 EXERCISES_DIR = Path(
     os.environ.get("LOOPGRADE_EXERCISES_DIR", Path(__file__).resolve().parent.parent / "exercises")
@@ -89,7 +86,7 @@ class Exercise(BaseModel):
     id: str
     title: str
     position: int = Field(description="Place in the unit, from 1.")
-    kind: Kind
+    kind: str = Field(description="A kind registered in graders.kinds.KINDS.")
     entry_point: str
     signature: str
     prompt_markdown: str
@@ -98,7 +95,9 @@ class Exercise(BaseModel):
     checks: dict[str, float]
     cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
     variants: list[Variant]
-    version: str = Field(description="Content hash of the exercise folder.")
+    version: str = Field(description="Content hash of the folder and of its kind's module.")
+    folder: str = Field(default="", description="Where it was read from, for messages.")
+    solution_file: str = "solution.py"
 
     @property
     def max_score(self) -> float:
@@ -122,12 +121,28 @@ def _one_line(error: ValidationError) -> str:
     )
 
 
+# Every key exercise.toml may have (docs/authoring.md): any other is refused, not ignored, as
+# a setting the grader would silently not apply.
+TOML_KEYS = frozenset(
+    {
+        "id", "title", "position", "kind", "entry_point", "signature", "prompt", "starter",
+        "solution", "checks", "cases", "variants",
+    }
+)  # fmt: skip
+
+
 def load_exercise(folder: Path) -> Exercise:
     """Read one exercise folder; raises ExerciseRefused naming the file and field that is
     wrong and what to do."""
     toml = folder / "exercise.toml"
     try:
         config = tomllib.loads(toml.read_text())
+        unknown = sorted(set(config) - TOML_KEYS)
+        if unknown:
+            raise ExerciseRefused(
+                f"{toml}: {', '.join(map(repr, unknown))}: no such key, and the grader would "
+                "not apply it: remove it (the keys are in docs/authoring.md)"
+            )
         exercise = Exercise.model_validate(
             {
                 "id": config["id"],
@@ -146,10 +161,14 @@ def load_exercise(folder: Path) -> Exercise:
                     for variant in config.get("variants", [])
                 ],
                 "version": _content_hash(folder),
+                "folder": str(folder),
+                "solution_file": config.get("solution", "solution.py"),
             }
         )
+    except ExerciseRefused:
+        raise
     except ValidationError as exc:
-        raise ExerciseRefused(f"{toml}: {_one_line(exc)} (see docs/exercises.md)") from exc
+        raise ExerciseRefused(f"{toml}: {_one_line(exc)} (see docs/authoring.md)") from exc
     except KeyError as exc:
         raise ExerciseRefused(f"{toml}: the field {exc} is missing: add it") from exc
     except (OSError, ValueError) as exc:
@@ -157,50 +176,66 @@ def load_exercise(folder: Path) -> Exercise:
     problem = configuration_problem(exercise)
     if problem is not None:
         raise ExerciseRefused(f"{toml}: {problem}")
-    return exercise
+    return exercise.model_copy(update={"version": _judged_version(exercise)})
+
+
+def _judged_version(exercise: Exercise) -> str:
+    """The folder's hash with the source of the kind module that judges it: a change of either
+    makes a new version, so results graded before are marked for regrade."""
+    from graders.kinds import kind_of
+
+    module = sys.modules[kind_of(exercise).record.__module__]
+    digest = hashlib.sha256(exercise.version.encode() + b"\0")
+    digest.update(Path(str(module.__file__)).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def configuration_problem(exercise: Exercise) -> str | None:
-    """What in the exercise the grader cannot judge (a kind it knows only in part, a check its
-    kind does not make), said as the field and what to do; None when all is known."""
-    # Imported here: the kinds' modules import this one (for Kind and CaseSpec).
-    from graders.harness import DRIVERS
-    from graders.kinds import JUDGES
-    from graders.trace import RECORD_FIELDS
+    """What in the exercise the grader cannot judge (a kind it does not know, a check its kind
+    does not make), said as the field and what to do; None when all is known."""
+    # Imported here: the kinds' modules import this one (for CaseSpec and Exercise).
+    from graders.kinds import KINDS
 
-    judge = JUDGES.get(exercise.kind)
-    if judge is None or exercise.kind not in RECORD_FIELDS or exercise.kind not in DRIVERS:
-        return (
-            f"kind: {exercise.kind!r} is not fully registered (graders/kinds JUDGES, "
-            "graders/trace.py RECORD_FIELDS, graders/harness.py DRIVERS): register it in "
-            "all three, or use another kind"
-        )
-    unknown = sorted(set(exercise.checks) - set(judge.checks))
+    kind = KINDS.get(exercise.kind)
+    if kind is None:
+        return f"kind: {exercise.kind!r} is no kind: use one of {', '.join(sorted(KINDS))}"
+    unknown = sorted(set(exercise.checks) - set(kind.judge.checks))
     if unknown:
         return (
             f"checks: {', '.join(map(repr, unknown))} is no check of kind {exercise.kind!r}: "
-            f"use one of {', '.join(sorted(judge.checks))}"
+            f"use one of {', '.join(sorted(kind.judge.checks))}"
         )
     return None
 
 
 @functools.cache
 def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
-    """The exercises that load, by id, and the folders refused, with why."""
-    loaded: list[Exercise] = []
+    """The exercises that load, by id, and the folders refused, with why. Read once per
+    process: a folder changed, added or removed is seen at the next restart."""
+    loaded: dict[str, tuple[Exercise, str]] = {}
     refused: dict[str, str] = {}
     for toml in sorted(EXERCISES_DIR.glob("*/exercise.toml")):
         try:
             exercise = load_exercise(toml.parent)
-            if any(other.id == exercise.id for other in loaded):
-                raise ExerciseRefused(f"{toml}: id: {exercise.id!r} is taken: give it another")
+            if exercise.id in loaded:
+                raise ExerciseRefused(
+                    f"{toml}: id: {exercise.id!r} is taken by the folder "
+                    f"{loaded[exercise.id][1]!r}: give it another"
+                )
         except ExerciseRefused as exc:
             refused[toml.parent.name] = str(exc)
             log.error("exercise folder %s refused: %s", toml.parent.name, exc)
             continue
-        loaded.append(exercise)
-    by_id = {exercise.id: exercise for exercise in sorted(loaded, key=lambda e: e.position)}
-    return by_id, refused
+        loaded[exercise.id] = (exercise, toml.parent.name)
+    log.info(
+        "%d exercises loaded from %s, %d folders refused; a changed folder is read at the "
+        "next restart of each server and worker",
+        len(loaded),
+        EXERCISES_DIR,
+        len(refused),
+    )
+    in_order = sorted((exercise for exercise, _ in loaded.values()), key=lambda e: e.position)
+    return {exercise.id: exercise for exercise in in_order}, refused
 
 
 def _all_exercises() -> dict[str, Exercise]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from graders.exercises import Exercise, Kind
+from graders.exercises import Exercise
 from graders.report import Diagnosis
 
 # Bidirectional overrides and isolates reorder what is shown around them; other invisible
@@ -205,10 +205,6 @@ EXPLANATIONS: dict[Diagnosis, str] = {
 }
 
 
-# The kinds that train with an optimizer, and those given micro-batches: the other exercises
-# take no step (prove-accumulation forbids one), so no word about a step is true of them.
-STEPPING_KINDS: frozenset[Kind] = frozenset({"train-step", "accumulate-microbatches", "whole-loop"})
-MICRO_BATCH_KINDS: frozenset[Kind] = frozenset({"accumulate-microbatches"})
 # The codes whose words are about an optimizer's step, or about micro-batches: on an exercise of
 # another kind no model gives them, and a declared bug that did is told in neutral words.
 ABOUT_STEPS: frozenset[Diagnosis] = frozenset(
@@ -247,10 +243,14 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     A code about steps or micro-batches on an exercise without them (only a declared bug could
     give one) is said as `incorrect` is: nothing false is said of the learner's code.
     """
-    steps = exercise.kind in STEPPING_KINDS
-    if (code in ABOUT_STEPS and not steps) or (
-        code in ABOUT_MICRO_BATCHES and exercise.kind not in MICRO_BATCH_KINDS
-    ):
+    # Imported here: the kinds' modules use this one's learner_text.
+    from graders.kinds import kind_of
+
+    # Exercises of kinds that take no step (prove-accumulation forbids one), or without
+    # micro-batches: no word about a step, or about micro-batches, is true of them.
+    steps = kind_of(exercise).steps
+    micro_batches = any(spec.micro_batches for spec in exercise.cases)
+    if (code in ABOUT_STEPS and not steps) or (code in ABOUT_MICRO_BATCHES and not micro_batches):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
     if code == "wrong-return-type":

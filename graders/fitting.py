@@ -1,5 +1,4 @@
-"""Fitting models of the update to a stepping loop's trajectory (`train-step`,
-`accumulate-microbatches`, `whole-loop`).
+"""Fitting models of the update to a stepping loop's trajectory (the kinds with a `Replay`).
 
 A model is the learner's own recorded calls replayed as a trusted loop (`graders.replay`),
 first with the optimizer's numbers, then with one number fitted on the first case those do not
@@ -17,6 +16,7 @@ import torch
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import PRIORITY, Explanation, Traces, agrees, same_numbers
 from graders.judging import as_tensor, call_stream, case_data
+from graders.kind import ExerciseKind
 from graders.replay import Forward, Numbers, PerCase, replay
 from graders.report import Diagnosis
 from graders.trace import CaseTrace
@@ -37,6 +37,7 @@ class _Attempt:
 
 
 def _attempt(
+    kind: ExerciseKind,
     exercise: Exercise,
     traces: Traces,
     forward: Forward,
@@ -44,9 +45,10 @@ def _attempt(
     first: CaseSpec | None = None,
 ) -> _Attempt:
     """Replay case by case, `first` first, and stop at the first case the model gets wrong."""
+    assert kind.replay is not None
     specs = sorted(exercise.cases, key=lambda spec: spec != first)
     for spec in specs:
-        model = replay(exercise.kind, spec, traces[spec.id], forward, numbers)
+        model = replay(kind.record, kind.replay, spec, traces[spec.id], forward, numbers)
         if model is None:
             return _Attempt(spec)
         learner = traces[spec.id]
@@ -55,12 +57,13 @@ def _attempt(
     return _Attempt()
 
 
-def _iterations(exercise: Exercise, spec: CaseSpec) -> int:
-    return spec.epochs * spec.steps if exercise.kind == "whole-loop" else spec.steps
+def _iterations(kind: ExerciseKind, spec: CaseSpec) -> int:
+    assert kind.replay is not None
+    return kind.replay.iterations(spec)
 
 
 def order_mistakes(
-    exercise: Exercise, spec: CaseSpec, calls: Sequence[str], stepped_by_hand: bool
+    kind: ExerciseKind, spec: CaseSpec, calls: Sequence[str], stepped_by_hand: bool
 ) -> list[Diagnosis]:
     """The mistakes a replayed loop's order of calls makes in one case, in the lesson's order.
 
@@ -68,7 +71,7 @@ def order_mistakes(
     each name read here is borne out by them. A step's segment is everything since the previous
     step: it should clear, then run backward (once per micro-batch), then step.
     """
-    iterations, micro = _iterations(exercise, spec), spec.micro_batches
+    iterations, micro = _iterations(kind, spec), spec.micro_batches
     backwards, steps = calls.count("backward"), calls.count("step")
     found: list[Diagnosis] = []
     if not stepped_by_hand:
@@ -116,10 +119,12 @@ def order_mistakes(
     return sorted(set(found), key=PRIORITY.index)
 
 
-def _order_note(exercise: Exercise, traces: Traces, codes: Sequence[Diagnosis]) -> str:
+def _order_note(
+    kind: ExerciseKind, exercise: Exercise, traces: Traces, codes: Sequence[Diagnosis]
+) -> str:
     """Where, in the first visible case, the calls show the main mistake."""
     visible = next((s for s in exercise.cases if not s.hidden), None)
-    if visible is None or exercise.kind == "whole-loop" or not codes:
+    if visible is None or kind.replay is None or not kind.replay.per_call or not codes:
         return ""
     per_call = [record.get("calls", []) for record in traces[visible.id].records]
     where = ""
@@ -255,7 +260,7 @@ def _candidates(
     return found
 
 
-def stepping_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
+def stepping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
     """Replays of the learner's calls that explain their trajectory, and the mistakes they make.
 
     First the calls as recorded with the optimizer's numbers; then with one number fitted (a
@@ -264,47 +269,53 @@ def stepping_models(exercise: Exercise, traces: Traces) -> list[Explanation]:
     """
     if any(
         len(call_stream(traces[spec.id]))
-        > MAX_CALLS_PER_ITERATION * _iterations(exercise, spec) * max(1, spec.micro_batches)
+        > MAX_CALLS_PER_ITERATION * _iterations(kind, spec) * max(1, spec.micro_batches)
         for spec in exercise.cases
     ):
         return []  # far more calls than any loop we model makes: not worth replaying here
     stepless = not any("step" in call_stream(trace) for trace in traces.values())
     for by_hand in (False, True) if stepless else (False,):
         for forward in Forward:
-            found = _replayed_models(exercise, traces, forward, by_hand)
+            found = _replayed_models(kind, exercise, traces, forward, by_hand)
             if found:
                 return found
     return []
 
 
 def _replayed_models(
-    exercise: Exercise, traces: Traces, forward: Forward, by_hand: bool
+    kind: ExerciseKind, exercise: Exercise, traces: Traces, forward: Forward, by_hand: bool
 ) -> list[Explanation]:
     momentum = any(spec.momentum for spec in exercise.cases)
     numbers = Numbers(update_by_hand=by_hand)
-    order = _merged_order_mistakes(exercise, traces, by_hand)
+    order = _merged_order_mistakes(kind, exercise, traces, by_hand)
     extra: tuple[Diagnosis, ...] = ("wrong-momentum",) if by_hand and momentum else ()
-    base = _attempt(exercise, traces, forward, numbers)
+    base = _attempt(kind, exercise, traces, forward, numbers)
     if base.unexplained is None:
         codes = tuple(order) + extra
-        return [Explanation(codes, "calls", _order_note(exercise, traces, codes))] if codes else []
+        return (
+            [Explanation(codes, "calls", _order_note(kind, exercise, traces, codes))]
+            if codes
+            else []
+        )
     if base.trajectory is None:
         return []  # these calls cannot be replayed as a loop of this kind
     found = []
     for candidate, code, model, note in _candidates(
         traces, base.unexplained, base.trajectory, numbers, momentum
     ):
-        if _attempt(exercise, traces, forward, candidate, base.unexplained).unexplained:
+        if _attempt(kind, exercise, traces, forward, candidate, base.unexplained).unexplained:
             continue
         codes = (code, *order, *[e for e in extra if e != code])
         found.append(Explanation(tuple(sorted(set(codes), key=PRIORITY.index)), model, note))
     return found
 
 
-def _merged_order_mistakes(exercise: Exercise, traces: Traces, by_hand: bool) -> list[Diagnosis]:
+def _merged_order_mistakes(
+    kind: ExerciseKind, exercise: Exercise, traces: Traces, by_hand: bool
+) -> list[Diagnosis]:
     found = {
         code
         for spec in exercise.cases
-        for code in order_mistakes(exercise, spec, call_stream(traces[spec.id]), by_hand)
+        for code in order_mistakes(kind, spec, call_stream(traces[spec.id]), by_hand)
     }
     return sorted(found, key=PRIORITY.index)

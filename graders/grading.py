@@ -17,7 +17,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import sandbox
 from graders import harness
@@ -25,7 +24,7 @@ from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.feedback import explanation, learner_text
 from graders.judging import check
-from graders.kinds import JUDGES
+from graders.kinds import SANDBOX_PROGRAM, kind_of
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
 from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
@@ -46,7 +45,6 @@ log = logging.getLogger(__name__)
 # CPU caps, set-up apart, and a wall-clock backstop well above them (sandbox/limits.py): a busy
 # machine slows a run down, it does not change its grade.
 GRADING_LIMITS = Limits()
-HARNESS_SOURCE = Path(harness.__file__).read_text()
 MAX_OUTPUT_CHARS = 8000
 # What a warm pool's zygotes run once before forking (sandbox.pool): a trusted loop on a tiny
 # made-up case, so that the optimizer's lazy imports are done. It is in every child's memory,
@@ -60,7 +58,7 @@ def train_step(model, optimizer, loss_fn, x, y):
     return loss
 """
 WARM_UP_REQUEST = {
-    "kind": "train-step",
+    "kind": "step-function",
     "entry_point": "train_step",
     "cases": [
         {"id": "warm-up", "seed": 0, "in_features": 2, "out_features": 1, "batch_size": 2,
@@ -68,7 +66,7 @@ WARM_UP_REQUEST = {
     ],
 }  # fmt: skip
 POOL_PROGRAM = PoolProgram(
-    source=HARNESS_SOURCE,
+    source=SANDBOX_PROGRAM,
     warm_up_inputs={
         harness.SUBMISSION_FILENAME: WARM_UP_SOURCE.encode(),
         harness.CASES_FILENAME: json.dumps(WARM_UP_REQUEST).encode(),
@@ -208,7 +206,7 @@ def _run_failure(
     if failure is not None:
         return failure
     try:
-        trace = parse_trace(result.payload, exercise.kind, cases)
+        trace = parse_trace(result.payload, kind_of(exercise).trace, cases)
     except NonFiniteValue as exc:
         return non_finite_failure(exc)
     except InvalidTrace as exc:
@@ -250,7 +248,7 @@ def _run(
     later_input = None
     if later_cases is not None:
         later_input = json.dumps([c.harness_spec() for c in later_cases]).encode()
-    result = runner.run(HARNESS_SOURCE, inputs, limits, later_input)
+    result = runner.run(SANDBOX_PROGRAM, inputs, limits, later_input)
     _log_part(exercise, cases, result)
     if later_cases is not None and result.after_request is not None:
         _log_part(exercise, later_cases, result.after_request)
@@ -441,9 +439,10 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
 def trusted_run(exercise: Exercise, source: str) -> dict[str, CaseTrace]:
     """Run trusted code (a reference or a known bug) on every case, here, unsandboxed."""
     function = harness.load_function(source, exercise.entry_point, "trusted.py")
+    record = kind_of(exercise).record
     return {
         spec.id: CaseTrace.model_validate(
-            harness.run_case(exercise.kind, function, spec.harness_spec(), "trusted.py")
+            harness.run_case(record, function, spec.harness_spec(), "trusted.py")
         )
         for spec in exercise.cases
     }
@@ -481,7 +480,7 @@ def judged(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") -
 
 def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") -> GradeReport:
     """Score, diagnose and explain the learner's traces of every case of the exercise."""
-    kind = JUDGES[exercise.kind]
+    kind = kind_of(exercise).judge
     trusted = trusted_trajectories(exercise)
     if behaves_as_starter(exercise, traces, trusted["starter"]):
         return not_started_report(exercise, output)

@@ -3,15 +3,16 @@
 The same functions serve twice. Inside the sandbox, `main()` runs the learner's code and writes
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
-It lives with the graders because it encodes the exercise kinds, and it is shipped into the
-sandbox as the text of this one file: so it imports nothing of ours and, in the grader's
-process, touches no process-wide torch state (no global seed, no monkeypatching), so the grader
-may run it in threads. In the sandbox (`main`), the global random generators are seeded from
-each case before learner code runs (`seed_global_random`).
+It is shipped into the sandbox as text: this file, then the recorders of every exercise kind
+(each declared in its module under graders/kinds; `graders.kinds.SANDBOX_PROGRAM`), which fill
+`RECORDERS`. So it imports nothing of ours and, in the grader's process, touches no
+process-wide torch state (no global seed, no monkeypatching), so the grader may run it in
+threads. In the sandbox (`main`), the global random generators are seeded from each case before
+learner code runs (`seed_global_random`).
 
-Each exercise kind has a driver: how to call the learner's function on a case and what to
-record. A record is a flat dict of named values: tensors as nested lists, `.grad` as None or
-values, the returned value and its type, and the calls the step made.
+A kind's recorder says how to call the learner's function on a case and what to record. A
+record is a flat dict of named values: tensors as nested lists, `.grad` as None or values, the
+returned value and its type, and the calls the step made.
 """
 
 from __future__ import annotations
@@ -46,9 +47,6 @@ MAX_MESSAGE_CHARS = 2000
 # What one record may hold of things the learner decides: the calls a step made, a type name.
 MAX_CALLS_PER_RECORD = 100
 MAX_TYPE_NAME_CHARS = 100
-# A whole loop is recorded for at most this many times the steps it should make: enough to see
-# a loop that steps twice per batch, bounded whatever the learner's loop does.
-LOOP_RECORDS_PER_STEP = 4
 
 Record = dict[str, Any]
 
@@ -113,16 +111,11 @@ def build_case(spec: dict[str, Any]) -> Case:
     return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), inputs=inputs)
 
 
-def loop_record_limit(spec: dict[str, Any]) -> int:
-    """The most optimizer steps (and returned losses) a whole-loop case records."""
-    return LOOP_RECORDS_PER_STEP * int(spec["epochs"]) * int(spec["steps"])
-
-
-def _values(tensor: Any) -> Any:
+def values_of(tensor: Any) -> Any:
     return tensor.detach().tolist() if isinstance(tensor, torch.Tensor) else None
 
 
-def _number(value: Any) -> float | None:
+def number_of(value: Any) -> float | None:
     """A returned loss or magnitude as a number, whatever its type; None if it is not one.
 
     An int too large for a float (`10**400`) is an infinity, as the grader will say.
@@ -139,16 +132,16 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     return type(value).__name__[:MAX_TYPE_NAME_CHARS]
 
 
-def _parameters(model: nn.Linear) -> Record:
+def parameters_of(model: nn.Linear) -> Record:
     return {
-        "weight": _values(model.weight),
-        "bias": _values(model.bias),
-        "weight_grad": _values(model.weight.grad),
-        "bias_grad": _values(model.bias.grad),
+        "weight": values_of(model.weight),
+        "bias": values_of(model.bias),
+        "weight_grad": values_of(model.weight.grad),
+        "bias_grad": values_of(model.bias.grad),
     }
 
 
@@ -169,7 +162,7 @@ def _error_record(error: BaseException, filename: str) -> Record:
     except Exception:
         message = formatted = "(the exception's message could not be read)"
     return {
-        "type": _type_name(error),
+        "type": type_name(error),
         "message": message[:MAX_MESSAGE_CHARS],
         "line": frames[-1].lineno if frames else None,
         "traceback": formatted[-MAX_MESSAGE_CHARS:],
@@ -245,117 +238,11 @@ def _engine_pass() -> int:
     return int(torch._C._current_graph_task_id())
 
 
-Driver = Callable[[Callable[..., Any], dict[str, Any], list[Record]], Record | None]
-
-
-def _run_steps(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
-    """train-step and accumulate-microbatches: one call per input, the state after each."""
-    case = build_case(spec)
-    model, optimizer = case.model, case.optimizer
-    recorder = CallRecorder(case)
-    for given in case.inputs:
-        if isinstance(given, list):
-            arguments: Any = [(x.clone(), y.clone()) for x, y in given]
-            returned = function(model, optimizer, case.loss_fn, arguments)
-        else:
-            x, y = given
-            returned = function(model, optimizer, case.loss_fn, x.clone(), y.clone())
-        buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
-        records.append(
-            {
-                **_parameters(model),
-                "momentum": _values(buffer),
-                "loss": _number(returned),
-                "loss_type": _type_name(returned),
-                "calls": recorder.take(),
-            }
-        )
-
-
-def _run_accumulation_demo(
-    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
-) -> None:
-    """prove-accumulation: one call; the two gradients it returns, before and after the harness
-    zeroes `.grad` in place: a returned tensor that is the live `.grad` changes, a copy does not.
-    """
-    case = build_case(spec)
-    recorder = CallRecorder(case)
-    x, y = case.inputs[0]
-    returned = function(case.model, case.loss_fn, x.clone(), y.clone())
-    pair = returned if isinstance(returned, tuple) and len(returned) == 2 else (None, None)
-    record = {
-        **_parameters(case.model),
-        "result_type": _type_name(returned),
-        "first": _values(pair[0]),
-        "second": _values(pair[1]),
-        "calls": recorder.take(),
-    }
-    for parameter in case.model.parameters():
-        if parameter.grad is not None:
-            parameter.grad.zero_()
-    record["first_after_clearing"] = _values(pair[0])
-    record["second_after_clearing"] = _values(pair[1])
-    records.append(record)
-
-
-def prepare_gradients(case: Case, state: str) -> nn.Linear:
-    """Run one backward pass, then leave `.grad` as the state says: present, released (none),
-    filled with zeros, or mixed (the weight's present, the bias's released)."""
-    model = case.model
-    x, y = case.inputs[0]
-    case.loss_fn(model(x), y).backward()
-    if state == "none":
-        case.optimizer.zero_grad()
-    elif state == "zeros":
-        case.optimizer.zero_grad(set_to_none=False)
-    elif state == "mixed":
-        model.bias.grad = None
-    return model
-
-
-def _run_grad_magnitude(
-    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
-) -> None:
-    """grad-magnitude: one call on a model whose `.grad` is in the state the case names."""
-    case = build_case(spec)
-    model = prepare_gradients(case, spec.get("grad_state", "present"))
-    returned = function(model)
-    records.append(
-        {**_parameters(model), "value": _number(returned), "value_type": _type_name(returned)}
-    )
-
-
-def _run_whole_loop(
-    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
-) -> Record:
-    """fix-the-loop: one call that trains for several epochs; the state after every step."""
-    case = build_case(spec)
-
-    most = loop_record_limit(spec)
-
-    def snapshot() -> None:
-        if len(records) < most:
-            records.append({**_parameters(case.model), "calls": recorder.take()})
-
-    recorder = CallRecorder(case, on_step=snapshot)
-    batches = [(x.clone(), y.clone()) for x, y in case.inputs]
-    returned = function(case.model, case.optimizer, case.loss_fn, batches, int(spec["epochs"]))
-    losses = [_number(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
-    return {
-        **_parameters(case.model),
-        "calls": recorder.take(),
-        "losses": losses,
-        "losses_type": _type_name(returned),
-    }
-
-
-DRIVERS: dict[str, Driver] = {
-    "train-step": _run_steps,
-    "accumulate-microbatches": _run_steps,
-    "accumulation-demo": _run_accumulation_demo,
-    "grad-magnitude": _run_grad_magnitude,
-    "whole-loop": _run_whole_loop,
-}
+# A kind's recorder: (the function to call, the case's spec, the records to append to) -> the
+# final record, or None for kinds that make none.
+Recorder = Callable[[Callable[..., Any], dict[str, Any], list[Record]], Record | None]
+# Filled in the sandbox by the kinds' recorders appended to this file, by kind name.
+RECORDERS: dict[str, Recorder] = {}
 
 
 def seed_global_random(seed: int) -> None:
@@ -373,13 +260,13 @@ def seed_global_random(seed: int) -> None:
 
 
 def run_case(
-    kind: str,
+    recorder: Recorder,
     function: Callable[..., Any],
     spec: dict[str, Any],
     filename: str = SUBMISSION_FILENAME,
     seeded: bool = False,
 ) -> dict[str, Any]:
-    """Run one case of an exercise kind; the records made, and the learner's error if any.
+    """Run one case with a kind's recorder; the records made, and the learner's error if any.
 
     For step-by-step kinds the records made before an error are kept, to say which step failed.
     `seeded`: seed the global generators from the case first (in the sandbox only).
@@ -390,7 +277,7 @@ def run_case(
     if seeded:
         seed_global_random(int(spec["seed"]))
     try:
-        final = DRIVERS[kind](function, spec, records)
+        final = recorder(function, spec, records)
     except BaseException as exc:  # SystemExit too: the learner's code must not end the run
         error = _error_record(exc, filename)
     return {"case": spec["id"], "records": records, "final": final, "error": error}
@@ -424,7 +311,11 @@ def load_function(source: str, entry_point: str, filename: str) -> Callable[...,
 
 
 def run_submission(
-    source: str, kind: str, entry_point: str, specs: list[dict[str, Any]], seeded: bool = False
+    source: str,
+    recorder: Recorder,
+    entry_point: str,
+    specs: list[dict[str, Any]],
+    seeded: bool = False,
 ) -> dict[str, Any]:
     """Load the learner's code and run every case; the whole trace as one JSON-ready dict.
 
@@ -449,7 +340,7 @@ def run_submission(
         return {"status": "load-error", "error": _error_record(exc, filename)}
     return {
         "status": "ran",
-        "cases": [run_case(kind, function, spec, filename, seeded) for spec in specs],
+        "cases": [run_case(recorder, function, spec, filename, seeded) for spec in specs],
     }
 
 
@@ -501,8 +392,8 @@ def main() -> None:
         source = source_file.read()
     warm_up()
     end_setup()  # nothing of the learner's has run yet
-    kind, entry_point = request["kind"], request["entry_point"]
-    first = run_submission(source, kind, entry_point, request["cases"], seeded=True)
+    recorder, entry_point = RECORDERS[request["kind"]], request["entry_point"]
+    first = run_submission(source, recorder, entry_point, request["cases"], seeded=True)
     channel.write(json.dumps(first))
     channel.flush()
     # Code that did not load is reported as the visible failure it is: loading it again for
@@ -513,10 +404,6 @@ def main() -> None:
                 stream.flush()
         os.write(request_fd, b"?")
         later_cases = json.loads(later_input.read())
-        later = run_submission(source, kind, entry_point, later_cases, seeded=True)
+        later = run_submission(source, recorder, entry_point, later_cases, seeded=True)
         channel.write(json.dumps(later))
     channel.close()
-
-
-if __name__ == "__main__":
-    main()

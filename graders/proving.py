@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import torch
+
 from graders import harness
-from graders.exercises import Exercise
+from graders.diagnosis import explanations
+from graders.exercises import CaseSpec, Exercise, Variant
+from graders.explanation import Traces
 from graders.grading import (
     Failure,
     failure_report,
@@ -20,7 +24,8 @@ from graders.grading import (
     trace_failure,
     trusted_trajectories,
 )
-from graders.judging import same_trace
+from graders.judging import batch_of, case_data, close_values, loss_and_gradients, same_trace
+from graders.kinds import kind_of
 from graders.mutation import Mutant, reference_mutants
 from graders.report import GradeReport
 from graders.starter import is_starter_source, not_started_report
@@ -30,10 +35,11 @@ from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
     """Trace trusted source in this process, as the sandbox would: its cases, or its failure."""
     specs = [spec.harness_spec() for spec in exercise.cases]
-    document = harness.run_submission(source, exercise.kind, exercise.entry_point, specs)
+    kind = kind_of(exercise)
+    document = harness.run_submission(source, kind.record, exercise.entry_point, specs)
     traces: dict[str, CaseTrace] = {}
     try:
-        trace = parse_trace(json.dumps(document).encode(), exercise.kind, list(exercise.cases))
+        trace = parse_trace(json.dumps(document).encode(), kind.trace, list(exercise.cases))
     except NonFiniteValue as error:  # a mutant's training may blow up
         return traces, non_finite_failure(error)
     return traces, trace_failure(exercise, trace, list(exercise.cases), traces)
@@ -110,6 +116,7 @@ def soundness(exercise: Exercise) -> Soundness:
             f"{exercise.max_score:g} ({reference.diagnosis}): {failing}"
         )
     trusted = trusted_trajectories(exercise)
+    problems += reference_against_optimizer(exercise, trusted["reference"])
     # Unchanged, the starter is recognised by its code; edited without changing what it does,
     # by its trajectory: either way it earns nothing.
     starters = [("unchanged", judge_source(exercise, exercise.starter_code))]
@@ -154,6 +161,8 @@ def soundness(exercise: Exercise) -> Soundness:
                 f"{exercise.id}: known bug {variant.id} is diagnosed {report.diagnosis}, "
                 f"not {variant.diagnosis} ({shown_by})"
             )
+        else:
+            problems += _better_explained(exercise, variant, trusted)
     found = Soundness(problems, [judge_mutant(exercise, m) for m in reference_mutants(exercise)])
     for mutant in found.survivors():
         problems.append(
@@ -161,3 +170,62 @@ def soundness(exercise: Exercise) -> Soundness:
             f"scores full marks ({mutant.describe()})"
         )
     return found
+
+
+def _better_explained(
+    exercise: Exercise, variant: Variant, trusted: dict[str, Traces]
+) -> list[str]:
+    """A declared bug that the grader's own explanations (the kind's models and the other
+    known bugs) fit under other names only: learners who make it would be told the wrong one.
+    A bug that raises is named by its failure, not by these models."""
+    if any(trace.error is not None for trace in trusted[variant.id].values()):
+        return []
+    others = exercise.model_copy(
+        update={"variants": [v for v in exercise.variants if v.id != variant.id]}
+    )
+    codes = {fit.codes[0] for fit in explanations(others, trusted[variant.id], trusted)}
+    codes.discard("incorrect")
+    if not codes or variant.diagnosis in codes:
+        return []
+    return [
+        f"{exercise.folder}/exercise.toml: variants ({variant.id}): declared "
+        f"{variant.diagnosis!r}, but the grader's own models explain its numbers and calls as "
+        f"{', '.join(map(repr, sorted(codes)))}: declare that, or change the bug"
+    ]
+
+
+def declared_optimizer(spec: CaseSpec, parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """The optimizer a case declares, built here from its fields (never from the harness)."""
+    if spec.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=spec.lr, momentum=spec.momentum)
+    raise AssertionError(f"no optimizer {spec.optimizer!r}")
+
+
+def reference_against_optimizer(exercise: Exercise, reference: Traces) -> list[str]:
+    """For a kind that steps: the reference's weights after every iteration against those one
+    step of the declared optimizer makes on the iteration's batch, computed here. A reference
+    that steps twice, scales the loss or skips a step is refused, not believed."""
+    kind = kind_of(exercise)
+    if kind.replay is None:
+        return []
+    for spec in exercise.cases:
+        data = case_data(spec)
+        weight, bias = data.weight.clone(), data.bias.clone()
+        optimizer = declared_optimizer(spec, [weight, bias])
+        records = reference[spec.id].records
+        for iteration in range(kind.replay.iterations(spec)):
+            x, y = batch_of(data.inputs[iteration % spec.steps])
+            _, weight.grad, bias.grad = loss_and_gradients(weight, bias, x, y)
+            optimizer.step()
+            if iteration >= len(records) or not (
+                close_values(records[iteration]["weight"], weight)
+                and close_values(records[iteration]["bias"], bias)
+            ):
+                return [
+                    f"{exercise.folder}/{exercise.solution_file}: after iteration "
+                    f"{iteration + 1} of case {spec.id} the reference's weights are not one step "
+                    f"of the declared optimizer ({spec.optimizer}, lr {spec.lr:g}, momentum "
+                    f"{spec.momentum:g}) on that batch: make the solution zero, backward and "
+                    "step once per batch"
+                ]
+    return []

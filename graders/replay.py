@@ -7,8 +7,9 @@ is read. It runs through the same harness as the reference, outside the sandbox,
 trajectory is what the learner's would be if the model were what their code did. The caller
 (`graders.diagnosis`) compares the two and names the mistakes of the models that explain it.
 
-Serves the kinds that step: `train-step`, `accumulate-microbatches` (one call per record) and
-`whole-loop` (one record per optimizer step; iterations are found by counting backward calls).
+Serves the kinds that step, each by the `Replay` it declares: a function called once per step
+(`PER_CALL`: one record per call) or one call that runs the whole loop (`WHOLE_LOOP`: one record
+per optimizer step; iterations are found by counting backward calls).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from graders import harness
-from graders.exercises import CaseSpec, Kind
+from graders.exercises import CaseSpec
 from graders.judging import call_stream
 from graders.trace import CaseTrace
 
@@ -224,16 +225,52 @@ def per_call_calls(trace: CaseTrace) -> list[list[str]]:
     return [list(record.get("calls", [])) for record in trace.records]
 
 
+def _per_call_replay(
+    learner: CaseTrace, forward: Forward, numbers: Numbers, spec: CaseSpec
+) -> Callable[..., Any]:
+    return _stepping_function(per_call_calls(learner), forward, numbers, spec)
+
+
+def _whole_loop_replay(
+    learner: CaseTrace, forward: Forward, numbers: Numbers, spec: CaseSpec
+) -> Callable[..., Any]:
+    return _whole_loop_function(call_stream(learner), forward, numbers, spec)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How a stepping kind's recorded calls become a trusted loop, and how many iterations (one
+    zero, backward, step each) a right loop makes in a case. `per_call`: each record is one call
+    of the learner's function, so a note may point at the call where a mistake shows."""
+
+    function: Callable[[CaseTrace, Forward, Numbers, CaseSpec], Callable[..., Any]]
+    iterations: Callable[[CaseSpec], int]
+    per_call: bool
+
+
+def _steps(spec: CaseSpec) -> int:
+    return spec.steps
+
+
+def _epochs_of_steps(spec: CaseSpec) -> int:
+    return spec.epochs * spec.steps
+
+
+PER_CALL = Replay(function=_per_call_replay, iterations=_steps, per_call=True)
+WHOLE_LOOP = Replay(function=_whole_loop_replay, iterations=_epochs_of_steps, per_call=False)
+
+
 def replay(
-    kind: Kind, spec: CaseSpec, learner: CaseTrace, forward: Forward, numbers: Numbers
+    record: harness.Recorder,
+    loop: Replay,
+    spec: CaseSpec,
+    learner: CaseTrace,
+    forward: Forward,
+    numbers: Numbers,
 ) -> CaseTrace | None:
     """The trajectory of the model in one case; None when the calls cannot be replayed."""
-    function: Callable[..., Any]
-    if kind == "whole-loop":
-        function = _whole_loop_function(call_stream(learner), forward, numbers, spec)
-    else:
-        function = _stepping_function(per_call_calls(learner), forward, numbers, spec)
-    document = harness.run_case(kind, function, spec.harness_spec(), MODEL_FILENAME)
+    function = loop.function(learner, forward, numbers, spec)
+    document = harness.run_case(record, function, spec.harness_spec(), MODEL_FILENAME)
     if document["error"] is not None:
         return None
     return CaseTrace.model_validate(document)

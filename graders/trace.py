@@ -6,9 +6,8 @@ believed beyond its numbers.
 
 What `parse_trace` guarantees to everything that judges a trace (graders/kinds, diagnosis):
 - every case asked for is there, in order, with exactly the records its kind makes for it
-  (a step per call, one record, or for a whole loop at most `harness.loop_record_limit`),
-  fewer only up to a case that raised;
-- every record has exactly its kind's fields (`RECORD_FIELDS`, `FINAL_FIELDS`), tensors with
+  (or at most so many, as its `TraceShape` says), fewer only up to a case that raised;
+- every record has exactly its kind's fields (its `TraceShape`), tensors with
   exactly the case's shapes, calls from `CALLS`, short type names;
 - every number is a Python float, finite and within +-`MAX_MAGNITUDE` (ints are floats too).
 A payload that breaks any of these raises InvalidTrace; one whose only fault is a NaN, an
@@ -20,12 +19,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders import harness
-from graders.exercises import CaseSpec, Kind
+from graders.exercises import CaseSpec
 
 ShortText = Annotated[str, Field(max_length=4000)]
 # Field by field, a record is checked against what its kind records (`check_cases`).
@@ -45,31 +46,24 @@ PARAMETERS = {
     "weight_grad": "matrix?",
     "bias_grad": "vector?",
 }
-STEP_FIELDS = {
-    **PARAMETERS,
-    "momentum": "matrix?",
-    "loss": "number",
-    "loss_type": "text",
-    "calls": "calls",
-}
-RECORD_FIELDS: dict[Kind, dict[str, str]] = {
-    "train-step": STEP_FIELDS,
-    "accumulate-microbatches": STEP_FIELDS,
-    "accumulation-demo": {
-        **PARAMETERS,
-        "result_type": "text",
-        "first": "matrix?",
-        "second": "matrix?",
-        "first_after_clearing": "matrix?",
-        "second_after_clearing": "matrix?",
-        "calls": "calls",
-    },
-    "grad-magnitude": {**PARAMETERS, "value": "number", "value_type": "text"},
-    "whole-loop": {**PARAMETERS, "calls": "calls"},
-}
-FINAL_FIELDS: dict[Kind, dict[str, str]] = {
-    "whole-loop": {**PARAMETERS, "calls": "calls", "losses": "numbers", "losses_type": "text"}
-}
+
+
+@dataclass(frozen=True)
+class TraceShape:
+    """What a kind records for a case: each record's fields, the final record's (None when the
+    kind makes none), and how many records a case makes (`exact`) or may make at most."""
+
+    record_fields: dict[str, str]
+    final_fields: dict[str, str] | None
+    most_records: Callable[[CaseSpec], int]
+    exact: bool = True
+
+
+def one_record_per_case(spec: CaseSpec) -> int:
+    """For kinds whose function is called once per case."""
+    return 1
+
+
 MAX_LOOP_RECORDS = 2000
 
 
@@ -143,7 +137,7 @@ class NonFiniteValue(InvalidTrace):
         self.value = value
 
 
-def parse_trace(payload: bytes, kind: Kind, specs: list[CaseSpec]) -> AnyTrace:
+def parse_trace(payload: bytes, shape: TraceShape, specs: list[CaseSpec]) -> AnyTrace:
     """Parse and validate a payload against the cases that were asked for.
 
     Raises InvalidTrace, or NonFiniteValue when a number is not finite or too large.
@@ -156,44 +150,38 @@ def parse_trace(payload: bytes, kind: Kind, specs: list[CaseSpec]) -> AnyTrace:
     except (ValueError, RecursionError, ValidationError) as exc:
         raise InvalidTrace(f"unreadable payload: {str(exc)[:200]}") from None
     if isinstance(trace, Ran):
-        check_cases(trace, kind, specs)
+        check_cases(trace, shape, specs)
     return trace
 
 
-def check_cases(trace: Ran, kind: Kind, specs: list[CaseSpec]) -> None:
+def check_cases(trace: Ran, shape: TraceShape, specs: list[CaseSpec]) -> None:
     """Raise InvalidTrace unless every case is there with the records its kind makes."""
     if [c.case for c in trace.cases] != [s.id for s in specs]:
         raise InvalidTrace("the cases in the payload are not the cases that were run")
+    final_fields = shape.final_fields
     for case, spec in zip(trace.cases, specs, strict=True):
-        most = _most_records(kind, spec)
+        most = shape.most_records(spec)
         if len(case.records) > most or (
-            case.error is None and kind not in FINAL_FIELDS and len(case.records) != most
+            case.error is None and shape.exact and len(case.records) != most
         ):
             raise InvalidTrace(f"case {spec.id}: {len(case.records)} records, not {most}")
-        if case.error is None and (kind in FINAL_FIELDS) != (case.final is not None):
+        if case.error is None and (final_fields is not None) != (case.final is not None):
             raise InvalidTrace(f"case {spec.id}: the final record is missing or unexpected")
-        if case.final is not None and kind not in FINAL_FIELDS:
+        if case.final is not None and final_fields is None:
             raise InvalidTrace(f"case {spec.id}: a final record this kind does not make")
         for index, record in enumerate(case.records):
-            _check_record(record, RECORD_FIELDS[kind], spec, f"after call {index + 1}")
-        if case.final is not None:
-            _check_record(case.final, FINAL_FIELDS[kind], spec, "at the end")
+            _check_record(record, shape, shape.record_fields, spec, f"after call {index + 1}")
+        if case.final is not None and final_fields is not None:
+            _check_record(case.final, shape, final_fields, spec, "at the end")
 
 
-def _most_records(kind: Kind, spec: CaseSpec) -> int:
-    """How many records a case makes (train-step, ...) or may make (a whole loop)."""
-    if kind in ("train-step", "accumulate-microbatches"):
-        return spec.steps
-    if kind in ("accumulation-demo", "grad-magnitude"):
-        return 1
-    return harness.loop_record_limit(spec.harness_spec())
-
-
-def _check_record(record: dict[str, Any], fields: dict[str, str], spec: CaseSpec, at: str) -> None:
+def _check_record(
+    record: dict[str, Any], shape: TraceShape, fields: dict[str, str], spec: CaseSpec, at: str
+) -> None:
     if set(record) != set(fields):
         raise InvalidTrace(f"case {spec.id}: a record has fields {sorted(record)}")
     for name, kind in fields.items():
-        if not _fits(record[name], kind, spec):
+        if not _fits(record[name], kind, shape, spec):
             raise InvalidTrace(f"case {spec.id}: field {name} is not a {kind}")
     for name, kind in fields.items():
         if kind in ("text", "calls"):
@@ -213,14 +201,14 @@ def _is_float(value: Any) -> bool:
     return isinstance(value, float)
 
 
-def _fits(value: Any, kind: str, spec: CaseSpec) -> bool:
+def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
     if kind.endswith("?"):
-        return value is None or _fits(value, kind[:-1], spec)
+        return value is None or _fits(value, kind[:-1], shape, spec)
     if kind == "matrix":
         return (
             isinstance(value, list)
             and len(value) == spec.out_features
-            and all(_fits(row, "row", spec) for row in value)
+            and all(_fits(row, "row", shape, spec) for row in value)
         )
     if kind == "row":
         return (
@@ -247,7 +235,7 @@ def _fits(value: Any, kind: str, spec: CaseSpec) -> bool:
     if kind == "numbers":
         return value is None or (
             isinstance(value, list)
-            and len(value) <= harness.loop_record_limit(spec.harness_spec())
+            and len(value) <= shape.most_records(spec)
             and all(v is None or _is_float(v) for v in value)
         )
     raise AssertionError(f"unknown field kind {kind}")

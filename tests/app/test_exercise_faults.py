@@ -41,7 +41,7 @@ def test_a_refused_folder_is_named_and_the_others_are_served(tmp_path: Path) -> 
     assert "train-step" not in [e["id"] for e in served] and len(served) == 4
     (reason,) = ready.json()["refused_exercises"].values()
     assert list(ready.json()["refused_exercises"]) == ["train-step"]
-    assert "checks: 'weights-matches' is no check of kind 'train-step'" in reason
+    assert "checks: 'weights-matches' is no check of kind 'step-function'" in reason
     assert "exercise folder train-step is not served" in log_path.read_text()
 
 

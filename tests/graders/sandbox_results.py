@@ -12,6 +12,7 @@ from typing import Any
 
 from graders import harness
 from graders.exercises import CaseSpec, Exercise
+from graders.kinds import kind_of
 from sandbox import RunResult
 
 CLEAN = RunResult(
@@ -45,7 +46,7 @@ def groups(exercise: Exercise) -> list[list[CaseSpec]]:
 
 def harness_document(exercise: Exercise, source: str, cases: list[CaseSpec]) -> dict[str, Any]:
     specs = [c.harness_spec() for c in cases]
-    return harness.run_submission(source, exercise.kind, exercise.entry_point, specs)
+    return harness.run_submission(source, kind_of(exercise).record, exercise.entry_point, specs)
 
 
 def harness_result(

@@ -5,6 +5,7 @@ fault of the exercise or the grader is `GraderFault`, never the learner's score.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,13 +15,12 @@ import sandbox
 from graders import exercises, grade, grading
 from graders.exercises import get_exercise, list_exercises, refused_exercises
 from graders.grading import GraderFault
-from graders.harness import DRIVERS
-from graders.kinds import JUDGES
-from graders.trace import RECORD_FIELDS
+from graders.kinds import KINDS, step_function
 from tests.app.conftest import CORRECT_CODE
 from tests.graders.conftest import SHARED_LIMITS
 
 REPO_EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+ALL_IDS = [e.id for e in list_exercises()]
 
 
 @pytest.fixture
@@ -46,30 +46,67 @@ def test_an_unknown_check_refuses_its_folder_only(folders: Path) -> None:
     assert list(refused_exercises()) == ["train-step"]
     assert "\n" not in reason
     assert str(folders / "train-step" / "exercise.toml") in reason
-    assert "checks: 'weights-matches' is no check of kind 'train-step'" in reason
+    assert "checks: 'weights-matches' is no check of kind 'step-function'" in reason
     assert "use one of" in reason and "weights-match" in reason
-    assert [e.id for e in list_exercises()] == [
-        "prove-accumulation",
-        "grad-magnitude",
-        "accumulate-microbatches",
-        "fix-the-loop",
-    ]
+    assert [e.id for e in list_exercises()] == [e for e in ALL_IDS if e != "train-step"]
 
 
 def test_an_unknown_diagnosis_code_refuses_its_folder(folders: Path) -> None:
     edit(folders / "train-step", 'diagnosis = "missing-zero-grad"', 'diagnosis = "no-zero-grad"')
     (reason,) = refused_exercises().values()
     assert "\n" not in reason and "variants.0.diagnosis" in reason, reason
-    assert len(list_exercises()) == 4
+    assert len(list_exercises()) == len(ALL_IDS) - 1
 
 
-@pytest.mark.parametrize("registry", [JUDGES, RECORD_FIELDS, DRIVERS])
-def test_a_kind_registered_in_part_refuses_its_folders(
-    folders: Path, monkeypatch: pytest.MonkeyPatch, registry: dict[str, object]
+def test_an_unknown_key_refuses_its_folder_instead_of_being_dropped(folders: Path) -> None:
+    """An L1 loss asked for in a key the grader does not know would grade against MSE."""
+    edit(folders / "train-step", 'kind = "step-function"', 'kind = "step-function"\nloss = "l1"')
+    assert list(refused_exercises()) == ["train-step"]
+    reason = refused_exercises()["train-step"]
+    assert reason.startswith(f"{folders / 'train-step' / 'exercise.toml'}: 'loss': no such key")
+    assert "remove it" in reason and "\n" not in reason
+    assert len(list_exercises()) == len(ALL_IDS) - 1
+
+
+def test_an_unknown_key_in_a_case_refuses_its_folder(folders: Path) -> None:
+    edit(folders / "train-step", "lr = 0.1\n", "lr = 0.1\nweight_decay = 0.01\n")
+    reason = refused_exercises()["train-step"]
+    assert "cases.0.weight_decay: Extra inputs are not permitted" in reason, reason
+
+
+def test_two_folders_with_one_id_load_one_and_refuse_the_other(folders: Path) -> None:
+    shutil.copytree(folders / "train-step", folders / "train-step-copy")
+    assert list(refused_exercises()) == ["train-step-copy"]
+    reason = refused_exercises()["train-step-copy"]
+    assert "id: 'train-step' is taken by the folder 'train-step': give it another" in reason
+    assert [e.id for e in list_exercises()] == ALL_IDS
+    assert get_exercise("train-step").folder == str(folders / "train-step")
+
+
+def test_a_change_of_the_kind_module_is_a_new_version(
+    folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delitem(registry, "grad-magnitude")
+    """Results graded by the old judge are marked for regrade: the version covers its code."""
+    before = {e.id: e.version for e in list_exercises()}
+    module = sys.modules[step_function.__name__]
+    changed = tmp_path / "step_function.py"
+    changed.write_text(Path(str(module.__file__)).read_text() + "\n# judged differently\n")
+    monkeypatch.setattr(module, "__file__", str(changed))
+    exercises._loaded.cache_clear()
+    after = {e.id: e.version for e in list_exercises()}
+    stepping = {e.id for e in list_exercises() if e.kind == "step-function"}
+    assert stepping == {"train-step", "accumulate-microbatches"}
+    assert {id_ for id_ in before if before[id_] != after[id_]} == stepping
+
+
+def test_a_kind_not_registered_refuses_its_folders(
+    folders: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(KINDS, "gradient-reading")
     assert list(refused_exercises()) == ["grad-magnitude"]
-    assert "kind: 'grad-magnitude' is not fully registered" in refused_exercises()["grad-magnitude"]
+    reason = refused_exercises()["grad-magnitude"]
+    assert "kind: 'gradient-reading' is no kind: use one of" in reason, reason
+    assert "step-function" in reason
     assert "grad-magnitude" not in [e.id for e in list_exercises()]
 
 

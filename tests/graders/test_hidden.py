@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import sandbox
-from graders import grade, harness
+from graders import grade
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.grading import (
     GRADING_LIMITS,
@@ -31,6 +31,7 @@ from graders.grading import (
     trusted_trajectories,
 )
 from graders.judging import HIDDEN_CHECK_FAILURE, case_data
+from graders.kinds import training_loop
 from graders.report import GradeReport
 from sandbox import Limits, RunResult
 from tests.graders.sandbox_results import groups, harness_document, harness_result, result
@@ -204,7 +205,7 @@ def test_no_channel_from_the_hidden_run_reaches_the_report(channel: str) -> None
 def test_a_loop_that_steps_as_often_as_a_hidden_seed_is_not_counted_aloud() -> None:
     exercise = get_exercise("fix-the-loop")
     visible, hidden = groups(exercise)
-    limit = harness.loop_record_limit(hidden[0].harness_spec())
+    limit = training_loop.record_limit(hidden[0])
 
     def step_seed_times(document: dict[str, Any], cases: list[CaseSpec]) -> None:
         for case, spec in zip(document["cases"], cases, strict=True):

@@ -31,13 +31,6 @@ from graders.proving import judge_source, prove
 from sandbox.supervise import LATER_INPUT_MAX_BYTES
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
-UNIT = [
-    "prove-accumulation",
-    "grad-magnitude",
-    "train-step",
-    "accumulate-microbatches",
-    "fix-the-loop",
-]
 
 
 def code(body: str) -> str:
@@ -380,8 +373,11 @@ def test_one_backward_over_all_micro_batches_loses_the_accumulation_points(style
     assert report.score == exercise.max_score - exercise.checks["update-uses-current-batch"]
 
 
-def test_the_unit_is_five_exercises_in_the_lesson_order() -> None:
-    assert [e.id for e in list_exercises()] == UNIT
+def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> None:
+    folders = sorted(path.parent.name for path in EXERCISES_DIR.glob("*/exercise.toml"))
+    assert sorted(e.id for e in list_exercises()) == folders
+    positions = [e.position for e in list_exercises()]
+    assert positions == sorted(set(positions))
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
@@ -526,8 +522,40 @@ def test_check_exercises_rejects_a_failing_reference_and_unknown_checks(tmp_path
     assert problems[0].startswith("grad-magnitude: the reference solution scores 0/10")
     toml = folder / "exercise.toml"
     toml.write_text(toml.read_text().replace("returns-float = 1", "returns-flaot = 1"))
-    with pytest.raises(ValueError, match="'returns-flaot' is no check of kind 'grad-magnitude'"):
+    with pytest.raises(ValueError, match="'returns-flaot' is no check of kind 'gradient-reading'"):
         load_exercise(folder)
+
+
+def test_check_exercises_rejects_a_reference_that_steps_twice(tmp_path: Path) -> None:
+    """Judged against itself it scores full marks; against the declared optimizer it does not."""
+    folder = copy_exercise(tmp_path, "train-step")
+    solution = folder / "solution.py"
+    text = solution.read_text()
+    assert text.count("optimizer.step()") == 1
+    solution.write_text(text.replace("optimizer.step()", "optimizer.step()\n    optimizer.step()"))
+    problems = prove(load_exercise(folder))
+    assert problems == [
+        f"{folder}/solution.py: after iteration 1 of case basic the reference's weights are not "
+        "one step of the declared optimizer (sgd, lr 0.1, momentum 0) on that batch: make the "
+        "solution zero, backward and step once per batch"
+    ]
+
+
+def test_check_exercises_flags_a_bug_declared_under_a_name_the_models_do_not_give(
+    tmp_path: Path,
+) -> None:
+    """A loop that never clears, declared as stepping twice: learners would be told so."""
+    folder = copy_exercise(tmp_path, "train-step")
+    toml = folder / "exercise.toml"
+    toml.write_text(
+        toml.read_text().replace('diagnosis = "missing-zero-grad"', 'diagnosis = "step-twice"', 1)
+    )
+    problems = prove(load_exercise(folder))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(
+        f"{folder}/exercise.toml: variants (no-zero-grad): declared 'step-twice', but the "
+        "grader's own models explain its numbers and calls as 'missing-zero-grad'"
+    ), problems
 
 
 def test_check_exercises_fails_an_exercise_with_a_surviving_mutant(tmp_path: Path) -> None:

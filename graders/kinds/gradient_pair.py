@@ -1,4 +1,5 @@
-"""Judging `accumulation_demo`: the gradient after one backward pass and after a second one.
+"""The `gradient-pair` kind: a function that returns the gradient after one backward pass and
+after a second one, `accumulation_demo(model, loss_fn, x, y) -> (first, second)`.
 
 The learner proves what the lesson says: run backward twice without clearing and `.grad` holds
 the sum of both. The function returns both gradients as copies and takes no optimizer step.
@@ -6,17 +7,21 @@ the sum of both. The function returns both gradients as copies and takes no opti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from graders.exercises import CaseSpec
+from graders.exercises import CaseSpec, Exercise
+from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
+from graders.harness import CallRecorder, Record, build_case, parameters_of, type_name, values_of
 from graders.judging import (
     CaseFindings,
     KindJudge,
     as_tensor,
     batch_of,
+    call_stream,
     case_data,
     cleared,
     close,
@@ -25,8 +30,49 @@ from graders.judging import (
     loss_and_gradients,
     times,
 )
+from graders.kind import ExerciseKind
 from graders.report import PlotSeries
-from graders.trace import CaseTrace
+from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
+
+
+def record_pair(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
+    """One call; the two gradients it returns, before and after the harness zeroes `.grad` in
+    place: a returned tensor that is the live `.grad` changes, a copy does not. (Run in the
+    sandbox too: harness names only.)
+    """
+    case = build_case(spec)
+    recorder = CallRecorder(case)
+    x, y = case.inputs[0]
+    returned = function(case.model, case.loss_fn, x.clone(), y.clone())
+    pair = returned if isinstance(returned, tuple) and len(returned) == 2 else (None, None)
+    record = {
+        **parameters_of(case.model),
+        "result_type": type_name(returned),
+        "first": values_of(pair[0]),
+        "second": values_of(pair[1]),
+        "calls": recorder.take(),
+    }
+    for parameter in case.model.parameters():
+        if parameter.grad is not None:
+            parameter.grad.zero_()
+    record["first_after_clearing"] = values_of(pair[0])
+    record["second_after_clearing"] = values_of(pair[1])
+    records.append(record)
+
+
+TRACE = TraceShape(
+    record_fields={
+        **PARAMETERS,
+        "result_type": "text",
+        "first": "matrix?",
+        "second": "matrix?",
+        "first_after_clearing": "matrix?",
+        "second_after_clearing": "matrix?",
+        "calls": "calls",
+    },
+    final_fields=None,
+    most_records=one_record_per_case,
+)
 
 CHECKS = {
     "runs": "Every case ran to the end.",
@@ -159,4 +205,89 @@ JUDGE = KindJudge(
     return_type=("result_type", ("tuple",)),
     judge_case=judge_case,
     plots=plots,
+)
+
+
+def demonstration_models(
+    kind: ExerciseKind, exercise: Exercise, traces: Traces
+) -> list[Explanation]:
+    """accumulation_demo: returned tensors that are the live `.grad`, passes cleared between,
+    copies taken after the wrong number of passes.
+
+    Each model predicts the two returned tensors from the case's one-pass gradient g (computed
+    here): the reference returns copies g and 2g; a live `.grad` returned is 2g and reads zero
+    once the harness clears `.grad`; clearing between the passes returns g and g; copies taken
+    after a and b of the recorded backward passes return a*g and b*g.
+    """
+    aliased, cleared_between = True, True
+    any_alias = False
+    passes: set[tuple[int, int]] = set()
+    for spec in exercise.cases:
+        record = traces[spec.id].records[0]
+        data = case_data(spec)
+        _, fresh, _ = loss_and_gradients(data.weight, data.bias, *batch_of(data.inputs[0]))
+        if record["first"] is None or record["second"] is None:
+            return []
+        backwards = call_stream(traces[spec.id]).count("backward")
+        live = {
+            name: record[f"{name}_after_clearing"] != record[name] for name in ("first", "second")
+        }
+        any_alias = any_alias or any(live.values())
+        expected = {"first": fresh, "second": 2 * fresh}
+        aliased = aliased and backwards == 2
+        for name, is_live in live.items():
+            if is_live:
+                aliased = aliased and close_values(record[name], 2 * fresh)
+                aliased = aliased and cleared(record[f"{name}_after_clearing"])
+            else:
+                aliased = aliased and close_values(record[name], expected[name])
+        cleared_between = (
+            cleared_between
+            and backwards == 2
+            and not any(live.values())
+            and close_values(record["first"], fresh)
+            and close_values(record["second"], fresh)
+        )
+        first = _whole_passes(record["first"], fresh, backwards)
+        second = _whole_passes(record["second"], fresh, backwards)
+        if any(live.values()) or first is None or second != backwards or first > second:
+            passes.add((0, 0))  # not copies of whole backward passes
+        else:
+            passes.add((first, second))
+    found = []
+    if aliased and any_alias:
+        found.append(Explanation(("returns-live-gradient",), "live-gradient"))
+    if cleared_between:
+        found.append(Explanation(("cleared-between-passes",), "cleared-between"))
+    if len(passes) == 1 and (counted := passes.pop()) not in ((0, 0), (1, 2)):
+        found.append(
+            Explanation(
+                ("wrong-number-of-passes",),
+                "passes",
+                f"Your first tensor holds {_passes(counted[0])}' gradients and your second "
+                f"{_passes(counted[1])}'.",
+            )
+        )
+    return found
+
+
+def _whole_passes(values: Any, fresh: torch.Tensor, backwards: int) -> int | None:
+    """How many backward passes' gradients a returned tensor holds, when a whole number does."""
+    return next(
+        (n for n in range(1, backwards + 1) if close_values(values, n * fresh)),
+        None,
+    )
+
+
+def _passes(count: int) -> str:
+    return {1: "one pass", 2: "two passes", 3: "three passes"}.get(count, f"{count} passes")
+
+
+KIND = ExerciseKind(
+    name="gradient-pair",
+    summary="A function that returns copies of the gradient after one and after two passes.",
+    record=record_pair,
+    trace=TRACE,
+    judge=JUDGE,
+    models=demonstration_models,
 )

@@ -1,16 +1,19 @@
-"""Judging a whole training loop, `train(model, optimizer, loss_fn, batches, epochs)`.
+"""The `training-loop` kind: a whole loop, `train(model, optimizer, loss_fn, batches, epochs)`.
 
-The harness records the state after every optimizer step; the weights at the end of each epoch
-are those after its last step. The loop returns the loss of every iteration.
+The harness records the state after every optimizer step (at most `most_loop_records`); the
+weights at the end of each epoch are those after its last step. The loop returns the loss of
+every iteration.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from graders import harness
 from graders.exercises import CaseSpec
 from graders.feedback import learner_text
+from graders.fitting import stepping_models
+from graders.harness import CallRecorder, Record, build_case, number_of, parameters_of, type_name
 from graders.judging import (
     CaseFindings,
     KindJudge,
@@ -20,8 +23,54 @@ from graders.judging import (
     plot_series,
     within_tolerance,
 )
+from graders.kind import ExerciseKind
+from graders.replay import WHOLE_LOOP
 from graders.report import PlotSeries
-from graders.trace import CaseTrace
+from graders.trace import PARAMETERS, CaseTrace, TraceShape
+
+
+def most_loop_records(spec: dict[str, Any]) -> int:
+    """The most optimizer steps (and returned losses) a case records: four times the steps a
+    right loop makes, enough to see a loop that steps twice per batch, bounded whatever the
+    learner's loop does."""
+    return 4 * int(spec["epochs"]) * int(spec["steps"])
+
+
+def record_loop(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """One call that trains for several epochs; the state after every step (run in the sandbox
+    too: harness names and most_loop_records only)."""
+    case = build_case(spec)
+
+    most = most_loop_records(spec)
+
+    def snapshot() -> None:
+        if len(records) < most:
+            records.append({**parameters_of(case.model), "calls": recorder.take()})
+
+    recorder = CallRecorder(case, on_step=snapshot)
+    batches = [(x.clone(), y.clone()) for x, y in case.inputs]
+    returned = function(case.model, case.optimizer, case.loss_fn, batches, int(spec["epochs"]))
+    losses = [number_of(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
+    return {
+        **parameters_of(case.model),
+        "calls": recorder.take(),
+        "losses": losses,
+        "losses_type": type_name(returned),
+    }
+
+
+def record_limit(spec: CaseSpec) -> int:
+    return most_loop_records(spec.harness_spec())
+
+
+TRACE = TraceShape(
+    record_fields={**PARAMETERS, "calls": "calls"},
+    final_fields={**PARAMETERS, "calls": "calls", "losses": "numbers", "losses_type": "text"},
+    most_records=record_limit,
+    exact=False,
+)
 
 CHECKS = {
     "runs": "Every case ran to the end.",
@@ -39,11 +88,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     steps = len(learner.records)
     if steps != iterations:
         # The harness stops recording at its limit: past it, the count is a lower bound.
-        counted = (
-            f"{steps}"
-            if steps < harness.loop_record_limit(spec.harness_spec())
-            else (f"at least {steps}")
-        )
+        counted = f"{steps}" if steps < record_limit(spec) else (f"at least {steps}")
         findings.fail(
             "step-count",
             f"{at}: your loop stepped {counted} times; {spec.epochs} epochs of {spec.steps} "
@@ -121,4 +166,15 @@ JUDGE = KindJudge(
     return_type=("losses_type", ("list", "tuple")),
     judge_case=judge_case,
     plots=plots,
+)
+
+KIND = ExerciseKind(
+    name="training-loop",
+    summary="A whole training loop over batches and epochs that returns every iteration's loss.",
+    record=record_loop,
+    trace=TRACE,
+    judge=JUDGE,
+    models=stepping_models,
+    replay=WHOLE_LOOP,
+    sandbox_helpers=(most_loop_records,),
 )

@@ -1,7 +1,8 @@
-"""Judging a function called once per batch that zeroes, backpropagates and steps.
+"""The `step-function` kind: a function called once per batch that zeroes, backpropagates and steps.
 
-Serves `train-step` (one batch a call) and `accumulate-microbatches` (a list of equal-size
-micro-batches a call, whose single update must equal one step on their concatenation).
+Its cases give it one batch a call (`train_step(model, optimizer, loss_fn, x, y)`), or a list of
+equal-size micro-batches a call (`micro_batches`), whose single update must equal one step on
+their concatenation. The harness records the state after each call.
 Every step is judged twice: against the reference loop's weights (global), and on its own,
 from the learner's weights before it (local), so the messages can say which step went wrong
 first and how.
@@ -9,12 +10,23 @@ first and how.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from graders.exercises import CaseSpec
 from graders.feedback import learner_text
+from graders.fitting import stepping_models
+from graders.harness import (
+    CallRecorder,
+    Record,
+    build_case,
+    number_of,
+    parameters_of,
+    type_name,
+    values_of,
+)
 from graders.judging import (
     CaseFindings,
     KindJudge,
@@ -30,8 +42,51 @@ from graders.judging import (
     times,
     within_tolerance,
 )
+from graders.kind import ExerciseKind
+from graders.replay import PER_CALL
 from graders.report import PlotSeries
-from graders.trace import CaseTrace
+from graders.trace import PARAMETERS, CaseTrace, TraceShape
+
+
+def record_steps(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
+    """One call per input, the state after each (run in the sandbox too: harness names only)."""
+    case = build_case(spec)
+    model, optimizer = case.model, case.optimizer
+    recorder = CallRecorder(case)
+    for given in case.inputs:
+        if isinstance(given, list):
+            arguments: Any = [(x.clone(), y.clone()) for x, y in given]
+            returned = function(model, optimizer, case.loss_fn, arguments)
+        else:
+            x, y = given
+            returned = function(model, optimizer, case.loss_fn, x.clone(), y.clone())
+        buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
+        records.append(
+            {
+                **parameters_of(model),
+                "momentum": values_of(buffer),
+                "loss": number_of(returned),
+                "loss_type": type_name(returned),
+                "calls": recorder.take(),
+            }
+        )
+
+
+def records_per_case(spec: CaseSpec) -> int:
+    return spec.steps
+
+
+TRACE = TraceShape(
+    record_fields={
+        **PARAMETERS,
+        "momentum": "matrix?",
+        "loss": "number",
+        "loss_type": "text",
+        "calls": "calls",
+    },
+    final_fields=None,
+    most_records=records_per_case,
+)
 
 CHECKS = {
     "runs": "Every case ran to the end.",
@@ -255,4 +310,14 @@ JUDGE = KindJudge(
     return_type=("loss_type", ("float",)),
     judge_case=judge_case,
     plots=plots,
+)
+
+KIND = ExerciseKind(
+    name="step-function",
+    summary="A function called once per batch (or per list of micro-batches) that trains one step.",
+    record=record_steps,
+    trace=TRACE,
+    judge=JUDGE,
+    models=stepping_models,
+    replay=PER_CALL,
 )

@@ -1,0 +1,180 @@
+"""The `gradient-reading` kind: a function that reads the gradients and returns a number,
+`total_grad_magnitude(model)`: the sum of |grad| over all parameters, None counting as zero.
+
+Cases leave `.grad` present, released by zero_grad() (None), filled with zeros, or mixed. The
+function must read the gradients without changing them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from graders.exercises import CaseSpec, Exercise
+from graders.explanation import Explanation, Traces
+from graders.feedback import learner_text
+from graders.harness import Case, Record, build_case, number_of, parameters_of, type_name
+from graders.judging import CaseFindings, KindJudge, close, same_value, within_tolerance
+from graders.kind import ExerciseKind
+from graders.report import Diagnosis, PlotSeries
+from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
+
+
+def prepare_gradients(case: Case, state: str) -> nn.Linear:
+    """Run one backward pass, then leave `.grad` as the state says: present, released (none),
+    filled with zeros, or mixed (the weight's present, the bias's released)."""
+    model = case.model
+    x, y = case.inputs[0]
+    case.loss_fn(model(x), y).backward()
+    if state == "none":
+        case.optimizer.zero_grad()
+    elif state == "zeros":
+        case.optimizer.zero_grad(set_to_none=False)
+    elif state == "mixed":
+        model.bias.grad = None
+    return model
+
+
+def record_reading(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """One call on a model whose `.grad` is in the state the case names (run in the sandbox
+    too: harness names and prepare_gradients only)."""
+    case = build_case(spec)
+    model = prepare_gradients(case, spec.get("grad_state", "present"))
+    returned = function(model)
+    records.append(
+        {**parameters_of(model), "value": number_of(returned), "value_type": type_name(returned)}
+    )
+
+
+TRACE = TraceShape(
+    record_fields={**PARAMETERS, "value": "number", "value_type": "text"},
+    final_fields=None,
+    most_records=one_record_per_case,
+)
+
+CHECKS = {
+    "runs": "Every case ran to the end.",
+    "magnitude-correct": "Returns the sum of |grad| over all parameters in every case.",
+    "grads-unchanged": "Leaves every gradient as it found it.",
+    "returns-float": "Returns a Python float.",
+}
+
+STATES = {
+    "present": "gradients present",
+    "none": "`.grad` released by zero_grad() (None)",
+    "zeros": "`.grad` filled with zeros by zero_grad(set_to_none=False)",
+    "mixed": "the weight's gradient present and the bias's None",
+}
+
+
+@functools.cache
+def expected_magnitudes(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
+    """The right answer, the answer without abs(), and the gradients as the case leaves them."""
+    case = build_case(spec.harness_spec())
+    model = prepare_gradients(case, spec.grad_state)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    state = {
+        "weight_grad": None if model.weight.grad is None else model.weight.grad.tolist(),
+        "bias_grad": None if model.bias.grad is None else model.bias.grad.tolist(),
+    }
+    return (
+        float(sum(g.abs().sum().item() for g in grads)),
+        float(sum(g.sum().item() for g in grads)),
+        state,
+    )
+
+
+def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    findings = CaseFindings(spec)
+    record = learner.records[0]
+    expected, without_abs, grads_before = expected_magnitudes(spec)
+    at = f"In {findings.where()} ({STATES[spec.grad_state]})"
+    value = record["value"]
+    if value is None or not within_tolerance(value, expected):
+        if value is not None and within_tolerance(value, without_abs):
+            detail = f" You returned {value:.6g}, the sum without abs(): gradients can be negative."
+        else:
+            shown = "nothing numeric" if value is None else f"{value:.6g}"
+            detail = f" You returned {shown}; the sum of |grad| is {expected:.6g}."
+        if spec.grad_state in ("none", "mixed"):
+            detail += " A released gradient (None) counts as zero."
+        findings.fail("magnitude-correct", f"{at}: the magnitude is wrong.{detail}")
+    changed = [
+        name
+        for name in ("weight_grad", "bias_grad")
+        if not same_value(name, record[name], grads_before[name])
+        or (record[name] is None) != (grads_before[name] is None)
+    ]
+    if changed:
+        names = " and ".join("`" + name.replace("_", ".") + "`" for name in changed)
+        findings.fail(
+            "grads-unchanged",
+            f"{at}: your function changed {names}. Read the gradients; do not clear or "
+            "modify them.",
+        )
+    if record["value_type"] != "float":
+        findings.fail(
+            "returns-float",
+            f"{at}: your function returned a {learner_text(record['value_type'])}, not a "
+            "`float`. "
+            "Use `.item()` or `float(...)`.",
+        )
+    return findings
+
+
+def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
+    return []
+
+
+JUDGE = KindJudge(
+    checks=CHECKS,
+    return_type=("value_type", ("float",)),
+    judge_case=judge_case,
+    plots=plots,
+)
+
+
+def magnitude_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
+    """total_grad_magnitude: the sum without abs(), and gradients changed by a function that
+    should only read them."""
+    changed, all_right = False, True
+    for spec in exercise.cases:
+        record = traces[spec.id].records[0]
+        expected, no_abs, before = expected_magnitudes(spec)
+        value = record["value"]
+        if value is None:
+            return []
+        right = _near_value(value, expected)
+        if not (right or _near_value(value, no_abs)):
+            return []
+        all_right = all_right and right
+        changed = changed or not all(
+            same_value(name, record[name], before[name])
+            and (record[name] is None) == (before[name] is None)
+            for name in ("weight_grad", "bias_grad")
+        )
+    codes: list[Diagnosis] = [] if all_right else ["missing-abs"]
+    if changed:
+        codes.append("modifies-gradients")
+    return [Explanation(tuple(codes), "magnitude")] if codes else []
+
+
+def _near_value(value: float, expected: float) -> bool:
+    return close(torch.tensor([value]), torch.tensor([expected]))
+
+
+KIND = ExerciseKind(
+    name="gradient-reading",
+    summary="A function that reads the gradients, leaves them as they are, and returns a number.",
+    record=record_reading,
+    trace=TRACE,
+    judge=JUDGE,
+    models=magnitude_models,
+    sandbox_helpers=(prepare_gradients,),
+)
