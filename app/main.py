@@ -44,11 +44,13 @@ from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from app.web import (
     account_pages,
+    account_settings_pages,
     draft_api,
     events,
     instructor_pages,
     integration_pages,
     learner_pages,
+    password_reset_pages,
 )
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
@@ -239,6 +241,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(integration_pages.router)
     app.include_router(api_routes.router)
     app.include_router(account_pages.router)
+    app.include_router(account_settings_pages.router)
+    app.include_router(password_reset_pages.router)
     app.include_router(learner_pages.router)
     app.include_router(events.router)
     app.include_router(draft_api.router)

@@ -274,7 +274,15 @@ def enter(
         )
     user = session.get(User, redeemed.user_id)
     assert user is not None
-    _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
+    if user.disabled_at is not None:
+        raise PageError(
+            403,
+            "This account is disabled",
+            "An administrator of this server disabled your account. Ask them to enable it.",
+        )
+    _, token = start_session(
+        session, user, request, max_age_seconds=settings.session_max_age_seconds
+    )
     # Ready in case this browser keeps no cookie here: the same page in a new window.
     retry = create_ticket(session, user, redeemed.target_path)
     target = safe_next(redeemed.target_path)

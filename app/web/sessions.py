@@ -69,14 +69,19 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_session(session: Session, user: User, *, max_age_seconds: int) -> tuple[WebSession, str]:
-    """A new session for `user`; returns it and the token, which only the cookie keeps."""
+def start_session(
+    session: Session, user: User, request: Request, *, max_age_seconds: int
+) -> tuple[WebSession, str]:
+    """A new session for `user` in the browser of `request`; returns it and the token, which
+    only the cookie keeps."""
     token = secrets.token_urlsafe(32)
     web_session = WebSession(
         token_hash=_token_hash(token),
         user_id=user.id,
         csrf_token=secrets.token_urlsafe(32),
         expires_at=utc_now() + timedelta(seconds=max_age_seconds),
+        client_address=client_address(request),
+        user_agent=request.headers.get("user-agent", "")[:200] or None,
     )
     session.add(web_session)
     # Expired sessions of this user are only clutter.
@@ -137,7 +142,8 @@ def get_viewer(request: Request, session: SessionDep) -> Viewer:
     web_session = find_session(session, token) if token else None
     if web_session is not None:
         user = session.get(User, web_session.user_id)
-        if user is not None:
+        # Disabling ends the account's sessions; this also holds for one started meanwhile.
+        if user is not None and user.disabled_at is None:
             return Viewer(user, web_session, web_session.csrf_token)
     nonce = unsign(secret_key, "csrf-cookie", request.cookies.get(CSRF_COOKIE))
     new_nonce = None
