@@ -31,7 +31,15 @@ def compose(settings: Settings, *, to: str, subject: str, body: str) -> EmailMes
 def send_mail(settings: Settings, message: EmailMessage) -> None:
     """Send `message` by SMTP, or write it to the log when no SMTP host is set."""
     if not settings.smtp_host:
-        log.warning("mail (no LOOPGRADE_SMTP_HOST: written here, not sent):\n%s", message)
+        # Decoded, so that the link can be copied from the log as it is.
+        log.warning(
+            "mail (no LOOPGRADE_SMTP_HOST: written here, not sent)\nFrom: %s\nTo: %s\n"
+            "Subject: %s\n\n%s",
+            message["From"],
+            message["To"],
+            message["Subject"],
+            message.get_content(),
+        )
         return
     try:
         with _connect(settings) as smtp:

@@ -13,6 +13,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import quote
 
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
@@ -84,11 +85,10 @@ def request_password_reset(
     email, else None. Raises TooManyResetRequests (for any email alike) at a limit."""
     email = normalize_email(email)[:255]
     client_address = client_address[:64]
-    now = utc_now()
     longest = max(limits.per_email.window_seconds, limits.link_max_age_seconds)
     session.execute(
         delete(PasswordResetRequest).where(
-            PasswordResetRequest.requested_at < now - timedelta(seconds=2 * longest)
+            PasswordResetRequest.requested_at < utc_now() - timedelta(seconds=2 * longest)
         )
     )
     brakes = [
@@ -109,18 +109,36 @@ def request_password_reset(
                 f"{max(1, round(retry_after / 60))} minutes.",
                 retry_after,
             )
-    request = PasswordResetRequest(email=email, client_address=client_address, requested_at=now)
-    session.add(request)
     user = find_user_by_email(session, email)
     if user is None or user.disabled_at is not None:
+        session.add(PasswordResetRequest(email=email, client_address=client_address))
         session.flush()
         return None
+    return issue_reset_link(
+        session, user, client_address=client_address, max_age_seconds=limits.link_max_age_seconds
+    )
+
+
+def issue_reset_link(
+    session: Session, user: User, *, client_address: str, max_age_seconds: int
+) -> ResetLink:
+    """A new reset link for `user` (no limit: the callers count)."""
     secret = secrets.token_urlsafe(32)
-    request.user_id = user.id
-    request.token_hash = _secret_hash(secret)
-    request.expires_at = now + timedelta(seconds=limits.link_max_age_seconds)
+    request = PasswordResetRequest(
+        email=user.email,
+        client_address=client_address[:64],
+        user_id=user.id,
+        token_hash=_secret_hash(secret),
+        expires_at=utc_now() + timedelta(seconds=max_age_seconds),
+    )
+    session.add(request)
     session.flush()
     return ResetLink(user, f"{request.id}.{secret}")
+
+
+def reset_url(base_url: str, token: str) -> str:
+    """The link to mail: the page at `base_url` that takes the token."""
+    return f"{base_url.rstrip('/')}/reset-password?token={quote(token)}"
 
 
 def find_reset_request(session: Session, token: str) -> PasswordResetRequest | None:

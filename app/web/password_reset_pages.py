@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from typing import Annotated
-from urllib.parse import quote
 
 from fastapi import APIRouter, BackgroundTasks, Form, Request
 from fastapi.responses import HTMLResponse, Response
@@ -25,6 +24,7 @@ from app.people.recovery import (
     request_password_reset,
     reset_mail_body,
     reset_password,
+    reset_url,
 )
 from app.settings import Settings, SettingsDep
 from app.web.account_pages import signed_in_response
@@ -81,8 +81,7 @@ def forgot_password_form(
             headers=exc.headers,
         )
     if link is not None:
-        base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
-        url = f"{base}/reset-password?token={quote(link.token)}"
+        url = reset_url(settings.public_url or str(request.base_url), link.token)
         # After the response, so that its time is the same whether or not mail goes out.
         background.add_task(
             _mail_reset_link, settings, to=link.user.email, name=link.user.name, link=url
