@@ -26,6 +26,7 @@ class AuditAction(enum.StrEnum):
     ASSIGNMENT_REMOVED = "assignment.removed"
     COURSE_JOIN_CODE = "course.join-code"
     COURSE_INSTRUCTOR_ADDED = "course.instructor-added"
+    COURSE_STAFF_CHANGED = "course.staff-changed"
     PASSWORD_RESET = "account.password-reset"
     ACCOUNT_DISABLED = "account.disabled"
     ACCOUNT_ENABLED = "account.enabled"
@@ -214,6 +215,14 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     ),
     AuditAction.COURSE_INSTRUCTOR_ADDED: lambda said: (
         f"{said.who} added {said.details.get('email', 'someone')} as an instructor"
+    ),
+    AuditAction.COURSE_STAFF_CHANGED: lambda said: (
+        f"{said.who} "
+        + (
+            "took {} out of the course"
+            if said.details.get("change") == "remove"
+            else "made {} a learner instead of an instructor"
+        ).format(said.details.get("email", "someone"))
     ),
     AuditAction.PASSWORD_RESET: lambda said: (
         f"{said.details.get('email', 'An account')} set a new password with a reset link "

@@ -45,6 +45,7 @@ from app.settings import Settings
 from app.web import (
     account_pages,
     account_settings_pages,
+    course_staff_pages,
     draft_api,
     events,
     instructor_pages,
@@ -247,6 +248,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(events.router)
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
+    app.include_router(course_staff_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
