@@ -31,6 +31,7 @@ class AuditAction(enum.StrEnum):
     ACCOUNT_DISABLED = "account.disabled"
     ACCOUNT_ENABLED = "account.enabled"
     SITE_ROLE_CHANGED = "account.site-role"
+    ACCOUNT_DELETED = "account.deleted"
 
 
 def record_event(
@@ -234,6 +235,7 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     AuditAction.ACCOUNT_ENABLED: lambda said: (
         f"{said.who} enabled the account {said.details.get('email', '')}"
     ),
+    AuditAction.ACCOUNT_DELETED: lambda said: f"{said.who} deleted their account",
     AuditAction.SITE_ROLE_CHANGED: lambda said: (
         f"{said.who} made {said.details.get('email', 'an account')} "
         f"{said.details.get('old_role', '?')} → {said.details.get('new_role', '?')}"

@@ -1,4 +1,5 @@
-"""The account page (/account): the owner's name, password and signed-in browsers."""
+"""The account page (/account): the owner's name, password, signed-in browsers, and deleting
+the account."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.courses.membership import CourseError
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import User
@@ -19,8 +21,17 @@ from app.people.accounts import (
     has_password,
     live_sessions,
 )
+from app.people.deletion import courses_only_taught_by, delete_account
+from app.settings import SettingsDep
 from app.web.rendering import render
-from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
+from app.web.sessions import (
+    CsrfViewerDep,
+    Viewer,
+    ViewerDep,
+    clear_session_cookie,
+    set_forget_drafts_cookie,
+    signed_in_user,
+)
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -51,6 +62,7 @@ def _account_page(
             "min_password": MIN_PASSWORD_CHARS,
             "web_sessions": live_sessions(session, user),
             "this_session_id": viewer.web_session.id if viewer.web_session else None,
+            "only_instructor_of": courses_only_taught_by(session, user),
             **context,
         },
         status_code=status_code,
@@ -109,6 +121,30 @@ def change_password_form(
     assert viewer.web_session is not None
     end_sessions(session, user, except_session_id=viewer.web_session.id)
     return RedirectResponse("/account?done=password", status_code=303)
+
+
+@router.post("/account/delete", response_model=None)
+def delete_account_form(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: CsrfViewerDep,
+    password: Annotated[str, Form()] = "",
+    confirm: Annotated[str, Form()] = "",
+) -> Response:
+    user = signed_in_user(viewer)
+    try:
+        if confirm != "delete":
+            raise AccountError("tick the box that says what deleting does")
+        delete_account(session, user, password=password)
+    except (AccountError, CourseError) as exc:
+        return _account_page(
+            request, session, viewer, user, status_code=422, delete_error=as_sentence(str(exc))
+        )
+    response = RedirectResponse("/", status_code=303)
+    clear_session_cookie(response, request, settings)
+    set_forget_drafts_cookie(response, request, settings)
+    return response
 
 
 @router.post("/account/sign-out-others", response_model=None)

@@ -7,10 +7,19 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from app.audit import AuditAction
 from app.db import SessionFactory
-from app.models import User, WebSession
+from app.models import AuditEvent, Enrolment, SiteRole, Submission, User, WebSession
 from app.people.accounts import NO_PASSWORD, disable_user, find_user_by_email
-from tests.app.people import PASSWORD, make_user, post_form, sign_in, token_of
+from tests.app.people import (
+    PASSWORD,
+    graded,
+    make_course,
+    make_user,
+    post_form,
+    sign_in,
+    token_of,
+)
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 NEW_PASSWORD = "another long password"
@@ -190,3 +199,62 @@ def test_a_disabled_account_cannot_sign_in_and_its_sessions_end(
     # A wrong password is told as any wrong password: nothing about the account.
     wrong = sign_in(browser(client), "ada@example.org", "not the password")
     assert wrong.status_code == 401 and "disabled" not in wrong.text
+
+
+def delete_form(client: httpx.Client, password: str, confirm: str = "delete") -> httpx.Response:
+    return post_form(
+        client, "/account", "/account/delete", {"password": password, "confirm": confirm}
+    )
+
+
+def test_deleting_the_account_keeps_its_submissions_as_deleted_records(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    ada = make_user(sessions, "ada@example.org", name="Ada")
+    course_id = make_course(sessions, "tess@example.org", "ada@example.org")
+    kept = graded(sessions, user_id=ada, course_id=course_id, score=10, learner="ada@example.org")
+    sign_in(client, "ada@example.org")
+    page = client.get("/account").text
+    assert "Your submissions stay with the courses" in page
+    assert delete_form(client, "not the password").status_code == 422
+    unticked = delete_form(client, PASSWORD, confirm="")
+    assert unticked.status_code == 422 and 'id="delete-error"' in unticked.text
+
+    done = delete_form(client, PASSWORD)
+    assert done.status_code == 303 and done.headers["location"] == "/"
+    assert client.get("/account").status_code == 303
+    with sessions() as session:
+        user = session.get(User, ada)
+        assert user is not None and user.name == "Deleted account"
+        assert "ada" not in user.email and user.disabled_at is not None
+        assert session.scalars(select(Enrolment).where(Enrolment.user_id == ada)).all() == []
+        submission = session.get(Submission, kept)
+        assert submission is not None and submission.learner == user.email
+        assert (
+            session.scalars(
+                select(AuditEvent).where(AuditEvent.action == AuditAction.ACCOUNT_DELETED)
+            )
+            .one()
+            .actor_id
+            == ada
+        )
+    # The email is free again: signing up makes a new, empty account; the old password is gone.
+    assert sign_in(browser(client), "ada@example.org").status_code == 401
+    teacher = browser(client)
+    sign_in(teacher, "tess@example.org")
+    assert "ada@example.org" not in teacher.get(f"/courses/{course_id}/gradebook").text
+
+
+def test_a_courses_only_instructor_hands_over_before_deleting(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@example.org")
+    sign_in(client, "tess@example.org")
+    page = client.get("/account").text
+    assert 'id="delete-blocked"' in page and f"/courses/{course_id}/settings" in page
+    refused = delete_form(client, PASSWORD)
+    assert refused.status_code == 422 and "only instructor of Deep Learning 101" in refused.text
+    with sessions() as session:
+        assert session.scalars(select(User.name)).one() != "Deleted account"
