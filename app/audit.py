@@ -32,6 +32,7 @@ class AuditAction(enum.StrEnum):
     ACCOUNT_ENABLED = "account.enabled"
     SITE_ROLE_CHANGED = "account.site-role"
     ACCOUNT_DELETED = "account.deleted"
+    ACCOUNTS_MERGED = "account.merged"
 
 
 def record_event(
@@ -236,6 +237,10 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
         f"{said.who} enabled the account {said.details.get('email', '')}"
     ),
     AuditAction.ACCOUNT_DELETED: lambda said: f"{said.who} deleted their account",
+    AuditAction.ACCOUNTS_MERGED: lambda said: (
+        f"{said.who} merged the account {said.details.get('duplicate_email', '?')} into "
+        f"{said.details.get('email', '?')}"
+    ),
     AuditAction.SITE_ROLE_CHANGED: lambda said: (
         f"{said.who} made {said.details.get('email', 'an account')} "
         f"{said.details.get('old_role', '?')} → {said.details.get('new_role', '?')}"

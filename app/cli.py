@@ -295,6 +295,32 @@ def cmd_users_set_role(args: argparse.Namespace) -> int:
     return 0
 
 
+class _DryRun(Exception):
+    """Raised to roll a dry run's transaction back once its report is printed."""
+
+
+def cmd_users_merge(args: argparse.Namespace) -> int:
+    from app.people.accounts import AccountError
+    from app.people.merging import merge_accounts
+
+    try:
+        with database_session(build_settings(args)) as session:
+            keep = _user_by_email(session, args.keep)
+            duplicate = _user_by_email(session, args.duplicate)
+            report = merge_accounts(session, keep=keep, duplicate=duplicate)
+            verb = "Merged" if args.apply else "Dry run (nothing changed; --apply to merge)"
+            print(f"{verb}: {args.duplicate} into {args.keep}:")
+            for line in report.lines():
+                print(f"  {line}")
+            if not args.apply:
+                raise _DryRun()
+    except _DryRun:
+        return 0
+    except AccountError as exc:
+        raise CommandFailed(str(exc)) from None
+    return 0
+
+
 def cmd_users_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
@@ -508,7 +534,7 @@ def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """users create, list, reset-password, disable, enable, set-role."""
+    """users create, list, reset-password, disable, enable, merge, set-role."""
     users = commands.add_parser("users", help="manage accounts")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
     users_create = users_commands.add_parser(
@@ -550,6 +576,17 @@ def _add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         toggle.add_argument("email")
         add_data_dir(toggle)
         toggle.set_defaults(run=cmd_users_disable)
+
+    merge = users_commands.add_parser(
+        "merge",
+        help="move a duplicate account's submissions, enrolments, drafts, overrides and LMS "
+        "links to the kept account; a dry run unless --apply",
+    )
+    merge.add_argument("keep", help="email of the account kept")
+    merge.add_argument("duplicate", help="email of the account emptied and disabled")
+    merge.add_argument("--apply", action="store_true", help="merge (default: only report)")
+    add_data_dir(merge)
+    merge.set_defaults(run=cmd_users_merge)
 
     set_role = users_commands.add_parser("set-role", help="change an account's site role")
     set_role.add_argument("email")
