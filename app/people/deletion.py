@@ -64,14 +64,23 @@ def delete_account(session: Session, user: User, *, password: str) -> None:
             f"you are the only instructor of {names}: add another instructor there first"
         )
     record_event(session, actor=user, action=AuditAction.ACCOUNT_DELETED)
-    for table in (WebSession, Draft, Enrolment, PasswordResetRequest, LtiUser, LtiLaunchTicket):
+    for table in (Draft, Enrolment, LtiUser):
         session.execute(delete(table).where(table.user_id == user.id))
-    user.email = f"deleted-{user.id}@deleted.invalid"
+    empty_account(session, user, email=f"deleted-{user.id}@deleted.invalid", name=DELETED_NAME)
     # A page's submission names its learner by email too.
     session.execute(
         update(Submission).where(Submission.user_id == user.id).values(learner=user.email)
     )
-    user.name = DELETED_NAME
+    session.flush()
+
+
+def empty_account(session: Session, user: User, *, email: str, name: str) -> None:
+    """What deleting and merging away do alike: the row keeps only the given email and name,
+    signs in nowhere, and its sessions and links go."""
+    for table in (WebSession, PasswordResetRequest, LtiLaunchTicket):
+        session.execute(delete(table).where(table.user_id == user.id))
+    user.email = email
+    user.name = name[:200]
     user.password_hash = NO_PASSWORD
     user.disabled_at = utc_now()
     session.flush()

@@ -9,22 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Update, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
-from app.lti.models import LtiLaunchTicket, LtiUser
-from app.models import (
-    CourseRole,
-    Draft,
-    Enrolment,
-    PasswordResetRequest,
-    Submission,
-    User,
-    WebSession,
-    utc_now,
-)
-from app.people.accounts import NO_PASSWORD, AccountError
+from app.lti.models import LtiUser
+from app.models import CourseRole, Draft, Enrolment, Submission, User
+from app.people.accounts import AccountError
+from app.people.deletion import empty_account
 
 
 @dataclass
@@ -53,37 +45,29 @@ def merge_accounts(session: Session, *, keep: User, duplicate: User) -> MergeRep
     report = MergeReport()
     _merge_enrolments(session, keep, duplicate, report)
     _merge_drafts(session, keep, duplicate, report)
-    report.submissions = len(
-        session.scalars(
-            update(Submission)
-            .where(Submission.user_id == duplicate.id)
-            .values(user_id=keep.id, learner=keep.email)
-            .returning(Submission.id)
-        ).all()
+    report.submissions = _moved(
+        session,
+        update(Submission)
+        .where(Submission.user_id == duplicate.id)
+        .values(user_id=keep.id, learner=keep.email),
     )
-    report.overrides = len(
-        session.scalars(
-            update(Submission)
-            .where(Submission.override_by_id == duplicate.id)
-            .values(override_by_id=keep.id)
-            .returning(Submission.id)
-        ).all()
+    report.overrides = _moved(
+        session,
+        update(Submission)
+        .where(Submission.override_by_id == duplicate.id)
+        .values(override_by_id=keep.id),
     )
-    report.lti_links = len(
-        session.scalars(
-            update(LtiUser)
-            .where(LtiUser.user_id == duplicate.id)
-            .values(user_id=keep.id)
-            .returning(LtiUser.id)
-        ).all()
+    report.lti_links = _moved(
+        session,
+        update(LtiUser).where(LtiUser.user_id == duplicate.id).values(user_id=keep.id),
     )
-    for table in (WebSession, PasswordResetRequest, LtiLaunchTicket):
-        session.execute(delete(table).where(table.user_id == duplicate.id))
     old_email = duplicate.email
-    duplicate.email = f"merged-{duplicate.id}@merged.invalid"
-    duplicate.name = f"Merged into {keep.email}"[:200]
-    duplicate.password_hash = NO_PASSWORD
-    duplicate.disabled_at = utc_now()
+    empty_account(
+        session,
+        duplicate,
+        email=f"merged-{duplicate.id}@merged.invalid",
+        name=f"Merged into {keep.email}",
+    )
     record_event(
         session,
         actor=None,
@@ -94,6 +78,11 @@ def merge_accounts(session: Session, *, keep: User, duplicate: User) -> MergeRep
     )
     session.flush()
     return report
+
+
+def _moved(session: Session, statement: Update) -> int:
+    """Run an UPDATE; how many rows it changed."""
+    return len(session.execute(statement.returning(literal_column("1"))).all())
 
 
 def _merge_enrolments(session: Session, keep: User, duplicate: User, report: MergeReport) -> None:
