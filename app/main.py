@@ -24,6 +24,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import health
 from app.admission import AdmissionControl, RequestCapacity
+from app.api import learner_routes as learner_api_routes
 from app.api import routes as api_routes
 from app.db import (
     RequestTransaction,
@@ -46,12 +47,15 @@ from app.web import (
     account_pages,
     account_settings_pages,
     course_staff_pages,
+    diagnosis_report_pages,
     draft_api,
     events,
     instructor_pages,
     integration_pages,
     learner_pages,
+    misconception_pages,
     password_reset_pages,
+    token_pages,
 )
 from app.web.events import ProgressStreams
 from app.web.rendering import error_page, install_sign_in_redirect
@@ -241,14 +245,18 @@ def create_app(settings: Settings) -> FastAPI:
     install_lti(app, settings)
     app.include_router(integration_pages.router)
     app.include_router(api_routes.router)
+    app.include_router(learner_api_routes.router)
     app.include_router(account_pages.router)
     app.include_router(account_settings_pages.router)
     app.include_router(password_reset_pages.router)
+    app.include_router(token_pages.router)
     app.include_router(learner_pages.router)
     app.include_router(events.router)
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
     app.include_router(course_staff_pages.router)
+    app.include_router(misconception_pages.router)
+    app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 

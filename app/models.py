@@ -158,6 +158,9 @@ class WebSession(Base):
     # Where it was signed in from, shown to the account's owner (None before 0012).
     client_address: Mapped[str | None] = mapped_column(String(64))
     user_agent: Mapped[str | None] = mapped_column(String(200))
+    # Set for a session an LMS launch started: the LMS page's origin. Such a session has no
+    # "Sign out" (it ends with the LMS's), and its frame's messages go to that origin.
+    lms_origin: Mapped[str | None] = mapped_column(String(255))
 
 
 class SignInFailure(Base):
@@ -268,6 +271,26 @@ class ApiKey(Base):
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
 
 
+class PersonalToken(Base):
+    """A learner's personal access token for the command-line client and the notebook magic.
+
+    Only the SHA-256 of the secret is kept. It acts for its user alone: it submits as them and
+    reads their own submissions and exercises, nothing of anyone else's, until it expires or is
+    revoked.
+    """
+
+    __tablename__ = "personal_tokens"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class Submission(Base):
     """One learner's code for one exercise, its grading state and, once graded, its result."""
 
@@ -301,9 +324,12 @@ class Submission(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     api_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
-    # Who submitted from the pages (None for the API and anonymous practice), and where.
+    # Who submitted from the pages or a personal token (None for the API and anonymous
+    # practice), and where.
     user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), index=True)
     course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"), index=True)
+    # Sent by the learner's client with this personal token (user_id is the token's user).
+    personal_token_id: Mapped[str | None] = mapped_column(ForeignKey("personal_tokens.id"))
     upload_filename: Mapped[str | None] = mapped_column(String(255))
     # Anonymous practice only: the client address it came from, which its rate limit counts.
     client_address: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -461,3 +487,34 @@ class KeptSubmission(Base):
     client_address: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class ExerciseOpen(Base):
+    """When a course's learner first opened one of its exercises: item analysis measures the
+    time from here to the first solve. One row per learner and exercise, never updated."""
+
+    __tablename__ = "exercise_opens"
+    __table_args__ = (UniqueConstraint("course_id", "exercise_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class DiagnosisReport(Base):
+    """A learner's word that their submission's diagnosis looks wrong: it reaches the course's
+    instructors with the submission, and is counted per diagnosis (where the grader errs)."""
+
+    __tablename__ = "diagnosis_reports"
+    __table_args__ = (UniqueConstraint("submission_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"))
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"), index=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    # The diagnosis reported (a regrade may change the submission's since).
+    diagnosis: Mapped[str] = mapped_column(String(64))
+    note: Mapped[str] = mapped_column(Text, default="")
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

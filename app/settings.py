@@ -206,6 +206,12 @@ class Settings(BaseSettings):
         default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
     )
     submission_rate_window_seconds: int = Field(default=60, ge=1)
+    personal_token_max_days: int = Field(
+        default=365,
+        ge=1,
+        description="The longest lifetime a learner may give a personal access token (the "
+        "client's); the tokens page offers the lifetimes up to it.",
+    )
     anonymous_submission_rate_limit: int = Field(
         default=10,
         ge=0,

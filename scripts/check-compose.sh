@@ -99,9 +99,11 @@ else
     say "NOT checked: a worker's score reaching an LMS (only the loopback layout runs the fake LMS)"
     lms_submissions=0
 fi
-# Both workers consume the queue (up -d does not wait for them), and each submission was graded once.
+# Both workers consume the queue (up -d does not wait for them), and each submission was graded
+# once. A worker's start-up takes seconds, or minutes beside CI's test passes.
 ready=0
-for _ in $(seq 120); do
+ready_by=$(($(date +%s) + 600))
+while [ "$(date +%s)" -lt "$ready_by" ]; do
     ready=$("${stack[@]}" logs --no-color worker | grep -c 'ready\.$' || true)
     [ "$ready" -lt 2 ] || break
     sleep 1

@@ -12,6 +12,12 @@ Tests of many hosts need PostgreSQL whatever the mode: `postgres_admin_url` is t
 LOOPGRADE_TEST_DATABASE_URL or LOOPGRADE_TEST_POSTGRES_URL (./dev test and .ci/run start one
 with scripts/test-services.sh), else a throwaway cluster of the session's own.
 LOOPGRADE_REQUIRE_SERVICES=1 (as in CI) makes a missing PostgreSQL or Redis an error, not a skip.
+
+An app this process serves with `sandbox_pool_size=0` grades through one warm bubblewrap pool
+the session shares (`shared_warm_pool`), not a cold sandbox per run: a cold run starts Python and
+torch afresh (seconds of CPU), and a pool per app would start its zygotes per test. Each cold
+backend is held to its caps in tests/sandbox and tests/hostile; a test about the cold runner
+itself is marked `cold_sandbox`.
 """
 
 from __future__ import annotations
@@ -20,15 +26,20 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
+import app.main
+import sandbox
 from app.db import upgrade_database
+from app.grading.queue import open_grading_runner as open_grading_runner_of_settings
 from app.reactions import install_reactions
-from app.settings import sqlite_database_url, with_psycopg_driver
+from app.settings import Settings, sqlite_database_url, with_psycopg_driver
+from graders.grading import POOL_PROGRAM
 from tests.services import (
     create_database,
     drop_database,
@@ -143,3 +154,92 @@ def shared_dir() -> Iterator[Path]:
     path.chmod(0o755)
     yield path
     shutil.rmtree(path)
+
+
+class SharedWarmPool:
+    """A warm pool of two slots on the `auto` backend, started on first use, closed at the end."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runner: sandbox.Runner | None = None
+
+    def get(self) -> sandbox.Runner:
+        with self.lock:  # apps start in threads of their own
+            if self.runner is None:
+                self.runner = sandbox.open_runner("auto", pool=POOL_PROGRAM, pool_size=2)
+            return self.runner
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+
+
+class BorrowedRunner:
+    """The shared pool as one app's runner: the app's close() leaves it to the next app."""
+
+    def __init__(self, runner: sandbox.Runner) -> None:
+        self.runner = runner
+
+    @property
+    def name(self) -> str:
+        return self.runner.name
+
+    @property
+    def status(self) -> str:
+        return self.runner.status
+
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: sandbox.Limits,
+        later_input: bytes | None = None,
+    ) -> sandbox.RunResult:
+        return self.runner.run(program, inputs, limits, later_input)
+
+    def close(self) -> None:
+        pass
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cold_sandbox: the apps this test serves grade cold, as their settings say"
+    )
+
+
+# The suites whose apps, served in the test process, grade in it (tests/hosts' apps hand their
+# gradings to Celery workers).
+SUITES_SERVING_APPS = ("app", "lti", "browser")
+_cold_wanted = threading.Event()  # set during a test marked cold_sandbox
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_warm_pool(request: pytest.FixtureRequest) -> Iterator[SharedWarmPool]:
+    """Apps served in this process with no pool of their own grade through this one. It starts
+    before the first test when the session holds tests that serve apps: starting it inside an
+    app's start-up would hold that start-up for the seconds its zygotes take."""
+    shared = SharedWarmPool()
+    serving = [Path(__file__).parent / suite for suite in SUITES_SERVING_APPS]
+    if any(item.path.is_relative_to(suite) for item in request.session.items for suite in serving):
+        shared.get()
+    open_own_runner = open_grading_runner_of_settings
+
+    def open_grading_runner(settings: Settings) -> sandbox.Runner:
+        if settings.sandbox_pool_size or settings.sandbox != "auto" or _cold_wanted.is_set():
+            return open_own_runner(settings)
+        return BorrowedRunner(shared.get())
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app.main, "open_grading_runner", open_grading_runner)
+        yield shared
+    shared.close()
+
+
+@pytest.fixture(autouse=True)
+def cold_sandbox_if_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("cold_sandbox") is None:
+        yield
+        return
+    _cold_wanted.set()
+    yield
+    _cold_wanted.clear()

@@ -125,7 +125,7 @@ def submit(
         learner=body.learner,
         code=body.code,
     )
-    return _answer(accepted)
+    return accepted_answer(accepted, f"{router.prefix}/submissions")
 
 
 @router.post(
@@ -166,7 +166,7 @@ def submit_file(
         learner=learner,
         upload=Upload(file.filename or "", file.file),
     )
-    return _answer(accepted)
+    return accepted_answer(accepted, f"{router.prefix}/submissions")
 
 
 def _accept(
@@ -204,10 +204,11 @@ def _accept(
     )
 
 
-def _answer(accepted: Accepted) -> Response:
-    """202 with the submission's id, status and notices, and its URL in `Location`."""
+def accepted_answer(accepted: Accepted, submissions_path: str) -> Response:
+    """202 with the submission's id, status and notices, and its URL (under
+    `submissions_path`) in `Location`."""
     submission = accepted.submission
-    headers = {"Location": f"/api/v1/submissions/{submission.id}"}
+    headers = {"Location": f"{submissions_path}/{submission.id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"
     body = SubmissionAccepted(

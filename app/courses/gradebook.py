@@ -304,7 +304,7 @@ def _number(value: float | None) -> str:
     return "" if value is None else f"{value:g}"
 
 
-def _csv_text(value: str) -> str:
+def csv_text(value: str) -> str:
     """A cell a spreadsheet shows as text, never runs as a formula (CSV injection).
 
     Spreadsheets read a cell as a formula when it starts with = + - or @, also after leading
@@ -337,8 +337,8 @@ def gradebook_csv(gradebook: Gradebook) -> str:
     for row in gradebook.rows:
         writer.writerow(
             [
-                _csv_text(row.name),
-                _csv_text(row.email or ""),
+                csv_text(row.name),
+                csv_text(row.email or ""),
                 *(_number(cell.score) for cell in row.cells),
                 _number(row.total),
                 _number(row.max_total),
@@ -395,7 +395,7 @@ def gradebook_json(gradebook: Gradebook) -> dict[str, Any]:
 SCORE_BUCKETS = ("0%", "1-25%", "26-50%", "51-75%", "76-99%", "100%")
 
 
-def _bucket(score: float, max_score: float) -> int:
+def score_bucket(score: float, max_score: float) -> int:
     percent = 100 * score / max_score if max_score else 0.0
     if percent <= 0:
         return 0
@@ -453,7 +453,7 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
     for row in rows:
         cell = row.cells[0]
         if cell.score is not None:
-            distribution[_bucket(cell.score, cell.max_score)] += 1
+            distribution[score_bucket(cell.score, cell.max_score)] += 1
 
     counts: Counter[str] = Counter()
     learners: dict[str, set[str]] = {}

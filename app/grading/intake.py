@@ -94,6 +94,7 @@ def accept_submission(
     assignment: Assignment | None = None,
     idempotency: Idempotency | None = None,
     client_address: str | None = None,
+    personal_token_id: str | None = None,
 ) -> Accepted:
     """Take one submission in. Raises SubmissionRejected (with its status) if refused.
 
@@ -127,6 +128,7 @@ def accept_submission(
         client_address=client_address,
         upload_filename=filename,
         upload_notices=notices,
+        personal_token_id=personal_token_id,
     )
     if idempotency is not None:
         session.execute(

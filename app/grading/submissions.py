@@ -219,6 +219,7 @@ def create_submission(
     client_address: str | None = None,
     upload_filename: str | None = None,
     upload_notices: list[str] | None = None,
+    personal_token_id: str | None = None,
 ) -> Submission:
     """Validate and store a queued submission. Raises SubmissionRejected (or a subclass).
 
@@ -275,6 +276,7 @@ def create_submission(
         api_key_id=api_key_id,
         user_id=user_id,
         course_id=course_id,
+        personal_token_id=personal_token_id,
         upload_filename=upload_filename,
         upload_notices=upload_notices or None,
         client_address=client_address if anonymous_practice else None,

@@ -141,6 +141,8 @@ class LtiLaunchTicket(Base):
     token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     target_path: Mapped[str] = mapped_column(String(1000))
+    # The launching LMS page's origin, which the session the ticket starts keeps.
+    lms_origin: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

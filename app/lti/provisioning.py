@@ -192,18 +192,34 @@ def provision_link(
 MAX_FRAME_ORIGINS = 20
 
 
-def learn_frame_origins(launch: ValidatedLaunch) -> bool:
-    """Keep the origins a signed launch names for the platform's pages; True if any is new."""
+def _named_origins(launch: ValidatedLaunch) -> list[str]:
+    """The origins a signed launch names for the platform's pages, the page it returns to
+    first (Canvas frames from the school's domain, which it names there)."""
     from app.lti.framing import origin_of
 
     presentation = launch.claim("launch_presentation")
     tool_platform = launch.claim("tool_platform")
-    named = {
+    named = [
         origin_of(presentation.get("return_url")) if isinstance(presentation, dict) else None,
         origin_of(tool_platform.get("url")) if isinstance(tool_platform, dict) else None,
-    }
+    ]
+    return [origin for origin in named if origin is not None]
+
+
+def lms_page_origin(launch: ValidatedLaunch) -> str:
+    """The origin of the LMS page that framed this launch, as well as it is known: the one
+    the launch names, else that of the platform's sign-in (its auth URL)."""
+    from app.lti.framing import origin_of
+
+    named = _named_origins(launch)
+    return named[0] if named else origin_of(launch.platform.auth_url) or ""
+
+
+def learn_frame_origins(launch: ValidatedLaunch) -> bool:
+    """Keep the origins a signed launch names for the platform's pages; True if any is new."""
+    named = set(_named_origins(launch))
     known = list(launch.platform.frame_origins or [])
-    new = [o for o in named if o is not None and o not in known]
+    new = sorted(o for o in named if o not in known)
     if not new or len(known) >= MAX_FRAME_ORIGINS:
         return False
     launch.platform.frame_origins = (known + new)[:MAX_FRAME_ORIGINS]
@@ -220,6 +236,8 @@ class Provisioned:
     link: LtiResourceLink | None
     new_context: bool
     new_frame_origin: bool
+    # Where the LMS page is: the frame's messages to it go there (static/frame-resize.js).
+    lms_origin: str
 
 
 def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
@@ -235,4 +253,6 @@ def provision(session: Session, launch: ValidatedLaunch) -> Provisioned:
     )
     new_frame_origin = learn_frame_origins(launch)
     session.flush()
-    return Provisioned(user, context, role, link, new_context, new_frame_origin)
+    return Provisioned(
+        user, context, role, link, new_context, new_frame_origin, lms_page_origin(launch)
+    )

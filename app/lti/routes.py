@@ -255,7 +255,7 @@ def launch(
             if link.exercise_id
             else f"/lti/links/{link.id}"
         )
-    ticket = create_ticket(session, provisioned.user, target)
+    ticket = create_ticket(session, provisioned.user, target, lms_origin=provisioned.lms_origin)
     return RedirectResponse(f"/lti/enter?ticket={quote(ticket)}", status_code=303)
 
 
@@ -280,11 +280,16 @@ def enter(
             "This account is disabled",
             "An administrator of this server disabled your account. Ask them to enable it.",
         )
+    lms_origin = redeemed.lms_origin or ""
     _, token = start_session(
-        session, user, request, max_age_seconds=settings.session_max_age_seconds
+        session,
+        user,
+        request,
+        max_age_seconds=settings.session_max_age_seconds,
+        lms_origin=lms_origin,
     )
     # Ready in case this browser keeps no cookie here: the same page in a new window.
-    retry = create_ticket(session, user, redeemed.target_path)
+    retry = create_ticket(session, user, redeemed.target_path, lms_origin=lms_origin)
     target = safe_next(redeemed.target_path)
     response = RedirectResponse(
         f"/lti/session-check?next={quote(target, safe='')}&retry={quote(retry)}",

@@ -30,8 +30,9 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_ticket(session: Session, user: User, target_path: str) -> str:
-    """A one-time ticket signing `user` in and going to `target_path` (a path on this site)."""
+def create_ticket(session: Session, user: User, target_path: str, *, lms_origin: str) -> str:
+    """A one-time ticket signing `user` in and going to `target_path` (a path on this site),
+    for a launch from the LMS page at `lms_origin`."""
     token = secrets.token_urlsafe(32)
     now = utc_now()
     session.add(
@@ -39,6 +40,7 @@ def create_ticket(session: Session, user: User, target_path: str) -> str:
             token_hash=_hash(token),
             user_id=user.id,
             target_path=target_path,
+            lms_origin=lms_origin,
             expires_at=now + TICKET_LIFETIME,
         )
     )
@@ -61,12 +63,14 @@ def redeem_ticket(session: Session, token: str) -> LtiLaunchTicket | None:
             LtiLaunchTicket.expires_at > utc_now(),
         )
         .values(used_at=utc_now())
-        .returning(LtiLaunchTicket.user_id, LtiLaunchTicket.target_path)
+        .returning(LtiLaunchTicket.user_id, LtiLaunchTicket.target_path, LtiLaunchTicket.lms_origin)
         .execution_options(synchronize_session=False)
     ).one_or_none()
     if row is None:
         return None
-    return LtiLaunchTicket(user_id=row.user_id, target_path=row.target_path)
+    return LtiLaunchTicket(
+        user_id=row.user_id, target_path=row.target_path, lms_origin=row.lms_origin
+    )
 
 
 def _is_secure_context(request: Request) -> bool:

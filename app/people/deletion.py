@@ -20,6 +20,7 @@ from app.models import (
     Draft,
     Enrolment,
     PasswordResetRequest,
+    PersonalToken,
     Submission,
     User,
     WebSession,
@@ -77,7 +78,7 @@ def delete_account(session: Session, user: User, *, password: str) -> None:
 def empty_account(session: Session, user: User, *, email: str, name: str) -> None:
     """What deleting and merging away do alike: the row keeps only the given email and name,
     signs in nowhere, and its sessions and links go."""
-    for table in (WebSession, PasswordResetRequest, LtiLaunchTicket):
+    for table in (WebSession, PasswordResetRequest, LtiLaunchTicket, PersonalToken):
         session.execute(delete(table).where(table.user_id == user.id))
     user.email = email
     user.name = name[:200]

@@ -166,3 +166,70 @@ def bar_chart(title: str, bars: list[tuple[str, int]], *, chart_id: str) -> str:
         f'<desc id="{escape(chart_id)}-desc">{escape(description)}</desc>'
         f'<text x="8" y="16" class="chart-title">{escape(title)}</text>' + "".join(rows) + "</svg>"
     )
+
+
+def transition_chart(
+    title: str,
+    states: list[tuple[str, str]],
+    counts: dict[tuple[str, str], int],
+    *,
+    chart_id: str,
+) -> str:
+    """A grid of moves between states, `(code, label)` in order: a row per state moved from, a
+    column per state moved to, each cell shaded by its count's share of the busiest cell.
+
+    Columns are numbered (a state's number is in its row's label): long labels fit a phone.
+    """
+    cell, top, char_width = 40, 46, 6.5  # 11 px text is about 6.5 px a character
+    longest = max((len(f"{len(states)}. {label}") for _, label in states), default=0)
+    label_width = round(12 + char_width * longest)
+    sources, targets = states, states[1:]  # nothing moves back to the start
+    width = max(label_width + cell * max(1, len(targets)) + 8, round(16 + 7 * len(title)))
+    height = top + cell * len(sources) + 8
+    most = max(counts.values(), default=0) or 1
+    parts = [
+        f'<text x="{label_width + cell * column + cell / 2:.0f}" y="{top - 8}" '
+        f'text-anchor="middle">{column + 1}</text>'
+        for column in range(len(targets))
+    ]
+    for row, (source, source_label) in enumerate(sources):
+        y = top + row * cell
+        number = f"{row}. " if row else ""
+        parts.append(
+            f'<text x="{label_width - 6}" y="{y + cell / 2 + 4:.0f}" text-anchor="end">'
+            f"{escape(number + source_label)}</text>"
+        )
+        for column, (target, target_label) in enumerate(targets):
+            count = counts.get((source, target), 0)
+            x = label_width + column * cell
+            shade = 0.08 + 0.92 * count / most if count else 0.0
+            parts.append(
+                f'<rect x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" class="cell" '
+                f'fill-opacity="{shade:.2f}"><title>{escape(source_label)} to '
+                f"{escape(target_label)}: {count}</title></rect>"
+            )
+            if count:
+                parts.append(
+                    f'<text x="{x + (cell - 2) / 2:.0f}" y="{y + cell / 2 + 3:.0f}" '
+                    f'text-anchor="middle" class="{"on-dark" if shade > 0.55 else ""}">'
+                    f"{count}</text>"
+                )
+    moves = sorted(
+        ((count, s, t) for (s, t), count in counts.items() if count),
+        key=lambda move: -move[0],
+    )
+    labels = dict(states)
+    description = "; ".join(
+        f"{labels[s]} to {labels[t]}: {count}" for count, s, t in moves[:MAX_DESCRIBED_VALUES]
+    )
+    return (
+        f'<svg class="chart transition-chart" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-labelledby="{escape(chart_id)}-title '
+        f'{escape(chart_id)}-desc" xmlns="http://www.w3.org/2000/svg">'
+        f'<title id="{escape(chart_id)}-title">{escape(title)}</title>'
+        f'<desc id="{escape(chart_id)}-desc">{escape(description or "no moves yet")}</desc>'
+        f'<text x="8" y="16" class="chart-title">{escape(title)}</text>'
+        f'<text x="{label_width - 6}" y="{top - 8}" text-anchor="end">from \\ to</text>'
+        + "".join(parts)
+        + "</svg>"
+    )

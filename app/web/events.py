@@ -257,6 +257,11 @@ def submission_events(
     # The request's own session (the viewer's): a second one would hold a second connection
     # of the pool that admission control sized at one per request (app/admission.py).
     viewable_submission(request, session, viewer, submission_id)
+    return progress_stream_response(request, submission_id)
+
+
+def progress_stream_response(request: Request, submission_id: str) -> StreamingResponse:
+    """The progress stream of a submission the caller may see (the page's, the client's)."""
     streams: ProgressStreams = request.app.state.progress_streams
     client = client_address(request)
     streams.check_room(client, submission_id)

@@ -13,11 +13,12 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastapi import APIRouter, Depends, Form, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, events, record_event
+from app.courses.diagnosis_reports import reported_counts, reported_submission_ids
 from app.courses.gradebook import FILTERS, build_gradebook, exercise_stats, gradebook_csv
 from app.courses.membership import (
     AssignedExercise,
@@ -56,7 +57,7 @@ from app.models import (
 )
 from app.people.accounts import find_user_by_email
 from app.web.charts import bar_chart
-from app.web.rendering import PageError, render
+from app.web.rendering import PageError, csv_download, file_slug, render
 from app.web.review import (
     MAX_LISTED_SUBMISSIONS,
     SubmissionFilter,
@@ -64,7 +65,7 @@ from app.web.review import (
     filtered_submissions,
 )
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
-from app.web.submission_view import submission_context
+from app.web.submission_view import submission_refused
 from graders.exercises import Exercise, list_exercises
 from graders.report import diagnosis_name
 
@@ -157,16 +158,7 @@ def gradebook_csv_export(
     """Exactly the rows, columns and order of the page with the same query."""
     _, course = instructor_course(session, viewer, course_id)
     book = build_gradebook(session, course, **asdict(query))
-    slug = "".join(c if c.isalnum() else "-" for c in course.name.lower()).strip("-") or "course"
-    return PlainTextResponse(
-        gradebook_csv(book),
-        media_type="text/csv; charset=utf-8",
-        headers={
-            "Content-Disposition": f'attachment; filename="{slug}-gradebook.csv"',
-            "Cache-Control": "no-store",
-            "X-Content-Type-Options": "nosniff",
-        },
-    )
+    return csv_download(gradebook_csv(book), f"{file_slug(course.name, 'course')}-gradebook.csv")
 
 
 @router.get("/courses/{course_id}/exercises/{exercise_id}/stats")
@@ -190,6 +182,7 @@ def statistics_page(
             "stats": stats,
             "exercises": assignments_of(session, course.id),
             "outdated": outdated_count(session, course_id=course.id, exercise_id=assigned.id),
+            "reported": reported_counts(session, course.id, assigned.id),
             "diagnoses_chart": Markup(
                 bar_chart(
                     "Submissions by diagnosis",
@@ -217,10 +210,14 @@ def course_submissions_page(
     exercise: str = "",
     diagnosis: str = "",
     learner: str = "",
+    reported: str = "",
 ) -> HTMLResponse:
-    """Every submission in the course, newest first, filtered by exercise, diagnosis, learner."""
+    """Every submission in the course, newest first, filtered by exercise, diagnosis, learner,
+    and to those whose diagnosis the learner reported as wrong."""
     _, course = instructor_course(session, viewer, course_id)
-    chosen = SubmissionFilter(exercise=exercise, diagnosis=diagnosis, learner=learner)
+    chosen = SubmissionFilter(
+        exercise=exercise, diagnosis=diagnosis, learner=learner, reported="1" if reported else ""
+    )
     return render(
         request,
         viewer,
@@ -232,6 +229,7 @@ def course_submissions_page(
             "exercises": assignments_of(session, course.id),
             "titles": {e.id: e.title for e in list_exercises()},
             "diagnoses": diagnosis_counts(session, course.id, exercise),
+            "reported_ids": reported_submission_ids(session, course.id),
             "chosen": chosen,
             "list_query": chosen.query_string(),
             "everyone_query": replace(chosen, learner="").query_string(),
@@ -247,15 +245,6 @@ def _done(submission_id: str, done: str, list_query: str) -> Response:
 
 # Each review form sends back the list the submission was opened from (see review_position).
 ListQueryForm = Annotated[str, Form(alias="list")]
-
-
-def _refused(
-    request: Request, session: Session, viewer: Viewer, submission_id: str, message: str
-) -> Response:
-    context = submission_context(request, session, viewer, submission_id)
-    return render(
-        request, viewer, "submission.html", {**context, "error": message}, status_code=422
-    )
 
 
 @router.post("/submissions/{submission_id}/override", response_model=None)
@@ -274,7 +263,7 @@ def override_form(
         set_override(session, submission, score=value, reason=reason, by=user)
     except ValueError as exc:
         message = str(exc) if isinstance(exc, OverrideRejected) else f"{score!r} is not a number"
-        return _refused(
+        return submission_refused(
             request, session, viewer, submission_id, f"The override was not set: {message}."
         )
     return _done(submission_id, "override-set", list_query)
@@ -292,7 +281,9 @@ def remove_override_form(
     try:
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
-        return _refused(request, session, viewer, submission_id, f"Nothing removed: {exc}.")
+        return submission_refused(
+            request, session, viewer, submission_id, f"Nothing removed: {exc}."
+        )
     return _done(submission_id, "override-removed", list_query)
 
 
@@ -311,11 +302,11 @@ def regrade_submission_form(
         why = RegradeReason(reason)
     except ValueError:
         message = "Not regraded: say why you regrade; the learner is told if the result changes."
-        return _refused(request, session, viewer, submission_id, message)
+        return submission_refused(request, session, viewer, submission_id, message)
     try:
         request_regrade(session, submission, by=user, reason=why, note=note)
     except RegradeRejected as exc:
-        return _refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
+        return submission_refused(request, session, viewer, submission_id, f"Not regraded: {exc}.")
     return _done(submission_id, "regrade", list_query)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import secrets
 import zipfile
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.courses.attempts import note_first_open
 from app.courses.gradebook import learner_cells, practice_assignment, progress_of
 from app.courses.membership import (
     AssignedExercise,
@@ -126,9 +128,8 @@ def exercise_context(
         exercise_id=exercise.id,
         limit=5,
     )
-    base = (
-        f"/courses/{course.id}/exercises/{exercise.id}" if course else f"/exercises/{exercise.id}"
-    )
+    base = exercise_path(course, exercise.id)
+    unit = _unit(session, viewer, request, course)
     return {
         "exercise": exercise,
         "course": course,
@@ -136,12 +137,40 @@ def exercise_context(
         "prompt_body": _without_title(exercise.prompt_markdown),
         "code": code,
         "action": base,
-        "unit": _unit(session, viewer, request, course),
+        "unit": unit,
+        "next_exercise": _next_exercise(unit, exercise, course),
         "recent": recent,
         "rate_limit": limit.describe("submission") if limit and limit.count > 0 else None,
         "closed": closed,
         "max_upload_kib": settings.max_upload_bytes // 1024,
     }
+
+
+def exercise_path(course: Course | None, exercise_id: str) -> str:
+    """The exercise's page: in the course, or practice."""
+    return (
+        f"/courses/{course.id}/exercises/{exercise_id}" if course else f"/exercises/{exercise_id}"
+    )
+
+
+@dataclass(frozen=True)
+class NextExercise:
+    title: str
+    url: str
+
+
+def _next_exercise(
+    unit: list[tuple[AssignedExercise, Any]], exercise: Exercise, course: Course | None
+) -> NextExercise | None:
+    """The unit's next exercise, once this one is solved (the page offers to go on)."""
+    ids = [assigned.exercise.id for assigned, _ in unit]
+    if exercise.id not in ids:
+        return None
+    here = ids.index(exercise.id)
+    if unit[here][1].state != "solved" or here + 1 == len(unit):
+        return None
+    following = unit[here + 1][0].exercise
+    return NextExercise(following.title, exercise_path(course, following.id))
 
 
 def _without_title(prompt_markdown: str) -> str:
@@ -224,13 +253,19 @@ def course_exercise_page(
     edit: str | None = None,
 ) -> HTMLResponse:
     user = signed_in_user(viewer)
-    course, _ = require_member(session, user, course_id)
+    course, role = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
+    if role == CourseRole.LEARNER:
+        note_first_open(session, course_id=course.id, exercise_id=assigned.id, user_id=user.id)
     opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
     context = exercise_context(
         request, session, viewer, settings, assigned.exercise, course, assigned, opening["code"]
     )
-    return render(request, viewer, "exercise.html", {**context, **opening})
+    # An instructor lands here from an LMS link: the page leads to the course's marking too.
+    is_instructor = role is CourseRole.INSTRUCTOR
+    return render(
+        request, viewer, "exercise.html", {**context, **opening, "is_instructor": is_instructor}
+    )
 
 
 def _submit(
@@ -532,6 +567,7 @@ DONE_MESSAGES = {
     "override-set": "Override set: it counts instead of the graded score until you remove it.",
     "override-removed": "Override removed: the graded score counts again.",
     "regrade": "Regrading: the new result replaces the old one, which is kept below.",
+    "reported": "Sent: your instructors see your note with this submission.",
 }
 
 

@@ -138,6 +138,7 @@ def render(
             "user": viewer.user,
             "csrf_token": viewer.csrf_token,
             "style_nonce": style_nonce,
+            "lms_origin": viewer.web_session.lms_origin if viewer.web_session else None,
             **context,
         },
         status_code=status_code,
@@ -146,6 +147,24 @@ def render(
     settings: Settings = request.app.state.settings
     set_cookies(response, request, settings, viewer)
     return response
+
+
+def csv_download(text: str, filename: str) -> Response:
+    """A CSV file to save: never cached, never sniffed as anything else."""
+    return Response(
+        text,
+        media_type="text/csv; charset=utf-8",
+        headers={
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def file_slug(name: str, fallback: str) -> str:
+    """A name as a file name's part: letters and digits, the rest as dashes."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or fallback
 
 
 def error_page(

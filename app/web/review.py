@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.audit import events
 from app.grading.queue import grading_limits
 from app.grading.regrades import regrades_of
-from app.models import RegradeReason, Submission, User
+from app.models import DiagnosisReport, RegradeReason, Submission, User
 from app.settings import Settings
 from graders.exercises import UnknownExercise, get_exercise
 from graders.grading import GRADING_LIMITS
@@ -89,6 +89,7 @@ class SubmissionFilter:
     exercise: str = ""
     diagnosis: str = ""
     learner: str = ""
+    reported: str = ""  # "1": only those whose learner reported the diagnosis as wrong
 
     def query_string(self) -> str:
         """The filter as the list page's query (kept by the submission pages it links to).
@@ -112,6 +113,11 @@ def filtered_submissions(
         query = query.where(Submission.diagnosis == chosen.diagnosis)
     if chosen.learner:
         query = query.where(Submission.learner == chosen.learner)
+    if chosen.reported:
+        reported = select(DiagnosisReport.submission_id).where(
+            DiagnosisReport.course_id == course_id
+        )
+        query = query.where(Submission.id.in_(reported))
     query = query.order_by(Submission.created_at.desc(), Submission.id)
     return [(s, u) for s, u in session.execute(query.limit(MAX_LISTED_SUBMISSIONS)).all()]
 

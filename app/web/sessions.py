@@ -70,10 +70,15 @@ def _token_hash(token: str) -> str:
 
 
 def start_session(
-    session: Session, user: User, request: Request, *, max_age_seconds: int
+    session: Session,
+    user: User,
+    request: Request,
+    *,
+    max_age_seconds: int,
+    lms_origin: str | None = None,
 ) -> tuple[WebSession, str]:
-    """A new session for `user` in the browser of `request`; returns it and the token, which
-    only the cookie keeps."""
+    """A new session for `user` in the browser of `request` (`lms_origin`: started by a launch
+    from that LMS page); returns it and the token, which only the cookie keeps."""
     token = secrets.token_urlsafe(32)
     web_session = WebSession(
         token_hash=_token_hash(token),
@@ -82,6 +87,7 @@ def start_session(
         expires_at=utc_now() + timedelta(seconds=max_age_seconds),
         client_address=client_address(request),
         user_agent=request.headers.get("user-agent", "")[:200] or None,
+        lms_origin=lms_origin,
     )
     session.add(web_session)
     # Expired sessions of this user are only clutter.

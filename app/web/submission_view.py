@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Request
+from fastapi.responses import Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
+from app.courses.diagnosis_reports import report_of
 from app.courses.membership import can_view_submission, course_role
 from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
 from app.models import Course, CourseRole, Submission, SubmissionStatus
 from app.web.charts import line_chart
-from app.web.rendering import PageError
+from app.web.rendering import PageError, render
 from app.web.review import review_context
 from app.web.sessions import Viewer, anonymous_learner
 from graders.exercises import Exercise, UnknownExercise, get_exercise
@@ -79,5 +81,16 @@ def submission_context(
         "is_owner": is_owner,
         "review": review,
         "regrade_change": changed_by_regrade(session, [submission.id]).get(submission.id),
+        "diagnosis_report": report_of(session, submission.id),
         **result_context(submission),
     }
+
+
+def submission_refused(
+    request: Request, session: Session, viewer: Viewer, submission_id: str, message: str
+) -> Response:
+    """The submission's page again, saying why what was sent from it was refused."""
+    context = submission_context(request, session, viewer, submission_id)
+    return render(
+        request, viewer, "submission.html", {**context, "error": message}, status_code=422
+    )

@@ -39,8 +39,8 @@ GRADING_TIMEOUT_SECONDS = 120.0
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh data dir whose database has every migration applied."""
-    # Cold sandboxes: a server per test would start a warm pool per test (seconds each);
-    # the pool has its own tests (tests/sandbox/test_pool.py, tests/hostile).
+    # No pool of its own: a server per test would start one per test (seconds each). Its
+    # app grades through the session's shared warm pool (tests/conftest.py).
     settings = Settings(data_dir=tmp_path / "data", sandbox_pool_size=0)
     migrated_database(settings.database_url)
     return settings

@@ -53,6 +53,8 @@ def instructor_paths(course_id: str, submission_id: str) -> list[str]:
         f"/courses/{course_id}/gradebook",
         f"/courses/{course_id}/gradebook.csv",
         f"/courses/{course_id}/exercises/{EXERCISE}/stats",
+        f"/courses/{course_id}/exercises/{EXERCISE}/map",
+        f"/courses/{course_id}/exercises/{EXERCISE}/map.csv",
         f"/courses/{course_id}/submissions",
         f"/courses/{course_id}/settings",
         f"/courses/{course_id}/audit",

@@ -119,6 +119,7 @@ def test_pages_and_answers_stay_small_whatever_is_stored(
         f"/courses/{course_id}/gradebook.csv",
         f"/courses/{course_id}/submissions",
         f"/courses/{course_id}/exercises/{EXERCISE}/stats",
+        f"/courses/{course_id}/exercises/{EXERCISE}/map",
     ):
         assert_small(client.get(path))
 

@@ -38,6 +38,7 @@ def metric(text: str, name: str) -> float:
     return float(match[1])
 
 
+@pytest.mark.cold_sandbox
 def test_healthz_and_readyz(client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     # Not ready until the trusted trajectories are computed, beside the start (seconds).

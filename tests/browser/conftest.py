@@ -72,7 +72,10 @@ def base_url(server_settings: Settings) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
+# One Chromium for the whole package (each test opens a context of its own): a launch costs a
+# second or more of CPU. Not the session's: tests/lti starts a Playwright of its own, and two
+# in one thread refuse each other.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: 'apt-get install chromium' (./dev test does)")
@@ -80,6 +83,17 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(autouse=True)
+def contexts_closed_after_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """What a test opened in the package's Chromium goes with the test, as it went with the
+    module's Chromium: a renderer per context left open would stay until the package ends."""
+    browser = request.getfixturevalue("browser") if "browser" in request.fixturenames else None
+    yield
+    if browser is not None:
+        for context in browser.contexts:
+            context.close()
 
 
 def new_page(browser: Browser, base_url: str, *, phone: bool = False) -> Page:

@@ -124,7 +124,14 @@ def test_typing_in_the_editor(contexts: Any) -> None:
     expect(page.locator(".cm-search")).to_have_count(0)
     expect(content).to_be_focused()
 
-    # Tab indents inside; Esc then Tab leaves to the next control.
+    # Tab indents inside; Esc then Tab leaves to the next control. The way out is shown beside
+    # Submit, just under the editor, while the editor has the focus, and only then.
+    way_out = page.locator("#editor-way-out")
+    expect(way_out).to_be_visible()
+    expect(way_out).to_have_text("Tab indents here. To leave the editor, press Esc, then Tab.")
+    submit = page.get_by_role("button", name="Submit for grading")
+    hint_box, submit_box = way_out.bounding_box(), submit.bounding_box()
+    assert hint_box and submit_box and abs(hint_box["y"] - submit_box["y"]) < submit_box["height"]
     before = editor_value(page)
     page.keyboard.press("Tab")
     assert editor_value(page) != before
@@ -132,9 +139,11 @@ def test_typing_in_the_editor(contexts: Any) -> None:
     page.keyboard.press("Tab")
     expect(content).not_to_be_focused()
     # The next control after the editor is the form's Submit button.
-    expect(page.get_by_role("button", name="Submit for grading")).to_be_focused()
+    expect(submit).to_be_focused()
+    expect(way_out).to_be_hidden()
     page.keyboard.press("Shift+Tab")
     expect(content).to_be_focused()
+    expect(way_out).to_be_visible()
 
     # Marks for the page's result script: a line, a gutter marker, words for screen readers.
     page.evaluate("window.loopgradeEditor.markLine(2, 'The docstring is fine')")

@@ -25,6 +25,8 @@ from app.lti.models import LtiPlatform
 from app.main import create_app
 from app.models import Submission, SubmissionStatus
 from app.settings import Settings
+from graders.exercises import list_exercises
+from tests.app.conftest import CORRECT_CODE
 from tests.browser.conftest import assert_no_axe_violations, screenshot
 from tests.conftest import ScopeDatabase
 from tests.servers import app_in_thread
@@ -56,7 +58,14 @@ class FramingPage(BaseHTTPRequestHandler):
             '<!doctype html><html lang="en"><head><title>Course site</title></head><body>'
             "<main><h1>Week 3</h1>"
             f'<iframe id="tool" title="Exercise" src="{self.exercise_url}" width="1000" '
-            'height="760"></iframe></main></body></html>'
+            'height="760"></iframe></main>'
+            # As an LMS does: the frame takes the height the tool asks for (lti.frameResize).
+            "<script>window.frameResizes = [];"
+            'window.addEventListener("message", (event) => {'
+            '  if (!event.data || event.data.subject !== "lti.frameResize") return;'
+            "  window.frameResizes.push(event.data.height);"
+            '  document.getElementById("tool").style.height = event.data.height + "px";'
+            "});</script></body></html>"
         ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -220,11 +229,17 @@ def test_desktop_one_page_loop(
 
     # Ctrl+Enter submits in the background: queued, running with its seconds, then the
     # result in place, the code still in the editor, the page never left.
+    this_exercise = page.locator("#unit-strip li.current .state")
+    expect(this_exercise).to_have_text("○ Not tried")
     page.evaluate("window.stayedOnThePage = true")
     write_code(page, RAISES_ON_LINE_6)
     page.keyboard.press("Control+Enter")
     expect(page.locator("#form-error")).to_be_hidden()
     expect(page.locator("#live-result .status")).to_contain_text("Queued: next in line")
+    # The page's live region says the state; the panel itself is no live region.
+    announcement = page.locator("#result-announcement")
+    expect(announcement).to_have_text("Queued: next in line for a grader…")
+    assert page.locator("#live-result[aria-live]").count() == 0
     submission_id = queued_id(module_sessions)
     # Its own page, open meanwhile in another tab, follows the same stream.
     own_page = page.context.new_page()
@@ -243,6 +258,10 @@ def test_desktop_one_page_loop(
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "6")
     expect(page.locator(".cm-marked-line")).to_contain_text("undefined_scale")
     assert code_in_editor(page) == RAISES_ON_LINE_6
+    assert_result_headline(page, "0 / 10 Error while running")
+    # The strip says the new state without a reload; nothing to go on to yet.
+    expect(this_exercise).to_have_text("◐ Tried")
+    expect(page.locator("#next-exercise a")).to_have_count(0)
     assert page.evaluate("window.stayedOnThePage") is True
     assert page.url.endswith(EXERCISE_PATH)
     assert_no_axe_violations(page)
@@ -257,7 +276,38 @@ def test_desktop_one_page_loop(
     expect(marked).to_contain_text("undefined_scale")
     assert_no_axe_violations(page)
     screenshot(page, "submission-desktop-marked-line")
+
+    # Solved: the strip says so and the next exercise is one click away, still in place.
+    page.goto(EXERCISE_PATH)
+    expect(this_exercise).to_have_text("◐ Tried")
+    page.evaluate("window.stayedOnThePage = true")
+    write_code(page, CORRECT_CODE)
+    page.keyboard.press("Control+Enter")
+    expect(page.locator("#live-result .status")).to_contain_text("Queued")
+    grade_while_watching(served_app, server_settings, page, queued_id(module_sessions))
+    expect(result.locator(".score-value")).to_have_text("10 / 10", timeout=GRADING_MS)
+    assert_result_headline(page, "10 / 10 Correct")
+    expect(this_exercise).to_have_text("✓ Solved")
+    following = list_exercises()[[e.id for e in list_exercises()].index("train-step") + 1]
+    next_link = page.get_by_role("link", name=f"Next exercise: {following.title}")
+    expect(next_link).to_have_attribute("href", f"/exercises/{following.id}")
+    assert page.evaluate("window.stayedOnThePage") is True
+    assert_no_axe_violations(page)
+    screenshot(page, "exercise-desktop-solved-in-place")
     page.context.close()
+
+
+def assert_result_headline(page: Page, words: str) -> None:
+    """After Submit: the result's headline (score and diagnosis) is a heading that has the
+    focus, in sight on the 800 px screen; the live region says it, and only it."""
+    headline = page.locator("#live-result #result-headline")
+    expect(headline).to_be_focused()
+    expect(headline).to_have_attribute("role", "heading")
+    expect(headline).to_have_attribute("tabindex", "-1")
+    expect(headline).to_be_in_viewport()
+    expect(page.locator("#result-announcement")).to_have_text(f"Result: {words}")
+    # The result's own section, once a live region of its own, is no longer one.
+    assert page.locator("#live-result [aria-live]").count() == 0
 
 
 def test_phone_title_and_editor_come_first(browser: Browser, base_url: str) -> None:
@@ -274,6 +324,12 @@ def test_phone_title_and_editor_come_first(browser: Browser, base_url: str) -> N
     screenshot(page, "exercise-phone")
     to_editor.click()
     expect(page.locator(".cm-editor")).to_be_in_viewport()
+    # In the editor, the way out of it shows under it, the page no wider for it.
+    way_out = page.locator("#editor-way-out")
+    expect(way_out).to_be_hidden()
+    page.locator(".cm-content").tap()
+    expect(way_out).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     page.context.close()
 
 
@@ -305,6 +361,13 @@ def test_framed_by_another_origin_the_loop_works_inside_the_frame(
     )
     assert "missing_name" in code_in_editor(inner)
     assert inner.url == base_url + EXERCISE_PATH
+    # The framing page was asked to fit the frame to the page, result included, and did.
+    height = inner.evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)")
+    page.wait_for_function("h => window.frameResizes.at(-1) === h", arg=height)
+    assert page.evaluate("document.getElementById('tool').clientHeight") == height
+    assert page.evaluate("window.frameResizes.length") >= 2  # the result made it taller
+    # No LMS launch here: a session of this site's own, its page says no LMS origin.
+    expect(frame.locator("body")).not_to_have_attribute("data-lms-origin", re.compile(".*"))
     assert_no_axe_violations(inner)
     screenshot(page, "exercise-framed-result")
     page.context.close()

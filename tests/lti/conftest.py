@@ -35,7 +35,7 @@ def settings(tmp_path: Path) -> Settings:
         # Every unknown kid may fetch the platform's JWKS again (the rotation tests need it).
         lti_jwks_refetch_interval_seconds=0,
         submission_rate_limit=0,
-        # A warm pool costs seconds of CPU to start, and only one test here grades at all.
+        # No pool of its own (seconds of CPU to start): the session's shared one grades.
         sandbox_pool_size=0,
     )
     migrated_database(settings.database_url)

@@ -45,13 +45,20 @@ PAGE_SIZE = 2
 # The LMS page's side of LTI Platform Storage, with the specs' message shapes: lti.capabilities,
 # lti.put_data and lti.get_data, each answered "<subject>.response" with the request's
 # message_id, to the asking frame's origin; values are kept per origin. `ltiStorageLog` lists
-# the subjects received, for the tests.
+# the subjects received, for the tests. And Canvas's lti.frameResize: the tool's frame takes
+# the height asked (CSS pixels), each request kept in `frameResizes` with its sender's origin.
 PLATFORM_STORAGE_RESPONDER = """
 window.ltiStorageLog = [];
+window.frameResizes = [];
 const ltiStorage = {};
 window.addEventListener("message", (event) => {
   const message = event.data;
   if (!message || typeof message.subject !== "string") return;
+  if (message.subject === "lti.frameResize") {
+    window.frameResizes.push({ height: message.height, origin: event.origin });
+    document.getElementById("tool").style.height = message.height + "px";
+    return;
+  }
   window.ltiStorageLog.push(message.subject);
   const space = (ltiStorage[event.origin] = ltiStorage[event.origin] || {});
   const reply = (body) =>

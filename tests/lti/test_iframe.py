@@ -7,13 +7,21 @@ works."""
 from __future__ import annotations
 
 import faulthandler
+import re
 import sys
 import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from playwright.sync_api import Browser, BrowserContext, FrameLocator, Page, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    FrameLocator,
+    Page,
+    expect,
+    sync_playwright,
+)
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
 
@@ -29,7 +37,7 @@ from tests.browser.conftest import (
     wait_until_framing_allowed,
 )
 from tests.conftest import TEST_DATABASE_URL
-from tests.lti.fake_platform import FakePlatform
+from tests.lti.fake_platform import INSTRUCTOR, FakePlatform
 from tests.servers import app_in_thread
 from tests.services import libpq_url
 
@@ -129,8 +137,52 @@ def test_a_framed_launch_keeps_its_session_and_submits(
     (cookie,) = [c for c in context.cookies() if c["name"] == "loopgrade_session"]
     assert cookie["sameSite"] == "None" and cookie["secure"]
     assert cookie.get("partitionKey"), cookie  # CHIPS: kept per embedding site
+    assert_frame_fits_the_tool(page, framing_platform)
+    # The session is the LMS's: no "Sign out" in the frame (nor in its phone menu).
+    expect(frame.get_by_role("button", name="Sign out")).to_have_count(0)
+    expect(frame.locator("body")).to_have_attribute("data-lms-origin", framing_platform.url)
+    # A learner gets no instructor's links.
+    expect(frame.get_by_role("navigation", name="For instructors")).to_have_count(0)
     assert_no_axe_violations(page.frames[1])
     screenshot(page, "lti-framed-exercise")
+    context.close()
+
+
+def assert_frame_fits_the_tool(page: Page, platform: FakePlatform) -> None:
+    """The tool asked the LMS page (at the LMS's origin: else the message is not delivered) to
+    make the frame as tall as the tool's page, and the frame is that tall."""
+    tool = page.frames[1]
+    deadline = time.monotonic() + 60
+    while True:
+        height = tool.evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)")
+        resizes = page.evaluate("window.frameResizes")
+        if resizes and resizes[-1]["height"] == height:
+            break
+        assert time.monotonic() < deadline, f"the tool is {height} px tall; asked: {resizes}"
+        page.wait_for_timeout(200)
+    assert resizes[-1]["origin"] == platform.tool_url, resizes
+    assert page.evaluate("document.getElementById('tool').clientHeight") == height
+
+
+def test_an_instructor_arriving_from_the_lms_gets_the_course_s_marking(
+    browser: Browser,
+    framing_platform: FakePlatform,
+) -> None:
+    framing_platform.roles = [INSTRUCTOR]
+    context, page, frame = open_lms_course(browser, framing_platform)
+    # The launch lands on the exercise, with the way to the course's gradebook and submissions.
+    links = frame.get_by_role("navigation", name="For instructors")
+    submissions = links.get_by_role("link", name="Submissions of this exercise")
+    expect(submissions).to_have_attribute(
+        "href", re.compile(r"^/courses/[^/]+/submissions\?exercise=train-step$")
+    )
+    expect(frame.get_by_role("button", name="Sign out")).to_have_count(0)
+    assert_no_axe_violations(page.frames[1])
+    screenshot(page, "lti-framed-instructor-landing")
+    links.get_by_role("link", name="Gradebook").click()
+    expect(frame.get_by_role("heading", level=1)).to_have_text("Gradebook")
+    # Every page of the LMS's session asks the frame to fit it.
+    assert_frame_fits_the_tool(page, framing_platform)
     context.close()
 
 

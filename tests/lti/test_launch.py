@@ -15,7 +15,7 @@ from app.db import SessionFactory
 from app.lti.launch import LaunchCheck
 from app.lti.models import LtiPlatform, LtiResourceLink, LtiUser
 from app.lti.provisioning import LIS
-from app.models import Course, CourseRole, Enrolment, User
+from app.models import Course, CourseRole, Enrolment, User, WebSession
 from tests.lti.conftest import LEEWAY_SECONDS, Launch, form_fields
 from tests.lti.fake_platform import LTI, FakePlatform, follow_login, new_key
 
@@ -50,6 +50,10 @@ def test_a_launch_provisions_the_learner_and_opens_the_exercise(
     page = enter(browser_client, launch())
     assert page.url.path.endswith("/exercises/train-step")
     assert "Person learner-1" in page.text  # signed in as the platform's user
+    # The LMS's session: it keeps the LMS page's origin (the launch's tool_platform.url), which
+    # the frame's messages go to, and offers no "Sign out" (a password session does).
+    assert 'action="/sign-out"' not in page.text
+    assert f'<body data-lms-origin="{platform.url}">' in page.text
     # Framed by this site and the registered platform only.
     policy = page.headers["content-security-policy"]
     assert f"frame-ancestors 'self' {platform.url}" in policy and "*" not in policy
@@ -65,6 +69,7 @@ def test_a_launch_provisions_the_learner_and_opens_the_exercise(
         assert session.scalars(select(LtiPlatform.frame_origins)).one() == [platform.url]
         assert link.exercise_id == "train-step"
         assert link.lineitem_url and link.lineitem_url.endswith("/lineitems/1/lineitem?course=7")
+        assert session.scalars(select(WebSession.lms_origin)).one() == platform.url
 
 
 def test_login_by_post_works_too(launch: Launch, browser_client: httpx.Client) -> None:

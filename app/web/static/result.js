@@ -4,6 +4,9 @@
 //   and an Idempotency-Key (a retry after a dropped connection makes one submission); the
 //   code stays in the editor and the result appears in the panel below it. Ctrl/Cmd+Enter
 //   submits. Without JavaScript the form posts and the result page opens, as always.
+//   The page's live region (#result-announcement) says each state, then the result's headline
+//   only (score and diagnosis); the headline takes the focus and is scrolled into view; the
+//   unit's strip and the "Next exercise" action are taken from the page fetched again.
 // - A result that is not finished (data-events: its progress stream) follows the server's
 //   events: queued with its place, running with the seconds so far, then the result.
 //   Where the stream cannot be had, it asks for the result every few seconds instead.
@@ -60,9 +63,10 @@
     return p;
   }
 
-  // Shows the state in `panel` (an aria-live region); calls onDone(done) once finished.
-  // Returns a function that stops following (a newer submission takes the panel).
-  function follow(panel, urls, onDone) {
+  // Shows the state in `panel`, and says it with `announce` (when given: else `panel` is a live
+  // region); calls onDone(done) once finished. Returns a function that stops following (a
+  // newer submission takes the panel).
+  function follow(panel, urls, onDone, announce) {
     let timer = null;
     let source = null;
     let finished = false;
@@ -76,7 +80,10 @@
       }
       const words = line.querySelector(".state-text");
       // Only a change of state is announced: the seconds tick in a part the reader skips.
-      if (words.textContent !== text) words.textContent = text;
+      if (words.textContent !== text) {
+        words.textContent = text;
+        if (announce) announce(text);
+      }
       let clock = line.querySelector(".elapsed");
       if (elapsed === null) {
         if (clock) clock.remove();
@@ -221,6 +228,7 @@
   const errorBox = document.getElementById("form-error");
   const panel = document.getElementById("live-result");
   const panelBody = panel.querySelector(".live-result-body");
+  const announcement = document.getElementById("result-announcement");
   let sending = false;
   let stopFollowing = null;
   let plainPost = false;
@@ -232,6 +240,41 @@
       .filter(function (id) { return id && id !== "form-error"; });
     if (text) described.push("form-error");
     textarea.setAttribute("aria-describedby", described.join(" "));
+  }
+
+  function announce(text) {
+    announcement.textContent = text;
+  }
+
+  // The result's headline (its score and diagnosis, or why there is none): a heading that
+  // takes the focus, and the one thing the live region says of the result.
+  function showHeadline(headline) {
+    headline.id = "result-headline";
+    headline.tabIndex = -1;
+    headline.setAttribute("role", "heading");
+    headline.setAttribute("aria-level", "3");
+    announce("Result: " + headline.textContent.replace(/\s+/g, " ").trim());
+    headline.focus({ preventScroll: true });
+    // On a laptop the result starts below the fold: its top comes up (Submit just above it).
+    headline.scrollIntoView({ block: "start" });
+  }
+
+  // The unit's strip and the "Next exercise" action as the server now sees them.
+  function refreshProgress() {
+    fetch(form.action, { cache: "no-store", credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        const fresh = new DOMParser().parseFromString(html, "text/html");
+        ["unit-strip", "next-exercise"].forEach(function (id) {
+          const here = document.getElementById(id);
+          const there = fresh.getElementById(id);
+          if (here && there) here.replaceChildren.apply(here, Array.from(there.childNodes));
+        });
+      })
+      .catch(function () {
+        // Shown on the next visit; the result itself is in place.
+      });
   }
 
   function mark(editor, line, message) {
@@ -272,6 +315,7 @@
     stopFollowing = null;
     panel.hidden = false;
     panelBody.replaceChildren(statusLine("Sending your code…", true));
+    announce("Sending your code…");
     let response;
     try {
       response = await send(new FormData(form), newKey());
@@ -280,6 +324,7 @@
       button.disabled = false;
       panelBody.replaceChildren();
       panel.hidden = true;
+      announce("");
       showError("Your code could not be sent: the server did not answer. It is still in the editor; try again.");
       return;
     }
@@ -302,6 +347,7 @@
       button.disabled = false;
       panelBody.replaceChildren();
       panel.hidden = true;
+      announce("");
       showError(answer.detail || "The submission was not accepted.");
       if (answer.line) mark(editor, answer.line, answer.detail);
       else editor.focus();
@@ -329,12 +375,12 @@
       a.textContent = "This result on its own page";
       link.appendChild(a);
       panelBody.replaceChildren(fresh, link);
-      // The score in sight, moving the page no more than needed.
-      const score = panelBody.querySelector(".score, .status");
-      if (score) score.scrollIntoView({ block: "nearest" });
       document.dispatchEvent(new CustomEvent("loopgrade:updated", { detail: panel }));
       if (done.line) mark(editor, done.line, "Your code failed on this line");
-    });
+      const headline = panelBody.querySelector(".score, .status");
+      if (headline) showHeadline(headline);
+      refreshProgress();
+    }, announce);
   }
 
   form.addEventListener("submit", function (event) {

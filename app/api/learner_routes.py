@@ -1,0 +1,305 @@
+"""The learner's API, `/api/v1/me`: what `loopgrade-client` and the notebook magic call, with
+a personal access token (app/people/tokens.py).
+
+The token acts for its learner alone: submissions are theirs (the web form's rules: course
+membership, due-date locks, the per-learner rate limit), and only their own submissions are
+read, whatever their role; another's is answered exactly like a missing one. The course API
+keys (`app/api/routes.py`) are the LMSs' and are not accepted here.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, UploadFile, status
+from fastapi.responses import StreamingResponse
+from markupsafe import Markup
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.api.learner_schemas import (
+    CourseExercisesOut,
+    ExerciseStateOut,
+    LearnerExercisesOut,
+    LearnerSubmissionCreate,
+    LearnerSubmissionOut,
+    PracticeKitOut,
+)
+from app.api.routes import IdempotencyKeyHeader, accepted_answer, answered, submission_out
+from app.api.schemas import ErrorOut, SubmissionAccepted
+from app.courses.gradebook import Cell, learner_cells, practice_assignment
+from app.courses.membership import (
+    AssignedExercise,
+    assignment_of,
+    assignments_of,
+    courses_of,
+    require_member,
+)
+from app.db import SessionDep
+from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
+from app.grading.results import shown_result
+from app.grading.submissions import get_submission
+from app.models import Submission
+from app.people.tokens import TokenHolder, TokenHolderDep
+from app.settings import Settings, SettingsDep
+from app.web.charts import line_chart
+from app.web.events import progress_stream_response
+from app.web.sessions import client_address
+from graders import harness
+from graders.exercises import UnknownExercise, get_exercise, list_exercises
+from graders.grading import trusted_trajectories
+from graders.report import diagnosis_name
+
+router = APIRouter(prefix="/api/v1/me", tags=["learner"])
+
+_token_errors: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorOut, "description": "No token, or an unknown, revoked or expired one."}
+}
+_submit_errors: dict[int | str, dict[str, object]] = {
+    **_token_errors,
+    403: {"model": ErrorOut, "description": "The course locks this exercise after its due date."},
+    404: {"model": ErrorOut, "description": "Not your course, or the course does not set it."},
+    413: {"model": ErrorOut, "description": "The code or file is over the size limit."},
+    422: {"model": ErrorOut, "description": "Unknown exercise, unusable file, syntax error."},
+    429: {"model": ErrorOut, "description": "Your submission rate limit; see `Retry-After`."},
+    503: {"model": ErrorOut, "description": "The graders are busy; see `Retry-After`."},
+}
+_not_found: dict[int | str, dict[str, object]] = {
+    **_token_errors,
+    404: {"model": ErrorOut, "description": "No such submission of yours."},
+}
+
+
+def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
+    exercise = assigned.exercise
+    return ExerciseStateOut(
+        id=exercise.id,
+        title=exercise.title,
+        signature=exercise.signature,
+        max_score=exercise.max_score,
+        state=cell.state,
+        score=cell.score,
+        attempts=cell.attempts,
+        due_at=assigned.assignment.due_at,
+    )
+
+
+@router.get("/exercises", response_model=LearnerExercisesOut, responses=_token_errors)
+def read_my_exercises(session: SessionDep, holder: TokenHolderDep) -> Response:
+    """Practice and each of your courses: their exercises with your state and score on each."""
+    user = holder.user
+    practice = [practice_assignment(exercise) for exercise in list_exercises()]
+    practice_cells = learner_cells(session, practice, course_id=None, user_id=user.id)
+    courses = []
+    for mine in courses_of(session, user):
+        assigned = assignments_of(session, mine.course.id)
+        cells = learner_cells(session, assigned, course_id=mine.course.id, user_id=user.id)
+        courses.append(
+            CourseExercisesOut(
+                id=mine.course.id,
+                name=mine.course.name,
+                role=mine.role,
+                exercises=[_exercise_state(a, c) for a, c in zip(assigned, cells, strict=True)],
+            )
+        )
+    return answered(
+        LearnerExercisesOut(
+            email=user.email,
+            practice=[_exercise_state(a, c) for a, c in zip(practice, practice_cells, strict=True)],
+            courses=courses,
+        )
+    )
+
+
+@router.post(
+    "/submissions",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SubmissionAccepted,
+    responses=_submit_errors,
+)
+def submit_mine(
+    request: Request,
+    body: LearnerSubmissionCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    holder: TokenHolderDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response:
+    """Queue your code for grading; follow `events_url` (or read `Location`) for the result."""
+    accepted = _accept_mine(
+        request,
+        session,
+        settings,
+        holder,
+        idempotency_key,
+        body.exercise,
+        body.course,
+        code=body.code,
+    )
+    return accepted_answer(accepted, f"{router.prefix}/submissions")
+
+
+@router.post(
+    "/submissions/upload",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SubmissionAccepted,
+    responses=_submit_errors,
+)
+def submit_my_file(
+    request: Request,
+    exercise: Annotated[str, Form(description="Exercise id.")],
+    file: Annotated[UploadFile, Form(description="A .py file or a .ipynb notebook.")],
+    session: SessionDep,
+    settings: SettingsDep,
+    holder: TokenHolderDep,
+    course: Annotated[str | None, Form(description="A course id of yours.")] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response:
+    """Queue your `.py` or `.ipynb` for grading (multipart/form-data), as the web form does."""
+    accepted = _accept_mine(
+        request,
+        session,
+        settings,
+        holder,
+        idempotency_key,
+        exercise,
+        course or None,
+        upload=Upload(file.filename or "", file.file),
+    )
+    return accepted_answer(accepted, f"{router.prefix}/submissions")
+
+
+def _accept_mine(
+    request: Request,
+    session: Session,
+    settings: Settings,
+    holder: TokenHolder,
+    idempotency_key: str | None,
+    exercise_id: str,
+    course_id: str | None,
+    *,
+    code: str = "",
+    upload: Upload | None = None,
+) -> Accepted:
+    user = holder.user
+    assigned = None
+    if course_id is not None:
+        course, _ = require_member(session, user, course_id)
+        assigned = assignment_of(session, course.id, exercise_id)
+    return accept_submission(
+        session,
+        settings,
+        exercise_id=exercise_id,
+        learner=user.email,
+        code=code,
+        upload=upload,
+        user_id=user.id,
+        course_id=course_id,
+        assignment=assigned.assignment if assigned else None,
+        client_address=client_address(request),
+        # The web form's owner: a retry is matched whichever surface the learner used.
+        idempotency=Idempotency.from_header(f"user:{user.id}", idempotency_key),
+        personal_token_id=holder.token.id,
+    )
+
+
+def _my_submission(session: Session, holder: TokenHolder, submission_id: str) -> Submission:
+    """The learner's own submission; anyone else's is answered as a missing one."""
+    submission = get_submission(session, submission_id)
+    if submission is None or submission.user_id != holder.user.id:
+        raise HTTPException(404, detail=f"you have no submission with id {submission_id[:100]!r}")
+    return submission
+
+
+def _learner_submission_out(submission: Submission) -> LearnerSubmissionOut:
+    shown = shown_result(submission)
+    return LearnerSubmissionOut.model_validate(
+        {
+            **submission_out(submission).model_dump(),
+            "course": submission.course_id,
+            "diagnosis_text": diagnosis_name(submission.diagnosis)
+            if submission.diagnosis
+            else None,
+            "by_token": submission.personal_token_id is not None,
+            "page_url": f"/submissions/{submission.id}",
+            "events_url": f"/api/v1/me/submissions/{submission.id}/events",
+            "notices": shown.notices,
+            "charts_svg": [str(Markup(line_chart(plot))) for plot in shown.plots],
+        }
+    )
+
+
+@router.get(
+    "/submissions/{submission_id}", response_model=LearnerSubmissionOut, responses=_not_found
+)
+def read_my_submission(submission_id: str, session: SessionDep, holder: TokenHolderDep) -> Response:
+    """Your submission: its status and, once graded, its result, as its page shows it."""
+    return answered(_learner_submission_out(_my_submission(session, holder, submission_id)))
+
+
+@router.get("/submissions", response_model=list[LearnerSubmissionOut], responses=_token_errors)
+def list_my_submissions(
+    session: SessionDep,
+    holder: TokenHolderDep,
+    exercise: Annotated[str | None, Query(description="Only this exercise's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[LearnerSubmissionOut]:
+    """Your submissions, in every course and in practice, newest first."""
+    query = select(Submission).where(Submission.user_id == holder.user.id)
+    if exercise is not None:
+        query = query.where(Submission.exercise_id == exercise)
+    rows = session.scalars(query.order_by(Submission.created_at.desc()).limit(limit))
+    return [_learner_submission_out(row) for row in rows]
+
+
+@router.get(
+    "/submissions/{submission_id}/events",
+    response_class=StreamingResponse,
+    responses={
+        **_not_found,
+        200: {"content": {"text/event-stream": {}}, "description": "queued, running, done."},
+        503: {"model": ErrorOut, "description": "Too many streams; see `Retry-After`."},
+    },
+)
+def follow_my_submission(
+    request: Request, submission_id: str, session: SessionDep, holder: TokenHolderDep
+) -> StreamingResponse:
+    """Your submission's progress as server-sent events, the page's own stream: `queued`,
+    `running`, `heartbeat`, then `done`; read the result from the submission after `done`."""
+    _my_submission(session, holder, submission_id)
+    return progress_stream_response(request, submission_id)
+
+
+@router.get(
+    "/exercises/{exercise_id}/practice-kit",
+    response_model=PracticeKitOut,
+    responses={**_token_errors, 404: {"model": ErrorOut, "description": "No such exercise."}},
+)
+def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
+    """The exercise's harness, its visible cases and the reference's records on them, for
+    checking locally. Hidden cases never leave the server: only the server grades."""
+    try:
+        exercise = get_exercise(exercise_id)
+    except UnknownExercise:
+        raise HTTPException(404, detail=f"no exercise {exercise_id[:100]!r}") from None
+    visible = [case for case in exercise.cases if not case.hidden]
+    reference = trusted_trajectories(exercise)["reference"]
+    return answered(
+        PracticeKitOut(
+            exercise=exercise.id,
+            version=exercise.version,
+            kind=exercise.kind,
+            entry_point=exercise.entry_point,
+            harness=harness_source(),
+            cases=[case.harness_spec() for case in visible],
+            reference={case.id: reference[case.id].model_dump() for case in visible},
+        )
+    )
+
+
+@functools.cache
+def harness_source() -> str:
+    """The harness as the sandbox gets it: one file that imports nothing of ours."""
+    return Path(harness.__file__).read_text(encoding="utf-8")

@@ -1,0 +1,77 @@
+"""The learner's API (`/api/v1/me`, personal tokens): request and response bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.schemas import SubmissionOut
+
+
+class LearnerSubmissionCreate(BaseModel):
+    """The learner's code for one exercise, in practice or in one of their courses."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    exercise: str = Field(description="Exercise id, as listed by `GET /api/v1/me/exercises`.")
+    course: str | None = Field(
+        default=None, description="A course id of yours; none: practice outside any course."
+    )
+    code: str = Field(description="Python source defining the exercise's entry point.")
+
+
+class LearnerSubmissionOut(SubmissionOut):
+    """Your submission and, once graded, its result with the charts the page shows."""
+
+    course: str | None
+    diagnosis_text: str | None = Field(description="The diagnosis in words, as the page says it.")
+    by_token: bool = Field(description="Sent with a personal access token (a client).")
+    page_url: str = Field(description="The submission's page, the same result in a browser.")
+    events_url: str = Field(description="Its progress stream (text/event-stream).")
+    notices: list[str]
+    charts_svg: list[str] = Field(
+        description="The loss and weight charts the page draws, as SVG (text escaped)."
+    )
+
+
+class ExerciseStateOut(BaseModel):
+    """One exercise with your standing on it."""
+
+    id: str
+    title: str
+    signature: str
+    max_score: float
+    state: str = Field(description="not-tried, tried or solved.")
+    score: float | None = Field(description="What counts; null while nothing graded counts.")
+    attempts: int
+    due_at: datetime | None = None
+
+
+class CourseExercisesOut(BaseModel):
+    id: str
+    name: str
+    role: str
+    exercises: list[ExerciseStateOut]
+
+
+class LearnerExercisesOut(BaseModel):
+    """Practice (outside any course) and each of your courses, with your state on each."""
+
+    email: str
+    practice: list[ExerciseStateOut]
+    courses: list[CourseExercisesOut]
+
+
+class PracticeKitOut(BaseModel):
+    """What `loopgrade-client check` runs locally: the public harness, the visible cases and
+    the reference's records on them. Never a hidden case."""
+
+    exercise: str
+    version: str
+    kind: str
+    entry_point: str
+    harness: str = Field(description="The harness's Python source (needs torch).")
+    cases: list[dict[str, Any]] = Field(description="The visible cases' parameters.")
+    reference: dict[str, Any] = Field(description="The reference's records, by case id.")

@@ -1,0 +1,6 @@
+"""loopgrade's client: `loopgrade-client` in a terminal, `%load_ext loopgrade_client` and
+`loopgrade_client.submit(function)` in a notebook."""
+
+from loopgrade_client.notebook import load_ipython_extension, submit
+
+__all__ = ["load_ipython_extension", "submit"]
