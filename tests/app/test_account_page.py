@@ -258,3 +258,23 @@ def test_a_courses_only_instructor_hands_over_before_deleting(
     assert refused.status_code == 422 and "only instructor of Deep Learning 101" in refused.text
     with sessions() as session:
         assert session.scalars(select(User.name)).one() != "Deleted account"
+
+
+def test_a_disabled_accounts_personal_token_is_refused(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "ada@example.org")
+    sign_in(client, "ada@example.org")
+    page = post_form(
+        client, "/account/tokens", "/account/tokens", {"name": "laptop", "lifetime_days": "30"}
+    )
+    start = page.text.index("data-new-token")
+    secret = page.text[page.text.index(">", start) + 1 : page.text.index("</code>", start)]
+    bearer = {"Authorization": f"Bearer {secret}"}
+    assert client.get("/api/v1/me/exercises", headers=bearer).status_code == 200
+    with sessions.begin() as session:
+        user = find_user_by_email(session, "ada@example.org")
+        assert user is not None
+        disable_user(session, user)
+    refused = client.get("/api/v1/me/exercises", headers=bearer)
+    assert refused.status_code == 401 and "disabled" in refused.json()["detail"]
