@@ -20,6 +20,7 @@ from tests.app.people import (
     sign_in,
     token_of,
 )
+from tests.app.test_personal_tokens import new_token
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 NEW_PASSWORD = "another long password"
@@ -265,12 +266,7 @@ def test_a_disabled_accounts_personal_token_is_refused(
 ) -> None:
     make_user(sessions, "ada@example.org")
     sign_in(client, "ada@example.org")
-    page = post_form(
-        client, "/account/tokens", "/account/tokens", {"name": "laptop", "lifetime_days": "30"}
-    )
-    start = page.text.index("data-new-token")
-    secret = page.text[page.text.index(">", start) + 1 : page.text.index("</code>", start)]
-    bearer = {"Authorization": f"Bearer {secret}"}
+    bearer = {"Authorization": f"Bearer {new_token(client)}"}
     assert client.get("/api/v1/me/exercises", headers=bearer).status_code == 200
     with sessions.begin() as session:
         user = find_user_by_email(session, "ada@example.org")
