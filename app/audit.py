@@ -27,6 +27,13 @@ class AuditAction(enum.StrEnum):
     ASSIGNMENT_REMOVED = "assignment.removed"
     COURSE_JOIN_CODE = "course.join-code"
     COURSE_INSTRUCTOR_ADDED = "course.instructor-added"
+    COURSE_STAFF_CHANGED = "course.staff-changed"
+    PASSWORD_RESET = "account.password-reset"
+    ACCOUNT_DISABLED = "account.disabled"
+    ACCOUNT_ENABLED = "account.enabled"
+    SITE_ROLE_CHANGED = "account.site-role"
+    ACCOUNT_DELETED = "account.deleted"
+    ACCOUNTS_MERGED = "account.merged"
 
 
 def record_event(
@@ -232,5 +239,32 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     ),
     AuditAction.COURSE_INSTRUCTOR_ADDED: lambda said: (
         f"{said.who} added {said.details.get('email', 'someone')} as an instructor"
+    ),
+    AuditAction.COURSE_STAFF_CHANGED: lambda said: (
+        f"{said.who} "
+        + (
+            "took {} out of the course"
+            if said.details.get("change") == "remove"
+            else "made {} a learner instead of an instructor"
+        ).format(said.details.get("email", "someone"))
+    ),
+    AuditAction.PASSWORD_RESET: lambda said: (
+        f"{said.details.get('email', 'An account')} set a new password with a reset link "
+        f"({said.details.get('sessions_ended', 0)} other sessions ended)"
+    ),
+    AuditAction.ACCOUNT_DISABLED: lambda said: (
+        f"{said.who} disabled the account {said.details.get('email', '')}"
+    ),
+    AuditAction.ACCOUNT_ENABLED: lambda said: (
+        f"{said.who} enabled the account {said.details.get('email', '')}"
+    ),
+    AuditAction.ACCOUNT_DELETED: lambda said: f"{said.who} deleted their account",
+    AuditAction.ACCOUNTS_MERGED: lambda said: (
+        f"{said.who} merged the account {said.details.get('duplicate_email', '?')} into "
+        f"{said.details.get('email', '?')}"
+    ),
+    AuditAction.SITE_ROLE_CHANGED: lambda said: (
+        f"{said.who} made {said.details.get('email', 'an account')} "
+        f"{said.details.get('old_role', '?')} → {said.details.get('new_role', '?')}"
     ),
 }

@@ -27,10 +27,13 @@ from app.cli_support import (
     migrate_database,
 )
 from app.lti.cli import add_lti_commands
+from app.models import SiteRole
 from app.operations import configure_logging
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
+
+    from app.models import User
 
 log = logging.getLogger("loopgrade")
 
@@ -209,6 +212,124 @@ def cmd_users_create(args: argparse.Namespace) -> int:
     except AccountError as exc:
         raise CommandFailed(str(exc)) from None
     print(f"Created user {summary}.")
+    return 0
+
+
+def _user_by_email(session: Session, email: str) -> User:
+    from app.people.accounts import find_user_by_email
+
+    user = find_user_by_email(session, email)
+    if user is None:
+        raise CommandFailed(f"no account has the email {email!r}")
+    return user
+
+
+def cmd_users_reset_password(args: argparse.Namespace) -> int:
+    from app.people.accounts import AccountError, end_sessions, set_password
+    from app.people.recovery import issue_reset_link, reset_url
+
+    settings = build_settings(args)
+    password = read_password() if args.set else None
+    try:
+        with database_session(settings) as session:
+            user = _user_by_email(session, args.email)
+            if password is None:
+                link = issue_reset_link(
+                    session,
+                    user,
+                    client_address="cli",
+                    max_age_seconds=settings.password_reset_max_age_seconds,
+                )
+                url = reset_url(settings.public_url or "http://127.0.0.1:8000", link.token)
+            else:
+                set_password(session, user, password)
+                ended = end_sessions(session, user)
+    except AccountError as exc:
+        raise CommandFailed(str(exc)) from None
+    if password is not None:
+        print(f"Set the password of {args.email}; {ended} sessions ended.")
+        return 0
+    minutes = settings.password_reset_max_age_seconds // 60
+    where = "" if settings.public_url else " (LOOPGRADE_PUBLIC_URL is not set: fix the address)"
+    print(
+        f"A reset link for {args.email}, working once within {minutes} minutes{where}:",
+        file=sys.stderr,
+    )
+    print(url)
+    return 0
+
+
+def cmd_users_disable(args: argparse.Namespace) -> int:
+    from app.audit import AuditAction, record_event
+    from app.people.accounts import disable_user, enable_user
+
+    with database_session(build_settings(args)) as session:
+        user = _user_by_email(session, args.email)
+        if args.users_command == "disable":
+            ended = disable_user(session, user)
+            record_event(session, actor=None, action=AuditAction.ACCOUNT_DISABLED, email=user.email)
+            said = f"Disabled {user.email}: it cannot sign in; {ended} sessions ended."
+        else:
+            enable_user(session, user)
+            record_event(session, actor=None, action=AuditAction.ACCOUNT_ENABLED, email=user.email)
+            said = f"Enabled {user.email}: it can sign in again."
+    print(said)
+    return 0
+
+
+def cmd_users_set_role(args: argparse.Namespace) -> int:
+    from app.audit import AuditAction, record_event
+
+    with database_session(build_settings(args)) as session:
+        user = _user_by_email(session, args.email)
+        old_role, user.site_role = user.site_role, args.role
+        record_event(
+            session,
+            actor=None,
+            action=AuditAction.SITE_ROLE_CHANGED,
+            email=user.email,
+            old_role=old_role,
+            new_role=args.role,
+        )
+    print(f"{args.email}: {old_role} -> {args.role}.")
+    return 0
+
+
+class _DryRun(Exception):
+    """Raised to roll a dry run's transaction back once its report is printed."""
+
+
+def cmd_users_merge(args: argparse.Namespace) -> int:
+    from app.people.accounts import AccountError
+    from app.people.merging import merge_accounts
+
+    try:
+        with database_session(build_settings(args)) as session:
+            keep = _user_by_email(session, args.keep)
+            duplicate = _user_by_email(session, args.duplicate)
+            report = merge_accounts(session, keep=keep, duplicate=duplicate)
+            verb = "Merged" if args.apply else "Dry run (nothing changed; --apply to merge)"
+            print(f"{verb}: {args.duplicate} into {args.keep}:")
+            for line in report.lines():
+                print(f"  {line}")
+            if not args.apply:
+                raise _DryRun()
+    except _DryRun:
+        return 0
+    except AccountError as exc:
+        raise CommandFailed(str(exc)) from None
+    return 0
+
+
+def cmd_users_list(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from app.models import User
+
+    with database_session(build_settings(args)) as session:
+        for user in session.scalars(select(User).order_by(User.email)):
+            state = f"disabled {user.disabled_at:%Y-%m-%d}" if user.disabled_at else "enabled"
+            print(f"{user.email}  {user.site_role}  {state}  {user.name}")
     return 0
 
 
@@ -413,7 +534,7 @@ def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """users create."""
+    """users create, list, reset-password, disable, enable, merge, set-role."""
     users = commands.add_parser("users", help="manage accounts")
     users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
     users_create = users_commands.add_parser(
@@ -422,13 +543,56 @@ def _add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     users_create.add_argument("email")
     users_create.add_argument(
         "--role",
-        choices=["admin", "instructor", "learner"],
+        choices=[role.value for role in SiteRole],
         default="learner",
         help="admin: everything; instructor: may create courses; learner (default)",
     )
     users_create.add_argument("--name", help="shown name (default: the email's local part)")
     add_data_dir(users_create)
     users_create.set_defaults(run=cmd_users_create)
+
+    users_list = users_commands.add_parser("list", help="every account: email, role, state, name")
+    add_data_dir(users_list)
+    users_list.set_defaults(run=cmd_users_list)
+
+    reset = users_commands.add_parser(
+        "reset-password",
+        help="print a one-time reset link for the account, or --set its password",
+    )
+    reset.add_argument("email")
+    reset.add_argument(
+        "--set",
+        action="store_true",
+        help="set the password now, from LOOPGRADE_PASSWORD or a prompt; its sessions end",
+    )
+    add_data_dir(reset)
+    reset.set_defaults(run=cmd_users_reset_password)
+
+    for name, help_text in (
+        ("disable", "the account cannot sign in; its sessions end"),
+        ("enable", "a disabled account can sign in again"),
+    ):
+        toggle = users_commands.add_parser(name, help=help_text)
+        toggle.add_argument("email")
+        add_data_dir(toggle)
+        toggle.set_defaults(run=cmd_users_disable)
+
+    merge = users_commands.add_parser(
+        "merge",
+        help="move a duplicate account's submissions, enrolments, drafts, overrides and LMS "
+        "links to the kept account; a dry run unless --apply",
+    )
+    merge.add_argument("keep", help="email of the account kept")
+    merge.add_argument("duplicate", help="email of the account emptied and disabled")
+    merge.add_argument("--apply", action="store_true", help="merge (default: only report)")
+    add_data_dir(merge)
+    merge.set_defaults(run=cmd_users_merge)
+
+    set_role = users_commands.add_parser("set-role", help="change an account's site role")
+    set_role.add_argument("email")
+    set_role.add_argument("role", choices=[role.value for role in SiteRole])
+    add_data_dir(set_role)
+    set_role.set_defaults(run=cmd_users_set_role)
 
 
 def _add_course_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

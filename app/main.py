@@ -45,6 +45,8 @@ from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
 from app.web import (
     account_pages,
+    account_settings_pages,
+    course_staff_pages,
     diagnosis_report_pages,
     draft_api,
     events,
@@ -52,6 +54,7 @@ from app.web import (
     integration_pages,
     learner_pages,
     misconception_pages,
+    password_reset_pages,
     token_pages,
 )
 from app.web.events import ProgressStreams
@@ -244,11 +247,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_routes.router)
     app.include_router(learner_api_routes.router)
     app.include_router(account_pages.router)
+    app.include_router(account_settings_pages.router)
+    app.include_router(password_reset_pages.router)
     app.include_router(token_pages.router)
     app.include_router(learner_pages.router)
     app.include_router(events.router)
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
+    app.include_router(course_staff_pages.router)
     app.include_router(misconception_pages.router)
     app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

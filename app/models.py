@@ -136,6 +136,8 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(255))
     site_role: Mapped[str] = mapped_column(String(16), default=SiteRole.LEARNER)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # Set by an administrator: the account cannot sign in and its sessions are gone.
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     @property
     def is_admin(self) -> bool:
@@ -153,6 +155,9 @@ class WebSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Where it was signed in from, shown to the account's owner (None before 0012).
+    client_address: Mapped[str | None] = mapped_column(String(64))
+    user_agent: Mapped[str | None] = mapped_column(String(200))
     # Set for a session an LMS launch started: the LMS page's origin. Such a session has no
     # "Sign out" (it ends with the LMS's), and its frame's messages go to that origin.
     lms_origin: Mapped[str | None] = mapped_column(String(255))
@@ -167,6 +172,23 @@ class SignInFailure(Base):
     email: Mapped[str] = mapped_column(String(255), index=True)
     client_ip: Mapped[str] = mapped_column(String(64), index=True)
     failed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
+
+
+class PasswordResetRequest(Base):
+    """A "forgot password" form sent, counted per client address and per email for its rate
+    limit. When the email had an account, the row holds the reset link's token: only its
+    SHA-256, usable once (`used_at`) until `expires_at`."""
+
+    __tablename__ = "password_reset_requests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    email: Mapped[str] = mapped_column(String(255), index=True)
+    client_address: Mapped[str] = mapped_column(String(64), index=True)
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, index=True)
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), index=True)
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class SignUp(Base):

@@ -166,6 +166,42 @@ class Settings(BaseSettings):
         "window before the account pauses, except for browsers that signed in to it before.",
     )
     sign_in_account_window_seconds: int = Field(default=3600, ge=1)
+    password_reset_max_age_seconds: int = Field(
+        default=3600, ge=60, description="How long a password reset link works (once)."
+    )
+    password_reset_max_per_email: int = Field(
+        default=3,
+        ge=1,
+        description="Password reset requests for one email within the reset window (whether "
+        "or not an account has it); more get 429 and Retry-After.",
+    )
+    password_reset_max_per_address: int = Field(
+        default=20,
+        ge=1,
+        description="Password reset requests from one client address within the reset window; "
+        "more get 429 and Retry-After.",
+    )
+    password_reset_window_seconds: int = Field(default=3600, ge=1)
+
+    # Mail (password reset links). No host: each message is written to the server's log.
+    smtp_host: str = Field(
+        default="",
+        description="SMTP server for outgoing mail; empty means mail is written to the "
+        "server's log instead (the embedded default).",
+    )
+    smtp_port: int = Field(default=587, ge=1, le=65535, description="SMTP server port.")
+    smtp_user: str = Field(default="", description="SMTP login; empty: no login.")
+    smtp_password: str = Field(default="", description="SMTP password, with smtp_user.")
+    smtp_tls: Literal["starttls", "tls", "none"] = Field(
+        default="starttls",
+        description="starttls: upgrade a plain connection (port 587); tls: TLS from the "
+        "start (port 465); none: plain text (a relay on the same host only).",
+    )
+    smtp_timeout_seconds: float = Field(default=30.0, gt=0, description="SMTP socket timeout.")
+    mail_from: str = Field(
+        default="loopgrade <loopgrade@localhost>", description="From address of outgoing mail."
+    )
+
     submission_rate_limit: int = Field(
         default=10, ge=0, description="Submissions per learner within the window; 0: no limit."
     )

@@ -5,6 +5,7 @@ These flush, never commit.
 
 from __future__ import annotations
 
+import enum
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -109,6 +110,30 @@ def add_instructor(session: Session, *, course: Course, user: User) -> None:
         session.add(Enrolment(course_id=course.id, user_id=user.id, role=CourseRole.INSTRUCTOR))
     else:
         enrolment.role = CourseRole.INSTRUCTOR
+    session.flush()
+
+
+class StaffChange(enum.StrEnum):
+    """What an instructor may do to another member of the course's staff."""
+
+    MAKE_LEARNER = "make-learner"
+    REMOVE = "remove"
+
+
+def change_staff(session: Session, *, course: Course, user: User, change: StaffChange) -> None:
+    """Make an instructor of the course a learner of it, or take them out of it. Refused
+    (CourseError) when they are not its instructor, or are its last one."""
+    enrolment = enrolment_of(session, user, course.id)
+    if enrolment is None or enrolment.role != CourseRole.INSTRUCTOR:
+        raise CourseError(f"{user.email} is not an instructor of this course")
+    if len(members(session, course.id, CourseRole.INSTRUCTOR)) == 1:
+        raise CourseError(
+            f"{user.email} is the course's only instructor: add another instructor first"
+        )
+    if change == StaffChange.REMOVE:
+        session.delete(enrolment)
+    else:
+        enrolment.role = CourseRole.LEARNER
     session.flush()
 
 

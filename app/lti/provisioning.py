@@ -19,11 +19,9 @@ from app.courses.membership import enrolment_of, new_join_code
 from app.lti.launch import AGS_ENDPOINT_CLAIM, NRPS_CLAIM, MessageType, ValidatedLaunch
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Assignment, Course, CourseRole, Enrolment, SiteRole, User
-from app.people.accounts import find_user_by_email
+from app.people.accounts import NO_PASSWORD, find_user_by_email
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 
-# A hash no password verifies against: an LTI user signs in through the platform only.
-NO_PASSWORD = "!lti"
 # The custom parameter naming the exercise a link opens (also what Deep Linking sets).
 EXERCISE_PARAMETER = "exercise"
 UNNAMED = "LMS user"

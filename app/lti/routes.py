@@ -274,9 +274,19 @@ def enter(
         )
     user = session.get(User, redeemed.user_id)
     assert user is not None
+    if user.disabled_at is not None:
+        raise PageError(
+            403,
+            "This account is disabled",
+            "An administrator of this server disabled your account. Ask them to enable it.",
+        )
     lms_origin = redeemed.lms_origin or ""
     _, token = start_session(
-        session, user, max_age_seconds=settings.session_max_age_seconds, lms_origin=lms_origin
+        session,
+        user,
+        request,
+        max_age_seconds=settings.session_max_age_seconds,
+        lms_origin=lms_origin,
     )
     # Ready in case this browser keeps no cookie here: the same page in a new window.
     retry = create_ticket(session, user, redeemed.target_path, lms_origin=lms_origin)

@@ -18,7 +18,15 @@ from sqlalchemy.orm import Session
 
 from app.db import keep_on_error_response
 from app.errors import AppError
-from app.models import SignInFailure, SignUp, SiteRole, User, utc_now
+from app.models import (
+    PasswordResetRequest,
+    SignInFailure,
+    SignUp,
+    SiteRole,
+    User,
+    WebSession,
+    utc_now,
+)
 from app.people.names import hidden_character, normalize_display_name
 from app.rate_limits import RateLimit, seconds_until_allowed
 from app.settings import Settings
@@ -44,6 +52,10 @@ class AccountError(AppError, ValueError):
 
 class SignInRefused(Exception):
     """Wrong email or password (deliberately not saying which)."""
+
+
+class AccountDisabled(Exception):
+    """The email and password are right, but an administrator disabled the account."""
 
 
 class TooManySignIns(Exception):
@@ -288,6 +300,8 @@ def sign_in(
         keep_on_error_response(session)
         raise SignInRefused()
 
+    if user.disabled_at is not None:
+        raise AccountDisabled()
     if _hasher.check_needs_rehash(user.password_hash):
         user.password_hash = hash_password(password)
     # Only this address's failures are forgiven: others' still count toward the brakes.
@@ -298,3 +312,64 @@ def sign_in(
     )
     session.flush()
     return user
+
+
+# What an account made by an LMS launch has instead of a hash (app.lti.provisioning): no
+# password matches it until its owner sets one through a reset link.
+NO_PASSWORD = "!lti"
+
+
+def has_password(user: User) -> bool:
+    return user.password_hash != NO_PASSWORD
+
+
+def set_password(session: Session, user: User, password: str) -> None:
+    """The one way a password changes: it also voids the account's reset links."""
+    check_password(password)
+    user.password_hash = hash_password(password)
+    session.execute(
+        delete(PasswordResetRequest).where(
+            PasswordResetRequest.user_id == user.id, PasswordResetRequest.used_at.is_(None)
+        )
+    )
+    session.flush()
+
+
+def change_password(session: Session, user: User, *, current: str, new: str) -> None:
+    """The owner's change, which needs the current password; raises AccountError."""
+    if not verify_password(user.password_hash, current):
+        raise AccountError("the current password is not right")
+    set_password(session, user, new)
+
+
+def end_sessions(session: Session, user: User, *, except_session_id: str | None = None) -> int:
+    """Sign the account out of every browser (but one); returns how many sessions ended."""
+    query = delete(WebSession).where(WebSession.user_id == user.id)
+    if except_session_id is not None:
+        query = query.where(WebSession.id != except_session_id)
+    ended = session.scalars(query.returning(WebSession.id)).all()
+    session.flush()
+    return len(ended)
+
+
+def live_sessions(session: Session, user: User) -> list[WebSession]:
+    """The account's signed-in browsers, newest first."""
+    return list(
+        session.scalars(
+            select(WebSession)
+            .where(WebSession.user_id == user.id, WebSession.expires_at > utc_now())
+            .order_by(WebSession.created_at.desc())
+        )
+    )
+
+
+def disable_user(session: Session, user: User) -> int:
+    """The account cannot sign in any more; its sessions end. Returns how many ended."""
+    if user.disabled_at is None:
+        user.disabled_at = utc_now()
+    return end_sessions(session, user)
+
+
+def enable_user(session: Session, user: User) -> None:
+    user.disabled_at = None
+    session.flush()

@@ -138,6 +138,8 @@ def authenticate(session: Session, secret: str) -> TokenHolder:
     user = session.get(User, token.user_id)
     if user is None:  # a user is never deleted while a token names them; said plainly anyway
         raise TokenRefused(f"this token's account no longer exists: {renew}")
+    if user.disabled_at is not None:
+        raise TokenRefused("this token's account is disabled: ask an administrator of this server")
     token.last_used_at = now
     return TokenHolder(user, token)
 

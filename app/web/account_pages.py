@@ -16,6 +16,7 @@ from app.errors import as_sentence
 from app.models import SiteRole, User
 from app.people.accounts import (
     MIN_PASSWORD_CHARS,
+    AccountDisabled,
     AccountError,
     SignInLimits,
     SignInRefused,
@@ -48,10 +49,12 @@ from graders.exercises import list_exercises
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
 
-def _signed_in_response(
+def signed_in_response(
     request: Request, settings: SettingsDep, session: SessionDep, user: User, target: str
 ) -> Response:
-    _, token = start_session(session, user, max_age_seconds=settings.session_max_age_seconds)
+    _, token = start_session(
+        session, user, request, max_age_seconds=settings.session_max_age_seconds
+    )
     response = RedirectResponse(safe_next(target), status_code=303)
     set_session_cookie(response, request, settings, token)
     set_known_browser_cookie(response, request, settings, user.email)
@@ -160,7 +163,19 @@ def sign_in_form(
             {"next": safe_next(next), "email": email, "error": "Wrong email or password."},
             status_code=401,
         )
-    return _signed_in_response(request, settings, session, user, next)
+    except AccountDisabled:
+        return render(
+            request,
+            viewer,
+            "sign_in.html",
+            {
+                "next": safe_next(next),
+                "email": email,
+                "error": "This account is disabled: ask an administrator of this server.",
+            },
+            status_code=403,
+        )
+    return signed_in_response(request, settings, session, user, next)
 
 
 @router.get("/sign-up")
@@ -223,7 +238,7 @@ def sign_up_form(
             target = f"/courses/{join_course(session, user=user, join_code=join_code).id}"
         except CourseError:
             target = "/?" + urlencode({"unknown_join_code": join_code.strip()[:64]})
-    return _signed_in_response(request, settings, session, user, target)
+    return signed_in_response(request, settings, session, user, target)
 
 
 @router.post("/sign-out", response_model=None)

@@ -589,6 +589,7 @@ SETTINGS_DONE = {
     "Give your learners the join code below.",
     "saved": "Settings saved.",
     "unchanged": "Nothing had changed: nothing was saved.",
+    "staff": "The course's staff is changed.",
 }
 
 

@@ -70,16 +70,23 @@ def _token_hash(token: str) -> str:
 
 
 def start_session(
-    session: Session, user: User, *, max_age_seconds: int, lms_origin: str | None = None
+    session: Session,
+    user: User,
+    request: Request,
+    *,
+    max_age_seconds: int,
+    lms_origin: str | None = None,
 ) -> tuple[WebSession, str]:
-    """A new session for `user` (`lms_origin`: started by a launch from that LMS page);
-    returns it and the token, which only the cookie keeps."""
+    """A new session for `user` in the browser of `request` (`lms_origin`: started by a launch
+    from that LMS page); returns it and the token, which only the cookie keeps."""
     token = secrets.token_urlsafe(32)
     web_session = WebSession(
         token_hash=_token_hash(token),
         user_id=user.id,
         csrf_token=secrets.token_urlsafe(32),
         expires_at=utc_now() + timedelta(seconds=max_age_seconds),
+        client_address=client_address(request),
+        user_agent=request.headers.get("user-agent", "")[:200] or None,
         lms_origin=lms_origin,
     )
     session.add(web_session)
@@ -141,7 +148,8 @@ def get_viewer(request: Request, session: SessionDep) -> Viewer:
     web_session = find_session(session, token) if token else None
     if web_session is not None:
         user = session.get(User, web_session.user_id)
-        if user is not None:
+        # Disabling ends the account's sessions; this also holds for one started meanwhile.
+        if user is not None and user.disabled_at is None:
             return Viewer(user, web_session, web_session.csrf_token)
     nonce = unsign(secret_key, "csrf-cookie", request.cookies.get(CSRF_COOKIE))
     new_nonce = None
