@@ -3,7 +3,7 @@ worker claims the queued submission whose owner used the least of the slots late
 the gradings of the last minutes (app/grading/fair_claim.py).
 
 Revision ID: 0017
-Revises: 0011
+Revises: 0015
 Create Date: 2026-12-04
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | Sequence[str] | None = "0011"
+down_revision: str | Sequence[str] | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
