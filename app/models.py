@@ -322,7 +322,10 @@ class Submission(Base):
     queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=utc_now)
     # A running submission's claim lasts until then unless its worker renews it.
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    graded_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    # How long its last grading held a slot (its whole wall time: sleeping holds one too). The
+    # owner's recent sum decides which queued submission a Celery worker takes next.
+    grading_wall_seconds: Mapped[float | None] = mapped_column(Float)
     api_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
     # Who submitted from the pages or a personal token (None for the API and anonymous
     # practice), and where.

@@ -22,6 +22,7 @@ from app.db import (
     database_revision,
     head_revision,
 )
+from app.grading.dry_runs import row_id_of
 from app.grading.leases import LeaseSweeper
 from app.grading.queue import (
     GradingOutcome,
@@ -78,9 +79,12 @@ def create_celery(
     def grade_submission(task: Task[Any, Any], submission_id: str) -> None:
         if sessions is None:
             raise RuntimeError("this Celery app only sends tasks")
+        # A submission's message is a wake-up: the worker grades the queued submission owed the
+        # most, which may be another's (app/grading/fair_claim.py); every queued one has a
+        # message of its own. A dry run's message names its own row (app/grading/dry_runs.py).
         run = run_grading_job(
             sessions,
-            submission_id,
+            submission_id if row_id_of(submission_id) is not None else None,
             settings,
             runner=runner,
             on_state_change=ignore_state_change if publisher is None else publisher.state_changed,

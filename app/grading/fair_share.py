@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, case, literal, select
 
 from app.db import SessionFactory
 from app.models import Submission
@@ -41,40 +41,32 @@ class OwnerKind(enum.StrEnum):
     LEARNER = "learner"  # none of the above (rows made by hand, by tests)
 
 
-def owner_of(
-    *, user_id: str | None, api_key_id: str | None, client_address: str | None, learner: str
-) -> str:
-    """The owner a submission's runs count against."""
-    if user_id is not None:
-        return f"{OwnerKind.USER}:{user_id}"
-    if api_key_id is not None:
-        return f"{OwnerKind.API_KEY_LEARNER}:{api_key_id}:{learner}"
-    if client_address is not None:
-        return f"{OwnerKind.ADDRESS}:{client_address}"
-    return f"{OwnerKind.LEARNER}:{learner}"
+# The owner a submission's runs count against, as SQL: the in-process share reads it, and a
+# Celery worker's claim groups by it (app/grading/fair_claim.py).
+OWNER: ColumnElement[str] = case(
+    (Submission.user_id.is_not(None), literal(f"{OwnerKind.USER}:") + Submission.user_id),
+    (
+        Submission.api_key_id.is_not(None),
+        literal(f"{OwnerKind.API_KEY_LEARNER}:")
+        + Submission.api_key_id
+        + literal(":")
+        + Submission.learner,
+    ),
+    (
+        Submission.client_address.is_not(None),
+        literal(f"{OwnerKind.ADDRESS}:") + Submission.client_address,
+    ),
+    else_=literal(f"{OwnerKind.LEARNER}:") + Submission.learner,
+)
 
 
 def submission_owners(sessions: SessionFactory, submission_ids: Iterable[str]) -> dict[str, str]:
     """The owner of each of these submissions that exists."""
     with sessions() as session:
         rows = session.execute(
-            select(
-                Submission.id,
-                Submission.user_id,
-                Submission.api_key_id,
-                Submission.client_address,
-                Submission.learner,
-            ).where(Submission.id.in_(list(submission_ids)))
+            select(Submission.id, OWNER).where(Submission.id.in_(list(submission_ids)))
         ).all()
-    return {
-        row.id: owner_of(
-            user_id=row.user_id,
-            api_key_id=row.api_key_id,
-            client_address=row.client_address,
-            learner=row.learner,
-        )
-        for row in rows
-    }
+    return {submission_id: owner for submission_id, owner in rows}
 
 
 @dataclass(frozen=True)

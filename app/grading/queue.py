@@ -23,6 +23,7 @@ import graders
 import sandbox
 from app.db import SessionFactory, on_commit
 from app.grading.dry_runs import row_id_of, run_dry_run_job
+from app.grading.fair_claim import claim_fairest_submission
 from app.grading.fair_share import FairShare, submission_owners
 from app.grading.leases import LeaseSweeper, lease_renewed, sweep
 from app.grading.submissions import (
@@ -125,21 +126,22 @@ STATUS_AFTER = {
 
 def run_grading_job(
     sessions: SessionFactory,
-    submission_id: str,
+    submission_id: str | None,
     settings: Settings,
     *,
     runner: Runner | None = None,
     on_state_change: StateChanged = ignore_state_change,
 ) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
-    A dry run's job id (app/grading/dry_runs.py) is graded for its own row instead.
 
-    A SandboxError (the sandbox failed, not the learner's code) puts the submission back in
-    the queue for a retry until `grading_max_attempts` claims were spent, then stores an error.
-    `on_state_change` is told each change once it is committed: the claim (running), then the
-    outcome. Every log line meanwhile carries the submission id.
+    `submission_id` None claims the queued submission owed the most (a Celery worker's wake-up:
+    app/grading/fair_claim.py). A dry run's job id (app/grading/dry_runs.py) is graded for its
+    own row instead. A SandboxError (the sandbox failed, not the learner's code) puts the
+    submission back in the queue for a retry until `grading_max_attempts` claims were spent,
+    then stores an error. `on_state_change` is told each change once it is committed: the claim
+    (running), then the outcome. Every log line meanwhile carries the submission id.
     """
-    dry_run_row = row_id_of(submission_id)
+    dry_run_row = None if submission_id is None else row_id_of(submission_id)
     if dry_run_row is not None:
         # A regrade's dry run: graded the same way, stored on its own row only.
         retry_in_seconds = run_dry_run_job(
@@ -148,28 +150,27 @@ def run_grading_job(
         if retry_in_seconds is not None:
             return GradingRun(GradingOutcome.RETRY, retry_in_seconds)
         return GradingRun(GradingOutcome.GRADED)
-    with logging_submission(submission_id):
-        run = _grade(sessions, submission_id, settings, runner, on_state_change)
+    with sessions.begin() as session:
+        if submission_id is None:
+            job = claim_fairest_submission(session, lease_seconds=settings.lease_seconds)
+        else:
+            job = claim_submission(session, submission_id, lease_seconds=settings.lease_seconds)
+    if job is None:
+        log.info("submission %s: not claimable (graded or being graded), skipped", submission_id)
+        return GradingRun(GradingOutcome.NOT_CLAIMED)
+    with logging_submission(job.submission_id):
+        on_state_change(job.submission_id, SubmissionStatus.RUNNING)
+        run = _grade(sessions, job, settings, runner)
         status = STATUS_AFTER.get(run.outcome)
         if status is not None:
-            on_state_change(submission_id, status)
+            on_state_change(job.submission_id, status)
         return run
 
 
 def _grade(
-    sessions: SessionFactory,
-    submission_id: str,
-    settings: Settings,
-    runner: Runner | None,
-    on_state_change: StateChanged,
+    sessions: SessionFactory, job: GradingJob, settings: Settings, runner: Runner | None
 ) -> GradingRun:
-    with sessions.begin() as session:
-        job = claim_submission(session, submission_id, lease_seconds=settings.lease_seconds)
-    if job is None:
-        log.info("submission %s: not claimable (graded or being graded), skipped", submission_id)
-        return GradingRun(GradingOutcome.NOT_CLAIMED)
-    on_state_change(submission_id, SubmissionStatus.RUNNING)
-
+    submission_id = job.submission_id
     log.info(
         "submission %s: grading (exercise %s, attempt %d)",
         submission_id,
@@ -196,16 +197,17 @@ def _grade(
         # Learner mistakes come back as reports; an exception is the server's own fault.
         return _store_error(sessions, job, exc, started)
 
+    wall_seconds = time.monotonic() - started
     with sessions.begin() as session:
-        stored = record_report(session, job, report)
-    record_grade(report.diagnosis, time.monotonic() - started)
+        stored = record_report(session, job, report, grading_wall_seconds=wall_seconds)
+    record_grade(report.diagnosis, wall_seconds)
     log.info(
         "submission %s: %s, %g/%g in %.2f s%s",
         submission_id,
         report.diagnosis,
         report.score,
         report.max_score,
-        time.monotonic() - started,
+        wall_seconds,
         "" if stored else " (not stored: the claim was taken over)",
     )
     return GradingRun(GradingOutcome.GRADED if stored else GradingOutcome.NOT_CLAIMED)

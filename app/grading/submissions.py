@@ -431,14 +431,23 @@ def _finish_regrades(session: Session, job: GradingJob, **values: object) -> Non
     )
 
 
-def record_report(session: Session, job: GradingJob, report: GradeReport) -> bool:
-    """Store the grader's result and mark the submission graded; False if the claim is stale."""
+def record_report(
+    session: Session,
+    job: GradingJob,
+    report: GradeReport,
+    *,
+    grading_wall_seconds: float | None = None,
+) -> bool:
+    """Store the grader's result and mark the submission graded; False if the claim is stale.
+
+    `grading_wall_seconds`: how long the grading held its slot (app/grading/fair_claim.py)."""
     report = bounded_report(report)
     stored = _finish(
         session,
         job,
         status=SubmissionStatus.GRADED,
         graded_at=utc_now(),
+        grading_wall_seconds=grading_wall_seconds,
         # The version graded against, which after a restart may be newer than the submitted one.
         exercise_version=report.exercise_version,
         score=report.score,

@@ -3,7 +3,7 @@ that start them): such a session has no "Sign out", and its frame's resize messa
 that origin.
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 Create Date: 2026-12-04
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | Sequence[str] | None = "0015"
+down_revision: str | Sequence[str] | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 import sandbox
+from app.api.keys import create_api_key
 from app.db import SessionFactory
-from app.grading.fair_share import FairShare, OwnerKind, Taken, owner_of
+from app.grading.fair_share import FairShare, OwnerKind, Taken, submission_owners
 from app.grading.queue import ThreadPoolDispatcher, enqueue_after_commit
 from app.grading.submissions import create_submission
 from app.models import Submission, SubmissionStatus
+from app.people.accounts import create_user
 from app.settings import Settings
 from graders.grading import POOL_PROGRAM
 from tests.app.conftest import CORRECT_CODE, EXERCISE, GRADING_TIMEOUT_SECONDS
@@ -89,20 +92,31 @@ def test_slot_time_fades_and_unknown_rows_are_their_own_owners() -> None:
     assert [taken_id(share) for _ in range(4)] == ["a2", "c1", "gone-1", "gone-2"]
 
 
-def test_owners_are_users_an_api_keys_learners_and_anonymous_addresses() -> None:
-    assert owner_of(user_id="u", api_key_id="k", client_address=None, learner="l") == (
-        f"{OwnerKind.USER}:u"
-    )
-    assert owner_of(user_id=None, api_key_id="k", client_address=None, learner="l") == (
-        f"{OwnerKind.API_KEY_LEARNER}:k:l"
-    )
+def test_owners_are_users_an_api_keys_learners_and_anonymous_addresses(
+    sessions: SessionFactory,
+) -> None:
+    fields_of: dict[str, dict[str, Any]]
+    with sessions.begin() as session:
+        user = create_user(session, email="u@example.org", name="U", password="a long password 1")
+        key, _ = create_api_key(session, name="lms")
+        fields_of = {
+            "user": {"user_id": user.id, "learner": "l"},
+            "key-l": {"api_key_id": key.id, "learner": "l"},
+            "key-m": {"api_key_id": key.id, "learner": "m"},
+            "address": {"client_address": "192.0.2.1", "learner": "x"},
+        }
+        made = {
+            label: create_submission(session, exercise_id=EXERCISE, code=CORRECT_CODE, **fields)
+            for label, fields in fields_of.items()
+        }
+        user_id, key_id = user.id, key.id
+    ids = {label: submission.id for label, submission in made.items()}
+    owners = submission_owners(sessions, ids.values())
+    assert owners[ids["user"]] == f"{OwnerKind.USER}:{user_id}"
+    assert owners[ids["key-l"]] == f"{OwnerKind.API_KEY_LEARNER}:{key_id}:l"
     # Two learners of one LMS's key are two owners: a class is not one owner.
-    assert owner_of(user_id=None, api_key_id="k", client_address=None, learner="m") != owner_of(
-        user_id=None, api_key_id="k", client_address=None, learner="l"
-    )
-    assert owner_of(user_id=None, api_key_id=None, client_address="192.0.2.1", learner="x") == (
-        f"{OwnerKind.ADDRESS}:192.0.2.1"
-    )
+    assert owners[ids["key-m"]] == f"{OwnerKind.API_KEY_LEARNER}:{key_id}:m"
+    assert owners[ids["address"]] == f"{OwnerKind.ADDRESS}:192.0.2.1"
 
 
 # Correct, but holds its slot asleep (wall time, no CPU) before it is graded.
