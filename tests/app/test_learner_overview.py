@@ -64,7 +64,9 @@ def test_course_home_says_progress_due_dates_and_how_scores_count(
     # Solved in the course: the practice strip says so too.
     practice = learner.get("/").text
     solved = re.findall(
-        r'href="/exercises/([a-z-]+)">[^<]*</a>\s*<span class="state state-(\w+)', practice
+        r'href="/exercises/([a-z-]+)">[^<]*</a>\s*<span class="tag practice-tag">Practice:</span>'
+        r'\s*<span class="state state-(\w+)',
+        practice,
     )
     assert dict(solved)["prove-accumulation"] == "solved"
     assert dict(solved)[EXERCISE] == "tried"
