@@ -165,3 +165,36 @@ def test_framed_by_another_origin(
     page.goto("/account")
     expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
     page.context.close()
+
+
+@pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
+def test_a_learner_deletes_their_account(
+    browser: Browser, base_url: str, module_sessions: SessionFactory, phone: bool
+) -> None:
+    email = f"leaving-{'phone' if phone else 'desktop'}@example.org"
+    make_user(module_sessions, email, name="Leaving")
+    page = signed_in_page(browser, base_url, email, PASSWORD, phone=phone)
+    page.goto("/account")
+    expect(page.locator("#delete-effects")).to_contain_text("It cannot be undone.")
+    page.get_by_label("Your password").fill("not the password")
+    page.get_by_label("I understand what deleting my account does").check()
+    page.get_by_role("button", name="Delete my account").click()
+    expect(page.locator("#delete-error")).to_have_text("The password is not right.")
+    expect(page.get_by_label("Your password")).to_have_attribute("aria-describedby", "delete-error")
+    assert_accessible_basics(page)
+    screenshot(page, f"account-delete-refused-{'phone' if phone else 'desktop'}")
+
+    page.get_by_label("Your password").fill(PASSWORD)
+    page.get_by_label("I understand what deleting my account does").check()
+    page.get_by_role("button", name="Delete my account").click()
+    page.wait_for_url(f"{base_url}/")
+    # Signed out: the account page asks for a sign-in, and the old password signs nobody in.
+    page.goto("/account")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#form-error")).to_be_visible()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
+    assert_accessible_basics(page)
+    page.context.close()
