@@ -40,6 +40,13 @@ def mailed_path(caplog: pytest.LogCaptureFixture, email: str) -> str:
         time.sleep(0.05)
 
 
+def new_account(sessions: SessionFactory, who: str, name: str, phone: bool) -> str:
+    """A learner of this test's own (one per layout); returns their email."""
+    email = f"{who}-{'phone' if phone else 'desktop'}@example.org"
+    make_user(sessions, email, name=name)
+    return email
+
+
 @pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
 def test_a_forgotten_password_is_reset_by_the_link(
     browser: Browser,
@@ -49,8 +56,7 @@ def test_a_forgotten_password_is_reset_by_the_link(
     phone: bool,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="loopgrade.mail")
-    email = f"forgetful-{'phone' if phone else 'desktop'}@example.org"
-    make_user(module_sessions, email, name="Forgetful")
+    email = new_account(module_sessions, "forgetful", "Forgetful", phone)
     page = new_page(browser, base_url, phone=phone)
     page.goto("/sign-in")
     page.get_by_role("link", name="Forgot your password?").click()
@@ -86,8 +92,7 @@ def test_a_forgotten_password_is_reset_by_the_link(
 def test_the_account_page(
     browser: Browser, base_url: str, module_sessions: SessionFactory, phone: bool
 ) -> None:
-    email = f"owner-{'phone' if phone else 'desktop'}@example.org"
-    make_user(module_sessions, email, name="Owner")
+    email = new_account(module_sessions, "owner", "Owner", phone)
     other = signed_in_page(browser, base_url, email, PASSWORD)
     page = signed_in_page(browser, base_url, email, PASSWORD, phone=phone)
     if phone:
@@ -171,8 +176,7 @@ def test_framed_by_another_origin(
 def test_a_learner_deletes_their_account(
     browser: Browser, base_url: str, module_sessions: SessionFactory, phone: bool
 ) -> None:
-    email = f"leaving-{'phone' if phone else 'desktop'}@example.org"
-    make_user(module_sessions, email, name="Leaving")
+    email = new_account(module_sessions, "leaving", "Leaving", phone)
     page = signed_in_page(browser, base_url, email, PASSWORD, phone=phone)
     page.goto("/account")
     expect(page.locator("#delete-effects")).to_contain_text("It cannot be undone.")
