@@ -125,10 +125,11 @@ def change_staff(session: Session, *, course: Course, user: User, change: StaffC
     (CourseError) when they are not its instructor, or are its last one."""
     enrolment = enrolment_of(session, user, course.id)
     if enrolment is None or enrolment.role != CourseRole.INSTRUCTOR:
-        raise CourseError(f"{user.email} is not an instructor of this course")
+        # Not begun with the email: the page's sentence would capitalise it.
+        raise CourseError(f"the account {user.email} is not an instructor of this course")
     if len(members(session, course.id, CourseRole.INSTRUCTOR)) == 1:
         raise CourseError(
-            f"{user.email} is the course's only instructor: add another instructor first"
+            f"the course's only instructor is {user.email}: add another instructor first"
         )
     if change == StaffChange.REMOVE:
         session.delete(enrolment)

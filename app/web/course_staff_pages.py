@@ -40,7 +40,9 @@ def change_staff_form(
             raise CourseError("no such member of the course: reload the page")
         change_staff(session, course=course, user=member, change=StaffChange(change))
     except CourseError as exc:
-        context = {**settings_context(session, course), "error": as_sentence(str(exc))}
+        # Said by the staff list, not as the settings form's error: the settings were not
+        # sent, so nothing of theirs is left unsaved.
+        context = {**settings_context(session, course), "staff_error": as_sentence(str(exc))}
         return render(request, viewer, "settings.html", context, status_code=exc.status_code)
     record_event(
         session,

@@ -40,6 +40,13 @@ def mailed_path(caplog: pytest.LogCaptureFixture, email: str) -> str:
         time.sleep(0.05)
 
 
+def new_account(sessions: SessionFactory, who: str, name: str, phone: bool) -> str:
+    """A learner of this test's own (one per layout); returns their email."""
+    email = f"{who}-{'phone' if phone else 'desktop'}@example.org"
+    make_user(sessions, email, name=name)
+    return email
+
+
 @pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
 def test_a_forgotten_password_is_reset_by_the_link(
     browser: Browser,
@@ -49,8 +56,7 @@ def test_a_forgotten_password_is_reset_by_the_link(
     phone: bool,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="loopgrade.mail")
-    email = f"forgetful-{'phone' if phone else 'desktop'}@example.org"
-    make_user(module_sessions, email, name="Forgetful")
+    email = new_account(module_sessions, "forgetful", "Forgetful", phone)
     page = new_page(browser, base_url, phone=phone)
     page.goto("/sign-in")
     page.get_by_role("link", name="Forgot your password?").click()
@@ -86,8 +92,7 @@ def test_a_forgotten_password_is_reset_by_the_link(
 def test_the_account_page(
     browser: Browser, base_url: str, module_sessions: SessionFactory, phone: bool
 ) -> None:
-    email = f"owner-{'phone' if phone else 'desktop'}@example.org"
-    make_user(module_sessions, email, name="Owner")
+    email = new_account(module_sessions, "owner", "Owner", phone)
     other = signed_in_page(browser, base_url, email, PASSWORD)
     page = signed_in_page(browser, base_url, email, PASSWORD, phone=phone)
     if phone:
@@ -164,4 +169,36 @@ def test_framed_by_another_origin(
     # The reset signed the first browser out.
     page.goto("/account")
     expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
+    page.context.close()
+
+
+@pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
+def test_a_learner_deletes_their_account(
+    browser: Browser, base_url: str, module_sessions: SessionFactory, phone: bool
+) -> None:
+    email = new_account(module_sessions, "leaving", "Leaving", phone)
+    page = signed_in_page(browser, base_url, email, PASSWORD, phone=phone)
+    page.goto("/account")
+    expect(page.locator("#delete-effects")).to_contain_text("It cannot be undone.")
+    page.get_by_label("Your password").fill("not the password")
+    page.get_by_label("I understand what deleting my account does").check()
+    page.get_by_role("button", name="Delete my account").click()
+    expect(page.locator("#delete-error")).to_have_text("The password is not right.")
+    expect(page.get_by_label("Your password")).to_have_attribute("aria-describedby", "delete-error")
+    assert_accessible_basics(page)
+    screenshot(page, f"account-delete-refused-{'phone' if phone else 'desktop'}")
+
+    page.get_by_label("Your password").fill(PASSWORD)
+    page.get_by_label("I understand what deleting my account does").check()
+    page.get_by_role("button", name="Delete my account").click()
+    page.wait_for_url(f"{base_url}/")
+    # Signed out: the account page asks for a sign-in, and the old password signs nobody in.
+    page.goto("/account")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#form-error")).to_be_visible()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Sign in")
+    assert_accessible_basics(page)
     page.context.close()

@@ -245,11 +245,18 @@ def test_desktop_one_page_loop(
     own_page = page.context.new_page()
     own_page.goto(f"/submissions/{submission_id}")
     expect(own_page.locator("#result .status")).to_contain_text("Queued: next in line")
+    own_announcement = own_page.locator("#result-announcement")
+    expect(own_announcement).to_have_text("Queued: next in line for a grader…")
     grade_while_watching(served_app, server_settings, page, submission_id)
     result = page.locator("#live-result #result")
     expect(result.locator(".score-value")).to_be_visible(timeout=GRADING_MS)
     expect(own_page.locator("#result .score-value")).to_have_text("0 / 10")
     expect(own_page.locator("#result .diagnosis")).to_have_text("Error while running")
+    # Its live region, as the exercise page's, says the headline only, not the whole result
+    # (the failed checks' table, the error's trace), which is no live region.
+    expect(own_announcement).to_have_text("Result: 0 / 10 Error while running")
+    expect(own_page.locator("#result tr.failed").first).to_be_visible()
+    assert own_page.locator("#result[aria-live], #result [aria-live]").count() == 0
     assert_no_axe_violations(own_page)
     own_page.close()
     # The diagnosis in words; the check's code spans as code.

@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from playwright.sync_api import Browser, Dialog, Page, expect
+from playwright.sync_api import Browser, Dialog, FrameLocator, Page, expect
 from playwright.sync_api import Error as PlaywrightError
 from sqlalchemy import update
 
@@ -251,6 +251,87 @@ def test_instructor_pages_framed_by_an_lms(
             assert_no_axe_violations(inner)
             assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth"), url
             screenshot(page, name)
+
+
+STAFF_LAYOUTS = ["desktop", "phone", "framed"]
+
+
+@pytest.mark.parametrize("layout", STAFF_LAYOUTS)
+def test_course_staff_changed_on_the_settings_page(
+    browser: Browser,
+    base_url: str,
+    module_sessions: SessionFactory,
+    course: dict[str, str],  # its teacher teaches this course too
+    layout: str,
+) -> None:
+    """Another instructor made a learner, then (an instructor again) removed; the last one
+    cannot be removed, and a stale page that tries is told so."""
+    colleague = f"ivy-{layout}@example.edu"
+    make_user(module_sessions, colleague, name=f"Ivy {layout.title()}")
+    settings = f"/courses/{make_course(module_sessions, TEACHER)}/settings"
+    page = signed_in(browser, base_url, phone=layout == "phone")
+    side = signed_in(browser, base_url)  # the same teacher, in a second browser
+    with contextlib.ExitStack() as stack:
+        if layout == "framed":
+            lms_origin = stack.enter_context(framing_lms(base_url, module_sessions))
+            page.goto(f"{lms_origin}/frame?src={settings}")
+            root: Page | FrameLocator = page.frame_locator("iframe")
+        else:
+            page.goto(settings)
+            root = page
+        staff = root.locator("ul.staff")
+
+        def add_colleague() -> None:
+            root.get_by_label(re.compile("Add an instructor")).fill(colleague)
+            root.get_by_role("button", name="Save settings").click()
+            expect(root.locator(".notice")).to_have_text("Settings saved.")
+            expect(staff).to_contain_text(colleague)
+
+        def change(email: str, button: str) -> None:
+            row = staff.locator("li").filter(has_text=email)
+            row.get_by_role("button", name=button).click()
+
+        add_colleague()
+        change(colleague, "Make a learner")
+        expect(root.locator(".notice")).to_have_text("The course's staff is changed.")
+        expect(staff).not_to_contain_text(colleague)
+        expect(root.locator(".join-code-big + p")).to_contain_text("1 learner enrolled")
+
+        add_colleague()
+        expect(root.locator(".join-code-big + p")).to_contain_text("0 learners enrolled")
+        change(colleague, "Remove from the course")
+        expect(root.locator(".notice")).to_have_text("The course's staff is changed.")
+        expect(staff).not_to_contain_text(colleague)
+        expect(root.locator(".join-code-big + p")).to_contain_text("0 learners enrolled")
+        # The last instructor: no button takes them out, and the page says why.
+        expect(staff.get_by_role("button")).to_have_count(0)
+        expect(root.locator("#last-instructor")).to_have_text(
+            "A course keeps at least one instructor: add another before you step down."
+        )
+
+        # A page shown while there were two: the other is removed elsewhere, then this one
+        # tries to remove its own teacher, now the last.
+        add_colleague()
+        side.goto(settings)
+        change_on_side = side.locator("ul.staff li").filter(has_text=colleague)
+        change_on_side.get_by_role("button", name="Remove from the course").click()
+        expect(side.locator(".notice")).to_have_text("The course's staff is changed.")
+        change(TEACHER, "Remove from the course")
+        expect(root.locator("#staff-error")).to_have_text(
+            f"The course's only instructor is {TEACHER}: add another instructor first."
+        )
+        expect(root.locator("#last-instructor")).to_be_visible()
+        if layout == "framed":
+            inner = page.frames[1]
+            assert_no_axe_violations(inner)
+            assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        else:
+            assert_accessible_basics(page)
+            # Only the staff change was refused: the settings hold nothing unsaved.
+            assert not leaving_asks(page), "a refused staff change asked before leaving"
+        screenshot(page, f"{layout}-settings-staff-refused")
+    side.context.close()
+    page.context.close()
 
 
 def test_errors_people_meet(

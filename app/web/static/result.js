@@ -10,6 +10,8 @@
 // - A result that is not finished (data-events: its progress stream) follows the server's
 //   events: queued with its place, running with the seconds so far, then the result.
 //   Where the stream cannot be had, it asks for the result every few seconds instead.
+//   The submission page's live region says the same as the exercise page's: each state, then
+//   the headline only.
 // - Other live sections (data-poll, a regrade in progress) are fetched again every half second.
 // The editor is window.loopgradeEditor when present (getValue, setValue, markLine, clearMarks,
 // focus), the textarea otherwise.
@@ -45,6 +47,26 @@
     };
   }
 
+  // --- the page's live region: states, then a result's headline only -------------------------
+
+  const announcement = document.getElementById("result-announcement");
+
+  function announce(text) {
+    if (announcement) announcement.textContent = text;
+  }
+
+  // The result's headline (its score and diagnosis, or why there is none) in `container`: the
+  // one thing the live region says of the result (the rest is read when the reader goes there).
+  // A tag beside the score (practice) is shown, not said: the page says it already.
+  function announceHeadline(container) {
+    const headline = container.querySelector(".score, .status");
+    if (!headline) return null;
+    const words = headline.cloneNode(true);
+    words.querySelectorAll(".tag").forEach(function (tag) { tag.remove(); });
+    announce("Result: " + words.textContent.replace(/\s+/g, " ").trim());
+    return headline;
+  }
+
   // --- following one submission -------------------------------------------------------------
 
   function statusLine(text, withSpinner) {
@@ -63,10 +85,9 @@
     return p;
   }
 
-  // Shows the state in `panel`, and says it with `announce` (when given: else `panel` is a live
-  // region); calls onDone(done) once finished. Returns a function that stops following (a
-  // newer submission takes the panel).
-  function follow(panel, urls, onDone, announce) {
+  // Shows the state in `panel`, and says it in the page's live region; calls onDone(done) once
+  // finished. Returns a function that stops following (a newer submission takes the panel).
+  function follow(panel, urls, onDone) {
     let timer = null;
     let source = null;
     let finished = false;
@@ -82,7 +103,7 @@
       // Only a change of state is announced: the seconds tick in a part the reader skips.
       if (words.textContent !== text) {
         words.textContent = text;
-        if (announce) announce(text);
+        announce(text);
       }
       let clock = line.querySelector(".elapsed");
       if (elapsed === null) {
@@ -179,6 +200,7 @@
           section.dataset.finished = "true";
           section.innerHTML = result.innerHTML;
         }
+        announceHeadline(section);
         document.dispatchEvent(new CustomEvent("loopgrade:updated", { detail: section }));
       });
   });
@@ -228,7 +250,6 @@
   const errorBox = document.getElementById("form-error");
   const panel = document.getElementById("live-result");
   const panelBody = panel.querySelector(".live-result-body");
-  const announcement = document.getElementById("result-announcement");
   let sending = false;
   let stopFollowing = null;
   let plainPost = false;
@@ -242,18 +263,12 @@
     textarea.setAttribute("aria-describedby", described.join(" "));
   }
 
-  function announce(text) {
-    announcement.textContent = text;
-  }
-
-  // The result's headline (its score and diagnosis, or why there is none): a heading that
-  // takes the focus, and the one thing the live region says of the result.
+  // The result's headline, said by the live region, is also a heading that takes the focus.
   function showHeadline(headline) {
     headline.id = "result-headline";
     headline.tabIndex = -1;
     headline.setAttribute("role", "heading");
     headline.setAttribute("aria-level", "3");
-    announce("Result: " + headline.textContent.replace(/\s+/g, " ").trim());
     headline.focus({ preventScroll: true });
     // On a laptop the result starts below the fold: its top comes up (Submit just above it).
     headline.scrollIntoView({ block: "start" });
@@ -362,9 +377,8 @@
       const fresh = document.createElement("div");
       fresh.innerHTML = done.html;
       const result = fresh.querySelector("#result");
-      // The fragment's own live region and polling hook would repeat this panel's work.
+      // The fragment's own polling hooks would repeat this panel's work.
       if (result) {
-        result.removeAttribute("aria-live");
         result.removeAttribute("data-poll");
         result.removeAttribute("data-events");
       }
@@ -377,10 +391,10 @@
       panelBody.replaceChildren(fresh, link);
       document.dispatchEvent(new CustomEvent("loopgrade:updated", { detail: panel }));
       if (done.line) mark(editor, done.line, "Your code failed on this line");
-      const headline = panelBody.querySelector(".score, .status");
+      const headline = announceHeadline(panelBody);
       if (headline) showHeadline(headline);
       refreshProgress();
-    }, announce);
+    });
   }
 
   form.addEventListener("submit", function (event) {
