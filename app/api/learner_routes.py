@@ -9,8 +9,6 @@ keys (`app/api/routes.py`) are the LMSs' and are not accepted here.
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, UploadFile, status
@@ -48,9 +46,9 @@ from app.settings import Settings, SettingsDep
 from app.web.charts import line_chart
 from app.web.events import progress_stream_response
 from app.web.sessions import client_address
-from graders import harness
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.grading import trusted_trajectories
+from graders.kinds import SANDBOX_PROGRAM
 from graders.report import diagnosis_name
 
 router = APIRouter(prefix="/api/v1/me", tags=["learner"])
@@ -305,7 +303,7 @@ def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
     )
 
 
-@functools.cache
 def harness_source() -> str:
-    """The harness as the sandbox gets it: one file that imports nothing of ours."""
-    return Path(harness.__file__).read_text(encoding="utf-8")
+    """The harness as the sandbox gets it: one program, every kind's recorder in it, that
+    imports nothing of ours (its `main()` runs only as a script)."""
+    return SANDBOX_PROGRAM

@@ -80,9 +80,13 @@ def check_locally(kit: dict[str, Any], source: str) -> list[CaseOutcome]:
         raise ClientError(f"syntax error on line {exc.lineno}: {exc.msg}") from None
     except LookupError:
         raise ClientError(f"your code defines no function {kit['entry_point']!r}") from None
+    # The harness holds each kind's recorder, by the kind's name.
+    recorder = getattr(harness, "RECORDERS", {}).get(kit["kind"])
+    if recorder is None:
+        raise ClientError(f"the server's harness cannot check exercises of kind {kit['kind']!r}")
     outcomes = []
     for spec in kit["cases"]:
-        ran = harness.run_case(kit["kind"], function, spec, "submission.py")
+        ran = harness.run_case(recorder, function, spec, "submission.py")
         reference = kit["reference"].get(spec["id"], {})
         if ran.get("error"):
             error = ran["error"]

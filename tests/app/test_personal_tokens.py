@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,8 +16,8 @@ from app.courses.membership import set_assignment
 from app.db import SessionFactory
 from app.models import LatePolicy, PersonalToken, ScoringPolicy, Submission, utc_now
 from app.settings import Settings
-from graders import harness
 from graders.exercises import get_exercise
+from graders.kinds import SANDBOX_PROGRAM
 from tests.app.conftest import CORRECT_CODE, EXERCISE, wait_until_finished
 from tests.app.people import graded, make_course, make_user, post_form, sign_in
 from tests.graders.test_hidden import secrets
@@ -265,8 +264,8 @@ def test_the_practice_kit_holds_no_hidden_case(
     visible = [case.id for case in exercise.cases if not case.hidden]
     assert [case["id"] for case in body["cases"]] == visible
     assert sorted(body["reference"]) == sorted(visible)
-    # The harness is the public file every sandbox gets, the same text whatever the case.
-    assert body["harness"] == Path(harness.__file__).read_text()
+    # The harness is the public program every sandbox gets, the same text whatever the case.
+    assert body["harness"] == SANDBOX_PROGRAM
     # Every other value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
     values = set(leaves({k: v for k, v in body.items() if k != "harness"}))
     # A hidden case may share a parameter with a visible one (lr 0.05 in both): no secret.
