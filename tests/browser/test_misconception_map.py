@@ -107,7 +107,7 @@ def test_a_learner_reports_a_diagnosis_that_looks_wrong(
     page.get_by_label("What did the grader get wrong? (optional)").fill("zero_grad is on line 2")
     assert_accessible_basics(page)
     page.get_by_role("button", name="Tell my instructors").click()
-    expect(page.get_by_role("status")).to_contain_text("your instructors see your note")
+    expect(page.locator("p.notice[role=status]")).to_contain_text("your instructors see your note")
     expect(page.locator(".diagnosis-report")).to_contain_text("“zero_grad is on line 2”")
     assert_accessible_basics(page)
     screenshot(page, f"{'phone' if phone else 'desktop'}-diagnosis-report")
