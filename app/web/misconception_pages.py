@@ -23,7 +23,7 @@ from app.db import SessionDep
 from app.models import utc_now
 from app.web.charts import bar_chart, transition_chart
 from app.web.instructor_pages import instructor_course
-from app.web.rendering import csv_download, file_slug, render
+from app.web.rendering import csv_download, file_slug, render, span_words
 from app.web.sessions import ViewerDep
 from graders.report import diagnosis_name
 
@@ -44,12 +44,7 @@ def state_name(code: str) -> str:
 
 
 def duration(hours: float) -> str:
-    """A time span in the unit a person reads it in."""
-    if hours < 1:
-        return f"{hours * 60:.0f} min"
-    if hours < 48:
-        return f"{hours:.1f} h"
-    return f"{hours / 24:.1f} days"
+    return span_words(hours * 3600)
 
 
 def _hours(value: float | None) -> str:

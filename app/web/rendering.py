@@ -66,11 +66,8 @@ def _when(value: datetime | None) -> Markup:
     )
 
 
-def countdown_words(seconds: float) -> str:
-    """How long until (or since) a moment, in words: "in 2 days, 3 hours", "5 minutes ago".
-
-    static/time.js says the same in the reader's browser and keeps it current.
-    """
+def span_words(seconds: float) -> str:
+    """A length of time in words, to the two largest units: "2 days, 3 hours", "5 minutes"."""
     whole = int(abs(seconds))
     days, rest = divmod(whole, 86400)
     hours, rest = divmod(rest, 3600)
@@ -80,11 +77,18 @@ def countdown_words(seconds: float) -> str:
         return f"{count} {name}{'' if count == 1 else 's'}"
 
     if days:
-        span = unit(days, "day") + (f", {unit(hours, 'hour')}" if hours else "")
-    elif hours:
-        span = unit(hours, "hour") + (f", {unit(minutes, 'minute')}" if minutes else "")
-    else:
-        span = unit(max(minutes, 1), "minute")
+        return unit(days, "day") + (f", {unit(hours, 'hour')}" if hours else "")
+    if hours:
+        return unit(hours, "hour") + (f", {unit(minutes, 'minute')}" if minutes else "")
+    return unit(max(minutes, 1), "minute")
+
+
+def countdown_words(seconds: float) -> str:
+    """How long until (or since) a moment, in words: "in 2 days, 3 hours", "5 minutes ago".
+
+    static/time.js says the same in the reader's browser and keeps it current.
+    """
+    span = span_words(seconds)
     return f"in {span}" if seconds >= 0 else f"{span} ago"
 
 
