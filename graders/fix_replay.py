@@ -91,27 +91,27 @@ def _one_backward_pass(it: Iteration, micro: int) -> Iteration:
 # What each mistake's fix changes in every iteration, and what the chart's line is called, in
 # the words of the learner's code. A mistake not listed has no single fix the replay models.
 ORDER_FIXES: dict[Diagnosis, tuple[Fix, str]] = {
-    "missing-zero-grad": (_clear_first, "your loop with `optimizer.zero_grad()` before backward"),
-    "zero-grad-skipped": (_clear_first, "your loop with `optimizer.zero_grad()` every step"),
+    "missing-zero-grad": (_clear_first, "your loop with optimizer.zero_grad() before backward()"),
+    "zero-grad-skipped": (_clear_first, "your loop with optimizer.zero_grad() every step"),
     "zero-grad-before-step": (
         _clear_before_backward,
-        "your loop with `zero_grad()` moved before `backward()`",
+        "your loop with optimizer.zero_grad() moved before backward()",
     ),
     "zero-grad-inside-accumulation": (_clear_once, "your loop clearing once per step"),
     "step-before-backward": (
         _step_after_backward,
-        "your loop with `optimizer.step()` after `backward()`",
+        "your loop with optimizer.step() after backward()",
     ),
-    "missing-step": (_add_step, "your loop with `optimizer.step()` added"),
-    "step-skipped": (_add_step, "your loop with `optimizer.step()` every step"),
-    "step-twice": (_one_step, "your loop with one `optimizer.step()` per step"),
+    "missing-step": (_add_step, "your loop with optimizer.step() added"),
+    "step-skipped": (_add_step, "your loop with optimizer.step() every step"),
+    "step-twice": (_one_step, "your loop with one optimizer.step() per step"),
     "step-per-microbatch": (
         _step_after_last_micro_batch,
         "your loop stepping after the last micro-batch",
     ),
-    "backward-twice": (_one_backward_pass, "your loop with one `backward()` per batch"),
+    "backward-twice": (_one_backward_pass, "your loop with one backward() per batch"),
 }
-ADDED_BACKWARD = "your loop with `loss.backward()` added"
+ADDED_BACKWARD = "your loop with loss.backward() added"
 # Mistakes of one number: the fix is the optimizer's number, the calls are the learner's own.
 NUMBER_FIXES: dict[Diagnosis, str] = {
     "wrong-learning-rate": "your loop with the optimizer's learning rate",
