@@ -14,6 +14,7 @@ line is drawn rather than a wrong one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from graders.exercises import CaseSpec, Exercise
@@ -24,6 +25,8 @@ from graders.kind import ExerciseKind
 from graders.replay import Forward, Numbers, replay
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import CaseTrace
+
+log = logging.getLogger(__name__)
 
 Calls = list[str]
 # One iteration of a loop: the calls before its first backward(), from its first backward() to
@@ -141,7 +144,7 @@ def _split(calls: Calls, iterations: int, step_starts: bool) -> list[Iteration] 
     at their first.
     """
     positions = [i for i, call in enumerate(calls) if call == BACKWARD]
-    if not positions or len(positions) % iterations:
+    if not positions or iterations < 1 or len(positions) % iterations:
         return None
     per = len(positions) // iterations
     firsts = [positions[k * per] for k in range(iterations)]
@@ -303,7 +306,12 @@ def with_fix(
     for spec in exercise.cases:
         if spec.hidden or same_trace(traces[spec.id], reference[spec.id]):
             continue
-        fixed = fixed_trajectory(kind, spec, traces[spec.id], diagnosis)
+        try:
+            fixed = fixed_trajectory(kind, spec, traces[spec.id], diagnosis)
+        except Exception:
+            # The line is extra: a fault of this module costs the line, never the grade.
+            log.exception("exercise=%s replaying the fix of %s failed", exercise.id, diagnosis)
+            continue
         if fixed is not None:
             fixed_plots[spec.id] = kind.judge.plots(spec, fixed, reference[spec.id])
     for plot in plots:
