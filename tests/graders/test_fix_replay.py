@@ -196,3 +196,23 @@ def test_only_kinds_that_replay_a_loop_get_a_fix() -> None:
     variant = next(iter(exercise.variants))
     report = judge_source(exercise, variant.source)
     assert not any(plot.fixed for plot in report.plots)
+
+
+def test_a_fix_of_the_calls_beside_a_wrong_number_gets_no_line() -> None:
+    """Never clears and uses its own learning rate: fixing the clear alone would need the
+    learner's fitted learning rate, which may come from a hidden case; no line is drawn."""
+    report = judged(
+        "train-step",
+        """
+        def train_step(model, optimizer, loss_fn, x, y):
+            for group in optimizer.param_groups:
+                group["lr"] = 0.5
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+        """,
+    )
+    assert report.diagnosis == "missing-zero-grad"
+    assert "wrong-learning-rate" in report.feedback
+    assert report.plots and not any(plot.fixed for plot in report.plots)
