@@ -23,6 +23,7 @@ from graders import harness
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.feedback import explanation, learner_text
+from graders.fix_replay import with_fix
 from graders.judging import check
 from graders.kinds import SANDBOX_PROGRAM, kind_of
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
@@ -502,6 +503,8 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         if not spec.hidden
         for plot in kind.plots(spec, traces[spec.id], reference[spec.id])
     ]
+    # The learner's loop with the named mistake fixed, one more line on their visible charts.
+    plots = with_fix(kind_of(exercise), exercise, traces, reference, verdict.diagnosis, plots)
     return GradeReport(
         exercise=exercise.id,
         exercise_version=exercise.version,

@@ -105,6 +105,9 @@ class PlotSeries(BaseModel):
     At most MAX_PLOT_POINTS points whatever the trace's length (`judging.plot_series`):
     `steps` says which step (from 1) each point is; empty in reports made before it existed,
     meaning 1, 2, 3, ...
+
+    `fixed`: the learner's loop replayed with only its named mistake fixed, at the same steps
+    (`graders.fix_replay`), and `fixed_label` says which fix; empty when none is drawn.
     """
 
     case: str
@@ -112,6 +115,8 @@ class PlotSeries(BaseModel):
     learner: list[float | None]
     reference: list[float | None]
     steps: list[int] = Field(default_factory=list)
+    fixed: list[float | None] = Field(default_factory=list)
+    fixed_label: str = ""
 
 
 MAX_PLOT_POINTS = 300

@@ -32,6 +32,8 @@ MAX_PLOTS = 8
 # series is forged. Charts draw at most a few hundred points of whatever is kept (app/charts).
 MAX_SERIES_POINTS = 2000
 MAX_LABEL_CHARS = 60
+# A replayed fix's line is named in a short sentence (graders/fix_replay.py).
+MAX_FIXED_LABEL_CHARS = 80
 MAX_NOTICE_CHARS = 300
 MAX_ERROR_MESSAGE_CHARS = 2000
 
@@ -59,6 +61,9 @@ def _bounded_plot(plot: PlotSeries) -> PlotSeries:
         label=cut(plot.label, MAX_LABEL_CHARS),
         learner=plot.learner[:MAX_SERIES_POINTS],
         reference=plot.reference[:MAX_SERIES_POINTS],
+        steps=plot.steps[:MAX_SERIES_POINTS],
+        fixed=plot.fixed[:MAX_SERIES_POINTS],
+        fixed_label=cut(plot.fixed_label, MAX_FIXED_LABEL_CHARS),
     )
 
 
@@ -100,7 +105,7 @@ def _stored_plot(value: Any, submission_id: str) -> PlotSeries | None:
             **value,
             **{
                 key: value[key][:MAX_SERIES_POINTS]
-                for key in ("learner", "reference")
+                for key in ("learner", "reference", "steps", "fixed")
                 if isinstance(value.get(key), list)
             },
         }

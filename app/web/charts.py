@@ -16,6 +16,8 @@ MAX_DRAWN_POINTS = 260
 MAX_TICKS = 10
 MAX_DESCRIBED_VALUES = 20
 MAX_DOTS = 60
+# Under the plot, the replayed fix's legend: two lines of its label.
+FIX_LEGEND_HEIGHT, FIX_LABEL_LINE_CHARS = 30, 44
 
 
 def _is_drawn(value: float | None) -> bool:
@@ -66,18 +68,40 @@ def _described(values: list[float | None]) -> str:
     )
 
 
+def _fix_legend(label: str, top: int) -> str:
+    """The replayed fix's legend entry, under the plot: its swatch, then its label in up to two
+    lines (a label is a short sentence; a phone's chart is this 320 px wide)."""
+    words, lines = label.split(), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > FIX_LABEL_LINE_CHARS and len(lines) < 2:
+            lines.append("")
+        lines[-1] = f"{lines[-1]} {word}".strip()
+    text = "".join(
+        f'<tspan x="{LEFT - 8}" dy="{0 if i == 0 else 13}">{escape(line)}</tspan>'
+        for i, line in enumerate(lines)
+    )
+    return (
+        f'<line x1="8" y1="{top - 4}" x2="{LEFT - 14}" y2="{top - 4}" class="fixed" '
+        f'stroke="#176f2c" stroke-width="2.5" stroke-dasharray="2 3"/>'
+        f'<text x="{LEFT - 8}" y="{top}" class="fixed-label">{text}</text>'
+    )
+
+
 def line_chart(series: PlotSeries) -> str:
-    """One chart as an SVG element: steps along x, the learner's line solid, the reference dashed.
+    """One chart as an SVG element: steps along x, the learner's line solid, the reference dashed,
+    and the learner's loop with its mistake fixed (graders/fix_replay.py) dotted, when there is one.
 
     A step with no value (None, NaN or infinite) leaves a gap in the learner's line. Its size
     is bounded whatever the series' length: a long series is drawn thinned (`_drawn`).
     """
     learner, reference = _drawn(series.learner), _drawn(series.reference)
-    values = [v for _, v in learner + reference if v is not None and _is_drawn(v)]
+    fixed = _drawn(series.fixed) if series.fixed and series.fixed_label else []
+    height = HEIGHT + (FIX_LEGEND_HEIGHT if fixed else 0)
+    values = [v for _, v in learner + reference + fixed if v is not None and _is_drawn(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     if high - low < 1e-12:
         low, high = low - 1.0, high + 1.0
-    steps = max(len(series.learner), len(series.reference), 2)
+    steps = max(len(series.learner), len(series.reference), len(series.fixed), 2)
     plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(step: int) -> float:
@@ -101,6 +125,9 @@ def line_chart(series: PlotSeries) -> str:
         f"Your {series.label}: {_described(series.learner)}. "
         f"Reference: {_described(series.reference)}."
     )
+    if fixed:
+        label = series.fixed_label
+        description += f" {label[:1].upper()}{label[1:]}: {_described(series.fixed)}."
     tick_every = math.ceil(steps / MAX_TICKS)
     ticks = "".join(
         f'<text x="{x(step):.1f}" y="{HEIGHT - 10}" text-anchor="middle">{step + 1}</text>'
@@ -109,7 +136,7 @@ def line_chart(series: PlotSeries) -> str:
     # A dot per value of a short series: a value between two missing ones is a point, not a line.
     dots = [(step, v) for step, v in learner if v is not None and _is_drawn(v)]
     return (
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" '
         f'role="img" aria-labelledby="t-{escape(series.case)}-{escape(series.label)}" '
         f'xmlns="http://www.w3.org/2000/svg">'
         f'<title id="t-{escape(series.case)}-{escape(series.label)}">{escape(title)}</title>'
@@ -129,7 +156,14 @@ def line_chart(series: PlotSeries) -> str:
         f'<text x="{WIDTH - 60}" y="30">reference</text>'
         f'<path d="{path(reference)}" class="reference" fill="none" '
         f'stroke="#555" stroke-width="2" stroke-dasharray="5 4"/>'
-        f'<path d="{path(learner)}" class="learner" fill="none" '
+        + (
+            f'<path d="{path(fixed)}" class="fixed" fill="none" stroke="#176f2c" '
+            f'stroke-width="2.5" stroke-dasharray="2 3"/>'
+            f"{_fix_legend(series.fixed_label, HEIGHT + 8)}"
+            if fixed
+            else ""
+        )
+        + f'<path d="{path(learner)}" class="learner" fill="none" '
         f'stroke="#b3261e" stroke-width="2.5"/>'
         + "".join(
             f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3" class="learner" fill="#b3261e"/>'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 
+from app.grading.results import MAX_FIXED_LABEL_CHARS, MAX_SERIES_POINTS, _stored_plot
 from app.web.charts import HEIGHT, MAX_DRAWN_POINTS, line_chart
 from graders.report import PlotSeries
 
@@ -73,3 +74,49 @@ def test_a_short_series_is_drawn_whole_with_a_dot_per_value() -> None:
     )
     assert paths(svg)["learner"].count("L") == 29
     assert svg.count("<circle") == 30
+
+
+def test_a_replayed_fix_is_a_third_line_with_its_legend_and_its_values_in_words() -> None:
+    label = "your loop with optimizer.zero_grad() before backward()"
+    svg = line_chart(
+        PlotSeries(
+            case="stale-gradients",
+            label="loss",
+            learner=[3.0, 2.5, 2.4],
+            reference=[3.0, 1.0, 0.5],
+            fixed=[3.0, 1.0, 0.5],
+            fixed_label=label,
+        )
+    )
+    root = ElementTree.fromstring(svg)
+    assert paths(svg)["fixed"].count("L") == 2
+    legend = root.find(f"{SVG}text[@class='fixed-label']")
+    assert legend is not None
+    assert " ".join(t.text or "" for t in legend.iter(f"{SVG}tspan")) == label
+    assert "Your loop with optimizer.zero_grad() before backward(): 3, 1, 0.5." in text_of(
+        root, "desc"
+    )
+    assert int(root.get("height", "0")) > HEIGHT  # room for the legend under the plot
+
+
+def test_without_a_fix_the_chart_is_as_before() -> None:
+    svg = line_chart(PlotSeries(case="c", label="loss", learner=[1.0, 2.0], reference=[1.0, 1.0]))
+    root = ElementTree.fromstring(svg)
+    assert "fixed" not in paths(svg) and root.get("height") == str(HEIGHT)
+    assert "fixed" not in svg
+
+
+def test_a_stored_fix_is_cut_to_the_caps_like_the_other_lines() -> None:
+    forged = {
+        "case": "c",
+        "label": "loss",
+        "learner": [1.0] * 10,
+        "reference": [1.0] * 10,
+        "fixed": [2.0] * 1_000_000,
+        "fixed_label": "your loop " * 1000,
+    }
+    plot = _stored_plot(forged, "s1")
+    assert plot is not None
+    assert len(plot.fixed) == MAX_SERIES_POINTS
+    assert len(plot.fixed_label) <= MAX_FIXED_LABEL_CHARS
+    assert len(line_chart(plot)) < 20_000
