@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
@@ -141,7 +141,7 @@ def _opened_levels(session: Session, submission: Submission) -> int:
     return opened or 0
 
 
-def _same_hints(submission: Submission) -> tuple[object, ...]:
+def _same_hints(submission: Submission) -> tuple[ColumnElement[bool], ...]:
     course = (
         HintOpen.course_id.is_(None)
         if submission.course_id is None

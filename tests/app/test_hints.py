@@ -31,7 +31,7 @@ def _client(client: httpx.Client, email: str) -> httpx.Client:
 def _set_hints(teacher: httpx.Client, course_id: str, **hint_fields: str) -> httpx.Response:
     path = f"/courses/{course_id}/settings"
     fields = {"hint_unlock_attempts": "0", "lesson_url": "", **hint_fields}
-    return post(teacher, path, form_of(token_of(teacher.get(path)), **fields))
+    return post(teacher, path, form_of(token_of(teacher.get(path)), None, **fields))
 
 
 def _open(learner: httpx.Client, submission: str, level: int) -> httpx.Response:
