@@ -17,6 +17,7 @@ from graders.hints import hints_for
 from tests.app.conftest import EXERCISE, GRADING_TIMEOUT_SECONDS, MISSING_ZERO_GRAD_CODE
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
 from tests.app.test_course_settings import form_of, post
+from tests.app.test_personal_tokens import bearer, new_token
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 HINTS = hints_for(EXERCISE, "missing-zero-grad")
@@ -172,3 +173,6 @@ def test_the_course_withholds_the_fix_and_links_its_own_lesson(
         assert HINTS.levels[1] not in str(body)  # type: ignore[union-attr]
     listed = client.get("/api/v1/submissions", headers=key).json()
     assert sorted(answer["hint_count"] for answer in listed) == [0, 2]
+    # The learner's own API answers the same.
+    mine = client.get(f"/api/v1/me{submission}", headers=bearer(new_token(ann))).json()
+    assert (mine["hint_count"], mine["first_hint"]) == (2, HINTS.levels[0])  # type: ignore[union-attr]
