@@ -104,6 +104,8 @@ def submission_context(
         "hints": hint_view(session, submission, course, _exercise_page(submission))
         if is_owner and viewer.user is not None
         else None,
+        # Where hints.js puts the hints once a result still grading is in.
+        "hints_pending": is_owner and viewer.user is not None and submission.status not in FINISHED,
         **result_context(session, submission),
     }
 

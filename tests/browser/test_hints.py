@@ -5,11 +5,15 @@ screen. Graded rows are written as a worker leaves them (tests/app/test_hints.py
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from app.db import SessionFactory
-from app.models import Course, SiteRole
+from app.models import Course, SiteRole, Submission, SubmissionStatus, utc_now
+from app.people.accounts import find_user_by_email
 from graders.hints import hints_for
 from tests.app.conftest import EXERCISE
 from tests.app.people import PASSWORD, graded, make_course, make_user
@@ -22,7 +26,7 @@ from tests.browser.conftest import (
 )
 
 TEACHER = "tess@example.edu"
-LEARNERS = ("dora@example.edu", "emil@example.edu", "fay@example.edu")
+LEARNERS = ("dora@example.edu", "emil@example.edu", "fay@example.edu", "gus@example.edu")
 HINTS = hints_for(EXERCISE, "missing-zero-grad")
 
 
@@ -107,3 +111,30 @@ def test_a_hint_on_a_phone_and_framed_by_an_lms(
         assert_no_axe_violations(inner)
         assert inner.evaluate("document.documentElement.scrollWidth <= innerWidth")
         screenshot(page, "framed-hint-opened")
+
+
+def test_hints_arrive_with_a_result_graded_while_the_page_is_open(
+    browser: Browser, base_url: str, course_id: str, module_sessions: SessionFactory
+) -> None:
+    """The page opened while grading: once the result is in, so is the hints' button."""
+    with module_sessions() as session:
+        user_id = find_user_by_email(session, LEARNERS[3]).id  # type: ignore[union-attr]
+    submission_id = graded(module_sessions, user_id=user_id, course_id=course_id, score=4)
+    with module_sessions.begin() as session:
+        row = session.get(Submission, submission_id)
+        assert row is not None
+        # Held by a grader that is still running: no one else takes it up meanwhile.
+        row.status, row.score, row.diagnosis = SubmissionStatus.RUNNING, None, None
+        row.started_at, row.lease_expires_at = utc_now(), utc_now() + timedelta(hours=1)
+    page = signed_in_page(browser, base_url, LEARNERS[3], PASSWORD)
+    page.goto(f"/submissions/{submission_id}")
+    expect(page.locator("#result")).to_have_attribute("data-finished", "false")
+    expect(page.get_by_role("button", name=re.compile("Show a hint"))).to_have_count(0)
+    with module_sessions.begin() as session:
+        row = session.get(Submission, submission_id)
+        assert row is not None
+        row.status, row.score, row.diagnosis = SubmissionStatus.GRADED, 4, "missing-zero-grad"
+        row.lease_expires_at = None
+    expect(page.locator("#result")).to_have_attribute("data-finished", "true")
+    hints = page.get_by_role("region", name="Hints for Gradients not cleared before backward")
+    expect(hints.get_by_role("button", name="Show a hint (1 of 3)")).to_be_visible()
