@@ -1,7 +1,8 @@
 """Hints in Chromium: the instructor sets them on the settings page (a bad lesson link refused
 in the form), the learner opens them one at a time with the button (in place with JavaScript),
-on a desktop, a phone and inside an LMS's frame; accessible (axe-core), nothing wider than the
-screen. Graded rows are written as a worker leaves them (tests/app/test_hints.py grades)."""
+on a desktop, a phone and inside an LMS's frame, on the submission page and under a result
+shown in place on the exercise page; accessible (axe-core), nothing wider than the screen.
+Graded rows are written as a worker leaves them, but for the exercise page's, graded for real."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from app.db import SessionFactory
 from app.models import Course, SiteRole, Submission, SubmissionStatus, utc_now
 from app.people.accounts import find_user_by_email
 from graders.hints import hints_for
-from tests.app.conftest import EXERCISE
+from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.app.people import PASSWORD, graded, make_course, make_user
 from tests.browser.conftest import (
     assert_accessible_basics,
@@ -24,9 +25,16 @@ from tests.browser.conftest import (
     screenshot,
     signed_in_page,
 )
+from tests.browser.test_course_flow import set_code, wait_for_result
 
 TEACHER = "tess@example.edu"
-LEARNERS = ("dora@example.edu", "emil@example.edu", "fay@example.edu", "gus@example.edu")
+LEARNERS = (
+    "dora@example.edu",
+    "emil@example.edu",
+    "fay@example.edu",
+    "gus@example.edu",
+    "hal@example.edu",
+)
 HINTS = hints_for(EXERCISE, "missing-zero-grad")
 
 
@@ -138,3 +146,21 @@ def test_hints_arrive_with_a_result_graded_while_the_page_is_open(
     expect(page.locator("#result")).to_have_attribute("data-finished", "true")
     hints = page.get_by_role("region", name="Hints for Gradients not cleared before backward")
     expect(hints.get_by_role("button", name="Show a hint (1 of 3)")).to_be_visible()
+
+
+def test_a_result_on_the_exercise_page_brings_its_hints(
+    browser: Browser, base_url: str, course_id: str
+) -> None:
+    """Graded for real: the result shown in place under the editor has its hints' button."""
+    page = signed_in_page(browser, base_url, LEARNERS[4], PASSWORD)
+    page.goto(f"/courses/{course_id}/exercises/{EXERCISE}")
+    set_code(page, MISSING_ZERO_GRAD_CODE)
+    page.get_by_role("button", name="Submit for grading").click()
+    assert wait_for_result(page) == "missing-zero-grad"
+    panel = page.locator("#live-result")
+    hints = panel.get_by_role("region", name="Hints for Gradients not cleared before backward")
+    hints.get_by_role("button", name="Show a hint (1 of 3)").click()
+    expect(panel.locator("#hint-1")).to_contain_text("Look at the first of the three lines")
+    assert page.url.endswith(f"/exercises/{EXERCISE}")  # still the exercise page
+    assert_accessible_basics(page)
+    screenshot(page, "desktop-exercise-hint-opened")

@@ -2,21 +2,38 @@
 // in it), the hints section is taken from the page the server answers with, and the new hint
 // takes the focus. Without JavaScript the form posts and the page comes back at the hint.
 // A result still grading when the page opened gets its hints once it is in (result.js says
-// so with loopgrade:updated); without JavaScript the page's refresh brings them.
+// so with loopgrade:updated), and so does a result shown in place on the exercise page;
+// without JavaScript the submission page's refresh brings them.
 "use strict";
 (function () {
+  // Hints for a result that came in after the page opened: on the submission page in the
+  // placeholder left for them, on the exercise page under the result shown in place.
   document.addEventListener("loopgrade:updated", function (event) {
+    const section = event.detail;
+    if (!section) return;
     const pending = document.querySelector("#hints[data-hints-pending]");
-    if (!pending || !event.detail || event.detail.dataset.finished !== "true") return;
-    pending.removeAttribute("data-hints-pending");
-    fetch(location.pathname, { cache: "no-store", credentials: "same-origin" })
+    const ownPage = section.id === "live-result" && section.querySelector(".result-link a");
+    if (pending && section.dataset.finished === "true") {
+      pending.removeAttribute("data-hints-pending");
+      bringHints(location.pathname, function (fresh) { pending.replaceWith(fresh); });
+    } else if (ownPage) {
+      bringHints(ownPage.getAttribute("href"), function (fresh) {
+        const shown = document.getElementById("hints");
+        if (shown) shown.remove();
+        ownPage.parentNode.before(fresh);
+      });
+    }
+  });
+
+  function bringHints(url, place) {
+    fetch(url, { cache: "no-store", credentials: "same-origin" })
       .then(function (response) { return response.text(); })
       .then(function (html) {
         const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("hints");
-        if (fresh && !fresh.hasAttribute("data-hints-pending")) pending.replaceWith(fresh);
+        if (fresh && !fresh.hasAttribute("data-hints-pending")) place(fresh);
       })
-      .catch(function () { /* the page's next visit shows them */ });
-  });
+      .catch(function () { /* the result's own page shows them */ });
+  }
 
   document.addEventListener("submit", function (event) {
     const form = event.target;
