@@ -33,6 +33,8 @@ class HintRefused(AppError, ValueError):
 
 
 class HintSettingsRefused(AppError, ValueError):
+    """The course's hint settings as sent cannot be saved; the message says why."""
+
     status_code = 422
     title = "Not saved"
 
