@@ -28,6 +28,7 @@ class AuditAction(enum.StrEnum):
     COURSE_JOIN_CODE = "course.join-code"
     COURSE_INSTRUCTOR_ADDED = "course.instructor-added"
     COURSE_STAFF_CHANGED = "course.staff-changed"
+    COURSE_HINTS_SET = "course.hints-set"
     PASSWORD_RESET = "account.password-reset"
     ACCOUNT_DISABLED = "account.disabled"
     ACCOUNT_ENABLED = "account.enabled"
@@ -247,6 +248,16 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
             if said.details.get("change") == "remove"
             else "made {} a learner instead of an instructor"
         ).format(said.details.get("email", "someone"))
+    ),
+    AuditAction.COURSE_HINTS_SET: lambda said: (
+        f"{said.who} set the hints: "
+        + (
+            f"each next level after {said.details.get('hint_unlock_attempts')} more attempt(s)"
+            if said.details.get("hint_unlock_attempts")
+            else "levels open one at a time"
+        )
+        + (", the corrected lines never shown" if said.details.get("hints_hide_fix") else "")
+        + f", lesson links to {said.details.get('lesson_url') or 'the exercise prompt'}"
     ),
     AuditAction.PASSWORD_RESET: lambda said: (
         f"{said.details.get('email', 'An account')} set a new password with a reset link "

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -212,6 +214,12 @@ class Course(Base):
     join_code: Mapped[str] = mapped_column(String(16), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     created_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+    # Hints (app/courses/hints.py): attempts with a diagnosis between one hint level and the
+    # next (0: one at a time, no wait); whether the last level, the corrected lines, is never
+    # shown; the course's own lesson page that each diagnosis links to ("" for the prompt's).
+    hint_unlock_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    hints_hide_fix: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    lesson_url: Mapped[str] = mapped_column(String(2000), default="", server_default="")
 
 
 class Enrolment(Base):
@@ -544,3 +552,20 @@ class DiagnosisReport(Base):
     diagnosis: Mapped[str] = mapped_column(String(64))
     note: Mapped[str] = mapped_column(Text, default="")
     reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class HintOpen(Base):
+    """A hint a learner opened on a result: which diagnosis and level, from which submission."""
+
+    __tablename__ = "hint_opens"
+    __table_args__ = (Index("ix_hint_opens_course_exercise", "course_id", "exercise_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    # None for practice, which has no course.
+    course_id: Mapped[str | None] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"))
+    diagnosis: Mapped[str] = mapped_column(String(64))
+    level: Mapped[int] = mapped_column(Integer)  # from 1
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

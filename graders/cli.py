@@ -9,6 +9,7 @@ from pathlib import Path
 
 from graders.exercises import UnknownExercise, get_exercise, list_exercises, refused_exercises
 from graders.grading import grade
+from graders.hints import hint_problems
 from graders.notebook import NotebookError, code_from_file
 from graders.proving import soundness
 from graders.report import GradeReport
@@ -65,6 +66,7 @@ def grade_file(path: Path, exercise_id: str, as_json: bool) -> int:
 def check_exercises() -> int:
     """Prove every exercise sound; print what is wrong. 0 when all are sound, 1 otherwise."""
     problems = [f"refused: {reason}" for reason in refused_exercises().values()]
+    problems += [f"hints: {problem}" for problem in hint_problems(list_exercises())]
     for exercise in list_exercises():
         found = soundness(exercise)
         status = "ok" if not found.problems else f"{len(found.problems)} problem(s)"

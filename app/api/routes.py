@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Header, HTTPException, Query, Response, UploadFile, status
 from pydantic import BaseModel
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from app.api.keys import ApiKeyDep
 from app.api.schemas import (
@@ -30,6 +30,7 @@ from app.courses.gradebook import (
     standing_of,
     standings_of,
 )
+from app.courses.hints import first_hint, hint_count
 from app.courses.membership import NotFound, assignment_of, assignments_of
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
@@ -71,6 +72,22 @@ def answered(
     )
 
 
+def _hint_fields(submission: Submission) -> dict[str, object]:
+    """The result's hint count under its course's settings, and its first hint only."""
+    if submission.status != SubmissionStatus.GRADED:
+        return {}
+    session = object_session(submission)
+    course = (
+        session.get(Course, submission.course_id)
+        if session is not None and submission.course_id
+        else None
+    )
+    return {
+        "hint_count": hint_count(course, submission.exercise_id, submission.diagnosis),
+        "first_hint": first_hint(submission.exercise_id, submission.diagnosis),
+    }
+
+
 def submission_out(
     submission: Submission, counted: tuple[Standing | None, str | None]
 ) -> SubmissionOut:
@@ -91,6 +108,7 @@ def submission_out(
             "diagnosis": submission.diagnosis,
             "checks": [check.model_dump() for check in shown.checks],
             "feedback": shown.feedback,
+            **_hint_fields(submission),
             "created_at": submission.created_at,
             "graded_at": submission.graded_at,
         }

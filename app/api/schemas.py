@@ -66,6 +66,15 @@ class SubmissionOut(BaseModel):
     diagnosis: str | None = Field(description="A stable code naming the mistake.")
     checks: list[CheckOut]
     feedback: str | None = Field(description="Markdown, in the words of the lesson.")
+    hint_count: int = Field(
+        default=0,
+        description="How many hints the learner may open for this diagnosis in its course "
+        "(0 when none: a correct answer, a code without hints). Only the first is here; the "
+        "others open one at a time on the learner's page.",
+    )
+    first_hint: str | None = Field(
+        default=None, description="The first hint (where to look), Markdown; null when none."
+    )
     created_at: datetime
     graded_at: datetime | None
 

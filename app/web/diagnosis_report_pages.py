@@ -1,4 +1,5 @@
-"""The learner's "this diagnosis looks wrong" form on their submission's page."""
+"""The learner's forms on their submission's page: "this diagnosis looks wrong", and the
+next hint for its diagnosis."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from app.courses.diagnosis_reports import ReportRejected, report_diagnosis
+from app.courses.hints import HintRefused, open_hint
 from app.db import SessionDep
+from app.models import Course
 from app.web.sessions import CsrfViewerDep, signed_in_user
 from app.web.submission_view import submission_refused, viewable_submission
 
@@ -30,3 +33,22 @@ def report_wrong_diagnosis(
     except ReportRejected as exc:
         return submission_refused(request, session, viewer, submission_id, f"Not sent: {exc}.")
     return RedirectResponse(f"/submissions/{submission_id}?done=reported", status_code=303)
+
+
+@router.post("/submissions/{submission_id}/hints", response_model=None)
+def open_hint_form(
+    request: Request,
+    submission_id: str,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    level: Annotated[int, Form(ge=1, le=3)],
+) -> Response:
+    """Open the next hint level; back to the page at the hints (hints.js does it in place)."""
+    user = signed_in_user(viewer)
+    submission = viewable_submission(request, session, viewer, submission_id)
+    course = session.get(Course, submission.course_id) if submission.course_id else None
+    try:
+        open_hint(session, submission, course, by=user, level=level)
+    except HintRefused as exc:
+        return submission_refused(request, session, viewer, submission_id, f"Not opened: {exc}.")
+    return RedirectResponse(f"/submissions/{submission_id}#hint-{level}", status_code=303)

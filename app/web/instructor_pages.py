@@ -26,6 +26,13 @@ from app.courses.gradebook import (
     exercise_stats,
     gradebook_csv,
 )
+from app.courses.hints import (
+    HintSettingsRefused,
+    hint_open_counts,
+    parse_rules,
+    rules_of,
+    save_rules,
+)
 from app.courses.membership import (
     AssignedExercise,
     CourseError,
@@ -196,6 +203,7 @@ def statistics_page(
             "exercises": assignments_of(session, course.id),
             "outdated": outdated_count(session, course_id=course.id, exercise_id=assigned.id),
             "reported": reported_counts(session, course.id, assigned.id),
+            "hints_opened": hint_open_counts(session, course.id, assigned.id),
             "diagnoses_chart": Markup(
                 bar_chart(
                     "Submissions by diagnosis",
@@ -574,10 +582,22 @@ def saved_fields(session: Session, course: Course) -> list[AssignmentFields]:
 
 
 def settings_context(
-    session: Session, course: Course, fields: list[AssignmentFields] | None = None
+    session: Session,
+    course: Course,
+    fields: list[AssignmentFields] | None = None,
+    hint_fields: dict[str, object] | None = None,
 ) -> dict[str, object]:
+    rules = rules_of(course)
     return {
         "course": course,
+        # The hints fieldset: as saved, or as sent with its error.
+        "hint_fields": hint_fields
+        or {
+            "unlock_attempts": str(rules.unlock_attempts),
+            "hide_fix": rules.hide_fix,
+            "lesson_url": rules.lesson_url,
+            "error": "",
+        },
         "fields": fields if fields is not None else saved_fields(session, course),
         "instructors": members(session, course.id, CourseRole.INSTRUCTOR),
         "learner_count": len(members(session, course.id, CourseRole.LEARNER)),
@@ -679,6 +699,9 @@ def settings_form(
     instructor_email: Annotated[str, Form()] = "",
     new_join_code: Annotated[str, Form()] = "",
     confirmed: Annotated[str, Form()] = "",
+    hint_unlock_attempts: Annotated[str | None, Form()] = None,
+    hints_hide_fix: Annotated[str, Form()] = "",
+    lesson_url: Annotated[str, Form()] = "",
 ) -> Response:
     """The whole settings page is one form: every exercise's fields are saved together (or,
     when one has an error, none is, and the page comes back with everything as it was sent)."""
@@ -687,6 +710,24 @@ def settings_form(
     sent = _sent_assignments(columns, assigned=assigned, timezone=timezone)
     fields = [f for f, _ in sent]
     errors = [f"{f.exercise.title}: {f.error}" for f in fields if f.error]
+    # A form without the hints fieldset (an older page) leaves the hint settings as they are.
+    hint_rules, hint_fields = rules_of(course), None
+    if hint_unlock_attempts is not None:
+        hint_fields = {
+            "unlock_attempts": hint_unlock_attempts,
+            "hide_fix": bool(hints_hide_fix),
+            "lesson_url": lesson_url,
+            "error": "",
+        }
+        try:
+            hint_rules = parse_rules(
+                unlock_attempts=hint_unlock_attempts,
+                hide_fix=bool(hints_hide_fix),
+                lesson_url=lesson_url,
+            )
+        except HintSettingsRefused as exc:
+            hint_fields["error"] = as_sentence(str(exc))
+            errors.append(f"Hints: {as_sentence(str(exc))}")
     other = find_user_by_email(session, instructor_email) if instructor_email.strip() else None
     if instructor_email.strip() and other is None:
         errors.append(
@@ -695,7 +736,7 @@ def settings_form(
         )
     if errors:
         context = {
-            **settings_context(session, course, fields),
+            **settings_context(session, course, fields, hint_fields),
             "error": "Nothing was saved. " + " ".join(errors),
             "instructor_email": instructor_email,
             "new_join_code": bool(new_join_code),
@@ -707,7 +748,7 @@ def settings_form(
     if counted_changes and confirmed != summary:
         # Said before saving; a form changed since it was said is said again.
         context = {
-            **settings_context(session, course, fields),
+            **settings_context(session, course, fields, hint_fields),
             "counted_changes": counted_changes,
             "confirm_summary": summary,
             "instructor_email": instructor_email,
@@ -716,6 +757,7 @@ def settings_form(
         return render(request, viewer, "settings.html", context)
     changes_by_exercise = {exercise_id: n for exercise_id, _, n in counted_changes}
     changed = _save_assignments(session, user, course, sent, changes_by_exercise)
+    hints_changed = save_rules(session, course, hint_rules, by=user)
     if other is not None:
         add_instructor(session, course=course, user=other)
         record_event(
@@ -728,7 +770,9 @@ def settings_form(
     if new_join_code:
         new_course_join_code(session, course)
         record_event(session, actor=user, action=AuditAction.COURSE_JOIN_CODE, course_id=course.id)
-    done = "saved" if changed or other is not None or new_join_code else "unchanged"
+    done = (
+        "saved" if changed or hints_changed or other is not None or new_join_code else "unchanged"
+    )
     query = urlencode({"done": done, **({"changed": ",".join(changed)} if changed else {})})
     return RedirectResponse(f"/courses/{course.id}/settings?{query}", status_code=303)
 

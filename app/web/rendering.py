@@ -6,6 +6,8 @@ The pages embed in an LMS iframe, so no X-Frame-Options; scripts and styles are 
 
 from __future__ import annotations
 
+import itertools
+import re
 import secrets
 from datetime import datetime
 from pathlib import Path
@@ -16,16 +18,35 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from markupsafe import Markup
 
 from app.errors import AppError
 from app.settings import Settings
 from app.web.sessions import SignInRequired, Viewer, set_cookies
+from graders.hints import ANCHOR_PREFIX
 from graders.report import diagnosis_name
 
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 # Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def _heading_anchors(state: StateCore) -> None:
+    """`## Title {#anchor}` in a prompt: the heading gets the id `lesson-anchor`, which a hint's
+    lesson link points at (graders/hints.py); the braces are not shown."""
+    for heading, inline in itertools.pairwise(state.tokens):
+        if heading.type != "heading_open" or not inline.children:
+            continue
+        last = inline.children[-1]
+        found = _ANCHOR_SUFFIX.search(last.content) if last.type == "text" else None
+        if found:
+            last.content = last.content[: found.start()]
+            heading.attrSet("id", ANCHOR_PREFIX + found.group(1))
+
+
+_ANCHOR_SUFFIX = re.compile(r"\s*\{#([a-z0-9][a-z0-9-]*)\}\s*$")
+_markdown.core.ruler.push("heading_anchors", _heading_anchors)
 # A grade's feedback quotes the learner's code and errors, which the grader escapes. In case a
 # quote ever slips through, feedback is rendered with only what the grader's own text uses:
 # paragraphs, lists, code and emphasis. No link, image, heading, quote block or table, so no

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.courses.diagnosis_reports import report_of
 from app.courses.gradebook import standing_of
+from app.courses.hints import hint_view
 from app.courses.membership import can_view_submission, course_role
 from app.courses.practice import courses_setting
 from app.grading.regrades import changed_by_regrade
@@ -72,6 +73,11 @@ def _is_owner(request: Request, viewer: Viewer, submission: Submission) -> bool:
     return submission.user_id is None and submission.learner == anonymous_learner(request, viewer)
 
 
+def _exercise_page(submission: Submission) -> str:
+    course = f"/courses/{submission.course_id}" if submission.course_id else ""
+    return f"{course}/exercises/{submission.exercise_id}"
+
+
 def submission_context(
     request: Request, session: Session, viewer: Viewer, submission_id: str
 ) -> dict[str, Any]:
@@ -95,6 +101,11 @@ def submission_context(
         "review": review,
         "regrade_change": changed_by_regrade(session, [submission.id]).get(submission.id),
         "diagnosis_report": report_of(session, submission.id),
+        "hints": hint_view(session, submission, course, _exercise_page(submission))
+        if is_owner and viewer.user is not None
+        else None,
+        # Where hints.js puts the hints once a result still grading is in.
+        "hints_pending": is_owner and viewer.user is not None and submission.status not in FINISHED,
         **result_context(session, submission),
     }
 

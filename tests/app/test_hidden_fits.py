@@ -25,7 +25,15 @@ SOURCES = {
 }
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # What an answer says about the grading, not about the submission or when it was made.
-REPORT_FIELDS = ("score", "max_score", "diagnosis", "checks", "feedback")
+REPORT_FIELDS = (
+    "score",
+    "max_score",
+    "diagnosis",
+    "checks",
+    "feedback",
+    "hint_count",
+    "first_hint",
+)
 
 
 def test_the_api_answer_holds_no_hidden_number(client: httpx.Client, auth: dict[str, str]) -> None:
@@ -70,5 +78,15 @@ def test_the_result_page_holds_no_hidden_number(
             time.sleep(0.2)
         assert "It fails in a hidden case too." in result.text
         assert_no_hidden_text(EXERCISE, result.text)
+        # The hints too, opened to the last level, with their lesson link (the rest of the
+        # page holds times and line numbers, which the result above is checked without).
+        for level in ("1", "2", "3"):
+            client.post(
+                f"{submission}/hints",
+                data={"level": level, "csrf_token": token_of(client.get(submission))},
+            )
+        hints = client.get(submission).text.split('id="hints"')[1].split("</section>")[0]
+        assert hints.count('id="hint-') == 3
+        assert_no_hidden_text(EXERCISE, hints)
         results.append(re.sub(UUID, "", result.text))
     assert results[0] == results[1]
