@@ -5,10 +5,15 @@ its diagnosis and for the words it is told, the false ones it once was told amon
 from __future__ import annotations
 
 import textwrap
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from graders import harness
+from graders.exercises import get_exercise
+from graders.kinds import kind_of
 from graders.report import GradeReport
 from tests.graders.conftest import ColdGrade
 
@@ -112,6 +117,8 @@ MISTAKES = [
         """,
         "runtime-error",
         ("does not depend on the model's parameters", "torch.no_grad()"),
+        # The harness's watch of backward() is not in the learner's traceback.
+        ("harness.py", "__torch_function__", "handle_torch_function"),
     ),
     Mistake(
         "a second backward on a freed graph",
@@ -131,6 +138,7 @@ MISTAKES = [
         """,
         "runtime-error",
         ("`retain_graph=True`, would silence the error but not fix the loop", "doubling them"),
+        ("harness.py", "__torch_function__", "handle_torch_function"),
     ),
     Mistake(
         "loss tensors kept in the history",
@@ -238,3 +246,35 @@ def test_a_real_mistake_is_named_and_told_in_true_words(
         assert words in report.feedback, (words, report.feedback)
     for words in mistake.unsaid:
         assert words not in report.feedback, (words, report.feedback)
+
+
+@pytest.mark.parametrize("in_another_thread", [False, True])
+def test_a_detached_backward_is_recorded_in_its_own_case_only(in_another_thread: bool) -> None:
+    """The watch is this thread's: a grader running cases in threads records each its own."""
+    exercise = get_exercise("train-step")
+
+    def train_step(model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> float:
+        def detached() -> None:
+            loss_fn(model(x), y).detach().requires_grad_().backward()
+
+        if in_another_thread:
+            thread = threading.Thread(target=detached)
+            thread.start()
+            thread.join()
+        else:
+            detached()
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return float(loss.item())
+
+    document = harness.run_case(
+        kind_of(exercise).record, train_step, exercise.cases[0].harness_spec()
+    )
+    assert document["error"] is None
+    for record in document["records"]:
+        expected = ["zero_grad", "backward", "step"]
+        if not in_another_thread:
+            expected.insert(0, "detached_backward")
+        assert record["calls"] == expected
