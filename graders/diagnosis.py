@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from graders.exercises import Exercise
 from graders.explanation import (
@@ -33,6 +34,7 @@ from graders.judging import (
 )
 from graders.kinds import kind_of
 from graders.report import Check, Diagnosis
+from graders.trace import MARKS, CaseTrace
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,54 @@ def diagnose(
 def explanations(
     exercise: Exercise, traces: Traces, trusted: dict[str, Traces]
 ) -> list[Explanation]:
-    """Every explanation that fits the learner's numbers and calls in all of `exercise`'s cases."""
+    """Every explanation that fits the learner's numbers and calls in all of `exercise`'s cases.
+
+    The harness's marks (`graders.trace.MARKS`) are no calls of a loop the models know: they
+    are fitted to the other calls, and the marks then say what a model's words would get wrong.
+    A model with no backward() where backward() ran on a loss cut off from the model
+    (`detached_backward`) is `loss-detached`, not `missing-backward`; a model without the
+    optimizer's momentum where the code made optimizers of its own (`new_optimizer`) is
+    `optimizer-recreated`, not an update by hand.
+    """
+    marks = {call for trace in traces.values() for call in call_stream(trace)} & set(MARKS)
+    if marks:
+        traces = {id_: _without_marks(trace) for id_, trace in traces.items()}
     found = known_bugs(exercise, traces, trusted)
     kind = kind_of(exercise)
     found += kind.models(kind, exercise, traces)
     if not found and _right_but_returns_wrong_type(exercise, traces, trusted["reference"]):
         found.append(Explanation(("wrong-return-type",), "return-type"))
+    for mark, said, meant in MARKED:
+        if mark in marks:
+            found = [_said_as(fit, said, meant) for fit in found]
     return found
+
+
+# What a model says, and what it means when the harness recorded a mark.
+MARKED: tuple[tuple[str, Diagnosis, Diagnosis], ...] = (
+    ("detached_backward", "missing-backward", "loss-detached"),
+    ("new_optimizer", "wrong-momentum", "optimizer-recreated"),
+)
+
+
+def _without_marks(trace: CaseTrace) -> CaseTrace:
+    def plain(record: dict[str, Any] | None) -> dict[str, Any] | None:
+        if record is None or "calls" not in record:
+            return record
+        return {**record, "calls": [c for c in record["calls"] if c not in MARKS]}
+
+    return trace.model_copy(
+        update={"records": [plain(r) for r in trace.records], "final": plain(trace.final)}
+    )
+
+
+def _said_as(fit: Explanation, said: Diagnosis, meant: Diagnosis) -> Explanation:
+    """An explanation with `said` named as what the marks show it was (its note, about `said`,
+    is not told)."""
+    if said not in fit.codes:
+        return fit
+    codes = tuple(dict.fromkeys(meant if code == said else code for code in fit.codes))
+    return Explanation(codes, fit.model, "" if fit.codes[0] == said else fit.note)
 
 
 def visible_part(exercise: Exercise) -> Exercise | None:
@@ -140,7 +183,9 @@ def verdict(
 
     by_code: dict[Diagnosis, Explanation] = {}
     for fit in explanations:
-        by_code.setdefault(fit.codes[0], fit)
+        first = by_code.setdefault(fit.codes[0], fit)
+        if first.codes == fit.codes and note(fit) and not note(first):
+            by_code[fit.codes[0]] = fit  # the same mistakes, told with what shows them here
     if len(by_code) > 1:
         by_code.pop("incorrect", None)  # a declared look-alike that names nothing
     if not by_code:

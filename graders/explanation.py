@@ -39,7 +39,9 @@ PRIORITY: tuple[Diagnosis, ...] = (
     "loss-sum-not-mean",
     "gradients-scaled",
     "wrong-learning-rate",
+    "gradients-times-loss",
     "wrong-momentum",
+    "optimizer-recreated",
     "loss-after-update",
 )
 

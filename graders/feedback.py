@@ -54,8 +54,8 @@ EXPLANATIONS: dict[Diagnosis, str] = {
     ),
     "missing-zero-grad": (
         "Your gradients **accumulate**: PyTorch adds each new gradient to whatever is already "
-        "in `.grad`, and your loop does not clear it before `backward()`. So each step used the "
-        "sum of this batch's gradient and everything left over before it. Call "
+        "in `.grad`, and your loop does not clear it before `backward()`. So a step used the "
+        "sum of this batch's gradient and whatever `.grad` held before it. Call "
         "`optimizer.zero_grad()` at the start of the step, before `backward()`."
     ),
     "step-before-backward": (
@@ -77,12 +77,20 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "Your loop never calls `loss.backward()`, so there are no gradients for the optimizer "
         "to use and the weights never change."
     ),
+    "loss-detached": (
+        "Your code calls `backward()`, but on a loss cut off from the model: `.detach()`, "
+        "`.data`, or `requires_grad = True` set on the loss itself gives a tensor with no path "
+        "back to the weights, so `backward()` computes no gradient for them. Setting "
+        "`requires_grad` silences PyTorch's error; it does not reconnect the graph. Call "
+        "`backward()` on the loss computed from `model(x)`, as `loss_fn` returns it."
+    ),
     "grad-none-error": (
-        "Your code reached for `.grad` when it was `None`. Since PyTorch 2.0, `zero_grad()` "
-        "releases the gradient tensors rather than filling them with zeros, so `.grad` is "
-        "`None` until the next `backward()`. Two fixes: check for `None` before using it "
-        "(`if p.grad is not None`), or clear with `optimizer.zero_grad(set_to_none=False)` "
-        "to keep tensors of zeros."
+        "Your code reached for `.grad` when it was `None`. `.grad` is `None` until a "
+        "`backward()` fills it, and again after `zero_grad()`, which since PyTorch 2.0 releases "
+        "the gradient tensors rather than filling them with zeros. So either no `backward()` "
+        "had filled it yet, or it had been cleared. Read `.grad` after `backward()`, or check "
+        "for `None` first (`if p.grad is not None`); to clear into tensors of zeros instead, "
+        "`optimizer.zero_grad(set_to_none=False)`."
     ),
     "wrong-loss-scaling": (
         "Your micro-batch losses are not divided by how many there are. Gradients add up "
@@ -140,6 +148,18 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "Your updates do not use the optimizer's momentum: an update written by hand, "
         "`p -= lr * p.grad`, is plain SGD, and a momentum set by hand is not the optimizer's. "
         "Let `optimizer.step()` make the update: it keeps the optimizer's momentum."
+    ),
+    "optimizer-recreated": (
+        "Your code makes an optimizer of its own, again and again, where it should use the "
+        "`optimizer` it was given. A new optimizer starts with an empty momentum buffer, so "
+        "the momentum that carries over from one step to the next is lost and each update is "
+        "a plain SGD step. Use the `optimizer` you were given: it keeps its state between "
+        "steps."
+    ),
+    "gradients-times-loss": (
+        "Your gradients are the correct ones multiplied by the loss itself, a factor that "
+        "changes every step: what `loss.backward(loss)` computes, since the argument of "
+        "`backward()` multiplies every gradient. Call `loss.backward()` with no argument."
     ),
     "loss-after-update": (
         "Your weights are right, but the loss you return was computed after the update, at the "
@@ -212,7 +232,7 @@ ABOUT_STEPS: frozenset[Diagnosis] = frozenset(
         "missing-zero-grad", "step-before-backward", "zero-grad-before-step", "missing-step",
         "missing-backward", "backward-twice", "step-twice", "step-skipped", "zero-grad-skipped",
         "gradients-scaled", "loss-sum-not-mean", "wrong-learning-rate", "wrong-momentum",
-        "loss-after-update",
+        "loss-after-update", "optimizer-recreated", "gradients-times-loss",
     }
 )  # fmt: skip
 ABOUT_MICRO_BATCHES: frozenset[Diagnosis] = frozenset(
@@ -222,7 +242,8 @@ ABOUT_MICRO_BATCHES: frozenset[Diagnosis] = frozenset(
 WITH_ORDER: frozenset[Diagnosis] = frozenset(
     {
         "correct", "incorrect", "missing-zero-grad", "step-before-backward",
-        "zero-grad-before-step", "missing-step", "missing-backward", "backward-twice",
+        "zero-grad-before-step", "missing-step", "missing-backward", "loss-detached",
+        "backward-twice",
         "step-twice", "step-skipped", "zero-grad-skipped",
     }
 )  # fmt: skip
@@ -235,6 +256,63 @@ WITHOUT_STEPS: dict[Diagnosis, str] = {
         "releases it). Check for `None` before using it: `if p.grad is not None`."
     ),
 }
+
+
+# Said on an exercise whose function runs the whole loop: it is called once, so "every call"
+# would be false where every batch is meant.
+WHOLE_LOOP_WORDS: dict[Diagnosis, str] = {
+    "step-skipped": (
+        "On some batches your loop never reached `optimizer.step()`: their gradients were "
+        "computed and no step applied them. Step once for every batch."
+    ),
+    "zero-grad-skipped": (
+        "Your loop clears the gradients on some batches but not on others. PyTorch adds each "
+        "new gradient to whatever is already in `.grad`, so after a batch that did not clear, "
+        "the step used the sum of the last few batches' gradients. Call "
+        "`optimizer.zero_grad()` for every batch, before `backward()`."
+    ),
+}
+# Said on an exercise of micro-batches, where one step follows several backward() calls.
+MICRO_BATCH_WORDS: dict[Diagnosis, str] = {
+    "step-twice": (
+        "Your function calls `optimizer.step()` more than once per call: every extra step "
+        "applies the same gradients again, so the weights move too far. Step once, after the "
+        "last micro-batch's `backward()`."
+    ),
+    "zero-grad-before-step": (
+        "Your function clears the gradients between the micro-batches' `backward()` and "
+        "`step()`, so the optimizer steps on empty gradients and the weights never move. Clear "
+        "them once, before the first micro-batch's `backward()`."
+    ),
+}
+# What an error from a broken graph means, said beside PyTorch's own message (`error_concept`).
+NO_GRAPH_ERROR = "does not require grad and does not have a grad_fn"
+SECOND_BACKWARD_ERROR = "backward through the graph a second time"
+ERROR_CONCEPTS = {
+    NO_GRAPH_ERROR: (
+        "What this means: the loss you called `backward()` on does not depend on the model's "
+        "parameters. Somewhere between `model(x)` and the loss the graph was cut: a forward "
+        "pass under `torch.no_grad()`, `.detach()` or `.data`, `.item()` or a tensor rebuilt "
+        "from numbers, or an operation with no gradient such as `argmax`. Compute the loss "
+        "from the model's output with differentiable operations. Setting `requires_grad = True` "
+        "on the loss would silence this error without reconnecting the graph."
+    ),
+    SECOND_BACKWARD_ERROR: (
+        "What this means: `backward()` ran a second time on a graph the first pass had already "
+        "used and freed. PyTorch's advice, `retain_graph=True`, would silence the error but not "
+        "fix the loop: the second pass adds the same gradients to `.grad` again, doubling them. "
+        "Call `backward()` once per forward pass."
+    ),
+}
+
+
+def error_concept(message: str) -> str:
+    """The concept behind an error PyTorch raises on a broken graph, or "" for any other.
+
+    Read from the exception's message (the learner's to forge: a forged one only gets these
+    words beside their own traceback).
+    """
+    return next((words for said, words in ERROR_CONCEPTS.items() if said in message), "")
 
 
 def explanation(code: Diagnosis, exercise: Exercise) -> str:
@@ -253,6 +331,11 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     if (code in ABOUT_STEPS and not steps) or (code in ABOUT_MICRO_BATCHES and not micro_batches):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
+    replay = kind_of(exercise).replay
+    if replay is not None and not replay.per_call:
+        text = WHOLE_LOOP_WORDS.get(code, text)
+    if micro_batches:
+        text = MICRO_BATCH_WORDS.get(code, text)
     if code == "wrong-return-type":
         text += f" Here: `{exercise.signature}`."
     return f"{text} {ORDER}" if steps and code in WITH_ORDER else text

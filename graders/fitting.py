@@ -107,7 +107,9 @@ def order_mistakes(
     elif unclear and not stepped_by_hand:
         found.append("zero-grad-skipped")
     if not stepped_by_hand:
-        if micro > 1 and steps == backwards == iterations * micro:
+        # Each step right after its own backward(): two steps after all of them are not this.
+        per_micro_batch = all(s.count("backward") == 1 for s in segments[:-1])
+        if micro > 1 and steps == backwards == iterations * micro and per_micro_batch:
             found.append("step-per-microbatch")
         elif steps > iterations:
             found.append("step-twice")
@@ -123,6 +125,8 @@ def _order_note(
     kind: ExerciseKind, exercise: Exercise, traces: Traces, codes: Sequence[Diagnosis]
 ) -> str:
     """Where, in the first visible case, the calls show the main mistake."""
+    if codes and codes[0] == "missing-zero-grad":
+        return _cleared_after_step_note(exercise, traces)
     visible = next((s for s in exercise.cases if not s.hidden), None)
     if visible is None or kind.replay is None or not kind.replay.per_call or not codes:
         return ""
@@ -144,6 +148,26 @@ def _order_note(
     if not where:
         return ""
     return f"In case `{visible.id}`, {what} on call(s) {where}."
+
+
+def _cleared_after_step_note(exercise: Exercise, traces: Traces) -> str:
+    """For a loop that clears after each step, not before backward(): why that is not enough
+    here (the visible case that hands in stale gradients shows it), or "" for any other."""
+    stale = next((s for s in exercise.cases if s.stale_grads and not s.hidden), None)
+    if stale is None:
+        return ""
+    calls = call_stream(traces[stale.id])
+    if "backward" not in calls or "step" not in calls:
+        return ""
+    first_backward, first_step = calls.index("backward"), calls.index("step")
+    if "zero_grad" in calls[:first_backward] or "zero_grad" not in calls[first_step:]:
+        return ""
+    return (
+        "Your code clears the gradients after `step()`, ready for the next batch: a fine style "
+        f"in a loop that starts clean. But case `{stale.id}` hands your code gradients already "
+        "in `.grad`, as an earlier step that did not clear would leave them, and your first "
+        "`backward()` adds to them. Clear before `backward()`."
+    )
 
 
 def _constant(value: float) -> PerCase:
@@ -219,6 +243,8 @@ def _candidates(
                             "",
                         )
                     )
+        # A scale that changes every step: the step's own loss (`loss.backward(loss)`).
+        found.append((replace(numbers, times_loss=True), "gradients-times-loss", "times-loss", ""))
         k = _snap(scale)
         note = f"Your gradients are exactly {k:.4g} times the correct ones."
         for scaled in (False, True):

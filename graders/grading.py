@@ -22,7 +22,7 @@ import sandbox
 from graders import harness
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.feedback import explanation, learner_text
+from graders.feedback import error_concept, explanation, learner_text
 from graders.fix_replay import with_fix
 from graders.judging import check
 from graders.kinds import SANDBOX_PROGRAM, kind_of
@@ -380,6 +380,9 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
         f"{_at_line(error.line)}: {learner_text(error.message)}\n\n"
         f"{learner_text(error.traceback, block=True)}"
     )
+    concept = error_concept(error.message)
+    if concept:
+        where += f"\n\n{concept}"
     return Failure("grad-none-error" if error.grad_none else "runtime-error", where)
 
 

@@ -18,6 +18,7 @@ returned value and its type, and the calls the step made.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import linecache
 import math
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 SUBMISSION_FILENAME = "submission.py"
 CASES_FILENAME = "cases.json"
@@ -150,7 +152,7 @@ def _error_record(error: BaseException, filename: str) -> Record:
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
     # The traceback from the learner's first frame on (what their code called stays: torch's
     # frames say where a shape went wrong); the harness's own frames above it are not theirs.
-    learners = error.__traceback__
+    learners = _without_watch_frames(error.__traceback__)
     while learners is not None and learners.tb_frame.f_code.co_filename != filename:
         learners = learners.tb_next
     try:  # the learner's exception may define a __str__ that raises
@@ -171,6 +173,72 @@ def _error_record(error: BaseException, filename: str) -> Record:
     }
 
 
+# The recorders of the case running in this thread, for the backward watch (`run_case`).
+_WATCHED: contextvars.ContextVar[list[CallRecorder] | None] = contextvars.ContextVar(
+    "watched", default=None
+)
+
+
+class BackwardWatch(TorchFunctionMode):
+    """Sees every `backward()` the code calls while a case runs, and tells the case's recorders.
+
+    A torch function mode, not a patch: it is pushed on this thread's mode stack only, for the
+    case (`run_case`), so threads of the grader running other cases never see it. A backward
+    that returns without its gradient ever reaching the weight ran on a loss cut off from the
+    model (`.detach()`, `.data`, `requires_grad = True` set on the loss): recorded as
+    `detached_backward`, which is not a `backward`. It also sees an optimizer made of the
+    weight (`Optimizer.add_param_group` reads the weight's `is_leaf`), whose calls are then
+    recorded too (`CallRecorder.watch_optimizer`).
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        recorders = _WATCHED.get() or []
+        if func is not torch.Tensor.backward and func is not torch.autograd.backward:
+            if args and recorders and sys._getframe(1).f_code.co_name == "add_param_group":
+                made = sys._getframe(1).f_locals.get("self")
+                for recorder in recorders:
+                    if args[0] is recorder.weight and isinstance(made, torch.optim.Optimizer):
+                        recorder.watch_optimizer(made)
+            return func(*args, **kwargs)
+        before = [recorder.arrivals for recorder in recorders]
+        result = func(*args, **kwargs)
+        for recorder, arrivals in zip(recorders, before, strict=True):
+            if recorder.arrivals == arrivals:
+                recorder._append("detached_backward")
+        return result
+
+
+def _without_watch_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """A traceback without the frames of `BackwardWatch`, of torch calling it, and of the
+    Python function that only dispatched to it (it runs again right after): what the learner's
+    code called, as it would read without the watch."""
+
+    def watch(node: types.TracebackType) -> bool:
+        code = node.tb_frame.f_code
+        return code is BackwardWatch.__torch_function__.__code__ or (
+            code.co_name == "handle_torch_function" and code.co_filename == torch.overrides.__file__
+        )
+
+    nodes = []
+    while tb is not None:
+        nodes.append(tb)
+        tb = tb.tb_next
+    kept = [node for node in nodes if not watch(node)]
+    kept = [
+        node
+        for node, after in zip(kept, [*kept[1:], None], strict=True)
+        if not (
+            after is not None
+            and node.tb_next is not after
+            and node.tb_frame.f_code is after.tb_frame.f_code
+        )
+    ]
+    for node, after in zip(kept, [*kept[1:], None], strict=True):
+        node.tb_next = after
+    return kept[0] if kept else None
+
+
 class CallRecorder:
     """Sees zero_grad, backward and step through per-instance hooks, never by patching torch.
 
@@ -179,24 +247,43 @@ class CallRecorder:
     `.grad` before it plus the gradient the pass brought (a tensor hook, run before, saw both),
     and that gradient not all zeros. `torch.autograd.grad()` (which fires tensor hooks and
     accumulates nothing), a hook called by hand, `.grad` assigned, and a pass of a zero loss
-    are not one.
+    are not one. A backward() whose gradient never reached the weight is a `detached_backward`
+    (`BackwardWatch`, when the case runs under one).
     """
 
     def __init__(self, case: Case, on_step: Callable[[], None] | None = None) -> None:
         self.calls: list[str] = []
+        self.arrivals = 0  # gradients that reached the weight (the tensor hook ran)
+        watched = _WATCHED.get()
+        if watched is not None:
+            watched.append(self)
         model, optimizer = case.model, case.optimizer
-        optimizer.zero_grad = self._recording("zero_grad", optimizer.zero_grad)  # type: ignore[method-assign]
+        self._on_step = on_step
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self.watch_optimizer(optimizer)
         model.zero_grad = self._recording("zero_grad", model.zero_grad)  # type: ignore[method-assign]
-        optimizer.register_step_pre_hook(lambda *_: self._append("step"))
-        if on_step is not None:
-            optimizer.register_step_post_hook(lambda *_: on_step())
         # (engine pass, the gradient it brings, `.grad` before it), from the tensor hook
         self._incoming: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
-        weight = model.weight
+        self.weight = weight = model.weight
         weight.register_hook(lambda grad: self._arriving(weight, grad))  # type: ignore[no-untyped-call]
         weight.register_post_accumulate_grad_hook(self._accumulated)  # type: ignore[no-untyped-call]
 
+    def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Record an optimizer's zero_grad and step: the case's, or one the code made of the
+        weight (`BackwardWatch` sees it made: `new_optimizer`, then its calls as any other's)."""
+        if any(optimizer is seen for seen in self._optimizers):
+            return
+        if self._optimizers:
+            self._append("new_optimizer")
+        self._optimizers.append(optimizer)
+        optimizer.zero_grad = self._recording("zero_grad", optimizer.zero_grad)  # type: ignore[method-assign]
+        optimizer.register_step_pre_hook(lambda *_: self._append("step"))
+        on_step = self._on_step
+        if on_step is not None:
+            optimizer.register_step_post_hook(lambda *_: on_step())
+
     def _arriving(self, weight: torch.Tensor, grad: torch.Tensor) -> None:
+        self.arrivals += 1
         before = None if weight.grad is None else weight.grad.detach().clone()
         self._incoming = (_engine_pass(), grad.detach().clone(), before)
 
@@ -276,10 +363,14 @@ def run_case(
     error = None
     if seeded:
         seed_global_random(int(spec["seed"]))
+    token = _WATCHED.set([])
     try:
-        final = recorder(function, spec, records)
+        with BackwardWatch():
+            final = recorder(function, spec, records)
     except BaseException as exc:  # SystemExit too: the learner's code must not end the run
         error = _error_record(exc, filename)
+    finally:
+        _WATCHED.reset(token)
     return {"case": spec["id"], "records": records, "final": final, "error": error}
 
 

@@ -62,6 +62,7 @@ class Numbers:
     lr: PerCase = optimizer_lr
     momentum: PerCase = optimizer_momentum
     loss_scaled: bool = False  # the reported loss is the scaled one
+    times_loss: bool = False  # gradients multiplied by the loss (`loss.backward(loss)`)
     loss_after_update: bool = False
     update_by_hand: bool = False
 
@@ -92,6 +93,8 @@ class _Loop:
 
     def backward(self, loss: torch.Tensor, weight: float) -> None:
         scaled = loss * weight * self.numbers.grad_scale(self.spec)
+        if self.numbers.times_loss:
+            scaled = scaled * loss.detach()
         scaled.backward()  # type: ignore[no-untyped-call]
 
     def update_by_hand(self) -> None:

@@ -31,7 +31,10 @@ from graders.exercises import CaseSpec
 ShortText = Annotated[str, Field(max_length=4000)]
 # Field by field, a record is checked against what its kind records (`check_cases`).
 Record = Annotated[dict[Annotated[str, Field(max_length=40)], Any], Field(max_length=20)]
-CALLS = ("zero_grad", "backward", "step")
+# Marks, not calls of a loop (graders.harness.BackwardWatch): `detached_backward`, a backward()
+# whose gradient never reached the weight; `new_optimizer`, an optimizer the code made.
+MARKS = ("detached_backward", "new_optimizer")
+CALLS = ("zero_grad", "backward", "step", *MARKS)
 # Far beyond anything an nn.Linear step on these cases reaches, and small enough that the
 # grader's own float32 arithmetic on the learner's numbers (a loss at the learner's weights,
 # a squared error) cannot overflow.

@@ -13,7 +13,15 @@ from typing import Any
 from graders.exercises import CaseSpec
 from graders.feedback import learner_text
 from graders.fitting import stepping_models
-from graders.harness import CallRecorder, Record, build_case, number_of, parameters_of, type_name
+from graders.harness import (
+    MAX_TYPE_NAME_CHARS,
+    CallRecorder,
+    Record,
+    build_case,
+    number_of,
+    parameters_of,
+    type_name,
+)
 from graders.judging import (
     CaseFindings,
     KindJudge,
@@ -52,12 +60,18 @@ def record_loop(
     recorder = CallRecorder(case, on_step=snapshot)
     batches = [(x.clone(), y.clone()) for x, y in case.inputs]
     returned = function(case.model, case.optimizer, case.loss_fn, batches, int(spec["epochs"]))
-    losses = [number_of(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
+    losses, losses_type = None, type_name(returned)
+    if isinstance(returned, list | tuple):
+        losses = [number_of(v) for v in returned[:most]]
+        # A list of loss tensors holds numbers too: the type says what they were.
+        odd = [type_name(v) for v in returned[:most] if not isinstance(v, float)]
+        if odd:
+            losses_type = f"{losses_type} of {odd[0]}"[:MAX_TYPE_NAME_CHARS]
     return {
         **parameters_of(case.model),
         "calls": recorder.take(),
         "losses": losses,
-        "losses_type": type_name(returned),
+        "losses_type": losses_type,
     }
 
 
@@ -124,7 +138,8 @@ def _judge_losses(
     iterations: int,
 ) -> None:
     losses = final["losses"]
-    if final["losses_type"] not in ("list", "tuple") or not isinstance(losses, list):
+    container, _, element = final["losses_type"].partition(" of ")
+    if container not in ("list", "tuple") or not isinstance(losses, list):
         findings.fail(
             "returns-list",
             f"{at}: your loop returned a {learner_text(final['losses_type'])}; return a list "
@@ -132,6 +147,18 @@ def _judge_losses(
         )
         findings.fail("losses-match", f"{at}: no list of losses to compare.")
         return
+    if element:
+        why = (
+            " A loss tensor kept in a list keeps its whole graph alive, so memory grows with "
+            "every batch."
+            if element == "Tensor"
+            else ""
+        )
+        findings.fail(
+            "returns-list",
+            f"{at}: your loop returned a list of {learner_text(element)} values, not of "
+            f"floats.{why} Append `loss.item()`.",
+        )
     if len(losses) != iterations or any(v is None for v in losses):
         findings.fail(
             "returns-list",
