@@ -21,7 +21,8 @@ STEPPING_CODES = {
     "missing-backward", "wrong-loss-scaling", "step-per-microbatch",
     "zero-grad-inside-accumulation", "backward-twice", "step-twice", "step-skipped",
     "zero-grad-skipped", "gradients-scaled", "loss-sum-not-mean", "wrong-learning-rate",
-    "wrong-momentum", "loss-after-update",
+    "wrong-momentum", "loss-after-update", "loss-detached", "optimizer-recreated",
+    "gradients-times-loss",
 }  # fmt: skip
 # What any exercise can give, whatever its kind (graders.grading, graders.diagnosis).
 EVERY_EXERCISE = {
