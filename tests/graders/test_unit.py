@@ -536,7 +536,7 @@ def test_check_exercises_rejects_a_reference_that_steps_twice(tmp_path: Path) ->
     problems = prove(load_exercise(folder))
     assert problems == [
         f"{folder}/solution.py: after iteration 1 of case basic the reference's weights are not "
-        "one step of the declared optimizer (sgd, lr 0.1, momentum 0) on that batch: make the "
+        "one step of the declared optimizer (sgd, lr 0.1) on that batch: make the "
         "solution zero, backward and step once per batch"
     ]
 
