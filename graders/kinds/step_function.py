@@ -245,11 +245,11 @@ def _judge_state(
     """The optimizer's state after the call against the reference loop's: a second step, or a
     step on a zeroed or summed gradient, shows in it even where the weights hide it."""
     if record["opt_step"] != expected["opt_step"]:
-        steps = int(record["opt_step"] or 0)
+        steps, expected_steps = int(record["opt_step"] or 0), int(expected["opt_step"] or 0)
         findings.fail(
             "optimizer-state",
-            f"{at}: the optimizer has stepped {times(steps)} so far; the reference loop's "
-            f"has stepped {times(int(expected['opt_step'] or 0))}: one step() per call.",
+            f"{at}: after it the optimizer counts {steps} steps in all, the reference loop's "
+            f"{expected_steps}: one step() per call, on this call's gradient.",
         )
         return
     for name, words in _STATE_NAMES.items():
