@@ -189,7 +189,7 @@ def _judge_update(
     for the weight only, so only the weight is judged. Returns whether the update was right
     (or not judged).
     """
-    (weight, bias), (new_weight, new_bias) = before, after
+    weight, (new_weight, new_bias) = before[0], after
     if spec.stateful and not matched_reference:
         return True
     expected_weight, expected_bias = one_step(spec, before, gradients, previous)
