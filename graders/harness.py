@@ -125,18 +125,17 @@ def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> tor
             nesterov=bool(spec.get("nesterov")),
             weight_decay=weight_decay,
         )
-    adam = {
-        "lr": lr,
-        "betas": tuple(spec.get("betas") or (0.9, 0.999)),
-        "eps": float(spec.get("eps") or 1e-8),
-        "weight_decay": weight_decay,
-        "amsgrad": bool(spec.get("amsgrad")),
-    }
-    if name == "adam":
-        return torch.optim.Adam(parameters, **adam)
-    if name == "adamw":
-        return torch.optim.AdamW(parameters, **adam)
-    raise ValueError(f"no optimizer {name!r}")
+    if name not in ("adam", "adamw"):
+        raise ValueError(f"no optimizer {name!r}")
+    beta1, beta2 = spec.get("betas") or (0.9, 0.999)
+    return (torch.optim.Adam if name == "adam" else torch.optim.AdamW)(
+        parameters,
+        lr=lr,
+        betas=(float(beta1), float(beta2)),
+        eps=float(spec.get("eps") or 1e-8),
+        weight_decay=weight_decay,
+        amsgrad=bool(spec.get("amsgrad")),
+    )
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer, parameter: torch.Tensor) -> Record:
