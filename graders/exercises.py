@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from graders.optimizers import OptimizerFields
 from graders.report import Diagnosis
 
 EXERCISES_DIR = Path(
@@ -40,8 +41,11 @@ class UnknownExercise(KeyError):
     """No exercise has this id."""
 
 
-class CaseSpec(BaseModel):
-    """One fixed-seed problem; `hidden` cases show the learner only the check and its message."""
+class CaseSpec(OptimizerFields):
+    """One fixed-seed problem; `hidden` cases show the learner only the check and its message.
+
+    Its optimizer and the optimizer's settings are the fields of `OptimizerFields`.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -51,12 +55,12 @@ class CaseSpec(BaseModel):
     out_features: int = Field(ge=1, le=64)
     batch_size: int = Field(ge=1, le=256)
     steps: int = Field(ge=1, le=50, description="Calls of the function, or batches per epoch.")
-    lr: float = Field(default=0.1, gt=0)
-    optimizer: Literal["sgd"] = "sgd"
-    momentum: float = Field(default=0.0, ge=0, lt=1)
     stale_grads: bool = False
     micro_batches: int = Field(default=0, ge=0, le=16, description="Micro-batches per call.")
     epochs: int = Field(default=0, ge=0, le=20, description="Epochs, for whole-loop cases.")
+    max_norm: float | None = Field(
+        default=None, gt=0, description="Passed to the function as its last argument."
+    )
     grad_state: Literal["present", "none", "zeros", "mixed"] = "present"
     hidden: bool = False
 

@@ -214,6 +214,21 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "larger than these small problems ever give. Look for a division by zero, a log of "
         "zero or of a negative number, or a value that is added to itself instead of replaced."
     ),
+    "missing-clip": (
+        "Your step used gradients that were not clipped: `clip_grad_norm_` was not called, or "
+        "it was called before `backward()`, when `.grad` held nothing of this batch to clip. "
+        "Clip after `loss.backward()` and before `optimizer.step()`."
+    ),
+    "clip-after-step": (
+        "Your code clips the gradients after `optimizer.step()`: the step had already used "
+        "them unclipped, and the clipped ones are never used. Clip after `loss.backward()` and "
+        "before `optimizer.step()`."
+    ),
+    "clip-by-value": (
+        "Your code clips each gradient value on its own (`clip_grad_value_`), so the gradient "
+        "changes direction and its norm is not `max_norm`. Clip by the norm of all the "
+        "gradients together: `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`."
+    ),
     "not-started": (
         "Nothing of the exercise is done yet, so nothing is scored. Make the changes the "
         "exercise asks for and submit again."
@@ -237,6 +252,11 @@ ABOUT_STEPS: frozenset[Diagnosis] = frozenset(
 )  # fmt: skip
 ABOUT_MICRO_BATCHES: frozenset[Diagnosis] = frozenset(
     {"wrong-loss-scaling", "step-per-microbatch", "zero-grad-inside-accumulation"}
+)
+# The codes about clipping the gradients: on an exercise whose cases do not clip, no model gives
+# them, and a declared bug that did is told in neutral words.
+ABOUT_CLIPPING: frozenset[Diagnosis] = frozenset(
+    {"missing-clip", "clip-after-step", "clip-by-value"}
 )
 # The lesson's order closes what is said of a training loop's calls.
 WITH_ORDER: frozenset[Diagnosis] = frozenset(
@@ -304,6 +324,19 @@ ERROR_CONCEPTS = {
         "Call `backward()` once per forward pass."
     ),
 }
+# What "correct" says on the exercises whose task is more than the lesson's loop.
+CORRECT_BY_EXERCISE: dict[str, str] = {
+    "adam-step": (
+        "Your step clears the old gradients, computes this batch's with `backward()`, then "
+        "steps Adam once. Every update, and Adam's state after it (`exp_avg`, `exp_avg_sq`, "
+        "`step`), matched the reference."
+    ),
+    "clip-gradients": (
+        "Your step clears the old gradients, computes this batch's with `backward()`, clips "
+        "them to `max_norm` with `clip_grad_norm_`, then steps. Every update matched the "
+        "reference."
+    ),
+}
 
 
 def error_concept(message: str) -> str:
@@ -328,9 +361,16 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     # micro-batches: no word about a step, or about micro-batches, is true of them.
     steps = kind_of(exercise).steps
     micro_batches = any(spec.micro_batches for spec in exercise.cases)
-    if (code in ABOUT_STEPS and not steps) or (code in ABOUT_MICRO_BATCHES and not micro_batches):
+    clipping = any(spec.max_norm is not None for spec in exercise.cases)
+    if (
+        (code in ABOUT_STEPS and not steps)
+        or (code in ABOUT_MICRO_BATCHES and not micro_batches)
+        or (code in ABOUT_CLIPPING and not clipping)
+    ):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
+    if code == "correct" and exercise.id in CORRECT_BY_EXERCISE:
+        return CORRECT_BY_EXERCISE[exercise.id]
     replay = kind_of(exercise).replay
     if replay is not None and not replay.per_call:
         text = WHOLE_LOOP_WORDS.get(code, text)

@@ -107,10 +107,50 @@ def build_case(spec: dict[str, Any]) -> Case:
     if spec.get("stale_grads"):
         model.weight.grad = torch.randn(model.weight.shape, generator=generator)
         model.bias.grad = torch.randn(model.bias.shape, generator=generator)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=float(spec["lr"]), momentum=float(spec.get("momentum", 0.0))
-    )
+    optimizer = build_optimizer(list(model.parameters()), spec)
     return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), inputs=inputs)
+
+
+def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> torch.optim.Optimizer:
+    """The `torch.optim` optimizer a case declares (graders/optimizers.py validates the fields).
+
+    The one place it is built: in the sandbox, and by the grader for its own references.
+    """
+    name, lr = spec.get("optimizer", "sgd"), float(spec["lr"])
+    weight_decay = float(spec.get("weight_decay") or 0.0)
+    if name == "sgd":
+        return torch.optim.SGD(
+            parameters,
+            lr=lr,
+            momentum=float(spec.get("momentum") or 0.0),
+            dampening=float(spec.get("dampening") or 0.0),
+            nesterov=bool(spec.get("nesterov")),
+            weight_decay=weight_decay,
+        )
+    if name not in ("adam", "adamw"):
+        raise ValueError(f"no optimizer {name!r}")
+    beta1, beta2 = spec.get("betas") or (0.9, 0.999)
+    return (torch.optim.Adam if name == "adam" else torch.optim.AdamW)(
+        parameters,
+        lr=lr,
+        betas=(float(beta1), float(beta2)),
+        eps=float(spec.get("eps") or 1e-8),
+        weight_decay=weight_decay,
+        amsgrad=bool(spec.get("amsgrad")),
+    )
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer, parameter: torch.Tensor) -> Record:
+    """What the optimizer keeps for one parameter after a call (graders.optimizers.STATE_FIELDS)."""
+    state = optimizer.state.get(parameter, {})
+    step = state.get("step")
+    return {
+        "momentum": values_of(state.get("momentum_buffer")),
+        "exp_avg": values_of(state.get("exp_avg")),
+        "exp_avg_sq": values_of(state.get("exp_avg_sq")),
+        "max_exp_avg_sq": values_of(state.get("max_exp_avg_sq")),
+        "opt_step": None if step is None else number_of(step),
+    }
 
 
 def values_of(tensor: Any) -> Any:

@@ -14,7 +14,7 @@ import torch
 
 from graders import harness
 from graders.diagnosis import explanations
-from graders.exercises import CaseSpec, Exercise, Variant
+from graders.exercises import Exercise, Variant
 from graders.explanation import Traces
 from graders.grading import (
     Failure,
@@ -27,6 +27,7 @@ from graders.grading import (
 from graders.judging import batch_of, case_data, close_values, loss_and_gradients, same_trace
 from graders.kinds import kind_of
 from graders.mutation import Mutant, reference_mutants
+from graders.optimizers import declared_optimizer
 from graders.report import GradeReport
 from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
@@ -194,13 +195,6 @@ def _better_explained(
     ]
 
 
-def declared_optimizer(spec: CaseSpec, parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
-    """The optimizer a case declares, built here from its fields (never from the harness)."""
-    if spec.optimizer == "sgd":
-        return torch.optim.SGD(parameters, lr=spec.lr, momentum=spec.momentum)
-    raise AssertionError(f"no optimizer {spec.optimizer!r}")
-
-
 def reference_against_optimizer(exercise: Exercise, reference: Traces) -> list[str]:
     """For a kind that steps: the reference's weights after every iteration against those one
     step of the declared optimizer makes on the iteration's batch, computed here. A reference
@@ -216,6 +210,8 @@ def reference_against_optimizer(exercise: Exercise, reference: Traces) -> list[s
         for iteration in range(kind.replay.iterations(spec)):
             x, y = batch_of(data.inputs[iteration % spec.steps])
             _, weight.grad, bias.grad = loss_and_gradients(weight, bias, x, y)
+            if spec.max_norm is not None:
+                torch.nn.utils.clip_grad_norm_([weight, bias], spec.max_norm)
             optimizer.step()
             if iteration >= len(records) or not (
                 close_values(records[iteration]["weight"], weight)
@@ -224,8 +220,7 @@ def reference_against_optimizer(exercise: Exercise, reference: Traces) -> list[s
                 return [
                     f"{exercise.folder}/{exercise.solution_file}: after iteration "
                     f"{iteration + 1} of case {spec.id} the reference's weights are not one step "
-                    f"of the declared optimizer ({spec.optimizer}, lr {spec.lr:g}, momentum "
-                    f"{spec.momentum:g}) on that batch: make the solution zero, backward and "
-                    "step once per batch"
+                    f"of the declared optimizer ({spec.describe_optimizer()}) on that batch: "
+                    "make the solution zero, backward and step once per batch"
                 ]
     return []

@@ -135,6 +135,8 @@ def _run_call(loop: _Loop, ops: Sequence[str], micro: list[Any], forward: Forwar
             index = len(losses)
             losses.append(pending[index] if pending else loop.loss_of(groups[index]))
             loop.backward(losses[-1], weight)
+            if loop.spec.max_norm is not None:  # a case that clips: the loop clips as it should
+                torch.nn.utils.clip_grad_norm_(loop.model.parameters(), loop.spec.max_norm)
     if loop.numbers.update_by_hand:
         loop.update_by_hand()
     first_pass = len(micro) if len(groups) > 1 else 1

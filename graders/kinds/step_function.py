@@ -23,9 +23,9 @@ from graders.harness import (
     Record,
     build_case,
     number_of,
+    optimizer_state,
     parameters_of,
     type_name,
-    values_of,
 )
 from graders.judging import (
     CaseFindings,
@@ -43,6 +43,7 @@ from graders.judging import (
     within_tolerance,
 )
 from graders.kind import ExerciseKind
+from graders.optimizers import STATE_FIELDS, declared_optimizer, load_state
 from graders.replay import PER_CALL
 from graders.report import PlotSeries
 from graders.trace import PARAMETERS, CaseTrace, TraceShape
@@ -59,12 +60,12 @@ def record_steps(function: Callable[..., Any], spec: dict[str, Any], records: li
             returned = function(model, optimizer, case.loss_fn, arguments)
         else:
             x, y = given
-            returned = function(model, optimizer, case.loss_fn, x.clone(), y.clone())
-        buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
+            extra = () if spec.get("max_norm") is None else (float(spec["max_norm"]),)
+            returned = function(model, optimizer, case.loss_fn, x.clone(), y.clone(), *extra)
         records.append(
             {
                 **parameters_of(model),
-                "momentum": values_of(buffer),
+                **optimizer_state(optimizer, model.weight),
                 "loss": number_of(returned),
                 "loss_type": type_name(returned),
                 "calls": recorder.take(),
@@ -79,7 +80,7 @@ def records_per_case(spec: CaseSpec) -> int:
 TRACE = TraceShape(
     record_fields={
         **PARAMETERS,
-        "momentum": "matrix?",
+        **STATE_FIELDS,
         "loss": "number",
         "loss_type": "text",
         "calls": "calls",
@@ -95,6 +96,7 @@ CHECKS = {
     "fresh-gradients": "After every call `.grad` holds this call's gradient alone, not a sum.",
     "update-uses-current-batch": "Every update is one step on this call's gradient.",
     "loss-returned": "Every call returned its loss before the update, as a float.",
+    "optimizer-state": "After every call the optimizer's state equals the reference loop's.",
 }
 
 
@@ -110,6 +112,8 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         at = f"In {findings.where()}, call {index + 1}"
         x, y = batch_of(data.inputs[index])
         loss, weight_grad, bias_grad = loss_and_gradients(weight, bias, x, y)
+        if spec.max_norm is not None:
+            weight_grad, bias_grad = clipped(spec.max_norm, weight_grad, bias_grad)
         new_weight, new_bias = as_tensor(record["weight"]), as_tensor(record["bias"])
 
         if torch.equal(new_weight, weight) and torch.equal(new_bias, bias):
@@ -133,10 +137,11 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
                 (new_weight, new_bias),
                 (weight_grad, bias_grad),
                 held_grad,
-                reference,
+                reference.records[index - 1] if index else None,
                 matched_reference,
             )
             matched_reference = False
+        _judge_state(findings, at, record, expected)
 
         holds_this_batch = close_values(record["weight_grad"], weight_grad) and close_values(
             record["bias_grad"], bias_grad
@@ -170,38 +175,100 @@ def _judge_update(
     after: tuple[torch.Tensor, torch.Tensor],
     gradients: tuple[torch.Tensor, torch.Tensor],
     held_grad: Any,
-    reference: CaseTrace,
+    previous: dict[str, Any] | None,
     matched_reference: bool,
 ) -> bool:
-    """Judge one step's update on its own, from the learner's weights before it.
+    """Judge one step's update on its own: a fresh optimizer of the declared type, loaded with
+    the state it holds before the step (`previous`: the reference's record of the call before),
+    stepped here on this call's gradient (clipped, when the case clips).
 
-    Plain SGD needs nothing but those weights. With momentum the update also depends on the
-    optimizer's buffer, which is known (the reference's) only while the learner's weights
-    matched the reference's; after they part, weights-match has failed and this step is not
-    judged here. Returns whether the update was right (or not judged).
+    A stateless optimizer (plain SGD) needs nothing but the learner's weights. A stateful one
+    is judged only while the learner's weights matched the reference's, from the reference's
+    state: the learner's own may be empty (an update written by hand never steps the
+    optimizer), and a state that differs is the optimizer-state check's. Its state is recorded
+    for the weight only, so only the weight is judged. Returns whether the update was right
+    (or not judged).
     """
-    (weight, bias), (new_weight, new_bias), (weight_grad, bias_grad) = before, after, gradients
-    if spec.momentum:
-        if not matched_reference:
-            return True
-        previous = reference.records[index - 1]["momentum"] if index else None
-        buffer = (
-            weight_grad if previous is None else spec.momentum * as_tensor(previous) + weight_grad
-        )
-        # The bias's buffer is not recorded; the weight's is enough to tell a stale update.
-        if close(new_weight, weight - spec.lr * buffer):
-            return True
-        expected_weight = weight - spec.lr * buffer
-    else:
-        expected_weight = weight - spec.lr * weight_grad
-        if close(new_weight, expected_weight) and close(new_bias, bias - spec.lr * bias_grad):
-            return True
+    weight, (new_weight, new_bias) = before[0], after
+    if spec.stateful and not matched_reference:
+        return True
+    expected_weight, expected_bias = one_step(spec, before, gradients, previous)
+    if close(new_weight, expected_weight) and (spec.stateful or close(new_bias, expected_bias)):
+        return True
     findings.fail(
         "update-uses-current-batch",
         f"{at}: the update is not one step on this call's gradient. "
         + _describe_update(weight, new_weight, expected_weight, spec, held_grad),
     )
     return False
+
+
+def one_step(
+    spec: CaseSpec,
+    before: tuple[torch.Tensor, torch.Tensor],
+    gradients: tuple[torch.Tensor, torch.Tensor],
+    state: dict[str, Any] | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight and bias after one step of the declared optimizer, from `state` (a record's
+    optimizer fields; None before the first step), on the given gradients."""
+    weight, bias = (tensor.clone() for tensor in before)
+    optimizer = declared_optimizer(spec, [weight, bias])
+    if state is not None:
+        load_state(optimizer, weight, state)
+    weight.grad, bias.grad = (gradient.clone() for gradient in gradients)
+    optimizer.step()
+    return weight, bias
+
+
+def clipped(
+    max_norm: float, weight_grad: torch.Tensor, bias_grad: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients as `clip_grad_norm_` leaves them: scaled together to at most `max_norm`."""
+    weight, bias = torch.zeros_like(weight_grad), torch.zeros_like(bias_grad)
+    weight.grad, bias.grad = weight_grad.clone(), bias_grad.clone()
+    torch.nn.utils.clip_grad_norm_([weight, bias], max_norm)
+    return weight.grad, bias.grad
+
+
+# The optimizer's state fields, in the learner's words.
+_STATE_NAMES = {
+    "momentum": "the momentum buffer",
+    "exp_avg": "`exp_avg` (the running mean of the gradients)",
+    "exp_avg_sq": "`exp_avg_sq` (the running mean of their squares)",
+    "max_exp_avg_sq": "`max_exp_avg_sq`",
+}
+
+
+def _judge_state(
+    findings: CaseFindings, at: str, record: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    """The optimizer's state after the call against the reference loop's: a second step, or a
+    step on a zeroed or summed gradient, shows in it even where the weights hide it."""
+    if record["opt_step"] != expected["opt_step"]:
+        steps, expected_steps = int(record["opt_step"] or 0), int(expected["opt_step"] or 0)
+        findings.fail(
+            "optimizer-state",
+            f"{at}: after it the optimizer counts {steps} steps in all, the reference loop's "
+            f"{expected_steps}: one step() per call, on this call's gradient.",
+        )
+        return
+    for name, words in _STATE_NAMES.items():
+        mine, theirs = record[name], expected[name]
+        if (mine is None) != (theirs is None) or not (
+            mine is None or close(as_tensor(mine), as_tensor(theirs))
+        ):
+            detail = (
+                "it is missing"
+                if mine is None
+                else "it should not be there"
+                if theirs is None
+                else difference(name, as_tensor(mine), as_tensor(theirs))
+            )
+            findings.fail(
+                "optimizer-state",
+                f"{at}: the optimizer's {words} differs from the reference loop's: {detail}.",
+            )
+            return
 
 
 def _describe_update(
@@ -215,7 +282,7 @@ def _describe_update(
     moved = new_weight - weight
     if not bool(moved.any()):
         return "The weights did not move: the optimizer stepped with no gradient."
-    if not spec.momentum and held_grad is not None:
+    if not spec.stateful and held_grad is not None:
         stale = -spec.lr * as_tensor(held_grad)
         if close(moved, stale):
             return (

@@ -1,4 +1,4 @@
-"""The whole unit: five exercises, each proven sound, each accepting the usual correct styles.
+"""The whole unit: every exercise, each proven sound, each accepting the usual correct styles.
 
 Correct styles and known bugs are judged in this process (`judge_source`: the same tracing,
 parsing and judging as grade(), without the sandbox's cold start); a few go through the real
@@ -324,6 +324,71 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
     },
 }
 
+# Adam changes nothing of how a step is written: every style of train-step is right with it.
+CORRECT_STYLES["adam-step"] = dict(CORRECT_STYLES["train-step"])
+CORRECT_STYLES["clip-gradients"] = {
+    "clip_grad_norm_ imported": """
+        from torch.nn.utils import clip_grad_norm_
+
+        def train_step(model, optimizer, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+            return loss.item()
+    """,
+    "model.zero_grad and a named norm type": """
+        import torch
+
+        def train_step(model, optimizer, loss_fn, x, y, max_norm):
+            model.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm, norm_type=2)
+            optimizer.step()
+            return float(loss)
+    """,
+    "the optimizer's parameters": """
+        import torch
+
+        def train_step(model, optimizer, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            parameters = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+            optimizer.step()
+            return loss.item()
+    """,
+    "clipped by hand": """
+        import torch
+
+        def train_step(model, optimizer, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+            scale = min(1.0, max_norm / (float(norm) + 1e-6))
+            for p in model.parameters():
+                p.grad.mul_(scale)
+            optimizer.step()
+            return loss.item()
+    """,
+    "the norm kept and the loss taken first": """
+        import torch
+
+        def train_step(model, optimizer, loss_fn, x, y, max_norm):
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            total_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            assert total_norm >= 0
+            optimizer.step()
+            return loss.item()
+    """,
+}
+
 
 # The same update from one backward() over every micro-batch at once: the numbers are right, but
 # nothing accumulated, which is what the exercise asks for (and what saves the memory).
@@ -536,7 +601,7 @@ def test_check_exercises_rejects_a_reference_that_steps_twice(tmp_path: Path) ->
     problems = prove(load_exercise(folder))
     assert problems == [
         f"{folder}/solution.py: after iteration 1 of case basic the reference's weights are not "
-        "one step of the declared optimizer (sgd, lr 0.1, momentum 0) on that batch: make the "
+        "one step of the declared optimizer (sgd, lr 0.1) on that batch: make the "
         "solution zero, backward and step once per batch"
     ]
 

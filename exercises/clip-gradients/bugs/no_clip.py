@@ -1,0 +1,6 @@
+def train_step(model, optimizer, loss_fn, x, y, max_norm):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
