@@ -301,10 +301,24 @@ def remove_override_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    confirmed: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
+    """First says what removing the override does to the counted score, as setting one does;
+    removes it once confirmed."""
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
+        if confirmed != "yes":
+            if submission.override_score is None:
+                raise OverrideRejected("this submission has no override to remove")
+            context = submission_context(request, session, viewer, submission_id)
+            preview = {
+                "removing": True,
+                "score": f"{submission.override_score:g}",
+                "change": counted_change(session, submission, None),
+                "list_query": list_query,
+            }
+            return render(request, viewer, "submission.html", {**context, "preview": preview})
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
         return submission_refused(
