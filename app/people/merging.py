@@ -68,9 +68,7 @@ def merge_accounts(session: Session, *, keep: User, duplicate: User) -> MergeRep
     # Before empty_account, which deletes the tokens still on the duplicate.
     report.tokens = _moved(
         session,
-        update(PersonalToken)
-        .where(PersonalToken.user_id == duplicate.id)
-        .values(user_id=keep.id),
+        update(PersonalToken).where(PersonalToken.user_id == duplicate.id).values(user_id=keep.id),
     )
     old_email = duplicate.email
     empty_account(

@@ -534,7 +534,7 @@ def regrade_page(
     )
 
 
-def _parse_due(value: str, timezone: str) -> datetime | None:
+def parse_due(value: str, timezone: str) -> datetime | None:
     """A datetime-local value in the browser's time zone (UTC without JavaScript)."""
     if not value.strip():
         return None
@@ -661,7 +661,7 @@ def _sent_fields(
             raise CourseError("choose what happens after the due date, and what counts") from None
         values = {
             "assigned": assigned,
-            "due_at": _parse_due(due_at, timezone),
+            "due_at": parse_due(due_at, timezone),
             "late_policy": late,
             "late_penalty_percent_per_day": penalty,
             "scoring_policy": scoring,
