@@ -21,6 +21,7 @@ from app.courses.counted import score_cell
 from app.courses.membership import AssignedExercise, assignment_of
 from app.errors import AppError
 from app.models import Assignment, Extension, Submission, User
+from app.outbox import ScoreChange, report_score_change
 
 # Bounds that catch a typo (an extra zero) rather than express a policy.
 MAX_ATTEMPTS = 1000
@@ -56,6 +57,7 @@ class ExtensionChange:
     changes: list[str]
     counted_before: float | None
     counted_after: float | None
+    latest_submission_id: str | None  # the learner's, to send a changed counted score on
 
     @property
     def counted_sentence(self) -> str:
@@ -96,15 +98,20 @@ def extension_change(
         )
     theirs = list(
         session.scalars(
-            select(Submission).where(
+            select(Submission)
+            .where(
                 Submission.course_id == course_id,
                 Submission.exercise_id == exercise_id,
                 Submission.user_id == learner.id,
             )
+            .order_by(Submission.created_at)
         )
     )
     return ExtensionChange(
-        changes, score_cell(before, theirs).score, score_cell(after, theirs).score
+        changes,
+        score_cell(before, theirs).score,
+        score_cell(after, theirs).score,
+        theirs[-1].id if theirs else None,
     )
 
 
@@ -162,6 +169,9 @@ def set_extension(
             counted_after=change.counted_after,
         )
     session.flush()
+    if change.counted_before != change.counted_after and change.latest_submission_id:
+        # The LMS holds the counted score: it is sent again, as after an override.
+        report_score_change(session, ScoreChange.EXTENDED, change.latest_submission_id)
     return change
 
 
