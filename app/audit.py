@@ -35,6 +35,8 @@ class AuditAction(enum.StrEnum):
     SITE_ROLE_CHANGED = "account.site-role"
     ACCOUNT_DELETED = "account.deleted"
     ACCOUNTS_MERGED = "account.merged"
+    LIMITS_SET = "limits.set"
+    EXTENSION_SET = "extension.set"
 
 
 def record_event(
@@ -225,6 +227,21 @@ def _assignment_set(said: Said) -> str:
     ) + (f" ({changed} counted score{'s' if changed != 1 else ''} changed)" if changed else "")
 
 
+def _changes(said: Said) -> str:
+    changes = said.details.get("changes")
+    return "; ".join(map(str, changes)) if isinstance(changes, list) else "changed"
+
+
+def _extension_set(said: Said) -> str:
+    details = said.details
+    before, after = details.get("counted_before"), details.get("counted_after")
+    counted = f"; counted score {_number(before)} → {_number(after)}" if before != after else ""
+    return (
+        f"{said.who} changed {details.get('learner', 'a learner')}'s terms for "
+        f"{said.exercise}: {_changes(said)}{counted}"
+    )
+
+
 SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     AuditAction.OVERRIDE_SET: _override_set,
     AuditAction.OVERRIDE_REMOVED: _override_removed,
@@ -232,6 +249,8 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     AuditAction.REGRADE_EXERCISE: _regrade_exercise,
     AuditAction.REGRADE_DRY_RUN: _regrade_dry_run,
     AuditAction.ASSIGNMENT_SET: _assignment_set,
+    AuditAction.LIMITS_SET: lambda said: f"{said.who} set {said.exercise}: {_changes(said)}",
+    AuditAction.EXTENSION_SET: _extension_set,
     AuditAction.ASSIGNMENT_REMOVED: lambda said: (
         f"{said.who} took {said.exercise} out of the course"
     ),

@@ -630,8 +630,8 @@ def _add_course_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     regrade.add_argument(
         "--reason",
         choices=[reason.value for reason in RegradeReason],
-        default=RegradeReason.GRADER_UPDATED.value,
-        help="what the learners are told (default: grader-updated)",
+        required=True,  # as on the web form: the instructor says why, nothing is assumed
+        help="what the learners are told",
     )
     add_data_dir(regrade)
     regrade.set_defaults(run=cmd_regrade)

@@ -250,6 +250,10 @@ class Assignment(Base):
             "late_penalty_percent_per_day >= 0 AND late_penalty_percent_per_day <= 100",
             name="late_penalty_percent",
         ),
+        CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts"),
+        CheckConstraint(
+            "time_limit_minutes IS NULL OR time_limit_minutes >= 1", name="time_limit_minutes"
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -260,6 +264,10 @@ class Assignment(Base):
     late_penalty_percent_per_day: Mapped[float] = mapped_column(Float, default=0.0)
     scoring_policy: Mapped[str] = mapped_column(String(16), default=ScoringPolicy.BEST)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # Submissions a learner may make (None: no limit); an extension adds to it per learner.
+    max_attempts: Mapped[int | None] = mapped_column(Integer)
+    # A timed attempt: minutes from the learner's first open of the exercise (None: untimed).
+    time_limit_minutes: Mapped[int | None] = mapped_column(Integer)
 
 
 class ApiKey(Base):
@@ -569,3 +577,25 @@ class HintOpen(Base):
     diagnosis: Mapped[str] = mapped_column(String(64))
     level: Mapped[int] = mapped_column(Integer)  # from 1
     opened_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class Extension(Base):
+    """One learner's own terms for one exercise of a course, given by an instructor: a later
+    due date, more attempts, more minutes of a timed attempt. Each change is audited."""
+
+    __tablename__ = "extensions"
+    __table_args__ = (
+        UniqueConstraint("course_id", "exercise_id", "user_id"),
+        CheckConstraint("extra_attempts >= 0", name="extra_attempts"),
+        CheckConstraint("extra_minutes >= 0", name="extra_minutes"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    course_id: Mapped[str] = mapped_column(ForeignKey("courses.id"))
+    exercise_id: Mapped[str] = mapped_column(String(100))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    due_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: the course's
+    extra_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    extra_minutes: Mapped[int] = mapped_column(Integer, default=0)
+    granted_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"))
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

@@ -98,6 +98,7 @@ class ScoreChange(enum.StrEnum):
 
     GRADED = "graded"  # a grade was stored, by whichever process graded it
     OVERRIDDEN = "overridden"  # an instructor set or removed an override
+    EXTENDED = "extended"  # an extension moved the learner's due date (late penalties)
 
 
 # What a score change makes the outbox send: each listener adds the messages it needs (the LTI

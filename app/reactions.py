@@ -21,6 +21,7 @@ from app.lti import ags, webhooks
 SCORE_LISTENERS: dict[outbox.ScoreChange, tuple[outbox.ScoreListener, ...]] = {
     outbox.ScoreChange.GRADED: (ags.send_score_to_lms, webhooks.send_to_webhooks),
     outbox.ScoreChange.OVERRIDDEN: (ags.send_score_to_lms,),
+    outbox.ScoreChange.EXTENDED: (ags.send_score_to_lms,),
 }
 DELIVERY_KINDS: dict[str, outbox.Deliver] = {
     ags.LTI_SCORE_KIND: ags.deliver_lti_score,

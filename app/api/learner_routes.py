@@ -58,7 +58,11 @@ _token_errors: dict[int | str, dict[str, object]] = {
 }
 _submit_errors: dict[int | str, dict[str, object]] = {
     **_token_errors,
-    403: {"model": ErrorOut, "description": "The course locks this exercise after its due date."},
+    403: {
+        "model": ErrorOut,
+        "description": "Closed for this learner: locked after their due date, their attempts "
+        "used up, or their time for a timed exercise run out (`detail` says which).",
+    },
     404: {"model": ErrorOut, "description": "Not your course, or the course does not set it."},
     413: {"model": ErrorOut, "description": "The code or file is over the size limit."},
     422: {"model": ErrorOut, "description": "Unknown exercise, unusable file, syntax error."},
@@ -81,7 +85,10 @@ def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
         state=cell.state,
         score=cell.score,
         attempts=cell.attempts,
-        due_at=assigned.assignment.due_at,
+        due_at=assigned.due_at,
+        due_extended=assigned.due_extended,
+        max_attempts=assigned.max_attempts,
+        time_limit_minutes=assigned.time_limit_minutes,
     )
 
 
@@ -93,7 +100,7 @@ def read_my_exercises(session: SessionDep, holder: TokenHolderDep) -> Response:
     practice_cells = learner_cells(session, practice, course_id=None, user_id=user.id)
     courses = []
     for mine in courses_of(session, user):
-        assigned = assignments_of(session, mine.course.id)
+        assigned = assignments_of(session, mine.course.id, user.id)
         cells = learner_cells(session, assigned, course_id=mine.course.id, user_id=user.id)
         courses.append(
             CourseExercisesOut(
@@ -186,7 +193,7 @@ def _accept_mine(
     assigned = None
     if course_id is not None:
         course, _ = require_member(session, user, course_id)
-        assigned = assignment_of(session, course.id, exercise_id)
+        assigned = assignment_of(session, course.id, exercise_id, user.id)
     return accept_submission(
         session,
         settings,
@@ -196,7 +203,7 @@ def _accept_mine(
         upload=upload,
         user_id=user.id,
         course_id=course_id,
-        assignment=assigned.assignment if assigned else None,
+        assigned=assigned,
         client_address=client_address(request),
         # The web form's owner: a retry is matched whichever surface the learner used.
         idempotency=Idempotency.from_header(f"user:{user.id}", idempotency_key),

@@ -46,7 +46,22 @@ class ExerciseStateOut(BaseModel):
     state: str = Field(description="not-tried, tried or solved.")
     score: float | None = Field(description="What counts; null while nothing graded counts.")
     attempts: int
-    due_at: datetime | None = None
+    due_at: datetime | None = Field(
+        default=None, description="Your due date: the course's, or yours when it was extended."
+    )
+    due_extended: bool = Field(
+        default=False, description="True when your instructor moved your due date."
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        description="Submissions you may make (with any extra ones given to you); null: no "
+        "limit. Beyond it a submission is refused with 403.",
+    )
+    time_limit_minutes: int | None = Field(
+        default=None,
+        description="A timed exercise: minutes from your first open of it (with any extra "
+        "given to you); null: untimed. After it a submission is refused with 403.",
+    )
 
 
 class CourseExercisesOut(BaseModel):

@@ -47,7 +47,11 @@ _auth_errors: dict[int | str, dict[str, object]] = {
 }
 _submit_errors: dict[int | str, dict[str, object]] = {
     **_auth_errors,
-    403: {"model": ErrorOut, "description": "The course locks this exercise after its due date."},
+    403: {
+        "model": ErrorOut,
+        "description": "Closed for this learner: locked after their due date, their attempts "
+        "used up, or their time for a timed exercise run out (`detail` says which).",
+    },
     429: {
         "model": ErrorOut,
         "description": "The learner reached the submission rate limit; see `Retry-After`.",
@@ -212,10 +216,10 @@ def _accept(
     code: str = "",
     upload: Upload | None = None,
 ) -> Accepted:
-    assignment = None
+    assigned = None
     if api_key.course_id is not None:
         try:
-            assignment = assignment_of(session, api_key.course_id, exercise_id).assignment
+            assigned = assignment_of(session, api_key.course_id, exercise_id)
         except NotFound:
             known = ", ".join(a.id for a in assignments_of(session, api_key.course_id))
             raise SubmissionRejected(
@@ -231,7 +235,7 @@ def _accept(
         upload=upload,
         api_key_id=api_key.id,
         course_id=api_key.course_id,
-        assignment=assignment,
+        assigned=assigned,
         idempotency=Idempotency.from_header(f"api-key:{api_key.id}", idempotency_key),
     )
 

@@ -4,7 +4,8 @@ One rule, used by the course page, the gradebook and its CSV and JSON, grade pas
 API, and said in the result, the history and the submission page:
 - each graded submission counts a value: the instructor's override of it if there is one;
   otherwise its score after the late penalty (`late_penalty_percent_per_day` per started day
-  after the due date, up to 100%); under the lock policy a late submission counts nothing;
+  after the learner's due date, up to 100%: the course's, or their own when an extension moved
+  it); under the lock policy a late submission counts nothing;
 - under the "best" policy the highest value counts (of equals, the earliest); under "latest"
   the latest submission's value. So under "best" submitting again, or an override of an older
   attempt, never lowers the counted score; an override of the counted attempt can.
@@ -88,7 +89,7 @@ def submission_standing(
     """What a submission counts; None while it has no graded score."""
     if submission.status != SubmissionStatus.GRADED or submission.score is None:
         return None
-    due_at = assigned.assignment.due_at
+    due_at = assigned.due_at  # the learner's own, when an extension moved it
     late_by = submission.created_at - due_at if due_at and submission.created_at > due_at else None
     days = late_days(submission.created_at, due_at)
     late = (late_by or timedelta(0), days)

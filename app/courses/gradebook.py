@@ -10,7 +10,7 @@ import io
 import statistics
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select
@@ -30,6 +30,7 @@ from app.courses.membership import (
     NotFound,
     assignment_of,
     assignments_of,
+    extensions_of,
     members,
 )
 from app.grading.submissions import submissions_of
@@ -129,11 +130,15 @@ def learner_rows(
             if user is not None:
                 people.append((key, f"{user.name} (left)", user.email, user.id))
 
+    extensions = extensions_of(session, course.id)
     rows = []
     for key, name, email, user_id in people:
         mine = by_learner.get(key, [])
         cells = [
-            score_cell(assigned, [s for s in mine if s.exercise_id == assigned.id])
+            score_cell(
+                replace(assigned, extension=extensions.get((user_id or "", assigned.id))),
+                [s for s in mine if s.exercise_id == assigned.id],
+            )
             for assigned in exercises
         ]
         rows.append(LearnerRow(key, name, email, user_id, cells))
@@ -458,15 +463,17 @@ def practice_cells(
 
 
 def assigned_exercise_of(session: Session, submission: Submission) -> AssignedExercise | None:
-    """The exercise as the submission's course sets it (practice's policy outside a course);
-    None when the exercise is no longer installed."""
+    """The exercise as the submission's course sets it for its learner (their extension
+    too; practice's policy outside a course); None when the exercise is no longer installed."""
     try:
         exercise = get_exercise(submission.exercise_id)
     except UnknownExercise:
         return None
     if submission.course_id is not None:
         try:
-            return assignment_of(session, submission.course_id, submission.exercise_id)
+            return assignment_of(
+                session, submission.course_id, submission.exercise_id, submission.user_id
+            )
         except NotFound:
             pass  # taken out of the course: its submissions count as practice would
     return practice_assignment(exercise)
@@ -477,10 +484,11 @@ def standings_of(
 ) -> dict[str, tuple[Standing | None, str | None]]:
     """What each submission counts and why, in words for the learner (None: as graded), by
     submission id. Each course's policy is read once."""
-    policies: dict[tuple[str | None, str], AssignedExercise | None] = {}
+    policies: dict[tuple[str | None, str, str | None], AssignedExercise | None] = {}
     out = {}
     for submission in submissions:
-        key = (submission.course_id, submission.exercise_id)
+        # Per learner too: an extension moves one learner's due date.
+        key = (submission.course_id, submission.exercise_id, submission.user_id)
         if key not in policies:
             policies[key] = assigned_exercise_of(session, submission)
         assigned = policies[key]

@@ -19,6 +19,7 @@ from app.models import (
     Course,
     CourseRole,
     Enrolment,
+    Extension,
     LatePolicy,
     ScoringPolicy,
     SiteRole,
@@ -210,30 +211,78 @@ def members(session: Session, course_id: str, role: CourseRole) -> list[User]:
 
 @dataclass(frozen=True)
 class AssignedExercise:
-    """An exercise as set in a course."""
+    """An exercise as set in a course; with an extension, as set for that one learner
+    (app/courses/extensions.py)."""
 
     exercise: Exercise
     assignment: Assignment
+    extension: Extension | None = None
 
     @property
     def id(self) -> str:
         return self.exercise.id
 
+    @property
+    def due_at(self) -> datetime | None:
+        """The due date that counts: the learner's own when an extension moved it."""
+        if self.extension is not None and self.extension.due_at is not None:
+            return self.extension.due_at
+        return self.assignment.due_at
 
-def assignments_of(session: Session, course_id: str) -> list[AssignedExercise]:
-    """The course's exercises in the unit's order (an exercise no longer installed is left out)."""
+    @property
+    def due_extended(self) -> bool:
+        return self.extension is not None and self.extension.due_at is not None
+
+    @property
+    def max_attempts(self) -> int | None:
+        """Submissions the learner may make; None: no limit."""
+        limit = self.assignment.max_attempts
+        if limit is None:
+            return None
+        return limit + (self.extension.extra_attempts if self.extension else 0)
+
+    @property
+    def time_limit_minutes(self) -> int | None:
+        """Minutes from the learner's first open; None: untimed."""
+        limit = self.assignment.time_limit_minutes
+        if limit is None:
+            return None
+        return limit + (self.extension.extra_minutes if self.extension else 0)
+
+
+def assignments_of(
+    session: Session, course_id: str, learner_id: str | None = None
+) -> list[AssignedExercise]:
+    """The course's exercises in the unit's order (an exercise no longer installed is left out);
+    with `learner_id` (an account), as set for that learner: with their extensions."""
+    extensions = extensions_of(session, course_id, learner_id) if learner_id else {}
     assigned = []
     for assignment in session.scalars(select(Assignment).where(Assignment.course_id == course_id)):
         try:
-            assigned.append(AssignedExercise(get_exercise(assignment.exercise_id), assignment))
+            exercise = get_exercise(assignment.exercise_id)
         except UnknownExercise:
             continue
+        extension = extensions.get((learner_id or "", exercise.id))
+        assigned.append(AssignedExercise(exercise, assignment, extension))
     return sorted(assigned, key=lambda a: a.exercise.position)
 
 
-def assignment_of(session: Session, course_id: str, exercise_id: str) -> AssignedExercise:
-    """One exercise of the course; NotFound when the course does not set it."""
-    for assigned in assignments_of(session, course_id):
+def extensions_of(
+    session: Session, course_id: str, learner_id: str | None = None
+) -> dict[tuple[str, str], Extension]:
+    """The course's extensions (only one learner's with `learner_id`) by (user id, exercise)."""
+    query = select(Extension).where(Extension.course_id == course_id)
+    if learner_id is not None:
+        query = query.where(Extension.user_id == learner_id)
+    return {(e.user_id, e.exercise_id): e for e in session.scalars(query)}
+
+
+def assignment_of(
+    session: Session, course_id: str, exercise_id: str, learner_id: str | None = None
+) -> AssignedExercise:
+    """One exercise of the course (for `learner_id`: with their extension); NotFound when the
+    course does not set it."""
+    for assigned in assignments_of(session, course_id, learner_id):
         if assigned.id == exercise_id:
             return assigned
     raise NotFound(f"This course does not set the exercise “{exercise_id}”.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select, update
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 import graders
 from app.audit import AuditAction, record_event
 from app.courses.counted import Cell, score_cell
-from app.courses.membership import AssignedExercise
+from app.courses.membership import AssignedExercise, extensions_of
 from app.db import SessionFactory
 from app.grading.regrades import submissions_to_regrade
 from app.grading.submissions import queue_for_grading
@@ -280,13 +280,18 @@ def dry_run_report(
         ):
             if learner_of(submission) in affected:
                 theirs.setdefault(learner_of(submission), []).append(submission)
+    extensions = extensions_of(session, course_id)
     learners = []
     for mine in sorted(theirs.values(), key=lambda rows: rows[0].learner):
+        theirs_assigned = replace(
+            assigned, extension=extensions.get((mine[0].user_id or "", assigned.id))
+        )
         after_rows = [
             _with_new_result(s, new_by_submission[s.id]) if s.id in new_by_submission else s
             for s in mine
         ]
-        before, after = score_cell(assigned, mine), score_cell(assigned, after_rows)
+        before = score_cell(theirs_assigned, mine)
+        after = score_cell(theirs_assigned, after_rows)
         if (before.score, before.state) != (after.score, after.state):
             learners.append(LearnerChange(mine[0].learner, before, after))
     return DryRunReport(

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from app.courses.membership import AssignedExercise
 from app.grading.submissions import (
     CodeTooLarge,
     SubmissionLimits,
@@ -26,7 +27,7 @@ from app.grading.submissions import (
     check_code,
     create_submission,
 )
-from app.models import Assignment, IdempotencyKey, Submission, utc_now
+from app.models import IdempotencyKey, Submission, utc_now
 from app.rate_limits import RateLimit
 from app.settings import Settings
 from graders.harness import compile_submission
@@ -91,7 +92,7 @@ def accept_submission(
     api_key_id: str | None = None,
     user_id: str | None = None,
     course_id: str | None = None,
-    assignment: Assignment | None = None,
+    assigned: AssignedExercise | None = None,
     idempotency: Idempotency | None = None,
     client_address: str | None = None,
     personal_token_id: str | None = None,
@@ -123,7 +124,7 @@ def accept_submission(
         api_key_id=api_key_id,
         user_id=user_id,
         course_id=course_id,
-        assignment=assignment,
+        assigned=assigned,
         limits=submission_limits(settings),
         client_address=client_address,
         upload_filename=filename,

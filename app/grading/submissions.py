@@ -9,10 +9,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, Update, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.courses.attempts import note_first_open
+from app.courses.membership import AssignedExercise
 from app.errors import AppError
 from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
 from app.models import (
-    Assignment,
+    ExerciseOpen,
     LatePolicy,
     Regrade,
     Submission,
@@ -63,6 +65,12 @@ class AssignmentClosed(SubmissionRejected):
 
     status_code = 403
     title = "Closed"
+
+
+class AttemptsUsedUp(AssignmentClosed):
+    """The learner made every submission the exercise allows them."""
+
+    title = "No attempts left"
 
 
 class TooManySubmissions(SubmissionRejected):
@@ -169,14 +177,87 @@ def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_pract
         )
 
 
-def check_open(assignment: Assignment | None, now: datetime) -> None:
-    """Raise AssignmentClosed when the exercise is locked after a due date that has passed."""
-    if assignment is None or assignment.due_at is None:
+@dataclass(frozen=True)
+class LearnerLimits:
+    """Where one learner stands against an exercise's attempt limit and timed attempt."""
+
+    attempts_made: int  # submissions stored, but not those the server failed to grade
+    max_attempts: int | None
+    ends_at: datetime | None  # when a timed attempt's time runs out; None: untimed or not opened
+
+    @property
+    def attempts_left(self) -> int | None:
+        if self.max_attempts is None:
+            return None
+        return max(0, self.max_attempts - self.attempts_made)
+
+
+def learner_limits(
+    session: Session, assigned: AssignedExercise, *, user_id: str | None, learner: str
+) -> LearnerLimits:
+    """`assigned` is the exercise as set for this learner (with their extension)."""
+    course_id = assigned.assignment.course_id
+    made = 0
+    if assigned.max_attempts is not None:
+        mine = (
+            Submission.user_id == user_id
+            if user_id is not None
+            else and_(Submission.user_id.is_(None), Submission.learner == learner)
+        )
+        made = (
+            session.scalar(
+                select(func.count())
+                .select_from(Submission)
+                .where(
+                    Submission.course_id == course_id,
+                    Submission.exercise_id == assigned.id,
+                    Submission.status != SubmissionStatus.ERROR,
+                    mine,
+                )
+            )
+            or 0
+        )
+    ends_at = None
+    minutes = assigned.time_limit_minutes
+    if minutes is not None and user_id is not None:
+        opened_at = session.scalar(
+            select(ExerciseOpen.opened_at).where(
+                ExerciseOpen.course_id == course_id,
+                ExerciseOpen.exercise_id == assigned.id,
+                ExerciseOpen.user_id == user_id,
+            )
+        )
+        if opened_at is not None:
+            ends_at = opened_at + timedelta(minutes=minutes)
+    return LearnerLimits(made, assigned.max_attempts, ends_at)
+
+
+def check_open(
+    assigned: AssignedExercise | None, now: datetime, limits: LearnerLimits | None = None
+) -> None:
+    """Raise AssignmentClosed when the exercise is locked after the learner's due date, or
+    their time or attempts (`limits`) are used up."""
+    if assigned is None:
         return
-    if assignment.late_policy == LatePolicy.LOCK and now > assignment.due_at:
+    due_at = assigned.due_at
+    if due_at is not None and assigned.assignment.late_policy == LatePolicy.LOCK and now > due_at:
         raise AssignmentClosed(
-            f"This exercise was due {assignment.due_at:%Y-%m-%d %H:%M} UTC and is now closed: "
+            f"This exercise was due {due_at:%Y-%m-%d %H:%M} UTC"
+            f"{' (extended for you)' if assigned.due_extended else ''} and is now closed: "
             "the course accepts no late submissions."
+        )
+    if limits is None:
+        return
+    if limits.attempts_left == 0:
+        raise AttemptsUsedUp(
+            f"You have made all {limits.max_attempts} submissions this exercise allows you. "
+            "Ask your instructor if you need more attempts."
+        )
+    if limits.ends_at is not None and now > limits.ends_at:
+        raise AssignmentClosed(
+            f"Your time for this timed exercise ran out at {limits.ends_at:%Y-%m-%d %H:%M} UTC "
+            f"({assigned.time_limit_minutes} minutes from when you first opened it). "
+            "Ask your instructor if you need more time."
         )
 
 
@@ -214,7 +295,7 @@ def create_submission(
     api_key_id: str | None = None,
     user_id: str | None = None,
     course_id: str | None = None,
-    assignment: Assignment | None = None,
+    assigned: AssignedExercise | None = None,
     limits: SubmissionLimits | None = None,
     client_address: str | None = None,
     upload_filename: str | None = None,
@@ -226,9 +307,11 @@ def create_submission(
     The code's text (size, NUL, Unicode) is checked once, before this, by the one intake path
     (`app.grading.intake.accept_submission`).
 
-    In a course, `assignment` is the exercise as the course sets it (its lock after the due
-    date applies); `limits` caps the learner's submissions (TooManySubmissions) and the queue
-    (QueueFull). `client_address` (pages only) is kept with anonymous practice, to limit it.
+    In a course, `assigned` is the exercise as the course sets it for this learner (with their
+    extension): its lock after the due date, its attempt limit and its timed attempt apply (a
+    learner whose open of the exercise was not recorded starts the clock now). `limits` caps
+    the learner's submissions (TooManySubmissions) and the queue (QueueFull).
+    `client_address` (pages only) is kept with anonymous practice, to limit it.
     """
     try:
         exercise = get_exercise(exercise_id)
@@ -252,7 +335,18 @@ def create_submission(
     if hidden is not None:
         # Instructors' pages show the id: it must not hide or reorder what is around it.
         raise SubmissionRejected(f"learner contains {hidden}, which does not show; remove it")
-    check_open(assignment, utc_now())
+    if assigned is not None:
+        if assigned.time_limit_minutes is not None and user_id is not None:
+            note_first_open(
+                session,
+                course_id=assigned.assignment.course_id,
+                exercise_id=assigned.id,
+                user_id=user_id,
+            )
+        learner_standing = learner_limits(session, assigned, user_id=user_id, learner=learner)
+        # Two submissions sent at once may both pass the attempt limit: each is checked
+        # against those committed before it, which is enough for a limit set to teach.
+        check_open(assigned, utc_now(), learner_standing)
     limits = limits or SubmissionLimits()
     anonymous_practice = user_id is None and course_id is None and api_key_id is None
     check_rate(

@@ -80,7 +80,9 @@ def score_message(session: Session, submission: Submission) -> dict[str, Any] | 
         return None
     if link.lineitem_url is None and LINEITEM_SCOPE not in (link.ags_scopes or []):
         return None
-    assigned = assignment_of(session, submission.course_id, submission.exercise_id)
+    assigned = assignment_of(
+        session, submission.course_id, submission.exercise_id, submission.user_id
+    )
     (cell,) = learner_cells(
         session, [assigned], course_id=submission.course_id, user_id=submission.user_id
     )

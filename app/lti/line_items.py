@@ -406,7 +406,6 @@ def reconcile_course(
         assert link.lineitem_url is not None and link.exercise_id is not None
         platform = session.get(LtiPlatform, context.platform_id)
         assert platform is not None
-        assigned = assignment_of(session, course_id, link.exercise_id)
         results = {
             r.user_id: r
             for r in read_results(session, sealing, tokens, platform, link.lineitem_url)
@@ -417,6 +416,8 @@ def reconcile_course(
             .where(LtiUser.platform_id == platform.id)
         ).all()
         for subject, user in learners:
+            # As set for this learner: an extension moves their due date.
+            assigned = assignment_of(session, course_id, link.exercise_id, user.id)
             (cell,) = learner_cells(session, [assigned], course_id=course_id, user_id=user.id)
             result = results.pop(subject, None)
             if result is None and cell.score is None:

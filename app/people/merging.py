@@ -1,5 +1,7 @@
 """Two accounts of one person merged into the one kept: everything of the duplicate moves to it,
-and the duplicate is emptied and disabled (its row stays: the audit log names it).
+and the duplicate is emptied and disabled (its row stays: the audit log names it). Its
+personal tokens move too, so a command-line client or notebook set up with one keeps working,
+now acting for the kept account.
 
 Conflicts are resolved and reported: both enrolled in one course keeps one enrolment, with
 the higher role; both with a draft of one exercise keeps the newer draft.
@@ -14,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
 from app.lti.models import LtiUser
-from app.models import CourseRole, Draft, Enrolment, Submission, User
+from app.models import CourseRole, Draft, Enrolment, PersonalToken, Submission, User
 from app.people.accounts import AccountError
 from app.people.deletion import empty_account
 
@@ -28,12 +30,14 @@ class MergeReport:
     enrolments: int = 0
     drafts: int = 0
     lti_links: int = 0
+    tokens: int = 0
     conflicts: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         moved = (
             f"moves {self.submissions} submissions, {self.enrolments} enrolments, "
-            f"{self.drafts} drafts, {self.overrides} overrides given, {self.lti_links} LMS links"
+            f"{self.drafts} drafts, {self.overrides} overrides given, {self.lti_links} LMS links, "
+            f"{self.tokens} personal tokens"
         )
         return [moved, *self.conflicts]
 
@@ -60,6 +64,11 @@ def merge_accounts(session: Session, *, keep: User, duplicate: User) -> MergeRep
     report.lti_links = _moved(
         session,
         update(LtiUser).where(LtiUser.user_id == duplicate.id).values(user_id=keep.id),
+    )
+    # Before empty_account, which deletes the tokens still on the duplicate.
+    report.tokens = _moved(
+        session,
+        update(PersonalToken).where(PersonalToken.user_id == duplicate.id).values(user_id=keep.id),
     )
     old_email = duplicate.email
     empty_account(

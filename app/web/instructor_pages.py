@@ -309,10 +309,24 @@ def remove_override_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    confirmed: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
+    """First says what removing the override does to the counted score, as setting one does;
+    removes it once confirmed."""
     user, submission = reviewable_submission(session, viewer, submission_id)
     try:
+        if confirmed != "yes":
+            if submission.override_score is None:
+                raise OverrideRejected("this submission has no override to remove")
+            context = submission_context(request, session, viewer, submission_id)
+            preview = {
+                "removing": True,
+                "score": f"{submission.override_score:g}",
+                "change": counted_change(session, submission, None),
+                "list_query": list_query,
+            }
+            return render(request, viewer, "submission.html", {**context, "preview": preview})
         remove_override(session, submission, by=user)
     except OverrideRejected as exc:
         return submission_refused(
@@ -528,7 +542,7 @@ def regrade_page(
     )
 
 
-def _parse_due(value: str, timezone: str) -> datetime | None:
+def parse_due(value: str, timezone: str) -> datetime | None:
     """A datetime-local value in the browser's time zone (UTC without JavaScript)."""
     if not value.strip():
         return None
@@ -667,7 +681,7 @@ def _sent_fields(
             raise CourseError("choose what happens after the due date, and what counts") from None
         values = {
             "assigned": assigned,
-            "due_at": _parse_due(due_at, timezone),
+            "due_at": parse_due(due_at, timezone),
             "late_policy": late,
             "late_penalty_percent_per_day": penalty,
             "scoring_policy": scoring,

@@ -38,6 +38,7 @@ from app.grading.submissions import (
     SubmissionRejected,
     check_open,
     get_submission,
+    learner_limits,
     submissions_of,
 )
 from app.models import Course, CourseRole, Submission, User, utc_now
@@ -90,7 +91,7 @@ def _unit(
     """The exercises in the unit's order with this learner's state on each."""
     user_id = viewer.user.id if viewer.user else None
     if course is not None:
-        exercises = assignments_of(session, course.id)
+        exercises = assignments_of(session, course.id, user_id)
         cells = learner_cells(session, exercises, course_id=course.id, user_id=user_id)
     else:
         exercises = [practice_assignment(e) for e in list_exercises()]
@@ -115,12 +116,15 @@ def exercise_context(
     code: str,
 ) -> dict[str, Any]:
     limit = submission_limits(settings).per_learner
-    closed = False
+    closed = ""  # why no submission is accepted here now, said on the page
+    limits = None
     if assigned is not None:
+        user = signed_in_user(viewer)  # a course's page is for its members
+        limits = learner_limits(session, assigned, user_id=user.id, learner=user.email)
         try:
-            check_open(assigned.assignment, utc_now())
-        except AssignmentClosed:
-            closed = True
+            check_open(assigned, utc_now(), limits)
+        except AssignmentClosed as exc:
+            closed = str(exc)
     recent = submissions_of(
         session,
         user_id=viewer.user.id if viewer.user else None,
@@ -143,6 +147,8 @@ def exercise_context(
         "recent": recent,
         "rate_limit": limit.describe("submission") if limit and limit.count > 0 else None,
         "closed": closed,
+        "limits": limits,
+        "now": utc_now(),
         "max_upload_kib": settings.max_upload_bytes // 1024,
         # Practice: the courses of the learner's that set this exercise, where it would count.
         "in_courses": (
@@ -265,7 +271,7 @@ def course_exercise_page(
 ) -> HTMLResponse:
     user = signed_in_user(viewer)
     course, role = require_member(session, user, course_id)
-    assigned = assignment_of(session, course.id, exercise_id)
+    assigned = assignment_of(session, course.id, exercise_id, user.id)
     if role == CourseRole.LEARNER:
         note_first_open(session, course_id=course.id, exercise_id=assigned.id, user_id=user.id)
     opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
@@ -305,7 +311,7 @@ def _submit(
             upload=Upload(file.filename, file.file) if file is not None and file.filename else None,
             user_id=user.id if user else None,
             course_id=course.id if course else None,
-            assignment=assigned.assignment if assigned else None,
+            assigned=assigned,
             client_address=client_address(request),
             # The page's script sends one per click, so a retried post makes one submission.
             idempotency=Idempotency.from_header(
@@ -467,7 +473,7 @@ def submit_in_course(
         return _session_ended(request, session, ended)
     user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
-    assigned = assignment_of(session, course.id, exercise_id)
+    assigned = assignment_of(session, course.id, exercise_id, user.id)
     return _submit(
         request,
         session,
@@ -493,9 +499,7 @@ def course_home(
     upcoming = [
         assigned
         for assigned, cell in unit
-        if assigned.assignment.due_at is not None
-        and assigned.assignment.due_at >= now
-        and cell.state != "solved"
+        if assigned.due_at is not None and assigned.due_at >= now and cell.state != "solved"
     ]
     mine = submissions_of(session, user_id=user.id, course_id=course.id)
     changes = changed_by_regrade(session, [s.id for s in mine])
@@ -515,7 +519,7 @@ def course_home(
             "is_instructor": role == CourseRole.INSTRUCTOR,
             "unit": unit,
             "progress": progress_of([cell for _, cell in unit]),
-            "next_due": min(upcoming, key=lambda a: a.assignment.due_at or now, default=None),
+            "next_due": min(upcoming, key=lambda a: a.due_at or now, default=None),
             "scoring_policies": sorted({a.assignment.scoring_policy for a, _ in unit}),
             "now": now,
         },

@@ -261,8 +261,16 @@ def test_regrade_refuses_what_it_cannot_regrade_in_one_line(tmp_path: Path) -> N
     }
     for (course_id, exercise, by), reason in refusals.items():
         regrade = loopgrade(
-            "regrade", "--course", course_id, "--exercise", exercise, "--by", by, data_dir=tmp_path
-        )
+            "regrade", "--course", course_id, "--exercise", exercise, "--by", by,
+            "--reason", "grader-updated", data_dir=tmp_path,
+        )  # fmt: skip
         assert regrade.returncode == 1, regrade.stderr
         last_line = regrade.stderr.strip().splitlines()[-1]
         assert last_line.startswith("loopgrade: ") and reason in last_line, regrade.stderr
+    # The reason has no default, as on the web form: without one argparse says which are known.
+    unsaid = loopgrade(
+        "regrade", "--course", join_code, "--exercise", EXERCISE, "--by", "tess@example.org",
+        data_dir=tmp_path,
+    )  # fmt: skip
+    assert unsaid.returncode == 2
+    assert "the following arguments are required: --reason" in unsaid.stderr

@@ -321,7 +321,8 @@ def test_override_wins_until_removed_and_regrade_keeps_the_old_result(
     # The override still wins over the new graded score, until removed.
     assert table_rows(teacher.get(f"/courses/{course_id}/gradebook").text)[0][3] == "8"
     removed = teacher.post(
-        f"{page_path}/override/remove", data={"csrf_token": token_of(teacher.get(page_path))}
+        f"{page_path}/override/remove",
+        data={"csrf_token": token_of(teacher.get(page_path)), "confirmed": "yes"},
     )
     assert removed.status_code == 303
     assert table_rows(teacher.get(f"/courses/{course_id}/gradebook").text)[0][3] == "10"

@@ -11,7 +11,7 @@ import httpx
 
 from app.audit import SENTENCES, AuditAction
 from app.db import SessionFactory
-from app.models import SiteRole, utc_now
+from app.models import SiteRole, Submission, utc_now
 from tests.app.conftest import EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in
 from tests.servers import HTTP_TIMEOUT_SECONDS
@@ -86,10 +86,25 @@ def test_the_audit_log_reads_as_sentences_naming_the_learner(
         },
     )
     assert set_it.status_code == 303
-    removed = teacher.post(
+    # Removing it first says what it does to the counted score, and removes nothing yet.
+    asked = teacher.post(
         f"/submissions/{submission_id}/override/remove", data={"csrf_token": token[1]}
     )
+    assert asked.status_code == 200
+    assert "This changes the counted score from 7 to 4." in asked.text
+    assert 'name="confirmed" value="yes"' in asked.text
+    with sessions() as session:
+        assert session.get_one(Submission, submission_id).override_score == 7
+    removed = teacher.post(
+        f"/submissions/{submission_id}/override/remove",
+        data={"csrf_token": token[1], "confirmed": "yes"},
+    )
     assert removed.status_code == 303
+    # Nothing left to remove: said on the page, not a 500.
+    again = teacher.post(
+        f"/submissions/{submission_id}/override/remove", data={"csrf_token": token[1]}
+    )
+    assert again.status_code == 422 and "no override to remove" in again.text
     log = html.unescape(" ".join(teacher.get(f"/courses/{course_id}/audit").text.split()))
     assert (
         "Tess overrode Alice's One training step: zero, backward, step score 4 → 7: "

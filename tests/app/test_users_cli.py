@@ -12,6 +12,7 @@ from app.db import SessionFactory
 from app.lti.models import LtiUser
 from app.lti.platforms import add_platform
 from app.models import AuditEvent, Draft, Enrolment, SiteRole, Submission, User, utc_now
+from app.people.tokens import authenticate, create_personal_token
 from app.settings import Settings
 from tests.app.conftest import EXERCISE, loopgrade
 from tests.app.people import PASSWORD, graded, make_course, make_user, sign_in, token_of
@@ -130,6 +131,9 @@ def test_merge_reports_first_then_moves_everything_and_resolves_conflicts(
             jwks_url="https://lms.example.edu/jwks",
         )
         session.add(LtiUser(platform_id=platform.id, subject="sub-1", user_id=duplicate))
+        _, secret = create_personal_token(
+            session, session.get_one(User, duplicate), name="laptop", lifetime_days=30, max_days=30
+        )
         now = utc_now()
         session.add(
             Draft(
@@ -155,6 +159,7 @@ def test_merge_reports_first_then_moves_everything_and_resolves_conflicts(
     )
     assert dry.returncode == 0, dry.stderr
     assert "Dry run" in dry.stdout and "moves 1 submissions" in dry.stdout
+    assert "1 personal tokens" in dry.stdout
     assert "both were enrolled in course" in dry.stdout
     assert f"both had a draft of {EXERCISE}" in dry.stdout
     with sessions() as session:
@@ -185,6 +190,8 @@ def test_merge_reports_first_then_moves_everything_and_resolves_conflicts(
             == 1
         )
         assert session.scalars(select(Draft.code)).all() == ["newer"]
+        # The duplicate's token now acts for the kept account: its client keeps working.
+        assert authenticate(session, secret).user.id == kept
         gone = session.get(User, duplicate)
         assert gone is not None and gone.disabled_at is not None
         assert gone.email.endswith("@merged.invalid")

@@ -192,6 +192,17 @@ def test_regrade_override_review_and_audit(
     assert_accessible_basics(page)
     screenshot(page, "desktop-submission-override")
 
+    # Removing it says what it does to the counted score first; cancelled, it stays.
+    page.get_by_role("button", name="Remove override…").click()
+    expect(page.locator(".confirm-override")).to_contain_text(
+        "This changes the counted score from 7 to 4."
+    )
+    expect(page.get_by_role("button", name="Confirm removal")).to_be_visible()
+    assert_accessible_basics(page)
+    page.locator(".confirm-override").get_by_role("link", name="Cancel").click()
+    expect(page.locator("#result .score-value")).to_have_text("7 / 10")
+    expect(nav).to_contain_text("Submission 2 of 3")
+
     page.goto(f"{course_url}/audit")
     expect(page.locator(".audit-log li").first).to_contain_text(
         "Tess Teacher overrode Bob Brown's One training step: zero, backward, step score "

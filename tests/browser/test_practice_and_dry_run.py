@@ -102,6 +102,11 @@ def run_dry_run(page: Page, course_id: str) -> None:
     status = page.locator("#result .status")
     expect(status).to_contain_text("1 of 1 graded: done", timeout=GRADING_MS)
     expect(status).to_contain_text("1 would change. Nothing was stored.")
+    # Only the status line is said, once finished; the tables are read where they are.
+    expect(page.locator("#result-announcement")).to_have_text(
+        "1 of 1 graded: done; 1 would change. Nothing was stored."
+    )
+    assert page.locator("#result[aria-live], #result [aria-live]").count() == 0
     expect(page.locator(".dry-run-learners tbody tr")).to_have_count(1)
     expect(page.locator(".dry-run-learners tbody tr td").last).to_have_text("10")
 
@@ -150,5 +155,15 @@ def test_framed_by_another_origin(
         )
         assert_no_axe_violations(teacher.frames[1])
         screenshot(teacher, "framed-regrade-dry-run")
+
+        # The regrade for real: its progress page says its status line alone, once finished.
+        frame.get_by_role("link", name="Regrade for real…").click()
+        frame.get_by_label("The grader was corrected").check()
+        frame.get_by_role("button", name="Regrade 1 submission").click()
+        expect(frame.locator("#result-announcement")).to_have_text(
+            "1 of 1 regraded: done; 1 changed.", timeout=GRADING_MS
+        )
+        assert frame.locator("#result[aria-live], #result [aria-live]").count() == 0
+        assert_no_axe_violations(teacher.frames[1])
     learner.context.close()
     teacher.context.close()

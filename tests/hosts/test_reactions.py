@@ -194,7 +194,7 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     cli_env = {k: v for k, v in {**os.environ, **host_env}.items() if k != "LOOPGRADE_BROKER_URL"}
     regrade = subprocess.run(
         [sys.executable, "-m", "app.cli", "regrade", "--course", event["course_id"],
-         "--exercise", "train-step", "--by", INSTRUCTOR],
+         "--exercise", "train-step", "--by", INSTRUCTOR, "--reason", "grader-updated"],
         cwd=REPO, env=cli_env, capture_output=True, text=True, timeout=WAIT_SECONDS,
     )  # fmt: skip
     assert regrade.returncode == 0, regrade.stderr

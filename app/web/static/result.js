@@ -12,7 +12,9 @@
 //   Where the stream cannot be had, it asks for the result every few seconds instead.
 //   The submission page's live region says the same as the exercise page's: each state, then
 //   the headline only.
-// - Other live sections (data-poll, a regrade in progress) are fetched again every half second.
+// - Other live sections (data-poll, a regrade or its dry run in progress) are fetched again
+//   every half second; the page's live region says their status line once they finish, not
+//   every count on the way nor the tables.
 // The editor is window.loopgradeEditor when present (getValue, setValue, markLine, clearMarks,
 // focus), the textarea otherwise.
 "use strict";
@@ -216,12 +218,15 @@
         holder.innerHTML = await response.text();
         const fresh = holder.querySelector("[data-poll]");
         if (fresh) {
-          // Update in place: screen readers announce changes inside an existing live region.
           section.className = fresh.className;
           section.dataset.finished = fresh.dataset.finished;
           section.innerHTML = fresh.innerHTML;
           document.dispatchEvent(new CustomEvent("loopgrade:updated", { detail: section }));
-          if (fresh.dataset.finished === "true") return;
+          if (fresh.dataset.finished === "true") {
+            const line = section.querySelector(".status");
+            if (line) announce(line.textContent.replace(/\s+/g, " ").trim());
+            return;
+          }
         }
       }
     } catch (error) {
