@@ -4,7 +4,9 @@ personal tokens move too, so a command-line client or notebook set up with one k
 now acting for the kept account.
 
 Conflicts are resolved and reported: both enrolled in one course keeps one enrolment, with
-the higher role; both with a draft of one exercise keeps the newer draft.
+the higher role; both with a draft of one exercise keeps the newer draft; both having opened
+one exercise keeps the earlier open (a timed attempt's clock started then); both given an
+extension of one exercise keeps the kept account's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
 from app.lti.models import LtiUser
-from app.models import CourseRole, Draft, Enrolment, PersonalToken, Submission, User
+from app.models import (
+    CourseRole,
+    DiagnosisReport,
+    Draft,
+    Enrolment,
+    ExerciseOpen,
+    Extension,
+    HintOpen,
+    PersonalToken,
+    Submission,
+    User,
+)
 from app.people.accounts import AccountError
 from app.people.deletion import empty_account
 
@@ -31,13 +44,14 @@ class MergeReport:
     drafts: int = 0
     lti_links: int = 0
     tokens: int = 0
+    extensions: int = 0
     conflicts: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         moved = (
             f"moves {self.submissions} submissions, {self.enrolments} enrolments, "
             f"{self.drafts} drafts, {self.overrides} overrides given, {self.lti_links} LMS links, "
-            f"{self.tokens} personal tokens"
+            f"{self.tokens} personal tokens, {self.extensions} extensions"
         )
         return [moved, *self.conflicts]
 
@@ -49,6 +63,11 @@ def merge_accounts(session: Session, *, keep: User, duplicate: User) -> MergeRep
     report = MergeReport()
     _merge_enrolments(session, keep, duplicate, report)
     _merge_drafts(session, keep, duplicate, report)
+    _merge_opens(session, keep, duplicate, report)
+    _merge_extensions(session, keep, duplicate, report)
+    # The hints opened and the diagnoses reported are the person's record: they follow it.
+    for table in (HintOpen, DiagnosisReport):
+        session.execute(update(table).where(table.user_id == duplicate.id).values(user_id=keep.id))
     report.submissions = _moved(
         session,
         update(Submission)
@@ -135,4 +154,41 @@ def _merge_drafts(session: Session, keep: User, duplicate: User, report: MergeRe
             f"both had a draft of {draft.exercise_id} in {where}: the newer one kept"
         )
         session.delete(draft)
+    session.flush()
+
+
+def _merge_opens(session: Session, keep: User, duplicate: User, report: MergeReport) -> None:
+    kept = {
+        (o.course_id, o.exercise_id): o
+        for o in session.scalars(select(ExerciseOpen).where(ExerciseOpen.user_id == keep.id))
+    }
+    for opened in session.scalars(
+        select(ExerciseOpen).where(ExerciseOpen.user_id == duplicate.id)
+    ).all():
+        ours = kept.get((opened.course_id, opened.exercise_id))
+        if ours is None:
+            opened.user_id = keep.id
+            continue
+        ours.opened_at = min(ours.opened_at, opened.opened_at)
+        session.delete(opened)
+    session.flush()
+
+
+def _merge_extensions(session: Session, keep: User, duplicate: User, report: MergeReport) -> None:
+    kept = {
+        (e.course_id, e.exercise_id)
+        for e in session.scalars(select(Extension).where(Extension.user_id == keep.id))
+    }
+    for extension in session.scalars(
+        select(Extension).where(Extension.user_id == duplicate.id)
+    ).all():
+        if (extension.course_id, extension.exercise_id) not in kept:
+            extension.user_id = keep.id
+            report.extensions += 1
+            continue
+        report.conflicts.append(
+            f"both had an extension of {extension.exercise_id} in course {extension.course_id}: "
+            "the kept account's kept"
+        )
+        session.delete(extension)
     session.flush()

@@ -11,7 +11,18 @@ from app.audit import AuditAction
 from app.db import SessionFactory
 from app.lti.models import LtiUser
 from app.lti.platforms import add_platform
-from app.models import AuditEvent, Draft, Enrolment, SiteRole, Submission, User, utc_now
+from app.models import (
+    AuditEvent,
+    Draft,
+    Enrolment,
+    ExerciseOpen,
+    Extension,
+    HintOpen,
+    SiteRole,
+    Submission,
+    User,
+    utc_now,
+)
 from app.people.tokens import authenticate, create_personal_token
 from app.settings import Settings
 from tests.app.conftest import EXERCISE, loopgrade
@@ -153,6 +164,35 @@ def test_merge_reports_first_then_moves_everything_and_resolves_conflicts(
                 updated_at=now,
             )
         )
+        # Both opened the exercise: the earlier open (the duplicate's) is the one kept. Both
+        # were given an extension: the kept account's stays. The hint opened follows the person.
+        session.add(
+            ExerciseOpen(course_id=course_id, exercise_id=EXERCISE, user_id=kept, opened_at=now)
+        )
+        session.add(
+            ExerciseOpen(
+                course_id=course_id,
+                exercise_id=EXERCISE,
+                user_id=duplicate,
+                opened_at=now - timedelta(days=2),
+            )
+        )
+        for user_id, extra in ((kept, 1), (duplicate, 5)):
+            session.add(
+                Extension(
+                    course_id=course_id, exercise_id=EXERCISE, user_id=user_id, extra_attempts=extra
+                )
+            )
+        session.add(
+            HintOpen(
+                user_id=duplicate,
+                course_id=course_id,
+                exercise_id=EXERCISE,
+                submission_id=submission,
+                diagnosis="missing-zero-grad",
+                level=1,
+            )
+        )
 
     dry = loopgrade(
         "users", "merge", "ada@example.org", "ada.l@example.org", data_dir=settings.data_dir
@@ -162,6 +202,7 @@ def test_merge_reports_first_then_moves_everything_and_resolves_conflicts(
     assert "1 personal tokens" in dry.stdout
     assert "both were enrolled in course" in dry.stdout
     assert f"both had a draft of {EXERCISE}" in dry.stdout
+    assert f"both had an extension of {EXERCISE}" in dry.stdout
     with sessions() as session:
         assert session.get(Submission, submission).user_id == duplicate  # type: ignore[union-attr]
         assert session.scalars(select(AuditEvent)).all() == []
@@ -190,6 +231,11 @@ def test_merge_reports_first_then_moves_everything_and_resolves_conflicts(
             == 1
         )
         assert session.scalars(select(Draft.code)).all() == ["newer"]
+        opens = session.scalars(select(ExerciseOpen)).all()
+        assert [(o.user_id, o.opened_at < now - timedelta(days=1)) for o in opens] == [(kept, True)]
+        extensions = session.scalars(select(Extension)).all()
+        assert [(e.user_id, e.extra_attempts) for e in extensions] == [(kept, 1)]
+        assert session.scalars(select(HintOpen.user_id)).all() == [kept]
         # The duplicate's token now acts for the kept account: its client keeps working.
         assert authenticate(session, secret).user.id == kept
         gone = session.get(User, duplicate)
