@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+import app.cli
 from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
@@ -114,9 +118,45 @@ def loopgrade(
     *args: str,
     data_dir: Path | None = None,
     env: dict[str, str] | None = None,
-    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `loopgrade` command (as `python -m app.cli`, whether or not it is installed)."""
+    """Run a `loopgrade` command in this process (`app.cli.main`), as the command would run:
+    its environment (`env` over this process's), its stdout, stderr and exit status. A process
+    of its own would start Python and import the app afresh, seconds per command; commands
+    about the process itself (serve's sockets) use `loopgrade_process`."""
+    environment = {**os.environ, **(env or {})}
+    if data_dir is not None:
+        environment["LOOPGRADE_DATA_DIR"] = str(data_dir)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environment)
+    # A root logger with no handler, as in a new process: the command's configure_logging()
+    # then logs to its stderr here (pytest's own handlers come back after).
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        with redirect_stdout(stdout), redirect_stderr(stderr):
+            try:
+                returncode = app.cli.main(list(args))
+            except SystemExit as exit:  # argparse's errors, a command's exit
+                returncode = exit.code if isinstance(exit.code, int) else 1
+                if isinstance(exit.code, str):
+                    print(exit.code, file=sys.stderr)
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(
+        ["loopgrade", *args], returncode, stdout.getvalue(), stderr.getvalue()
+    )
+
+
+def loopgrade_process(
+    *args: str, data_dir: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `loopgrade` command in a process of its own (as `python -m app.cli`)."""
     environment = {**os.environ, **(env or {})}
     if data_dir is not None:
         environment["LOOPGRADE_DATA_DIR"] = str(data_dir)
@@ -126,7 +166,7 @@ def loopgrade(
         env=environment,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=120,
     )
 
 
