@@ -114,6 +114,14 @@ def wait_until_finished(
         time.sleep(0.1)
 
 
+def command_environment(data_dir: Path | None, env: dict[str, str] | None) -> dict[str, str]:
+    """What a `loopgrade` command's environment has over this process's."""
+    changes = dict(env or {})
+    if data_dir is not None:
+        changes["LOOPGRADE_DATA_DIR"] = str(data_dir)
+    return changes
+
+
 def loopgrade(
     *args: str,
     data_dir: Path | None = None,
@@ -123,31 +131,29 @@ def loopgrade(
     its environment (`env` over this process's), its stdout, stderr and exit status. A process
     of its own would start Python and import the app afresh, seconds per command; commands
     about the process itself (serve's sockets) use `loopgrade_process`."""
-    environment = {**os.environ, **(env or {})}
-    if data_dir is not None:
-        environment["LOOPGRADE_DATA_DIR"] = str(data_dir)
     stdout, stderr = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(environment)
     # A root logger with no handler, as in a new process: the command's configure_logging()
     # then logs to its stderr here (pytest's own handlers come back after).
     root = logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
     root.handlers.clear()
     try:
-        with redirect_stdout(stdout), redirect_stderr(stderr):
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            redirect_stdout(stdout),
+            redirect_stderr(stderr),
+        ):
+            for name, value in command_environment(data_dir, env).items():
+                patch.setenv(name, value)
             try:
                 returncode = app.cli.main(list(args))
             except SystemExit as exit:  # argparse's errors, a command's exit
-                returncode = exit.code if isinstance(exit.code, int) else 1
+                returncode = exit.code if isinstance(exit.code, int) else int(bool(exit.code))
                 if isinstance(exit.code, str):
                     print(exit.code, file=sys.stderr)
     finally:
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
-        os.environ.clear()
-        os.environ.update(saved)
     return subprocess.CompletedProcess(
         ["loopgrade", *args], returncode, stdout.getvalue(), stderr.getvalue()
     )
@@ -157,13 +163,10 @@ def loopgrade_process(
     *args: str, data_dir: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the `loopgrade` command in a process of its own (as `python -m app.cli`)."""
-    environment = {**os.environ, **(env or {})}
-    if data_dir is not None:
-        environment["LOOPGRADE_DATA_DIR"] = str(data_dir)
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
         cwd=REPO,
-        env=environment,
+        env={**os.environ, **command_environment(data_dir, env)},
         capture_output=True,
         text=True,
         timeout=120,
