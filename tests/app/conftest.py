@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+import app.cli
 from app.api.keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
@@ -110,23 +114,62 @@ def wait_until_finished(
         time.sleep(0.1)
 
 
+def command_environment(data_dir: Path | None, env: dict[str, str] | None) -> dict[str, str]:
+    """What a `loopgrade` command's environment has over this process's."""
+    changes = dict(env or {})
+    if data_dir is not None:
+        changes["LOOPGRADE_DATA_DIR"] = str(data_dir)
+    return changes
+
+
 def loopgrade(
     *args: str,
     data_dir: Path | None = None,
     env: dict[str, str] | None = None,
-    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `loopgrade` command (as `python -m app.cli`, whether or not it is installed)."""
-    environment = {**os.environ, **(env or {})}
-    if data_dir is not None:
-        environment["LOOPGRADE_DATA_DIR"] = str(data_dir)
+    """Run a `loopgrade` command in this process (`app.cli.main`), as the command would run:
+    its environment (`env` over this process's), its stdout, stderr and exit status. A process
+    of its own would start Python and import the app afresh, seconds per command; commands
+    about the process itself (serve's sockets) use `loopgrade_process`."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    # A root logger with no handler, as in a new process: the command's configure_logging()
+    # then logs to its stderr here (pytest's own handlers come back after).
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            redirect_stdout(stdout),
+            redirect_stderr(stderr),
+        ):
+            for name, value in command_environment(data_dir, env).items():
+                patch.setenv(name, value)
+            try:
+                returncode = app.cli.main(list(args))
+            except SystemExit as exit:  # argparse's errors, a command's exit
+                returncode = exit.code if isinstance(exit.code, int) else int(bool(exit.code))
+                if isinstance(exit.code, str):
+                    print(exit.code, file=sys.stderr)
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+    return subprocess.CompletedProcess(
+        ["loopgrade", *args], returncode, stdout.getvalue(), stderr.getvalue()
+    )
+
+
+def loopgrade_process(
+    *args: str, data_dir: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `loopgrade` command in a process of its own (as `python -m app.cli`)."""
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
         cwd=REPO,
-        env=environment,
+        env={**os.environ, **command_environment(data_dir, env)},
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=120,
     )
 
 

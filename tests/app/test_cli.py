@@ -1,4 +1,5 @@
-"""The `loopgrade` command, run as a separate process."""
+"""The `loopgrade` command: in this process as it runs in its own (tests/app/conftest.py), serve
+in a process of its own."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from app.models import ApiKey, User
 from app.settings import Settings
 from graders.exercises import list_exercises
 from sandbox.capacity import default_pool_size, usable_cores
-from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE, loopgrade
+from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE, loopgrade, loopgrade_process
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 
@@ -97,7 +98,7 @@ def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
         "LOOPGRADE_BWRAP": str(tmp_path / "no-bwrap-here"),
         "DOCKER_HOST": f"unix://{tmp_path}/no-docker-here.sock",  # neither backend
     }
-    result = loopgrade("serve", "--port", "1", "--data-dir", str(tmp_path), env=env)
+    result = loopgrade_process("serve", "--port", "1", "--data-dir", str(tmp_path), env=env)
     assert result.returncode == 1
     assert "refusing to start" in result.stderr and "bubblewrap" in result.stderr
     assert "Docker engine" in result.stderr
@@ -105,7 +106,8 @@ def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_an_fd_that_is_no_inherited_socket(tmp_path: Path) -> None:
-    result = loopgrade("serve", "--fd", "99", "--data-dir", str(tmp_path))  # open in no child
+    # fd 99 is open in no child.
+    result = loopgrade_process("serve", "--fd", "99", "--data-dir", str(tmp_path))
     assert result.returncode == 1, result.stderr
     assert "--fd 99 is not a socket" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "loopgrade.db").exists()

@@ -8,8 +8,8 @@ file in its data directory. A backend this host does not have is skipped with th
 
 LOOPGRADE_TEST_HOSTILE_BACKENDS=bwrap-pool (comma-separated names of BACKENDS) runs the suite on
 those backends only; unset, on all of them: the whole suite on bwrap-pool, the production path,
-and the FOCUSED tests on the others. .ci/run's PostgreSQL pass takes bwrap-pool: what a server
-stores is the same whichever sandbox ran the code.
+and the FOCUSED tests on the others. .ci/run runs bwrap-pool on both databases and each other
+backend on one: what a server stores is the same whichever sandbox ran the code.
 """
 
 from __future__ import annotations
