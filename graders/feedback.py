@@ -170,6 +170,52 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "Your function changes the gradients it measures. A function that reads `.grad` must "
         "leave it as it was: the code that runs after it still needs it."
     ),
+    "scheduler-per-batch": (
+        "Your loop steps the scheduler after every batch, not once per epoch: the learning "
+        "rate decays once per batch, so training slows down far sooner than the schedule "
+        "says. Call `scheduler.step()` once per epoch, after the epoch's batches."
+    ),
+    "scheduler-before-optimizer": (
+        "Your loop steps the scheduler before the optimizer has stepped (PyTorch warns: "
+        "\"Detected call of `lr_scheduler.step()` before `optimizer.step()`\"): the first "
+        "epoch's learning rate is skipped and every epoch trains at the next one's. Call "
+        "`scheduler.step()` at the end of each epoch, after its optimizer steps."
+    ),
+    "scheduler-never": (
+        "Your loop never steps the scheduler, so the learning rate never decays: every epoch "
+        "trains at the first one's. Call `scheduler.step()` once at the end of every epoch."
+    ),
+    "missing-eval": (
+        "Your function measured the model in training mode: dropout zeroed activations at "
+        "random and batch norm used the batch's statistics, so the loss is not the model's. "
+        "Call `model.eval()` before the forward pass."
+    ),
+    "gradients-in-evaluation": (
+        "Your function trains while it evaluates: it ran `backward()` (setting `.grad`) or "
+        "changed the weights. Evaluation only measures: a forward pass and the loss, nothing "
+        "more."
+    ),
+    "missing-no-grad": (
+        "Your forward pass ran with gradient recording on, so autograd built a graph (and "
+        "kept the activations) for a backward pass that never comes. Run it inside "
+        "`with torch.no_grad():`."
+    ),
+    "left-in-eval-mode": (
+        "Your function leaves the model in evaluation mode: the training that follows would "
+        "run without dropout, and batch norm would stop learning its statistics. Call "
+        "`model.train()` before returning."
+    ),
+    "optimizer-state-lost": (
+        "Your checkpoint does not bring back the optimizer's state: after `resume` the "
+        "optimizer has no momentum buffers (or other ones), so momentum restarts from zero "
+        "and training does not go on as it would have. Save `optimizer.state_dict()` with the "
+        "model's and load it with `optimizer.load_state_dict(...)`."
+    ),
+    "model-not-restored": (
+        "After `resume` the model you were given does not hold the saved weights. Load them "
+        "into it, `model.load_state_dict(state[...])`, rather than into a new model or a "
+        "copy."
+    ),
     "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
     "missing-function": "The function the exercise asks for is not defined in your code.",
     "wrong-return-type": (
@@ -253,6 +299,8 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     if (code in ABOUT_STEPS and not steps) or (code in ABOUT_MICRO_BATCHES and not micro_batches):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
+    if code == "correct" and kind_of(exercise).correct:
+        return kind_of(exercise).correct
     if code == "wrong-return-type":
         text += f" Here: `{exercise.signature}`."
     return f"{text} {ORDER}" if steps and code in WITH_ORDER else text

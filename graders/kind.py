@@ -34,6 +34,8 @@ class ExerciseKind:
     only what that file defines, each other, and builtins. `replay` is how the learner's
     recorded calls are replayed as a loop, for the kinds that train with an optimizer (None for
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
+    `correct`: what a learner whose every check passed is told, in the words of what the kind
+    asks (empty: the words of the lesson's training step, or of a function that only reads).
     """
 
     name: str
@@ -44,6 +46,7 @@ class ExerciseKind:
     models: Models
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
+    correct: str = ""
 
     @property
     def steps(self) -> bool:
