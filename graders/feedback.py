@@ -177,9 +177,9 @@ EXPLANATIONS: dict[Diagnosis, str] = {
     ),
     "scheduler-before-optimizer": (
         "Your loop steps the scheduler before the optimizer has stepped (PyTorch warns: "
-        "\"Detected call of `lr_scheduler.step()` before `optimizer.step()`\"): the first "
-        "epoch's learning rate is skipped and every epoch trains at the next one's. Call "
-        "`scheduler.step()` at the end of each epoch, after its optimizer steps."
+        '"Detected call of `lr_scheduler.step()` before `optimizer.step()`"): the '
+        "schedule's first learning rate is skipped, and training runs ahead of the schedule. "
+        "Call `scheduler.step()` at the end of each epoch, after its optimizer steps."
     ),
     "scheduler-never": (
         "Your loop never steps the scheduler, so the learning rate never decays: every epoch "
@@ -191,7 +191,7 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "Call `model.eval()` before the forward pass."
     ),
     "gradients-in-evaluation": (
-        "Your function trains while it evaluates: it ran `backward()` (setting `.grad`) or "
+        "Your function trains while it evaluates: it computed gradients (setting `.grad`) or "
         "changed the weights. Evaluation only measures: a forward pass and the loss, nothing "
         "more."
     ),
@@ -290,13 +290,16 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     give one) is said as `incorrect` is: nothing false is said of the learner's code.
     """
     # Imported here: the kinds' modules use this one's learner_text.
-    from graders.kinds import kind_of
+    from graders.kinds import KINDS, kind_of
 
     # Exercises of kinds that take no step (prove-accumulation forbids one), or without
     # micro-batches: no word about a step, or about micro-batches, is true of them.
     steps = kind_of(exercise).steps
     micro_batches = any(spec.micro_batches for spec in exercise.cases)
     if (code in ABOUT_STEPS and not steps) or (code in ABOUT_MICRO_BATCHES and not micro_batches):
+        code = "incorrect"
+    # A code another kind owns speaks of what that kind judges (a scheduler, a checkpoint).
+    if any(code in k.diagnoses for k in KINDS.values() if k is not kind_of(exercise)):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
     if code == "correct" and kind_of(exercise).correct:

@@ -239,7 +239,7 @@ def _judge_scheduler(
         findings.fail(
             "scheduler-steps",
             f"{at}: the scheduler stepped before the first optimizer step (PyTorch warns of "
-            "this): the first epoch then trains at the second epoch's learning rate.",
+            "this): the schedule's first learning rate is skipped.",
         )
     elif total != spec.epochs or counts != right_counts(spec)[: len(counts)]:
         findings.fail(
@@ -312,18 +312,21 @@ def scheduler_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> 
         ):
             return []
         total = int(trace.final["scheduler_steps"])
+        epochs, each_batch = right_counts(spec), list(range(iterations))
         if total == 0:
             found.add("scheduler-never")
-        elif counts[0] > 0:
+        elif total == spec.epochs and counts == [count + 1 for count in epochs]:
             found.add("scheduler-before-optimizer")
-        elif total == iterations > spec.epochs and counts == list(range(iterations)):
+        elif total == iterations > spec.epochs and counts == each_batch:
             found.add("scheduler-per-batch")
-        elif total != spec.epochs or counts != right_counts(spec):
+        elif total == iterations > spec.epochs and counts == [i + 1 for i in each_batch]:
+            found |= {"scheduler-per-batch", "scheduler-before-optimizer"}
+        elif total != spec.epochs or counts != epochs:
             return []  # stepped some other way: no name of ours is true of it
     order: tuple[Diagnosis, ...] = (
         "scheduler-never",
-        "scheduler-before-optimizer",
         "scheduler-per-batch",
+        "scheduler-before-optimizer",
     )
     codes = tuple(code for code in order if code in found)
     return [Explanation(codes, "scheduler")] if codes else []
@@ -344,6 +347,7 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=scheduler_models,
     sandbox_helpers=(most_epoch_records,),
+    diagnoses=("scheduler-per-batch", "scheduler-before-optimizer", "scheduler-never"),
     correct=(
         "Your loop steps the optimizer once per batch and the scheduler once per epoch, after "
         "the epoch's optimizer steps: every learning rate, every epoch's weights and every mean "

@@ -231,6 +231,7 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=evaluation_models,
     sandbox_helpers=(build_evaluation_case,),
+    diagnoses=("missing-eval", "gradients-in-evaluation", "missing-no-grad", "left-in-eval-mode"),
     correct=(
         "Your function measures the model as evaluation should: in evaluation mode (dropout "
         "off, batch norm's running statistics), with no autograd graph, no gradient and no "
