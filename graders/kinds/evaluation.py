@@ -13,7 +13,9 @@ torch):
   graph;
 - `grads`: 1 when a parameter's `.grad` is set after the call (a `backward()` ran), and
   `weights_changed`: 1 when a parameter changed (a step, or an update by hand);
-- `training_after`: 1 when every module is back in training mode after the call;
+- `training_after`: 1 when every module is back in training mode after the call, and
+  `grad_enabled_after`: 1 when gradient recording is on again (`torch.set_grad_enabled(False)`
+  left behind would break the training that follows; the recorder turns it back on after);
 - the returned value and its type.
 The grader computes the right loss itself: the model in evaluation mode, under no_grad.
 """
@@ -85,6 +87,7 @@ def record_evaluation(
     # thread is undone after it, for the next case.
     with torch.enable_grad():
         returned = function(model, nn.MSELoss(), x.clone(), y.clone())
+        grad_enabled_after = torch.is_grad_enabled()
     after = list(model.parameters())
     records.append(
         {
@@ -97,6 +100,7 @@ def record_evaluation(
                 or any(not torch.equal(p.detach(), b) for p, b in zip(after, before, strict=False))
             ),
             "training_after": float(all(m.training for m in model.modules())),
+            "grad_enabled_after": float(grad_enabled_after),
         }
     )
 
@@ -108,6 +112,7 @@ FACTS = (
     "grads",
     "weights_changed",
     "training_after",
+    "grad_enabled_after",
 )
 TRACE = TraceShape(
     record_fields={"value": "number", "value_type": "text", **dict.fromkeys(FACTS, "number")},
@@ -132,7 +137,8 @@ CHECKS = {
     "statistics.",
     "no-graph": "No forward pass recorded an autograd graph (`torch.no_grad()`).",
     "gradients-untouched": "No `.grad` was set and no weight changed.",
-    "training-mode-restored": "The model is back in training mode afterwards.",
+    "training-mode-restored": "The model is back in training mode, and gradient recording on, "
+    "afterwards.",
     "returns-float": "Returns a Python float.",
 }
 
@@ -174,6 +180,12 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             "training-mode-restored",
             f"{at}: the model was left in evaluation mode, so the training that follows would "
             "run without dropout. Call `model.train()` before returning.",
+        )
+    elif not record["grad_enabled_after"]:
+        findings.fail(
+            "training-mode-restored",
+            f"{at}: gradient recording was left off, so the training that follows could not "
+            "run `backward()`. Turn it off for the forward pass only: `with torch.no_grad():`.",
         )
     if record["value_type"] != "float":
         findings.fail(
