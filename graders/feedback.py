@@ -187,7 +187,7 @@ EXPLANATIONS: dict[Diagnosis, str] = {
     ),
     "missing-eval": (
         "Your function measured the model in training mode: dropout zeroed activations at "
-        "random and batch norm used the batch's statistics, so the loss is not the model's. "
+        "random, so the loss is not the model's. "
         "Call `model.eval()` before the forward pass."
     ),
     "gradients-in-evaluation": (
@@ -202,7 +202,7 @@ EXPLANATIONS: dict[Diagnosis, str] = {
     ),
     "left-in-eval-mode": (
         "Your function leaves the model in evaluation mode: the training that follows would "
-        "run without dropout, and batch norm would stop learning its statistics. Call "
+        "run without dropout. Call "
         "`model.train()` before returning."
     ),
     "optimizer-state-lost": (

@@ -8,3 +8,4 @@ def save(model, optimizer):
 def resume(model, optimizer, state):
     """Load `state`, made by save(), into this model and this optimizer."""
     # Your lines go here.
+    return None

@@ -95,16 +95,14 @@ def test_the_epoch_reference_is_a_real_steplr_loop(spec: CaseSpec) -> None:
 @pytest.mark.parametrize("spec", exercise("evaluate").cases, ids=lambda s: s.id)
 def test_the_evaluation_reference_is_the_model_in_eval_mode(spec: CaseSpec) -> None:
     model, x, y = evaluation.build_evaluation_case(spec.harness_spec())
-    linear, norm, _, _, last = (model[i] for i in range(5))
-    assert isinstance(norm, nn.BatchNorm1d)
-    # Batch norm in evaluation mode, by its formula: the running statistics, not the batch's.
-    mean, var = norm.running_mean, norm.running_var
-    assert mean is not None and var is not None
-    hidden = (linear(x) - mean) / torch.sqrt(var + norm.eps)
-    by_hand = last(torch.relu(hidden * norm.weight + norm.bias))
+    first, _, dropout, last = (model[i] for i in range(4))
+    assert isinstance(dropout, nn.Dropout) and dropout.p == spec.dropout
+    # In evaluation mode dropout is the identity.
+    with torch.no_grad():
+        by_hand = last(torch.relu(first(x)))
     expected = nn.functional.mse_loss(by_hand, y).item()
     assert evaluation.expected_loss(spec) == pytest.approx(expected, rel=1e-5)
-    # In training mode (batch statistics, dropout) the loss is another: eval() is observable.
+    # In training mode (dropout) the loss is another: eval() is observable.
     torch.manual_seed(spec.seed)
     with torch.no_grad():
         in_training = nn.functional.mse_loss(model(x), y).item()
