@@ -62,6 +62,12 @@ class CaseSpec(OptimizerFields):
         default=None, gt=0, description="Passed to the function as its last argument."
     )
     grad_state: Literal["present", "none", "zeros", "mixed"] = "present"
+    # The `evaluation` kind's model: Linear, BatchNorm1d, ReLU, Dropout(p), Linear.
+    hidden_features: int = Field(default=8, ge=1, le=64, description="Width of the hidden layer.")
+    dropout: float = Field(default=0.5, gt=0, lt=1, description="The dropout layer's p.")
+    # The `epoch-loop` kind's scheduler: StepLR(optimizer, lr_step_size, lr_gamma).
+    lr_step_size: int = Field(default=1, ge=1, le=20, description="Epochs per decay.")
+    lr_gamma: float = Field(default=0.5, gt=0, lt=1, description="The decay of each step.")
     hidden: bool = False
 
     def harness_spec(self) -> dict[str, Any]:

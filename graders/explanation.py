@@ -18,7 +18,7 @@ from graders.trace import CaseTrace
 Traces = dict[str, CaseTrace]
 # Fields holding what the learner's function returned: a model explains the updates, and the
 # returned value when it is a number; the type of what was returned is the checks' business.
-TYPE_FIELDS = frozenset({"loss_type", "losses_type", "result_type", "value_type"})
+TYPE_FIELDS = frozenset({"loss_type", "losses_type", "result_type", "value_type", "state_type"})
 RETURN_FIELDS = frozenset(
     {"loss", "losses", "first", "second", "first_after_clearing", "second_after_clearing", "value"}
 )

@@ -190,6 +190,52 @@ EXPLANATIONS: dict[Diagnosis, str] = {
         "Your function changes the gradients it measures. A function that reads `.grad` must "
         "leave it as it was: the code that runs after it still needs it."
     ),
+    "scheduler-per-batch": (
+        "Your loop steps the scheduler after every batch, not once per epoch: the learning "
+        "rate decays once per batch, so training slows down far sooner than the schedule "
+        "says. Call `scheduler.step()` once per epoch, after the epoch's batches."
+    ),
+    "scheduler-before-optimizer": (
+        "Your loop steps the scheduler before the optimizer has stepped (PyTorch warns: "
+        '"Detected call of `lr_scheduler.step()` before `optimizer.step()`"): the '
+        "schedule's first learning rate is skipped, and training runs ahead of the schedule. "
+        "Call `scheduler.step()` at the end of each epoch, after its optimizer steps."
+    ),
+    "scheduler-never": (
+        "Your loop never steps the scheduler, so the learning rate never decays: every epoch "
+        "trains at the first one's. Call `scheduler.step()` once at the end of every epoch."
+    ),
+    "missing-eval": (
+        "Your function measured the model in training mode: dropout zeroed activations at "
+        "random, so the loss is not the model's. "
+        "Call `model.eval()` before the forward pass."
+    ),
+    "gradients-in-evaluation": (
+        "Your function trains while it evaluates: it computed gradients (setting `.grad`) or "
+        "changed the weights. Evaluation only measures: a forward pass and the loss, nothing "
+        "more."
+    ),
+    "missing-no-grad": (
+        "Your forward pass ran with gradient recording on, so autograd built a graph (and "
+        "kept the activations) for a backward pass that never comes. Run it inside "
+        "`with torch.no_grad():`."
+    ),
+    "left-in-eval-mode": (
+        "Your function leaves the model in evaluation mode: the training that follows would "
+        "run without dropout. Call "
+        "`model.train()` before returning."
+    ),
+    "optimizer-state-lost": (
+        "Your checkpoint does not bring back the optimizer's state: after `resume` the "
+        "optimizer has no momentum buffers (or other ones), so momentum restarts from zero "
+        "and training does not go on as it would have. Save `optimizer.state_dict()` with the "
+        "model's and load it with `optimizer.load_state_dict(...)`."
+    ),
+    "model-not-restored": (
+        "After `resume` the model you were given does not hold the saved weights. Load them "
+        "into it, `model.load_state_dict(state[...])`, rather than into a new model or a "
+        "copy."
+    ),
     "syntax-error": "Python could not read your code. Fix the line named above and submit again.",
     "missing-function": "The function the exercise asks for is not defined in your code.",
     "wrong-return-type": (
@@ -355,7 +401,7 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     give one) is said as `incorrect` is: nothing false is said of the learner's code.
     """
     # Imported here: the kinds' modules use this one's learner_text.
-    from graders.kinds import kind_of
+    from graders.kinds import KINDS, kind_of
 
     # Exercises of kinds that take no step (prove-accumulation forbids one), or without
     # micro-batches: no word about a step, or about micro-batches, is true of them.
@@ -368,9 +414,14 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
         or (code in ABOUT_CLIPPING and not clipping)
     ):
         code = "incorrect"
+    # A code another kind owns speaks of what that kind judges (a scheduler, a checkpoint).
+    if any(code in k.diagnoses for k in KINDS.values() if k is not kind_of(exercise)):
+        code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
     if code == "correct" and exercise.id in CORRECT_BY_EXERCISE:
         return CORRECT_BY_EXERCISE[exercise.id]
+    if code == "correct" and kind_of(exercise).correct:
+        return kind_of(exercise).correct
     replay = kind_of(exercise).replay
     if replay is not None and not replay.per_call:
         text = WHOLE_LOOP_WORDS.get(code, text)

@@ -17,7 +17,15 @@ from typing import Any
 from graders import harness
 from graders.exercises import Exercise
 from graders.kind import ExerciseKind
-from graders.kinds import gradient_pair, gradient_reading, step_function, training_loop
+from graders.kinds import (
+    checkpoint,
+    epoch_loop,
+    evaluation,
+    gradient_pair,
+    gradient_reading,
+    step_function,
+    training_loop,
+)
 
 
 class KindDeclarationError(RuntimeError):
@@ -75,6 +83,9 @@ _DECLARED = (
     training_loop.KIND,
     gradient_pair.KIND,
     gradient_reading.KIND,
+    epoch_loop.KIND,
+    evaluation.KIND,
+    checkpoint.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

@@ -290,4 +290,5 @@ KIND = ExerciseKind(
     trace=TRACE,
     judge=JUDGE,
     models=demonstration_models,
+    diagnoses=("returns-live-gradient", "cleared-between-passes", "wrong-number-of-passes"),
 )

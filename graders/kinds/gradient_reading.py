@@ -177,4 +177,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=magnitude_models,
     sandbox_helpers=(prepare_gradients,),
+    diagnoses=("missing-abs", "modifies-gradients"),
 )

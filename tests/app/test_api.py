@@ -10,6 +10,7 @@ import pytest
 from app.db import SessionFactory
 from app.models import ApiKey, Submission
 from app.settings import Settings
+from graders.exercises import list_exercises
 from tests.app.conftest import (
     CORRECT_CODE,
     EXERCISE,
@@ -83,6 +84,7 @@ def test_list_exercises(client: httpx.Client) -> None:
     assert set(exercises[EXERCISE]) == {"id", "title", "signature", "max_score", "version"}
     assert "train_step(model, optimizer, loss_fn, x, y)" in exercises[EXERCISE]["signature"]
     assert "solution" not in response.text
+    assert list(exercises) == [exercise.id for exercise in list_exercises()]
 
 
 def test_code_over_the_limit_is_413_naming_the_limit(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import html
 import re
 import time
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory
@@ -47,6 +49,22 @@ def test_exercise_page_has_prompt_editor_and_is_framed_only_by_registered_platfo
     assert '<label for="code" id="your-code">' in page.text
     assert '<button type="submit">' in page.text
     assert "<script>" not in page.text  # scripts are files, allowed by the CSP
+
+
+@pytest.mark.parametrize("exercise_id", [e.id for e in list_exercises()])
+def test_every_exercise_page_renders_its_prompt_and_starter(
+    client: httpx.Client, exercise_id: str
+) -> None:
+    exercise = get_exercise(exercise_id)
+    page = client.get(f"/exercises/{exercise_id}")
+    assert page.status_code == 200
+    assert html.escape(exercise.title, quote=False) in page.text
+    textarea = re.search(r'<textarea id="code" name="code"[^>]*>(.*?)</textarea>', page.text, re.S)
+    assert textarea is not None
+    first_def = next(line for line in exercise.starter_code.splitlines() if line.startswith("def "))
+    assert first_def in html.unescape(textarea[1])
+    # The prompt's headings are rendered, not shown as markdown.
+    assert "\n## " not in page.text
 
 
 def test_unknown_exercise_page_is_404(client: httpx.Client) -> None:

@@ -1,4 +1,4 @@
-"""The whole unit: every exercise, each proven sound, each accepting the usual correct styles.
+"""Every exercise, each proven sound, each accepting the usual correct styles.
 
 Correct styles and known bugs are judged in this process (`judge_source`: the same tracing,
 parsing and judging as grade(), without the sandbox's cold start); a few go through the real
@@ -320,6 +320,210 @@ CORRECT_STYLES: dict[str, dict[str, str]] = {
                     for _ in range(epochs)
                     for x, y in batches
                 ]
+        """,
+    },
+    "scheduler-epochs": {
+        "the textbook loop": """
+            def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+                means = []
+                for epoch in range(epochs):
+                    total = 0.0
+                    for x, y in batches:
+                        optimizer.zero_grad()
+                        loss = loss_fn(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        total += loss.item()
+                    scheduler.step()
+                    means.append(total / len(batches))
+                return means
+        """,
+        "a list of losses per epoch, model.zero_grad": """
+            def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+                history = []
+                for _ in range(epochs):
+                    losses = []
+                    for x, y in batches:
+                        model.zero_grad()
+                        loss = loss_fn(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(loss.item())
+                    history.append(sum(losses) / len(losses))
+                    scheduler.step()
+                return history
+        """,
+        "a while loop over epochs, clearing after the step": """
+            def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+                out, epoch = [], 0
+                optimizer.zero_grad()
+                while epoch < epochs:
+                    total = 0.0
+                    for x, y in batches:
+                        loss = loss_fn(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        optimizer.zero_grad()
+                        total += float(loss.detach())
+                    scheduler.step()
+                    out.append(total / len(batches))
+                    epoch += 1
+                return out
+        """,
+        "a helper per epoch returning a tuple": """
+            def run_epoch(model, optimizer, loss_fn, batches):
+                total = 0.0
+                for inputs, targets in batches:
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = loss_fn(model(inputs), targets)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                return total / len(batches)
+
+            def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+                means = []
+                for _ in range(epochs):
+                    means.append(run_epoch(model, optimizer, loss_fn, batches))
+                    scheduler.step()
+                return tuple(means)
+        """,
+        "statistics.mean": """
+            import statistics
+
+            def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+                result = []
+                for epoch in range(epochs):
+                    seen = []
+                    for x, y in batches:
+                        optimizer.zero_grad()
+                        loss = loss_fn(model(x), y)
+                        seen.append(loss.item())
+                        loss.backward()
+                        optimizer.step()
+                    scheduler.step()
+                    result.append(statistics.mean(seen))
+                return result
+        """,
+    },
+    "evaluate": {
+        "the textbook function": """
+            import torch
+
+            def evaluate(model, loss_fn, x, y):
+                model.eval()
+                with torch.no_grad():
+                    loss = loss_fn(model(x), y).item()
+                model.train()
+                return loss
+        """,
+        "inference_mode, the mode restored": """
+            import torch
+
+            def evaluate(model, loss_fn, x, y):
+                was_training = model.training
+                model.eval()
+                with torch.inference_mode():
+                    value = loss_fn(model(x), y).item()
+                model.train(was_training)
+                return value
+        """,
+        "the no_grad decorator and finally": """
+            import torch
+
+            @torch.no_grad()
+            def evaluate(model, loss_fn, x, y):
+                model.eval()
+                try:
+                    return float(loss_fn(model(x), y))
+                finally:
+                    model.train()
+        """,
+        "set_grad_enabled and train(True)": """
+            import torch
+
+            def evaluate(model, loss_fn, x, y):
+                model.train(False)
+                with torch.set_grad_enabled(False):
+                    prediction = model(x)
+                result = loss_fn(prediction, y).item()
+                model.train(True)
+                return result
+        """,
+        "the mean squared error by hand": """
+            import torch
+
+            def evaluate(model, loss_fn, x, y):
+                model.eval()
+                with torch.no_grad():
+                    error = ((model(x) - y) ** 2).mean()
+                model.train()
+                return error.item()
+        """,
+    },
+    "resume-training": {
+        "the textbook pair": """
+            def save(model, optimizer):
+                return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+            def resume(model, optimizer, state):
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+        """,
+        "deep copies": """
+            import copy
+
+            def save(model, optimizer):
+                return {
+                    "weights": copy.deepcopy(model.state_dict()),
+                    "optim": copy.deepcopy(optimizer.state_dict()),
+                }
+
+            def resume(model, optimizer, state):
+                model.load_state_dict(state["weights"])
+                optimizer.load_state_dict(state["optim"])
+        """,
+        "through torch.save and a buffer": """
+            import io
+            import torch
+
+            def save(model, optimizer):
+                buffer = io.BytesIO()
+                torch.save({"m": model.state_dict(), "o": optimizer.state_dict()}, buffer)
+                return {"bytes": buffer.getvalue()}
+
+            def resume(model, optimizer, state):
+                loaded = torch.load(io.BytesIO(state["bytes"]))
+                model.load_state_dict(loaded["m"])
+                optimizer.load_state_dict(loaded["o"])
+        """,
+        "the optimizer first, with an epoch": """
+            def save(model, optimizer):
+                checkpoint = dict(epoch=3)
+                checkpoint["model_state_dict"] = model.state_dict()
+                checkpoint["optimizer_state_dict"] = optimizer.state_dict()
+                return checkpoint
+
+            def resume(model, optimizer, state):
+                optimizer.load_state_dict(state["optimizer_state_dict"])
+                model.load_state_dict(state["model_state_dict"])
+                return state["epoch"]
+        """,
+        "weights copied by hand": """
+            import torch
+
+            def save(model, optimizer):
+                return {
+                    "weight": model.weight.detach().clone(),
+                    "bias": model.bias.detach().clone(),
+                    "optimizer": optimizer.state_dict(),
+                }
+
+            def resume(model, optimizer, state):
+                with torch.no_grad():
+                    model.weight.copy_(state["weight"])
+                    model.bias.copy_(state["bias"])
+                optimizer.load_state_dict(state["optimizer"])
         """,
     },
 }

@@ -1,0 +1,204 @@
+"""The `checkpoint` kind: saving and resuming training, `save(model, optimizer) -> dict` and
+`resume(model, optimizer, state)` (the exercise's entry point is `resume`; `save` is read from
+the same file).
+
+A case trains its model for `steps` batches, calls `save`, then builds a fresh model (other
+initial weights) and a fresh optimizer of the same declaration, calls `resume` on them with
+the saved state, and trains them on for `steps` more batches. The harness records the fresh
+model and its optimizer's momentum buffer right after `resume`, then after every later step.
+The grader trains the case's model for all `2 * steps` batches without interruption, itself:
+a right save and resume is indistinguishable from that.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from graders.exercises import CaseSpec, Exercise
+from graders.explanation import Explanation, Traces
+from graders.harness import Case, Record, build_case, type_name, values_of
+from graders.judging import CaseFindings, KindJudge, as_tensor, close, close_values, difference
+from graders.kind import ExerciseKind
+from graders.report import Diagnosis, PlotSeries
+from graders.trace import CaseTrace, TraceShape
+
+
+def train_on(case: Case, model: Any, optimizer: Any, batches: list[Any]) -> None:
+    """The trusted loop: zero, backward, step on each batch (run in the sandbox too)."""
+    for x, y in batches:
+        optimizer.zero_grad()
+        case.loss_fn(model(x), y).backward()
+        optimizer.step()
+
+
+def resumed_state(model: Any, optimizer: Any) -> Record:
+    """The weights and the weight's momentum buffer (run in the sandbox too)."""
+    buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
+    return {
+        "weight": values_of(model.weight),
+        "bias": values_of(model.bias),
+        "momentum": values_of(buffer),
+    }
+
+
+def record_checkpoint(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """Train, save, resume into fresh objects, train on (run in the sandbox too: harness names,
+    train_on and resumed_state only)."""
+    save = getattr(function, "__globals__", {}).get("save")
+    if not callable(save):
+        raise NameError("name 'save' is not defined: write save(model, optimizer) beside resume")
+    steps = int(spec["steps"])
+    case = build_case({**spec, "steps": 2 * steps})
+    train_on(case, case.model, case.optimizer, case.inputs[:steps])
+    state = save(case.model, case.optimizer)
+    fresh = build_case({**spec, "steps": 0, "seed": int(spec["seed"]) + 1})
+    function(fresh.model, fresh.optimizer, state)
+    records.append(resumed_state(fresh.model, fresh.optimizer))
+    for batch in case.inputs[steps:]:
+        train_on(case, fresh.model, fresh.optimizer, [batch])
+        records.append(resumed_state(fresh.model, fresh.optimizer))
+    return {"state_type": type_name(state)}
+
+
+def records_per_case(spec: CaseSpec) -> int:
+    return spec.steps + 1
+
+
+TRACE = TraceShape(
+    record_fields={"weight": "matrix", "bias": "vector", "momentum": "matrix?"},
+    final_fields={"state_type": "text"},
+    most_records=records_per_case,
+)
+
+
+@functools.cache
+def uninterrupted(spec: CaseSpec) -> list[dict[str, Any]]:
+    """The weights, bias and momentum buffer after step `steps` and every later one of
+    `2 * steps` steps without interruption, computed here."""
+    case = build_case({**spec.harness_spec(), "steps": 2 * spec.steps})
+    model, optimizer = case.model, case.optimizer
+    train_on(case, model, optimizer, case.inputs[: spec.steps])
+    states = [_state(model, optimizer)]
+    for batch in case.inputs[spec.steps :]:
+        train_on(case, model, optimizer, [batch])
+        states.append(_state(model, optimizer))
+    return states
+
+
+def _state(model: Any, optimizer: Any) -> dict[str, Any]:
+    buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
+    return {
+        "weight": model.weight.detach().clone(),
+        "bias": model.bias.detach().clone(),
+        "momentum": None if buffer is None else buffer.detach().clone(),
+    }
+
+
+CHECKS = {
+    "runs": "Every case ran to the end.",
+    "returns-dict": "`save` returns a dict.",
+    "model-restored": "After `resume` the model holds the saved weights.",
+    "optimizer-restored": "After `resume` the optimizer holds the saved momentum buffers.",
+    "training-continues": "Training after `resume` equals training without interruption, step "
+    "by step.",
+}
+
+
+def _model_restored(record: Record, saved: dict[str, Any]) -> bool:
+    return close_values(record["weight"], saved["weight"]) and close_values(
+        record["bias"], saved["bias"]
+    )
+
+
+def _optimizer_restored(record: Record, saved: dict[str, Any]) -> bool:
+    if saved["momentum"] is None:
+        return record["momentum"] is None
+    return close_values(record["momentum"], saved["momentum"])
+
+
+def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    findings = CaseFindings(spec)
+    at = f"In {findings.where()}"
+    right = uninterrupted(spec)
+    assert learner.final is not None
+    if learner.final["state_type"] != "dict":
+        findings.fail(
+            "returns-dict",
+            f"{at}: `save` returned a {learner.final['state_type']}, not a dict.",
+        )
+    resumed = learner.records[0]
+    if not _model_restored(resumed, right[0]):
+        findings.fail(
+            "model-restored",
+            f"{at}: after `resume` the model does not hold the saved weights: "
+            f"{difference('weight', as_tensor(resumed['weight']), right[0]['weight'])}. Load "
+            "them with `model.load_state_dict(...)` into the model you were given.",
+        )
+    if not _optimizer_restored(resumed, right[0]):
+        held = "no momentum buffer" if resumed["momentum"] is None else "another momentum buffer"
+        findings.fail(
+            "optimizer-restored",
+            f"{at}: after `resume` the optimizer holds {held}, not the saved one: momentum "
+            "restarts from zero. Save `optimizer.state_dict()` too and load it with "
+            "`optimizer.load_state_dict(...)`.",
+        )
+    for index, (record, state) in enumerate(zip(learner.records[1:], right[1:], strict=True)):
+        mine = as_tensor(record["weight"])
+        if not (close(mine, state["weight"]) and close_values(record["bias"], state["bias"])):
+            findings.fail(
+                "training-continues",
+                f"{at}: {index + 1} step(s) after `resume`, the weights differ from training "
+                f"without interruption: {difference('weight', mine, state['weight'])}.",
+            )
+            break
+    return findings
+
+
+def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
+    return []
+
+
+def checkpoint_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
+    """What `resume` left out, read from the fresh model and optimizer right after it, against
+    the state the grader computed: each name is an observed fact of the run."""
+    found: set[Diagnosis] = set()
+    for spec in exercise.cases:
+        trace = traces[spec.id]
+        if trace.error is not None or not trace.records:
+            return []
+        saved = uninterrupted(spec)[0]
+        if not _model_restored(trace.records[0], saved):
+            found.add("model-not-restored")
+        if not _optimizer_restored(trace.records[0], saved):
+            found.add("optimizer-state-lost")
+    order: tuple[Diagnosis, ...] = ("optimizer-state-lost", "model-not-restored")
+    codes = tuple(code for code in order if code in found)
+    return [Explanation(codes, "checkpoint")] if codes else []
+
+
+JUDGE = KindJudge(
+    checks=CHECKS,
+    return_type=("state_type", ("dict",)),
+    judge_case=judge_case,
+    plots=plots,
+)
+
+KIND = ExerciseKind(
+    name="checkpoint",
+    summary="Saving a model and its optimizer, and resuming training from the saved state.",
+    record=record_checkpoint,
+    trace=TRACE,
+    judge=JUDGE,
+    models=checkpoint_models,
+    sandbox_helpers=(train_on, resumed_state),
+    diagnoses=("optimizer-state-lost", "model-not-restored"),
+    correct=(
+        "Your checkpoint keeps everything training needs: after `resume`, the fresh model holds "
+        "the saved weights and the fresh optimizer its momentum buffers, and training went on "
+        "exactly as if it had never stopped."
+    ),
+)

@@ -1,0 +1,356 @@
+"""The `epoch-loop` kind: a loop over epochs with a learning-rate scheduler,
+`train(model, optimizer, scheduler, loss_fn, batches, epochs)`, returning each epoch's mean loss.
+
+The scheduler is `StepLR(optimizer, lr_step_size, lr_gamma)`: it must step once per epoch,
+after the epoch's optimizer steps. The harness records, at every optimizer step, the learning
+rate it used and how many scheduler steps came before it, then the weights after it. The grader
+replays the loop itself (`replay_epochs`), outside the sandbox, from those scheduler counts: the
+reference is the replay with one scheduler step after each epoch, and a learner whose numbers
+equal the replay of their own counts is told what their counts say.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from graders.exercises import CaseSpec, Exercise
+from graders.explanation import Explanation, Traces
+from graders.feedback import learner_text
+from graders.harness import CallRecorder, Record, build_case, number_of, type_name, values_of
+from graders.judging import (
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close,
+    difference,
+    plot_series,
+    within_tolerance,
+)
+from graders.kind import ExerciseKind
+from graders.report import Diagnosis, PlotSeries
+from graders.trace import CaseTrace, TraceShape
+
+
+def most_epoch_records(spec: dict[str, Any]) -> int:
+    """The most optimizer steps a case records: four times a right loop's, bounded whatever
+    the learner's loop does."""
+    return 4 * int(spec["epochs"]) * int(spec["steps"])
+
+
+def record_epochs(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """One call that trains for several epochs with a StepLR scheduler; at every optimizer step
+    its learning rate and the scheduler steps before it, then the weights (run in the sandbox
+    too: harness names and most_epoch_records only)."""
+    case = build_case(spec)
+    optimizer = case.optimizer
+    scheduler = torch.optim.lr_scheduler.StepLR(
+        optimizer, step_size=int(spec["lr_step_size"]), gamma=float(spec["lr_gamma"])
+    )
+    most = most_epoch_records(spec)
+    seen = {"scheduler_steps": 0, "before": 0, "lr": 0.0}
+    scheduler_step = scheduler.step
+
+    def counted_step(*args: Any, **kwargs: Any) -> Any:
+        seen["scheduler_steps"] += 1
+        return scheduler_step(*args, **kwargs)
+
+    # Per instance, as CallRecorder does: torch itself is never patched.
+    scheduler.step = counted_step  # type: ignore[method-assign]
+
+    def before_step(*_: Any) -> None:
+        seen["lr"] = float(optimizer.param_groups[0]["lr"])
+        seen["before"] = seen["scheduler_steps"]
+
+    def after_step() -> None:
+        if len(records) < most:
+            records.append(
+                {
+                    "weight": values_of(case.model.weight),
+                    "bias": values_of(case.model.bias),
+                    "lr": seen["lr"],
+                    "scheduler_steps": float(seen["before"]),
+                    "calls": recorder.take(),
+                }
+            )
+
+    optimizer.register_step_pre_hook(before_step)
+    recorder = CallRecorder(case, on_step=after_step)
+    batches = [(x.clone(), y.clone()) for x, y in case.inputs]
+    returned = function(
+        case.model, optimizer, scheduler, case.loss_fn, batches, int(spec["epochs"])
+    )
+    losses = [number_of(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
+    return {
+        "weight": values_of(case.model.weight),
+        "bias": values_of(case.model.bias),
+        "losses": losses,
+        "losses_type": type_name(returned),
+        "scheduler_steps": float(seen["scheduler_steps"]),
+        "calls": recorder.take(),
+    }
+
+
+def record_limit(spec: CaseSpec) -> int:
+    return most_epoch_records(spec.harness_spec())
+
+
+TRACE = TraceShape(
+    record_fields={
+        "weight": "matrix",
+        "bias": "vector",
+        "lr": "number",
+        "scheduler_steps": "number",
+        "calls": "calls",
+    },
+    final_fields={
+        "weight": "matrix",
+        "bias": "vector",
+        "losses": "numbers",
+        "losses_type": "text",
+        "scheduler_steps": "number",
+        "calls": "calls",
+    },
+    most_records=record_limit,
+    exact=False,
+)
+
+
+class Replayed:
+    """The grader's own run of a loop: the learning rate of every step, the weights after it,
+    and each epoch's mean loss (the losses read before each step)."""
+
+    def __init__(self, lrs: list[float], weights: list[torch.Tensor], means: list[float]) -> None:
+        self.lrs = lrs
+        self.weights = weights
+        self.means = means
+
+
+def schedule_lr(spec: CaseSpec, scheduler_steps: int) -> float:
+    """StepLR's learning rate after so many scheduler steps."""
+    return spec.lr * spec.lr_gamma ** (scheduler_steps // spec.lr_step_size)
+
+
+def replay_epochs(spec: CaseSpec, counts: Sequence[int]) -> Replayed:
+    """Train as the case does, step `i` after `counts[i]` scheduler steps, here and trusted.
+
+    One optimizer step per batch, epoch after epoch, for as many steps as `counts` has. The
+    learning rate is set from StepLR's formula: SGD's momentum buffer does not depend on it.
+    """
+    case = build_case(spec.harness_spec())
+    model, optimizer, group = case.model, case.optimizer, case.optimizer.param_groups[0]
+    lrs, weights, losses = [], [], []
+    for index, count in enumerate(counts):
+        x, y = case.inputs[index % spec.steps]
+        group["lr"] = schedule_lr(spec, count)
+        optimizer.zero_grad()
+        loss = case.loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        lrs.append(float(group["lr"]))
+        weights.append(model.weight.detach().clone())
+        losses.append(loss.item())
+    means = [
+        sum(losses[start : start + spec.steps]) / spec.steps
+        for start in range(0, len(losses) - spec.steps + 1, spec.steps)
+    ]
+    return Replayed(lrs, weights, means)
+
+
+def right_counts(spec: CaseSpec) -> list[int]:
+    """A right loop's scheduler steps before each optimizer step: one per finished epoch."""
+    return [index // spec.steps for index in range(spec.epochs * spec.steps)]
+
+
+@functools.cache
+def expected(spec: CaseSpec) -> Replayed:
+    """The reference, computed here: one scheduler step after every epoch."""
+    return replay_epochs(spec, right_counts(spec))
+
+
+CHECKS = {
+    "runs": "Every case ran to the end.",
+    "step-count": "The optimizer steps once per batch, every epoch.",
+    "scheduler-steps": "The scheduler steps once per epoch, after the epoch's optimizer steps.",
+    "learning-rates": "Every optimizer step uses the learning rate the schedule gives its epoch.",
+    "epoch-weights-match": "After every epoch the weights equal the reference loop's.",
+    "losses-match": "The returned mean losses equal the reference loop's, epoch by epoch.",
+    "returns-list": "Returns a list with one float, the mean loss, per epoch.",
+}
+
+
+def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    findings = CaseFindings(spec)
+    at = f"In {findings.where()}"
+    right = expected(spec)
+    iterations = spec.epochs * spec.steps
+    records = learner.records
+    if len(records) != iterations:
+        counted = (
+            f"{len(records)}"
+            if len(records) < record_limit(spec)
+            else "at least " + str(len(records))
+        )
+        findings.fail(
+            "step-count",
+            f"{at}: your loop stepped the optimizer {counted} times; {spec.epochs} epochs of "
+            f"{spec.steps} batches step {iterations} times.",
+        )
+    assert learner.final is not None
+    _judge_scheduler(findings, at, spec, records, learner.final["scheduler_steps"])
+    for index, record in enumerate(records[:iterations]):
+        if record["lr"] is None or not within_tolerance(record["lr"], right.lrs[index]):
+            epoch = index // spec.steps + 1
+            findings.fail(
+                "learning-rates",
+                f"{at}: optimizer step {index + 1} (epoch {epoch}) used a learning rate of "
+                f"{record['lr']:.6g}; the schedule gives epoch {epoch} {right.lrs[index]:.6g}.",
+            )
+            break
+    for epoch in range(spec.epochs):
+        last = (epoch + 1) * spec.steps - 1
+        if last >= len(records):
+            findings.fail(
+                "epoch-weights-match", f"{at}: epoch {epoch + 1} never finished its steps."
+            )
+            break
+        mine = as_tensor(records[last]["weight"])
+        if not close(mine, right.weights[last]):
+            findings.fail(
+                "epoch-weights-match",
+                f"{at}: after epoch {epoch + 1} your weights differ from the reference loop's: "
+                f"{difference('weight', mine, right.weights[last])}.",
+            )
+            break
+    _judge_losses(findings, at, spec, learner.final, right.means)
+    return findings
+
+
+def _judge_scheduler(
+    findings: CaseFindings, at: str, spec: CaseSpec, records: list[Record], total: float
+) -> None:
+    counts = [record["scheduler_steps"] for record in records]
+    if counts and counts[0] > 0:
+        findings.fail(
+            "scheduler-steps",
+            f"{at}: the scheduler stepped before the first optimizer step (PyTorch warns of "
+            "this): the schedule's first learning rate is skipped.",
+        )
+    elif total != spec.epochs or counts != right_counts(spec)[: len(counts)]:
+        findings.fail(
+            "scheduler-steps",
+            f"{at}: the scheduler stepped {int(total)} times in {spec.epochs} epochs; step it "
+            "once per epoch, after the epoch's last optimizer step.",
+        )
+
+
+def _judge_losses(
+    findings: CaseFindings, at: str, spec: CaseSpec, final: dict[str, Any], means: list[float]
+) -> None:
+    losses = final["losses"]
+    if final["losses_type"] not in ("list", "tuple") or not isinstance(losses, list):
+        findings.fail(
+            "returns-list",
+            f"{at}: your loop returned a {learner_text(final['losses_type'])}; return a list "
+            "of floats, one per epoch.",
+        )
+        findings.fail("losses-match", f"{at}: no list of losses to compare.")
+        return
+    if len(losses) != spec.epochs or any(v is None for v in losses):
+        findings.fail(
+            "returns-list",
+            f"{at}: your loop returned {len(losses)} values; {spec.epochs} epochs need "
+            f"{spec.epochs} float mean losses.",
+        )
+    for epoch, (mine, theirs) in enumerate(zip(losses, means, strict=False)):
+        if mine is None or not within_tolerance(mine, theirs):
+            findings.fail(
+                "losses-match",
+                f"{at}: the mean loss of epoch {epoch + 1} differs: you returned {mine}, the "
+                f"reference {theirs:.6g} (the mean of the epoch's batch losses, each read "
+                "before its step).",
+            )
+            return
+    if len(losses) != len(means):
+        findings.fail("losses-match", f"{at}: {len(losses)} losses instead of {len(means)}.")
+
+
+def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
+    """The learning rate of every optimizer step, the learner's against the schedule's."""
+    return [
+        plot_series(
+            spec.id, "learning rate", [r["lr"] for r in learner.records], expected(spec).lrs
+        )
+    ]
+
+
+def scheduler_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
+    """The scheduler's mistake, named from where its steps came, once the grader's replay of
+    those very steps reproduces the learner's learning rates and weights in every case."""
+    found: set[Diagnosis] = set()
+    for spec in exercise.cases:
+        trace = traces[spec.id]
+        if trace.error is not None or trace.final is None:
+            return []
+        iterations = spec.epochs * spec.steps
+        counts = [int(record["scheduler_steps"]) for record in trace.records]
+        if len(counts) != iterations:
+            return []  # the optimizer's steps are wrong too: not a scheduler model
+        replayed = replay_epochs(spec, counts)
+        if not all(
+            record["lr"] is not None
+            and within_tolerance(record["lr"], lr)
+            and close(as_tensor(record["weight"]), weight)
+            for record, lr, weight in zip(
+                trace.records, replayed.lrs, replayed.weights, strict=True
+            )
+        ):
+            return []
+        total = int(trace.final["scheduler_steps"])
+        epochs, each_batch = right_counts(spec), list(range(iterations))
+        if total == 0:
+            found.add("scheduler-never")
+        elif total == spec.epochs and counts == [count + 1 for count in epochs]:
+            found.add("scheduler-before-optimizer")
+        elif total == iterations > spec.epochs and counts == each_batch:
+            found.add("scheduler-per-batch")
+        elif total == iterations > spec.epochs and counts == [i + 1 for i in each_batch]:
+            found |= {"scheduler-per-batch", "scheduler-before-optimizer"}
+        elif total != spec.epochs or counts != epochs:
+            return []  # stepped some other way: no name of ours is true of it
+    order: tuple[Diagnosis, ...] = (
+        "scheduler-never",
+        "scheduler-per-batch",
+        "scheduler-before-optimizer",
+    )
+    codes = tuple(code for code in order if code in found)
+    return [Explanation(codes, "scheduler")] if codes else []
+
+
+JUDGE = KindJudge(
+    checks=CHECKS,
+    return_type=("losses_type", ("list", "tuple")),
+    judge_case=judge_case,
+    plots=plots,
+)
+
+KIND = ExerciseKind(
+    name="epoch-loop",
+    summary="A loop over epochs with a learning-rate scheduler; returns each epoch's mean loss.",
+    record=record_epochs,
+    trace=TRACE,
+    judge=JUDGE,
+    models=scheduler_models,
+    sandbox_helpers=(most_epoch_records,),
+    diagnoses=("scheduler-per-batch", "scheduler-before-optimizer", "scheduler-never"),
+    correct=(
+        "Your loop steps the optimizer once per batch and the scheduler once per epoch, after "
+        "the epoch's optimizer steps: every learning rate, every epoch's weights and every mean "
+        "loss matched the reference."
+    ),
+)

@@ -1,0 +1,246 @@
+"""The `evaluation` kind: a function that measures a model without training it,
+`evaluate(model, loss_fn, x, y) -> float`.
+
+The model is a small `nn.Sequential` (Linear, ReLU, Dropout, Linear) in training mode, so
+evaluation mode is observable: in training mode dropout zeroes activations at random. (No batch
+norm: its training-mode forward is slow on a busy machine's intra-op threads in the grader's
+process, which runs the known bugs, for no mistake dropout does not show as well.)
+What the harness records of the one call, by hooks on the dropout layer (never by patching
+torch):
+- `forwards`, `train_forwards`: forward passes through the model, and those made with dropout
+  in training mode (`model.eval()` not called, or undone before the forward);
+- `graph_forwards`: forward passes made with gradient recording on (`torch.is_grad_enabled()`):
+  what `torch.no_grad()` (or `torch.inference_mode()`) turns off, so that autograd records no
+  graph;
+- `grads`: 1 when a parameter's `.grad` is set after the call (a `backward()` ran), and
+  `weights_changed`: 1 when a parameter changed (a step, or an update by hand);
+- `training_after`: 1 when every module is back in training mode after the call, and
+  `grad_enabled_after`: 1 when gradient recording is on again (`torch.set_grad_enabled(False)`
+  left behind would break the training that follows; the recorder turns it back on after);
+- the returned value and its type.
+The grader computes the right loss itself: the model in evaluation mode, under no_grad.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from graders.exercises import CaseSpec, Exercise
+from graders.explanation import Explanation, Traces
+from graders.feedback import learner_text
+from graders.harness import Record, number_of, type_name
+from graders.judging import CaseFindings, KindJudge, within_tolerance
+from graders.kind import ExerciseKind
+from graders.report import Diagnosis, PlotSeries
+from graders.trace import CaseTrace, TraceShape, one_record_per_case
+
+
+def build_evaluation_case(spec: dict[str, Any]) -> tuple[nn.Sequential, torch.Tensor, torch.Tensor]:
+    """The case's model, in training mode, and one batch, all drawn from the case's generator
+    (run in the sandbox too: harness names only)."""
+    generator = torch.Generator().manual_seed(int(spec["seed"]))
+    in_features, hidden = int(spec["in_features"]), int(spec["hidden_features"])
+    out_features, batch_size = int(spec["out_features"]), int(spec["batch_size"])
+    model = nn.Sequential(
+        nn.Linear(in_features, hidden),
+        nn.ReLU(),
+        nn.Dropout(float(spec["dropout"])),
+        nn.Linear(hidden, out_features),
+    )
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.empty_like(parameter).uniform_(-0.5, 0.5, generator=generator))
+    x = torch.randn(batch_size, in_features, generator=generator)
+    y = torch.randn(batch_size, out_features, generator=generator)
+    model.train()
+    return model, x, y
+
+
+def record_evaluation(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """One call on a model in training mode; what it did to the model and the autograd mode
+    of its forward passes (run in the sandbox too: harness names and build_evaluation_case)."""
+    model, x, y = build_evaluation_case(spec)
+    seen = {"forwards": 0.0, "train_forwards": 0.0, "graph_forwards": 0.0}
+    dropout = model[2]
+
+    def watch(module: Any, inputs: Any) -> None:
+        seen["forwards"] += 1
+        if dropout.training:
+            seen["train_forwards"] += 1
+        if torch.is_grad_enabled():
+            seen["graph_forwards"] += 1
+
+    dropout.register_forward_pre_hook(watch)
+    before = [p.detach().clone() for p in model.parameters()]
+    # Gradient recording on, as in a training script; whatever the call turns off in this
+    # thread is undone after it, for the next case.
+    with torch.enable_grad():
+        returned = function(model, nn.MSELoss(), x.clone(), y.clone())
+        grad_enabled_after = torch.is_grad_enabled()
+    after = list(model.parameters())
+    records.append(
+        {
+            "value": number_of(returned),
+            "value_type": type_name(returned),
+            **seen,
+            "grads": float(any(p.grad is not None for p in after)),
+            "weights_changed": float(
+                len(after) != len(before)
+                or any(not torch.equal(p.detach(), b) for p, b in zip(after, before, strict=False))
+            ),
+            "training_after": float(all(m.training for m in model.modules())),
+            "grad_enabled_after": float(grad_enabled_after),
+        }
+    )
+
+
+FACTS = (
+    "forwards",
+    "train_forwards",
+    "graph_forwards",
+    "grads",
+    "weights_changed",
+    "training_after",
+    "grad_enabled_after",
+)
+TRACE = TraceShape(
+    record_fields={"value": "number", "value_type": "text", **dict.fromkeys(FACTS, "number")},
+    final_fields=None,
+    most_records=one_record_per_case,
+)
+
+
+@functools.cache
+def expected_loss(spec: CaseSpec) -> float:
+    """The loss of the case's model in evaluation mode, computed here."""
+    model, x, y = build_evaluation_case(spec.harness_spec())
+    model.eval()
+    with torch.no_grad():
+        return float(nn.functional.mse_loss(model(x), y).item())
+
+
+CHECKS = {
+    "runs": "Every case ran to the end.",
+    "loss-correct": "Returns the model's loss in evaluation mode.",
+    "eval-mode": "Every forward pass ran in evaluation mode: dropout off.",
+    "no-graph": "No forward pass recorded an autograd graph (`torch.no_grad()`).",
+    "gradients-untouched": "No `.grad` was set and no weight changed.",
+    "training-mode-restored": "The model is back in training mode, and gradient recording on, "
+    "afterwards.",
+    "returns-float": "Returns a Python float.",
+}
+
+
+def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    findings = CaseFindings(spec)
+    record = learner.records[0]
+    at = f"In {findings.where()}"
+    right = expected_loss(spec)
+    value = record["value"]
+    if value is None or not within_tolerance(value, right):
+        shown = "nothing numeric" if value is None else f"{value:.6g}"
+        findings.fail(
+            "loss-correct",
+            f"{at}: you returned {shown}; the model's loss in evaluation mode is {right:.6g}.",
+        )
+    if record["forwards"] == 0:
+        findings.fail("eval-mode", f"{at}: your function never ran the model.")
+    elif record["train_forwards"]:
+        findings.fail(
+            "eval-mode",
+            f"{at}: {int(record['train_forwards'])} of your {int(record['forwards'])} forward "
+            "passes ran in training mode: dropout was active. Call `model.eval()` first.",
+        )
+    if record["graph_forwards"]:
+        findings.fail(
+            "no-graph",
+            f"{at}: the forward pass ran with gradient recording on, so autograd built a graph "
+            "that evaluation never uses. Run it inside `with torch.no_grad():`.",
+        )
+    if record["grads"] or record["weights_changed"]:
+        what = "set `.grad` (a `backward()` ran)" if record["grads"] else "changed the weights"
+        findings.fail(
+            "gradients-untouched", f"{at}: your function {what}. Evaluating must not train."
+        )
+    if not record["training_after"]:
+        findings.fail(
+            "training-mode-restored",
+            f"{at}: the model was left in evaluation mode, so the training that follows would "
+            "run without dropout. Call `model.train()` before returning.",
+        )
+    elif not record["grad_enabled_after"]:
+        findings.fail(
+            "training-mode-restored",
+            f"{at}: gradient recording was left off, so the training that follows could not "
+            "run `backward()`. Turn it off for the forward pass only: `with torch.no_grad():`.",
+        )
+    if record["value_type"] != "float":
+        findings.fail(
+            "returns-float",
+            f"{at}: your function returned a {learner_text(record['value_type'])}, not a "
+            "`float`. Use `.item()`.",
+        )
+    return findings
+
+
+def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
+    return []
+
+
+def evaluation_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
+    """The mistakes the recorded facts show, in the lesson's order. Each is a fact of the run
+    (a forward in training mode, a graph recorded, a gradient set, the mode left): the loss
+    is not needed to say them."""
+    found: set[Diagnosis] = set()
+    for spec in exercise.cases:
+        record = traces[spec.id].records[0] if traces[spec.id].records else None
+        if record is None:
+            return []
+        if record["train_forwards"]:
+            found.add("missing-eval")
+        if record["graph_forwards"]:
+            found.add("missing-no-grad")
+        if record["grads"] or record["weights_changed"]:
+            found.add("gradients-in-evaluation")
+        if not record["training_after"]:
+            found.add("left-in-eval-mode")
+    order: tuple[Diagnosis, ...] = (
+        "missing-eval",
+        "gradients-in-evaluation",
+        "missing-no-grad",
+        "left-in-eval-mode",
+    )
+    codes = tuple(code for code in order if code in found)
+    return [Explanation(codes, "evaluation")] if codes else []
+
+
+JUDGE = KindJudge(
+    checks=CHECKS,
+    return_type=("value_type", ("float",)),
+    judge_case=judge_case,
+    plots=plots,
+)
+
+KIND = ExerciseKind(
+    name="evaluation",
+    summary="A function that measures a model in evaluation mode, under no_grad, without "
+    "training it, and leaves it in training mode.",
+    record=record_evaluation,
+    trace=TRACE,
+    judge=JUDGE,
+    models=evaluation_models,
+    sandbox_helpers=(build_evaluation_case,),
+    diagnoses=("missing-eval", "gradients-in-evaluation", "missing-no-grad", "left-in-eval-mode"),
+    correct=(
+        "Your function measures the model as evaluation should: in evaluation mode (dropout "
+        "off), with no autograd graph, no gradient and no "
+        "update, and it leaves the model in training mode. Every loss matched."
+    ),
+)

@@ -1,0 +1,11 @@
+# expect: correct, score 11-11
+import torch
+
+
+@torch.no_grad()
+def evaluate(model, loss_fn, x, y):
+    model.eval()
+    try:
+        return float(loss_fn(model(x), y))
+    finally:
+        model.train()

@@ -1,0 +1,15 @@
+# expect: incorrect, score 3-3
+def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+    means = []
+    for epoch in range(epochs):
+        total = 0.0
+        for x, y in batches:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        scheduler.step()
+        scheduler.step()
+        means.append(total / len(batches))
+    return means

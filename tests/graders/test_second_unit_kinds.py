@@ -1,0 +1,201 @@
+"""The kinds of the second unit: `epoch-loop` (scheduler-epochs), `evaluation` (evaluate) and
+`checkpoint` (resume-training).
+
+Each kind's reference, which the grader computes itself outside the sandbox, equals what torch
+computes by the ordinary means (a real StepLR, a model in eval mode, a torch.save round trip);
+each known bug, and a few learners' variations, are graded through the real sandbox, in the
+warm pool and in a cold sandbox alike, with their declared diagnosis.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import sandbox
+from graders import grade
+from graders.exercises import CaseSpec, Exercise, get_exercise
+from graders.feedback import explanation
+from graders.harness import build_case
+from graders.kinds import KINDS, checkpoint, epoch_loop, evaluation, kind_of
+from graders.proving import judge_source
+from tests.graders.conftest import ColdGrade
+
+UNIT = ("scheduler-epochs", "evaluate", "resume-training")
+
+
+def exercise(exercise_id: str) -> Exercise:
+    return get_exercise(exercise_id)
+
+
+def test_the_kinds_are_named_by_what_they_judge_and_own_their_codes() -> None:
+    assert [kind_of(exercise(e)).name for e in UNIT] == ["epoch-loop", "evaluation", "checkpoint"]
+    assert [exercise(e).position for e in UNIT] == [8, 9, 10]
+    owned = [code for kind in KINDS.values() for code in kind.diagnoses]
+    assert len(owned) == len(set(owned))  # no code is two kinds'
+    for exercise_id in UNIT:
+        for variant in exercise(exercise_id).variants:
+            assert variant.diagnosis in kind_of(exercise(exercise_id)).diagnoses
+    # A code of one kind is not said, in its words, of another kind's exercise.
+    said = explanation("scheduler-never", exercise("evaluate"))
+    assert said == explanation("incorrect", exercise("evaluate"))
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "words"),
+    [
+        ("scheduler-epochs", "the scheduler once per epoch"),
+        ("evaluate", "in evaluation mode"),
+        ("resume-training", "training went on exactly"),
+    ],
+)
+def test_the_correct_message_speaks_of_what_the_exercise_asks(exercise_id: str, words: str) -> None:
+    report = judge_source(exercise(exercise_id), exercise(exercise_id).solution_code)
+    assert report.diagnosis == "correct"
+    assert words in report.feedback
+    assert "zero, backward, step" not in report.feedback
+
+
+# --- epoch-loop ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", exercise("scheduler-epochs").cases, ids=lambda s: s.id)
+def test_the_epoch_reference_is_a_real_steplr_loop(spec: CaseSpec) -> None:
+    case = build_case(spec.harness_spec())
+    scheduler = torch.optim.lr_scheduler.StepLR(
+        case.optimizer, step_size=spec.lr_step_size, gamma=spec.lr_gamma
+    )
+    weights, means, lrs = [], [], []
+    for _ in range(spec.epochs):
+        losses = []
+        for x, y in case.inputs:
+            lrs.append(case.optimizer.param_groups[0]["lr"])
+            case.optimizer.zero_grad()
+            loss = case.loss_fn(case.model(x), y)
+            loss.backward()
+            case.optimizer.step()
+            losses.append(loss.item())
+            weights.append(case.model.weight.detach().clone())
+        scheduler.step()
+        means.append(sum(losses) / len(losses))
+    expected = epoch_loop.expected(spec)
+    assert expected.lrs == pytest.approx(lrs)
+    assert expected.means == pytest.approx(means)
+    assert all(torch.allclose(a, b) for a, b in zip(expected.weights, weights, strict=True))
+    # The schedule changes the rate within the case: a loop that never steps it is seen.
+    assert len(set(lrs)) > 1
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", exercise("evaluate").cases, ids=lambda s: s.id)
+def test_the_evaluation_reference_is_the_model_in_eval_mode(spec: CaseSpec) -> None:
+    model, x, y = evaluation.build_evaluation_case(spec.harness_spec())
+    first, _, dropout, last = (model[i] for i in range(4))
+    assert isinstance(dropout, nn.Dropout) and dropout.p == spec.dropout
+    # In evaluation mode dropout is the identity.
+    with torch.no_grad():
+        by_hand = last(torch.relu(first(x)))
+    expected = nn.functional.mse_loss(by_hand, y).item()
+    assert evaluation.expected_loss(spec) == pytest.approx(expected, rel=1e-5)
+    # In training mode (dropout) the loss is another: eval() is observable.
+    torch.manual_seed(spec.seed)
+    with torch.no_grad():
+        in_training = nn.functional.mse_loss(model(x), y).item()
+    assert in_training != pytest.approx(expected, rel=1e-3)
+
+
+# --- checkpoint ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", exercise("resume-training").cases, ids=lambda s: s.id)
+def test_the_checkpoint_reference_is_training_resumed_from_a_real_checkpoint(
+    spec: CaseSpec,
+) -> None:
+    """Saved with torch.save, loaded into a fresh model and optimizer, trained on: exactly the
+    grader's training without interruption."""
+    longer = {**spec.harness_spec(), "steps": 2 * spec.steps}
+    case = build_case(longer)
+    checkpoint.train_on(case, case.model, case.optimizer, case.inputs[: spec.steps])
+    buffer = io.BytesIO()
+    torch.save({"m": case.model.state_dict(), "o": case.optimizer.state_dict()}, buffer)
+    fresh = build_case({**longer, "seed": spec.seed + 1})
+    loaded = torch.load(io.BytesIO(buffer.getvalue()))
+    fresh.model.load_state_dict(loaded["m"])
+    fresh.optimizer.load_state_dict(loaded["o"])
+    expected = checkpoint.uninterrupted(spec)
+    momentum = fresh.optimizer.state[fresh.model.weight]["momentum_buffer"]
+    assert torch.allclose(momentum, expected[0]["momentum"])
+    assert bool(momentum.any())  # momentum to lose: the bug changes the training after
+    for batch, state in zip(case.inputs[spec.steps :], expected[1:], strict=True):
+        checkpoint.train_on(case, fresh.model, fresh.optimizer, [batch])
+        assert torch.allclose(fresh.model.weight, state["weight"])
+        assert torch.allclose(fresh.model.bias, state["bias"])
+
+
+# --- through the sandbox ---------------------------------------------------------------------
+
+
+SUBMISSIONS = [
+    (exercise_id, variant.id, variant.source, variant.diagnosis)
+    for exercise_id in UNIT
+    for variant in exercise(exercise_id).variants
+] + [
+    (exercise_id, "solution", exercise(exercise_id).solution_code, "correct")
+    for exercise_id in UNIT
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "name", "source", "diagnosis"),
+    SUBMISSIONS,
+    ids=[f"{e}/{n}" for e, n, _, _ in SUBMISSIONS],
+)
+def test_warm_and_cold_sandboxes_grade_each_known_bug_with_its_diagnosis(
+    exercise_id: str,
+    name: str,
+    source: str,
+    diagnosis: str,
+    grading_runner: sandbox.Runner,
+    cold_grade: ColdGrade,
+) -> None:
+    warm = grade(exercise_id, source, runner=grading_runner)
+    cold = cold_grade(exercise_id, source)
+    assert warm.diagnosis == cold.diagnosis == diagnosis, warm.feedback
+    assert warm.score == cold.score
+    assert warm.checks == cold.checks
+    full = exercise(exercise_id).max_score
+    assert (warm.score == full) == (diagnosis == "correct")
+
+
+def test_a_resume_without_its_save_is_a_runtime_error_naming_save(
+    grading_runner: sandbox.Runner,
+) -> None:
+    source = "def resume(model, optimizer, state):\n    model.load_state_dict(state)\n"
+    report = grade("resume-training", source, runner=grading_runner)
+    assert report.diagnosis == "runtime-error" and report.score == 0
+    assert "save(model, optimizer)" in report.feedback
+
+
+def test_evaluation_that_switches_grad_off_for_good_is_told_and_does_not_leak() -> None:
+    """Gradient recording left off would break the training that follows: it fails
+    training-mode-restored, and the recorder turns it on again, so the next case is judged as
+    if it were the first."""
+    source = (
+        "import torch\n\n"
+        "def evaluate(model, loss_fn, x, y):\n"
+        "    torch.set_grad_enabled(False)\n"
+        "    model.eval()\n"
+        "    loss = loss_fn(model(x), y).item()\n"
+        "    model.train()\n"
+        "    return loss\n"
+    )
+    report = judge_source(exercise("evaluate"), source)
+    failed = [check.id for check in report.checks if not check.passed]
+    assert failed == ["training-mode-restored"], report.feedback
+    assert "gradient recording was left off" in report.feedback
+    assert torch.is_grad_enabled()
