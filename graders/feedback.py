@@ -293,7 +293,7 @@ ABOUT_STEPS: frozenset[Diagnosis] = frozenset(
         "missing-zero-grad", "step-before-backward", "zero-grad-before-step", "missing-step",
         "missing-backward", "backward-twice", "step-twice", "step-skipped", "zero-grad-skipped",
         "gradients-scaled", "loss-sum-not-mean", "wrong-learning-rate", "wrong-momentum",
-        "loss-after-update", "optimizer-recreated", "gradients-times-loss",
+        "loss-after-update", "optimizer-recreated", "gradients-times-loss", "loss-detached",
     }
 )  # fmt: skip
 ABOUT_MICRO_BATCHES: frozenset[Diagnosis] = frozenset(

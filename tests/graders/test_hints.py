@@ -13,6 +13,7 @@ import pytest
 
 from graders.exercises import EXERCISES_DIR, Exercise, list_exercises, load_exercise
 from graders.hints import LEVELS, HintsRefused, hint_problems, hints_for, read_hints_file
+from graders.kinds import kind_of
 from graders.report import Diagnosis
 
 # Every code an exercise of a stepping kind can give, besides its variants' (graders.fitting).
@@ -39,6 +40,7 @@ def test_the_files_as_shipped_are_sound() -> None:
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
 def test_every_diagnosis_an_exercise_gives_has_three_levels(exercise: Exercise) -> None:
     codes = EVERY_EXERCISE | {variant.diagnosis for variant in exercise.variants}
+    codes |= set(kind_of(exercise).diagnoses)
     if exercise.kind in STEPPING_KINDS:
         codes |= STEPPING_CODES
     for code in sorted(codes):
