@@ -253,6 +253,8 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     if (code in ABOUT_STEPS and not steps) or (code in ABOUT_MICRO_BATCHES and not micro_batches):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
+    if code == "correct" and exercise.correct:
+        text = exercise.correct  # what this exercise asks, in its author's words
     if code == "wrong-return-type":
         text += f" Here: `{exercise.signature}`."
     return f"{text} {ORDER}" if steps and code in WITH_ORDER else text
