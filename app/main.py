@@ -50,6 +50,7 @@ from app.web import (
     diagnosis_report_pages,
     draft_api,
     events,
+    exercise_list_pages,
     instructor_pages,
     integration_pages,
     learner_pages,
@@ -255,6 +256,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(draft_api.router)
     app.include_router(instructor_pages.router)
     app.include_router(course_staff_pages.router)
+    app.include_router(exercise_list_pages.router)
     app.include_router(misconception_pages.router)
     app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -252,6 +252,12 @@ class Assignment(Base):
     late_penalty_percent_per_day: Mapped[float] = mapped_column(Float, default=0.0)
     scoring_policy: Mapped[str] = mapped_column(String(16), default=ScoringPolicy.BEST)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    # The course's own order and unit for it (None: the exercise's own, from exercise.toml).
+    position: Mapped[int | None] = mapped_column(Integer)
+    unit: Mapped[str | None] = mapped_column(String(80))
+    # Removed from the course: hidden from its learners; its submissions, grades and these
+    # policies stay, and adding it back restores them.
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class ApiKey(Base):

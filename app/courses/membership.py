@@ -24,6 +24,7 @@ from app.models import (
     SiteRole,
     Submission,
     User,
+    utc_now,
 )
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 
@@ -219,16 +220,48 @@ class AssignedExercise:
     def id(self) -> str:
         return self.exercise.id
 
+    @property
+    def unit(self) -> str:
+        """The unit the course lists it under: its own choice, else the exercise's."""
+        return self.assignment.unit or self.exercise.unit
 
-def assignments_of(session: Session, course_id: str) -> list[AssignedExercise]:
-    """The course's exercises in the unit's order (an exercise no longer installed is left out)."""
+    @property
+    def order(self) -> tuple[int, int]:
+        return (
+            self.assignment.position
+            if self.assignment.position is not None
+            else self.exercise.position,
+            self.exercise.position,
+        )
+
+
+def assignments_of(
+    session: Session, course_id: str, *, removed: bool = False
+) -> list[AssignedExercise]:
+    """The course's exercises in its order (an exercise no longer installed is left out); with
+    `removed`, those removed from it instead (hidden from learners, their submissions kept)."""
     assigned = []
-    for assignment in session.scalars(select(Assignment).where(Assignment.course_id == course_id)):
+    rows = session.scalars(
+        select(Assignment).where(
+            Assignment.course_id == course_id,
+            Assignment.removed_at.is_not(None) if removed else Assignment.removed_at.is_(None),
+        )
+    )
+    for assignment in rows:
         try:
             assigned.append(AssignedExercise(get_exercise(assignment.exercise_id), assignment))
         except UnknownExercise:
             continue
-    return sorted(assigned, key=lambda a: a.exercise.position)
+    # Listed unit by unit, each unit where its first exercise is: every page numbers alike.
+    return [one for _, unit in in_units(sorted(assigned, key=lambda a: a.order)) for one in unit]
+
+
+def in_units(assigned: list[AssignedExercise]) -> list[tuple[str, list[AssignedExercise]]]:
+    """The exercises grouped by unit, each unit where its first exercise is in the order."""
+    units: dict[str, list[AssignedExercise]] = {}
+    for one in assigned:
+        units.setdefault(one.unit, []).append(one)
+    return list(units.items())
 
 
 def assignment_of(session: Session, course_id: str, exercise_id: str) -> AssignedExercise:
@@ -263,20 +296,26 @@ def set_assignment(
         )
     ).one_or_none()
     if not assigned:
-        if row is not None:
-            # Its submissions stay; the gradebook only stops counting them.
-            session.delete(row)
+        if row is not None and row.removed_at is None:
+            remove_assignment(row)
             session.flush()
         return None
     if row is None:
         row = Assignment(course_id=course_id, exercise_id=exercise_id)
         session.add(row)
+    row.removed_at = None
     row.due_at = due_at
     row.late_policy = late_policy
     row.late_penalty_percent_per_day = late_penalty_percent_per_day
     row.scoring_policy = scoring_policy
     session.flush()
     return row
+
+
+def remove_assignment(row: Assignment) -> None:
+    """Take the exercise out of the course, kept: its submissions, grades and policies stay
+    (the gradebook marks it removed) and setting it again restores them."""
+    row.removed_at = utc_now()
 
 
 def can_view_submission(

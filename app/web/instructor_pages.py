@@ -34,6 +34,7 @@ from app.courses.membership import (
     add_instructor,
     assignment_of,
     assignments_of,
+    in_units,
     members,
     new_course_join_code,
     require_instructor,
@@ -553,14 +554,16 @@ class AssignmentFields:
 
 def saved_fields(session: Session, course: Course) -> list[AssignmentFields]:
     assigned = {a.id: a.assignment for a in assignments_of(session, course.id)}
+    # A removed exercise's kept policies: ticked again, it comes back with them.
+    kept = {a.id: a.assignment for a in assignments_of(session, course.id, removed=True)}
     rows = []
     for exercise in list_exercises():
-        row = assigned.get(exercise.id)
+        row = assigned.get(exercise.id) or kept.get(exercise.id)
         due = row.due_at if row else None
         rows.append(
             AssignmentFields(
                 exercise=exercise,
-                assigned=row is not None,
+                assigned=exercise.id in assigned,
                 due_at=due.strftime("%Y-%m-%dT%H:%M") if due else "",
                 due_at_utc=due.isoformat() if due else "",
                 late_policy=row.late_policy if row else LatePolicy.PENALTY,
@@ -579,17 +582,19 @@ def settings_context(
     return {
         "course": course,
         "fields": fields if fields is not None else saved_fields(session, course),
+        "units": in_units(assignments_of(session, course.id)),
         "instructors": members(session, course.id, CourseRole.INSTRUCTOR),
         "learner_count": len(members(session, course.id, CourseRole.LEARNER)),
     }
 
 
 SETTINGS_DONE = {
-    "created": "Course created, with the unit's five exercises set (no due dates yet). "
+    "created": "Course created, with every exercise set (no due dates yet). "
     "Give your learners the join code below.",
     "saved": "Settings saved.",
     "unchanged": "Nothing had changed: nothing was saved.",
     "staff": "The course's staff is changed.",
+    "list": "The exercise list's order and units are saved.",
 }
 
 
