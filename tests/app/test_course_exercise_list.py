@@ -161,7 +161,9 @@ def test_exercises_new_makes_a_folder_check_exercises_explains(tmp_path: Path) -
     ]:
         refused = loopgrade("exercises", "new", *args, env=env)
         assert refused.returncode == 1
-        assert len(refused.stderr.strip().splitlines()) == 1 and message in refused.stderr
+        # One line, after the log's: what was refused and why.
+        said = refused.stderr.splitlines()[-1]
+        assert said.startswith("loopgrade: ") and message in said, refused.stderr
     checked = loopgrade("check-exercises", env=env, timeout=300)
     assert checked.returncode == 1
     assert f"{folder}/exercise.toml: correct: missing" in checked.stdout
