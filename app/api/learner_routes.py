@@ -76,6 +76,7 @@ def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
     return ExerciseStateOut(
         id=exercise.id,
         title=exercise.title,
+        unit=assigned.unit,
         signature=exercise.signature,
         max_score=exercise.max_score,
         state=cell.state,

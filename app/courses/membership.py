@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import enum
 import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
+from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -256,11 +259,17 @@ def assignments_of(
     return [one for _, unit in in_units(sorted(assigned, key=lambda a: a.order)) for one in unit]
 
 
-def in_units(assigned: list[AssignedExercise]) -> list[tuple[str, list[AssignedExercise]]]:
-    """The exercises grouped by unit, each unit where its first exercise is in the order."""
-    units: dict[str, list[AssignedExercise]] = {}
-    for one in assigned:
-        units.setdefault(one.unit, []).append(one)
+Listed = TypeVar("Listed")
+
+
+def in_units(
+    items: Iterable[Listed], unit_of: Callable[[Listed], str] = attrgetter("unit")
+) -> list[tuple[str, list[Listed]]]:
+    """The exercises (or rows about them) grouped by unit, each unit where its first exercise
+    is in the order."""
+    units: dict[str, list[Listed]] = {}
+    for item in items:
+        units.setdefault(unit_of(item), []).append(item)
     return list(units.items())
 
 

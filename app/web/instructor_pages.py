@@ -155,6 +155,7 @@ def gradebook_page(
             "book": book,
             "filters": FILTERS,
             "all_exercises": assignments_of(session, course.id),
+            "removed": assignments_of(session, course.id, removed=True),
             "sort_link": sort_link,
             "csv_link": f"/courses/{course.id}/gradebook.csv?"
             + urlencode({**shown, "sort": book.sort, "order": book.order}),

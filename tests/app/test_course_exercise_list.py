@@ -227,3 +227,6 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     course_page = learner.get(f"/courses/{course_id}").text
     assert list_exercises()[0].title not in course_page
     assert list_exercises()[1].title in course_page
+    gradebook = teacher.get(f"/courses/{course_id}/gradebook").text
+    marked = gradebook.split('id="removed-exercises"')[1].split("</p>")[0]
+    assert list_exercises()[0].title in marked and "submissions and grades are kept" in marked
