@@ -146,6 +146,7 @@ def gradebook_page(
             direction = "desc"  # scores: highest first on the first click
         return "?" + urlencode({**shown, "sort": key, "order": direction})
 
+    assigned = assignments_of(session, course.id)
     return render(
         request,
         viewer,
@@ -154,7 +155,9 @@ def gradebook_page(
             "course": course,
             "book": book,
             "filters": FILTERS,
-            "all_exercises": assignments_of(session, course.id),
+            "all_exercises": assigned,
+            # Each column's place in the course's order, also when one exercise is shown.
+            "numbers": {a.id: place for place, a in enumerate(assigned, start=1)},
             "removed": assignments_of(session, course.id, removed=True),
             "sort_link": sort_link,
             "csv_link": f"/courses/{course.id}/gradebook.csv?"
