@@ -44,8 +44,8 @@ def exercise_list_form(
                     f"the place of {exercise_id[:100]!r} is {sent.strip()[:20]!r}: give a whole "
                     "number, 1 for the first"
                 ) from None
-        # Stable: exercises given one place keep their order among themselves.
-        wanted = sorted(range(len(exercise)), key=lambda i: places[i])
+        # Of two given one place, the one moved there goes first; the others keep their order.
+        wanted = sorted(range(len(exercise)), key=lambda i: (places[i], places[i] == i + 1))
         changed = save_exercise_list(
             session,
             course=course,
