@@ -25,6 +25,7 @@ class AuditAction(enum.StrEnum):
     REGRADE_DRY_RUN = "regrade.dry-run"
     ASSIGNMENT_SET = "assignment.set"
     ASSIGNMENT_REMOVED = "assignment.removed"
+    EXERCISE_LIST_CHANGED = "course.exercise-list"
     COURSE_JOIN_CODE = "course.join-code"
     COURSE_INSTRUCTOR_ADDED = "course.instructor-added"
     COURSE_STAFF_CHANGED = "course.staff-changed"
@@ -253,6 +254,19 @@ SENTENCES: dict[AuditAction, Callable[[Said], str]] = {
     AuditAction.EXTENSION_SET: _extension_set,
     AuditAction.ASSIGNMENT_REMOVED: lambda said: (
         f"{said.who} took {said.exercise} out of the course"
+    ),
+    AuditAction.EXERCISE_LIST_CHANGED: lambda said: (
+        f"{said.who} changed the course's exercise list: "
+        + (
+            f"the order is now {said.details['order']}"
+            if "order" in said.details
+            else f"{said.exercise} "
+            + (
+                f"to place {said.details['position']}"
+                if "position" in said.details
+                else f"under the unit {said.details.get('unit', '?')}"
+            )
+        )
     ),
     AuditAction.COURSE_JOIN_CODE: lambda said: (
         f"{said.who} made a new join code (the old one stopped working)"

@@ -1,5 +1,5 @@
 """The `loopgrade` command: serve, worker, migrate, users, courses, keys, regrade, grade,
-check-exercises.
+check-exercises, exercises.
 
 Each command imports what it needs: `keys` and `migrate` should not pay for importing torch.
 """
@@ -26,6 +26,7 @@ from app.cli_support import (
     database_session,
     migrate_database,
 )
+from app.exercise_commands import add_course_exercises_command, add_exercise_commands
 from app.lti.cli import add_lti_commands
 from app.models import SiteRole
 from app.operations import configure_logging
@@ -351,7 +352,7 @@ def cmd_courses_create(args: argparse.Namespace) -> int:
         raise CommandFailed(str(exc)) from None
     print(
         f"Created course {args.name!r} (id {course_id}), taught by {args.instructor}, with the "
-        "unit's five exercises set. Learners join with this code:",
+        "exercises set ('loopgrade courses exercises' changes them). Learners join with this code:",
         file=sys.stderr,
     )
     print(join_code)
@@ -615,6 +616,7 @@ def _add_course_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     add_data_dir(courses_list)
     courses_list.set_defaults(run=cmd_courses_list)
+    add_course_exercises_command(courses_commands, add_data_dir)
 
     regrade = commands.add_parser(
         "regrade",
@@ -665,6 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_user_commands(commands)
     _add_course_commands(commands)
     _add_local_commands(commands)
+    add_exercise_commands(commands)
     add_lti_commands(commands, add_data_dir)
     return parser
 

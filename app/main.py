@@ -51,6 +51,7 @@ from app.web import (
     draft_api,
     events,
     extension_pages,
+    exercise_list_pages,
     instructor_pages,
     integration_pages,
     learner_pages,
@@ -257,6 +258,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(instructor_pages.router)
     app.include_router(course_staff_pages.router)
     app.include_router(extension_pages.router)
+    app.include_router(exercise_list_pages.router)
     app.include_router(misconception_pages.router)
     app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

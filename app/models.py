@@ -268,6 +268,12 @@ class Assignment(Base):
     max_attempts: Mapped[int | None] = mapped_column(Integer)
     # A timed attempt: minutes from the learner's first open of the exercise (None: untimed).
     time_limit_minutes: Mapped[int | None] = mapped_column(Integer)
+    # The course's own order and unit for it (None: the exercise's own, from exercise.toml).
+    position: Mapped[int | None] = mapped_column(Integer)
+    unit: Mapped[str | None] = mapped_column(String(80))
+    # Removed from the course: hidden from its learners; its submissions, grades and these
+    # policies stay, and adding it back restores them.
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class ApiKey(Base):

@@ -11,7 +11,7 @@ from graders.exercises import UnknownExercise, get_exercise, list_exercises, ref
 from graders.grading import grade
 from graders.hints import hint_problems
 from graders.notebook import NotebookError, code_from_file
-from graders.proving import soundness
+from graders.proving import PROVEN_VARIANTS, soundness, variant_problems, wording_problems
 from graders.report import GradeReport
 
 
@@ -78,7 +78,11 @@ def check_exercises() -> int:
         )
         for mutant in found.only_incorrect():
             print(f"   diagnosed only as incorrect: {mutant.describe()}")
-        problems += found.problems
+        problems += wording_problems(exercise) + found.problems
+        if exercise.case_seeds == "per-learner":
+            varied = variant_problems(exercise)
+            print(f"   per-learner cases: proven on {PROVEN_VARIANTS} learners' seeds")
+            problems += varied
     for problem in problems:
         print(f"  - {problem}")
     return 1 if problems else 0

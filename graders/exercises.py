@@ -88,6 +88,10 @@ class Variant(BaseModel):
     source: str
 
 
+MAX_UNIT_CHARS = 80
+MAX_CORRECT_CHARS = 600
+
+
 class Exercise(BaseModel):
     """Everything about one exercise: what the learner sees and what the grader checks."""
 
@@ -95,7 +99,21 @@ class Exercise(BaseModel):
 
     id: str
     title: str
-    position: int = Field(description="Place in the unit, from 1.")
+    position: int = Field(description="Place in the course's default order, from 1.")
+    unit: str = Field(
+        default="", max_length=MAX_UNIT_CHARS, description="The unit it is listed under."
+    )
+    correct: str = Field(
+        default="",
+        max_length=MAX_CORRECT_CHARS,
+        description="What a learner whose every check passed is told their code does "
+        "(check-exercises requires it).",
+    )
+    case_seeds: Literal["fixed", "per-learner"] = Field(
+        default="fixed",
+        description="per-learner: each learner's visible cases get seeds of their own "
+        "(for_learner); hidden cases stay as declared.",
+    )
     kind: str = Field(description="A kind registered in graders.kinds.KINDS.")
     entry_point: str
     signature: str
@@ -108,6 +126,9 @@ class Exercise(BaseModel):
     version: str = Field(description="Content hash of the folder and of its kind's module.")
     folder: str = Field(default="", description="Where it was read from, for messages.")
     solution_file: str = "solution.py"
+    learner_variant: str = Field(
+        default="", description="Set by for_learner: which learner's seeds the cases carry."
+    )
 
     @property
     def max_score(self) -> float:
@@ -138,7 +159,7 @@ def _one_line(error: ValidationError) -> str:
 TOML_KEYS = frozenset(
     {
         "id", "title", "position", "kind", "entry_point", "signature", "prompt", "starter",
-        "solution", "checks", "cases", "variants",
+        "solution", "checks", "cases", "variants", "unit", "correct", "case_seeds",
     }
 )  # fmt: skip
 
@@ -160,6 +181,9 @@ def load_exercise(folder: Path) -> Exercise:
                 "id": config["id"],
                 "title": config["title"],
                 "position": config["position"],
+                "unit": config.get("unit", ""),
+                "correct": config.get("correct", ""),
+                "case_seeds": config.get("case_seeds", "fixed"),
                 "kind": config["kind"],
                 "entry_point": config["entry_point"],
                 "signature": config["signature"],
@@ -270,3 +294,30 @@ def get_exercise(exercise_id: str) -> Exercise:
         return _all_exercises()[exercise_id]
     except KeyError:
         raise UnknownExercise(exercise_id) from None
+
+
+def for_learner(exercise: Exercise, learner_key: str | None) -> Exercise:
+    """The exercise as this learner is graded on it: with `case_seeds = "per-learner"`, each
+    visible case's seed is drawn from (exercise, learner, case), so two learners see different
+    numbers and one learner the same ones every time (a regrade included). Hidden cases, and
+    every case of a fixed exercise or of an anonymous learner (None), stay as declared.
+
+    The version is unchanged (it says which files judged the result); `learner_variant` tells
+    the grader's caches one learner's cases from another's.
+    """
+    if exercise.case_seeds == "fixed" or learner_key is None:
+        return exercise
+    cases = [
+        case
+        if case.hidden
+        else case.model_copy(update={"seed": variant_seed(exercise.id, learner_key, case.id)})
+        for case in exercise.cases
+    ]
+    variant = hashlib.sha256(f"{exercise.id}\0{learner_key}".encode()).hexdigest()[:16]
+    return exercise.model_copy(update={"cases": cases, "learner_variant": variant})
+
+
+def variant_seed(exercise_id: str, learner_key: str, case_id: str) -> int:
+    """A case seed drawn from (exercise, learner, case): stable, and in CaseSpec's range."""
+    digest = hashlib.sha256(f"case-seed\0{exercise_id}\0{learner_key}\0{case_id}".encode())
+    return int.from_bytes(digest.digest()[:8], "big") % 2**32

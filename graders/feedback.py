@@ -370,19 +370,6 @@ ERROR_CONCEPTS = {
         "Call `backward()` once per forward pass."
     ),
 }
-# What "correct" says on the exercises whose task is more than the lesson's loop.
-CORRECT_BY_EXERCISE: dict[str, str] = {
-    "adam-step": (
-        "Your step clears the old gradients, computes this batch's with `backward()`, then "
-        "steps Adam once. Every update, and Adam's state after it (`exp_avg`, `exp_avg_sq`, "
-        "`step`), matched the reference."
-    ),
-    "clip-gradients": (
-        "Your step clears the old gradients, computes this batch's with `backward()`, clips "
-        "them to `max_norm` with `clip_grad_norm_`, then steps. Every update matched the "
-        "reference."
-    ),
-}
 
 
 def error_concept(message: str) -> str:
@@ -418,10 +405,8 @@ def explanation(code: Diagnosis, exercise: Exercise) -> str:
     if any(code in k.diagnoses for k in KINDS.values() if k is not kind_of(exercise)):
         code = "incorrect"
     text = EXPLANATIONS[code] if steps else WITHOUT_STEPS.get(code, EXPLANATIONS[code])
-    if code == "correct" and exercise.id in CORRECT_BY_EXERCISE:
-        return CORRECT_BY_EXERCISE[exercise.id]
-    if code == "correct" and kind_of(exercise).correct:
-        return kind_of(exercise).correct
+    if code == "correct" and exercise.correct:
+        text = exercise.correct  # what this exercise asks, in its author's words
     replay = kind_of(exercise).replay
     if replay is not None and not replay.per_call:
         text = WHOLE_LOOP_WORDS.get(code, text)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import sandbox
 from graders import harness
 from graders.diagnosis import diagnose
-from graders.exercises import CaseSpec, Exercise, get_exercise
+from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
 from graders.feedback import error_concept, explanation, learner_text
 from graders.fix_replay import with_fix
 from graders.judging import check
@@ -84,16 +84,22 @@ class Failure:
 
 
 def grade(
-    exercise_id: str, source: str, limits: Limits | None = None, runner: Runner | None = None
+    exercise_id: str,
+    source: str,
+    limits: Limits | None = None,
+    runner: Runner | None = None,
+    learner_key: str | None = None,
 ) -> GradeReport:
     """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
 
     `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
-    from the environment. Raises graders.exercises.UnknownExercise, GraderFault when the
-    exercise or the grader is at fault, and sandbox.SandboxUnavailable when this host cannot
+    from the environment. `learner_key` names whose cases a per-learner exercise is graded on
+    (graders.exercises.for_learner): the same key gives the same cases, a regrade included.
+    Raises graders.exercises.UnknownExercise, GraderFault when the exercise or the grader is
+    at fault, and sandbox.SandboxUnavailable when this host cannot
     run untrusted code safely (server faults, not the learner's).
     """
-    exercise = get_exercise(exercise_id)
+    exercise = for_learner(get_exercise(exercise_id), learner_key)
     if is_starter_source(exercise, source):
         return not_started_report(exercise)
     limits = limits or GRADING_LIMITS
@@ -416,7 +422,10 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
 
 # --- trusted trajectories -------------------------------------------------------------------
 
-_trusted_cache: dict[tuple[str, str], dict[str, dict[str, CaseTrace]]] = {}
+# Per exercise version, and per learner's cases for a per-learner exercise: so many of the
+# latter are kept, the least recently used dropped (each costs a run of every known bug).
+TRUSTED_CACHED = 256
+_trusted_cache: OrderedDict[tuple[str, str, str], dict[str, dict[str, CaseTrace]]] = OrderedDict()
 _trusted_lock = threading.Lock()
 
 
@@ -426,7 +435,7 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
     Computed in this process from the exercise's own files, once per exercise version. The
     starter's are under 'starter': a submission that behaves as it does is not started.
     """
-    key = (exercise.id, exercise.version)
+    key = (exercise.id, exercise.version, exercise.learner_variant)
     cached = _trusted_cache.get(key)  # once computed, read without waiting for the lock
     if cached is not None:
         return cached
@@ -437,6 +446,9 @@ def trusted_trajectories(exercise: Exercise) -> dict[str, dict[str, CaseTrace]]:
             _trusted_cache[key] = {
                 name: trusted_run(exercise, source) for name, source in sources.items()
             }
+            while len(_trusted_cache) > TRUSTED_CACHED:
+                _trusted_cache.popitem(last=False)
+        _trusted_cache.move_to_end(key)
         return _trusted_cache[key]
 
 
@@ -461,14 +473,19 @@ def trusted_run(exercise: Exercise, source: str) -> dict[str, CaseTrace]:
 # Held by a digest of the traces (never the traces: up to `payload_bytes` each), and copied
 # out, so that no caller can change what the next one gets.
 JUDGMENTS_CACHED = 512
-_judgments: OrderedDict[tuple[str, str, bytes], GradeReport] = OrderedDict()
+_judgments: OrderedDict[tuple[str, str, str, bytes], GradeReport] = OrderedDict()
 _judgments_lock = threading.Lock()
 
 
 def judged(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") -> GradeReport:
     """judge(), made once for the same exercise version and the same recorded values."""
     recorded = b"\0".join(traces[spec.id].model_dump_json().encode() for spec in exercise.cases)
-    key = (exercise.id, exercise.version, hashlib.sha256(recorded).digest())
+    key = (
+        exercise.id,
+        exercise.version,
+        exercise.learner_variant,
+        hashlib.sha256(recorded).digest(),
+    )
     with _judgments_lock:
         report = _judgments.get(key)
         if report is not None:

@@ -35,8 +35,6 @@ class ExerciseKind:
     only what that file defines, each other, and builtins. `replay` is how the learner's
     recorded calls are replayed as a loop, for the kinds that train with an optimizer (None for
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
-    `correct`: what a learner whose every check passed is told, in the words of what the kind
-    asks (empty: the words of the lesson's training step, or of a function that only reads).
     `diagnoses`: codes only this kind's models give, whose words speak of what it judges (a
     scheduler, a checkpoint): on an exercise of another kind they are said as `incorrect` is.
     """
@@ -49,7 +47,6 @@ class ExerciseKind:
     models: Models
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
-    correct: str = ""
     diagnoses: tuple[Diagnosis, ...] = ()
 
     @property

@@ -14,7 +14,7 @@ import torch
 
 from graders import harness
 from graders.diagnosis import explanations
-from graders.exercises import Exercise, Variant
+from graders.exercises import CaseSpec, Exercise, Variant, for_learner
 from graders.explanation import Traces
 from graders.grading import (
     Failure,
@@ -102,7 +102,34 @@ def judge_mutant(exercise: Exercise, mutant: Mutant) -> MutantVerdict:
 
 def prove(exercise: Exercise) -> list[str]:
     """Every way the exercise is unsound, each said with what shows it; empty when sound."""
-    return soundness(exercise).problems
+    return wording_problems(exercise) + soundness(exercise).problems + variant_problems(exercise)
+
+
+def wording_problems(exercise: Exercise) -> list[str]:
+    """What an exercise must say that the grader cannot make up for it."""
+    if exercise.correct:
+        return []
+    return [
+        f"{exercise.folder}/exercise.toml: correct: missing: add one sentence saying what a "
+        "submission that passes every check does (the learner reads it)"
+    ]
+
+
+# A per-learner exercise is proven on so many learners' seeds besides its declared ones: a
+# visible case must tell the known bugs apart whatever seed a learner draws.
+PROVEN_VARIANTS = 3
+
+
+def variant_problems(exercise: Exercise) -> list[str]:
+    """What is unsound on the seeds of a few made-up learners; empty for a fixed exercise."""
+    if exercise.case_seeds == "fixed":
+        return []
+    problems = []
+    for number in range(1, PROVEN_VARIANTS + 1):
+        variant = for_learner(exercise, f"check-exercises:{number}")
+        seeds = ", ".join(f"{c.id} seed {c.seed}" for c in variant.cases if not c.hidden)
+        problems += [f"{p} (per-learner cases: {seeds})" for p in soundness(variant).problems]
+    return problems
 
 
 def soundness(exercise: Exercise) -> Soundness:

@@ -39,14 +39,14 @@ from app.courses.membership import (
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
 from app.grading.results import shown_result
-from app.grading.submissions import get_submission
+from app.grading.submissions import get_submission, user_learner_key
 from app.models import Submission
 from app.people.tokens import TokenHolder, TokenHolderDep
 from app.settings import Settings, SettingsDep
 from app.web.charts import line_chart
 from app.web.events import progress_stream_response
 from app.web.sessions import client_address
-from graders.exercises import UnknownExercise, get_exercise, list_exercises
+from graders.exercises import UnknownExercise, for_learner, get_exercise, list_exercises
 from graders.grading import trusted_trajectories
 from graders.kinds import SANDBOX_PROGRAM
 from graders.report import diagnosis_name
@@ -80,6 +80,7 @@ def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
     return ExerciseStateOut(
         id=exercise.id,
         title=exercise.title,
+        unit=assigned.unit,
         signature=exercise.signature,
         max_score=exercise.max_score,
         state=cell.state,
@@ -292,7 +293,8 @@ def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
     """The exercise's harness, its visible cases and the reference's records on them, for
     checking locally. Hidden cases never leave the server: only the server grades."""
     try:
-        exercise = get_exercise(exercise_id)
+        # The holder's own cases: what the server grades their submissions on.
+        exercise = for_learner(get_exercise(exercise_id), user_learner_key(holder.user.id))
     except UnknownExercise:
         raise HTTPException(404, detail=f"no exercise {exercise_id[:100]!r}") from None
     visible = [case for case in exercise.cases if not case.hidden]

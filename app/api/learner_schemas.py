@@ -41,6 +41,7 @@ class ExerciseStateOut(BaseModel):
 
     id: str
     title: str
+    unit: str = Field(description="The unit it is listed under: the course's, else its own.")
     signature: str
     max_score: float
     state: str = Field(description="not-tried, tried or solved.")

@@ -338,11 +338,12 @@ def read_gradebook(
 
 @router.get("/exercises")
 def read_exercises() -> list[ExerciseOut]:
-    """Every exercise a submission can name."""
+    """Every exercise a submission can name, unit by unit in their order."""
     return [
         ExerciseOut(
             id=exercise.id,
             title=exercise.title,
+            unit=exercise.unit,
             signature=exercise.signature,
             max_score=exercise.max_score,
             version=exercise.version,

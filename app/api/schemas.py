@@ -84,6 +84,7 @@ class ExerciseOut(BaseModel):
 
     id: str
     title: str
+    unit: str = Field(description="The unit it is listed under (exercise.toml's `unit`).")
     signature: str
     max_score: float
     version: str = Field(description="Content hash: changes whenever the exercise does.")

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import enum
 import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
+from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -25,6 +28,7 @@ from app.models import (
     SiteRole,
     Submission,
     User,
+    utc_now,
 )
 from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
 
@@ -249,22 +253,58 @@ class AssignedExercise:
             return None
         return limit + (self.extension.extra_minutes if self.extension else 0)
 
+    @property
+    def unit(self) -> str:
+        """The unit the course lists it under: its own choice, else the exercise's."""
+        return self.assignment.unit or self.exercise.unit
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (
+            self.assignment.position
+            if self.assignment.position is not None
+            else self.exercise.position,
+            self.exercise.position,
+        )
+
 
 def assignments_of(
-    session: Session, course_id: str, learner_id: str | None = None
+    session: Session, course_id: str, learner_id: str | None = None, *, removed: bool = False
 ) -> list[AssignedExercise]:
-    """The course's exercises in the unit's order (an exercise no longer installed is left out);
-    with `learner_id` (an account), as set for that learner: with their extensions."""
+    """The course's exercises in its order (an exercise no longer installed is left out); with
+    `learner_id` (an account), as set for that learner: with their extensions; with `removed`,
+    those removed from it instead (hidden from learners, their submissions kept)."""
     extensions = extensions_of(session, course_id, learner_id) if learner_id else {}
     assigned = []
-    for assignment in session.scalars(select(Assignment).where(Assignment.course_id == course_id)):
+    rows = session.scalars(
+        select(Assignment).where(
+            Assignment.course_id == course_id,
+            Assignment.removed_at.is_not(None) if removed else Assignment.removed_at.is_(None),
+        )
+    )
+    for assignment in rows:
         try:
             exercise = get_exercise(assignment.exercise_id)
         except UnknownExercise:
             continue
         extension = extensions.get((learner_id or "", exercise.id))
         assigned.append(AssignedExercise(exercise, assignment, extension))
-    return sorted(assigned, key=lambda a: a.exercise.position)
+    # Listed unit by unit, each unit where its first exercise is: every page numbers alike.
+    return [one for _, unit in in_units(sorted(assigned, key=lambda a: a.order)) for one in unit]
+
+
+Listed = TypeVar("Listed")
+
+
+def in_units(
+    items: Iterable[Listed], unit_of: Callable[[Listed], str] = attrgetter("unit")
+) -> list[tuple[str, list[Listed]]]:
+    """The exercises (or rows about them) grouped by unit, each unit where its first exercise
+    is in the order."""
+    units: dict[str, list[Listed]] = {}
+    for item in items:
+        units.setdefault(unit_of(item), []).append(item)
+    return list(units.items())
 
 
 def extensions_of(
@@ -312,20 +352,26 @@ def set_assignment(
         )
     ).one_or_none()
     if not assigned:
-        if row is not None:
-            # Its submissions stay; the gradebook only stops counting them.
-            session.delete(row)
+        if row is not None and row.removed_at is None:
+            remove_assignment(row)
             session.flush()
         return None
     if row is None:
         row = Assignment(course_id=course_id, exercise_id=exercise_id)
         session.add(row)
+    row.removed_at = None
     row.due_at = due_at
     row.late_policy = late_policy
     row.late_penalty_percent_per_day = late_penalty_percent_per_day
     row.scoring_policy = scoring_policy
     session.flush()
     return row
+
+
+def remove_assignment(row: Assignment) -> None:
+    """Take the exercise out of the course, kept: its submissions, grades and policies stay
+    (the gradebook marks it removed) and setting it again restores them."""
+    row.removed_at = utc_now()
 
 
 def can_view_submission(

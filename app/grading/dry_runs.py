@@ -23,7 +23,7 @@ from app.courses.counted import Cell, score_cell
 from app.courses.membership import AssignedExercise, extensions_of
 from app.db import SessionFactory
 from app.grading.regrades import submissions_to_regrade
-from app.grading.submissions import queue_for_grading
+from app.grading.submissions import LEARNER_KEY, queue_for_grading
 from app.models import DryRunGrade, Submission, SubmissionStatus, User, new_id, utc_now
 from app.settings import Settings
 from graders.exercises import get_exercise
@@ -92,6 +92,7 @@ class DryRunJob:
     attempt: int
     exercise_id: str
     code: str
+    learner_key: str | None
 
 
 def _claim(session: Session, row_id: str, *, lease_seconds: float) -> DryRunJob | None:
@@ -117,10 +118,16 @@ def _claim(session: Session, row_id: str, *, lease_seconds: float) -> DryRunJob 
     ).one_or_none()
     if claimed is None:
         return None
-    submission = session.get(Submission, claimed.submission_id)
+    submission = session.execute(
+        select(Submission.exercise_id, Submission.code, LEARNER_KEY.label("key")).where(
+            Submission.id == claimed.submission_id
+        )
+    ).one_or_none()
     if submission is None:
         return None
-    return DryRunJob(row_id, claimed.attempts, submission.exercise_id, submission.code)
+    return DryRunJob(
+        row_id, claimed.attempts, submission.exercise_id, submission.code, submission.key
+    )
 
 
 def _finish(session: Session, job: DryRunJob, **values: object) -> bool:
@@ -156,7 +163,7 @@ def run_dry_run_job(
         return None
     started = time.monotonic()
     try:
-        report = graders.grade(job.exercise_id, job.code, limits, runner)
+        report = graders.grade(job.exercise_id, job.code, limits, runner, job.learner_key)
     except SandboxError as exc:
         if job.attempt < settings.grading_max_attempts:
             log.warning("dry run %s: sandbox fault on attempt %d: %s", row_id, job.attempt, exc)

@@ -180,7 +180,9 @@ def _grade(
     started = time.monotonic()
     try:
         with lease_renewed(sessions, job, settings.lease_seconds):
-            report = graders.grade(job.exercise_id, job.code, grading_limits(settings), runner)
+            report = graders.grade(
+                job.exercise_id, job.code, grading_limits(settings), runner, job.learner_key
+            )
     except SandboxError as exc:
         if job.attempt < settings.grading_max_attempts:
             log.warning(

@@ -6,7 +6,18 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Update, and_, bindparam, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Update,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from app.courses.attempts import note_first_open
@@ -398,6 +409,25 @@ class GradingJob:
     exercise_id: str
     code: str
     attempt: int
+    learner_key: str | None = None
+
+
+# Whose cases a per-learner exercise grades a submission on (graders.exercises.for_learner):
+# read from the stored owner at every claim, so a regrade gets the same cases. Anonymous
+# practice has no learner to vary for: the declared cases.
+LEARNER_KEY: ColumnElement[str | None] = case(
+    (Submission.user_id.is_not(None), literal("user:") + Submission.user_id),
+    (
+        Submission.api_key_id.is_not(None),
+        literal("api:") + Submission.api_key_id + literal(":") + Submission.learner,
+    ),
+    else_=None,
+)
+
+
+def user_learner_key(user_id: str) -> str:
+    """LEARNER_KEY of a signed-in user's submissions, for what is shown before one exists."""
+    return f"user:{user_id}"
 
 
 # The grading path's statements (claim, renew, release, finish) are built once and run on the
@@ -434,7 +464,9 @@ _CLAIM = (
         lease_expires_at=bindparam("lease_expires_at"),
         attempts=Submission.attempts + 1,
     )
-    .returning(Submission.exercise_id, Submission.code, Submission.attempts)
+    .returning(
+        Submission.exercise_id, Submission.code, Submission.attempts, LEARNER_KEY.label("key")
+    )
 )
 _RENEW = _update_submission(_CURRENT_CLAIM, lease_expires_at=bindparam("lease_expires_at"))
 _RELEASE = _update_submission(
@@ -493,7 +525,7 @@ def claim_submission(
     )
     if row is None:
         return None
-    return GradingJob(submission_id, row.exercise_id, row.code, row.attempts)
+    return GradingJob(submission_id, row.exercise_id, row.code, row.attempts, row.key)
 
 
 def renew_lease(session: Session, job: GradingJob, *, lease_seconds: float) -> bool:

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import ChoiceLoader, FileSystemLoader
 from sqlalchemy.orm import Session
 
-from app.courses.membership import require_instructor, require_member
+from app.courses.membership import assignments_of, require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
 from app.lti import ags
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
@@ -408,7 +408,8 @@ def link_page(request: Request, link_id: str, session: SessionDep, viewer: Viewe
         {
             "link": link,
             "is_instructor": role is CourseRole.INSTRUCTOR,
-            "exercises": list_exercises(),
+            # The course's own list: an exercise removed from it is not offered.
+            "exercises": [a.exercise for a in assignments_of(session, course_id)],
         },
     )
 

@@ -41,6 +41,7 @@ from app.courses.membership import (
     add_instructor,
     assignment_of,
     assignments_of,
+    in_units,
     members,
     new_course_join_code,
     require_instructor,
@@ -152,6 +153,7 @@ def gradebook_page(
             direction = "desc"  # scores: highest first on the first click
         return "?" + urlencode({**shown, "sort": key, "order": direction})
 
+    assigned = assignments_of(session, course.id)
     return render(
         request,
         viewer,
@@ -160,7 +162,10 @@ def gradebook_page(
             "course": course,
             "book": book,
             "filters": FILTERS,
-            "all_exercises": assignments_of(session, course.id),
+            "all_exercises": assigned,
+            # Each column's place in the course's order, also when one exercise is shown.
+            "numbers": {a.id: place for place, a in enumerate(assigned, start=1)},
+            "removed": assignments_of(session, course.id, removed=True),
             "sort_link": sort_link,
             "csv_link": f"/courses/{course.id}/gradebook.csv?"
             + urlencode({**shown, "sort": book.sort, "order": book.order}),
@@ -575,14 +580,16 @@ class AssignmentFields:
 
 def saved_fields(session: Session, course: Course) -> list[AssignmentFields]:
     assigned = {a.id: a.assignment for a in assignments_of(session, course.id)}
+    # A removed exercise's kept policies: ticked again, it comes back with them.
+    kept = {a.id: a.assignment for a in assignments_of(session, course.id, removed=True)}
     rows = []
     for exercise in list_exercises():
-        row = assigned.get(exercise.id)
+        row = assigned.get(exercise.id) or kept.get(exercise.id)
         due = row.due_at if row else None
         rows.append(
             AssignmentFields(
                 exercise=exercise,
-                assigned=row is not None,
+                assigned=exercise.id in assigned,
                 due_at=due.strftime("%Y-%m-%dT%H:%M") if due else "",
                 due_at_utc=due.isoformat() if due else "",
                 late_policy=row.late_policy if row else LatePolicy.PENALTY,
@@ -613,17 +620,19 @@ def settings_context(
             "error": "",
         },
         "fields": fields if fields is not None else saved_fields(session, course),
+        "units": in_units(assignments_of(session, course.id)),
         "instructors": members(session, course.id, CourseRole.INSTRUCTOR),
         "learner_count": len(members(session, course.id, CourseRole.LEARNER)),
     }
 
 
 SETTINGS_DONE = {
-    "created": "Course created, with the unit's five exercises set (no due dates yet). "
+    "created": "Course created, with every exercise set (no due dates yet). "
     "Give your learners the join code below.",
     "saved": "Settings saved.",
     "unchanged": "Nothing had changed: nothing was saved.",
     "staff": "The course's staff is changed.",
+    "list": "The exercise list's order and units are saved.",
 }
 
 

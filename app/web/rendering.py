@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markupsafe import Markup
 
+from app.courses.membership import in_units
 from app.errors import AppError
 from app.settings import Settings
 from app.web.sessions import SignInRequired, Viewer, set_cookies
@@ -126,6 +128,12 @@ def _points(value: float | None) -> str:
     return "\u2014" if value is None else f"{value:g}"
 
 
+def _by_unit(rows: Iterable[tuple[Any, Any]]) -> list[tuple[str, list[tuple[Any, Any]]]]:
+    """(exercise or assigned exercise, its state) pairs grouped by unit: the pages' headings."""
+    return in_units(rows, lambda row: str(row[0].unit))
+
+
+templates.env.filters["by_unit"] = _by_unit
 templates.env.filters["markdown"] = _markdown_filter
 templates.env.filters["feedback"] = _feedback_filter
 templates.env.filters["when"] = _when

@@ -196,9 +196,4 @@ KIND = ExerciseKind(
     models=checkpoint_models,
     sandbox_helpers=(train_on, resumed_state),
     diagnoses=("optimizer-state-lost", "model-not-restored"),
-    correct=(
-        "Your checkpoint keeps everything training needs: after `resume`, the fresh model holds "
-        "the saved weights and the fresh optimizer its momentum buffers, and training went on "
-        "exactly as if it had never stopped."
-    ),
 )

@@ -348,9 +348,4 @@ KIND = ExerciseKind(
     models=scheduler_models,
     sandbox_helpers=(most_epoch_records,),
     diagnoses=("scheduler-per-batch", "scheduler-before-optimizer", "scheduler-never"),
-    correct=(
-        "Your loop steps the optimizer once per batch and the scheduler once per epoch, after "
-        "the epoch's optimizer steps: every learning rate, every epoch's weights and every mean "
-        "loss matched the reference."
-    ),
 )

@@ -238,9 +238,4 @@ KIND = ExerciseKind(
     models=evaluation_models,
     sandbox_helpers=(build_evaluation_case,),
     diagnoses=("missing-eval", "gradients-in-evaluation", "missing-no-grad", "left-in-eval-mode"),
-    correct=(
-        "Your function measures the model as evaluation should: in evaluation mode (dropout "
-        "off), with no autograd graph, no gradient and no "
-        "update, and it leaves the model in training mode. Every loss matched."
-    ),
 )

@@ -81,7 +81,8 @@ def test_list_exercises(client: httpx.Client) -> None:
     response = client.get("/api/v1/exercises")
     assert response.status_code == 200
     exercises = {exercise["id"]: exercise for exercise in response.json()}
-    assert set(exercises[EXERCISE]) == {"id", "title", "signature", "max_score", "version"}
+    assert set(exercises[EXERCISE]) == {"id", "title", "unit", "signature", "max_score", "version"}
+    assert [e["unit"] for e in response.json()] == [e.unit for e in list_exercises()]
     assert "train_step(model, optimizer, loss_fn, x, y)" in exercises[EXERCISE]["signature"]
     assert "solution" not in response.text
     assert list(exercises) == [exercise.id for exercise in list_exercises()]

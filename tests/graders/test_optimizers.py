@@ -13,7 +13,6 @@ import torch
 import sandbox
 from graders import grade
 from graders.exercises import EXERCISES_DIR, CaseSpec, ExerciseRefused, get_exercise, load_exercise
-from graders.feedback import CORRECT_BY_EXERCISE
 from graders.grading import trusted_trajectories
 from graders.harness import build_case, optimizer_state
 from graders.judging import batch_of, case_data, loss_and_gradients
@@ -189,6 +188,6 @@ def test_the_second_units_bugs_are_named_in_the_warm_pool_and_cold(
     exercise = get_exercise(exercise_id)
     assert (warm.score == exercise.max_score) == (diagnosis == "correct")
     if diagnosis == "correct":  # praised for what this exercise asks, not for a training loop
-        assert warm.feedback == CORRECT_BY_EXERCISE[exercise_id]
+        assert exercise.correct in warm.feedback
     if diagnosis == "not-started":
         assert warm.score == 0
