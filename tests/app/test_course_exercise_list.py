@@ -25,7 +25,7 @@ from app.db import SessionFactory
 from app.models import Assignment, SiteRole, User
 from app.settings import Settings
 from graders.exercises import list_exercises
-from tests.app.conftest import loopgrade
+from tests.app.conftest import loopgrade, loopgrade_process
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
@@ -142,29 +142,30 @@ def test_the_cli_lists_removes_moves_and_adds_back(
 
 
 def test_exercises_new_makes_a_folder_check_exercises_explains(tmp_path: Path) -> None:
+    # Processes of their own: the exercises folder is read from the environment at import.
     copy = tmp_path / "exercises"
     shutil.copytree(REPO_EXERCISES / "train-step", copy / "train-step")
     env = {"LOOPGRADE_EXERCISES_DIR": str(copy)}
-    made = loopgrade("exercises", "new", "my-step", "--kind", "step-function", env=env)
+    made = loopgrade_process("exercises", "new", "my-step", "--kind", "step-function", env=env)
     assert made.returncode == 0, made.stderr
     folder = copy / "my-step"
     assert {p.name for p in folder.iterdir()} == {
         "exercise.toml", "prompt.md", "starter.py", "solution.py", "bugs"
     }  # fmt: skip
     assert (folder / "bugs" / "README.md").exists()
-    listed = loopgrade("exercises", "list", env=env)
+    listed = loopgrade_process("exercises", "list", env=env)
     assert "4. my-step  step-function" in listed.stdout, listed.stdout + listed.stderr
     for args, message in [
         (("my-step", "--kind", "step-function"), "the exercise 'my-step' exists already"),
         (("other", "--kind", "no-kind"), "'no-kind' is no kind: use one of"),
         (("Bad Id", "--kind", "step-function"), "'Bad Id' is no exercise id"),
     ]:
-        refused = loopgrade("exercises", "new", *args, env=env)
+        refused = loopgrade_process("exercises", "new", *args, env=env)
         assert refused.returncode == 1
         # One line, after the log's: what was refused and why.
         said = refused.stderr.splitlines()[-1]
         assert said.startswith("loopgrade: ") and message in said, refused.stderr
-    checked = loopgrade("check-exercises", env=env, timeout=300)
+    checked = loopgrade_process("check-exercises", env=env)
     assert checked.returncode == 1
     assert f"{folder}/exercise.toml: correct: missing" in checked.stdout
     assert "my-step: the reference solution scores 0/" in checked.stdout
