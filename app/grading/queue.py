@@ -267,6 +267,7 @@ class ThreadPoolDispatcher:
         self._lock = threading.Lock()
         self._trusted_computed = threading.Event()
         self._trusted_failure: str | None = None
+        self._trusted_thread: threading.Thread | None = None
         slots = min(settings.sandbox_pool_size or settings.worker_count, settings.worker_count)
         self._fair_share = FairShare(
             lambda ids: submission_owners(sessions, ids), max_per_owner=slots
@@ -279,9 +280,10 @@ class ThreadPoolDispatcher:
         # Beside the start, not before it: the first grading then rarely waits for them, and
         # /readyz says "not ready" until they are there.
         self._trusted_computed.clear()
-        threading.Thread(
+        self._trusted_thread = threading.Thread(
             target=self._compute_trusted, name="trusted-trajectories", daemon=True
-        ).start()
+        )
+        self._trusted_thread.start()
         # This process's queue is empty at start: whatever is queued in the database is ours.
         sweep(self._sessions, self._settings, all_queued=True)
         self._sweeper.start()
@@ -307,6 +309,11 @@ class ThreadPoolDispatcher:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        # Waited for, not left running: a process that exits while this thread is inside torch
+        # aborts ("terminate called without an active exception").
+        if self._trusted_thread is not None:
+            self._trusted_thread.join()
+            self._trusted_thread = None
 
     def readiness_problem(self) -> str | None:
         if self._executor is None:
