@@ -101,6 +101,12 @@ def test_three_attempts_unlock_the_hints_and_the_map_names_the_learner_stuck(
         latest = href
 
     teacher.goto(f"/courses/{course_id}/exercises/{EXERCISE}/stats")
+    # Each level opened once; the two refused sends opened nothing.
+    opened = teacher.get_by_role("region", name="Hints opened").locator("tbody tr")
+    assert [r.split("\t") for r in opened.all_inner_texts()] == [
+        ["Gradients not cleared before backward", "1", "1", "1"]
+    ]
+    assert_accessible_basics(teacher)
     teacher.get_by_role("link", name="Misconception map and item analysis").click()
     expect(teacher.get_by_role("heading", level=1)).to_contain_text("misconception map")
     stays = teacher.get_by_role("region", name="Stays")
