@@ -218,7 +218,8 @@ def transition_chart(
     longest = max((len(f"{len(states)}. {label}") for _, label in states), default=0)
     label_width = round(12 + char_width * longest)
     sources, targets = states, states[1:]  # nothing moves back to the start
-    width = max(label_width + cell * max(1, len(targets)) + 8, round(16 + 7 * len(title)))
+    # The title (12 px, semibold) is about 7.5 px a character: 7 cut the last ones off.
+    width = max(label_width + cell * max(1, len(targets)) + 8, round(16 + 7.5 * len(title)))
     height = top + cell * len(sources) + 8
     most = max(counts.values(), default=0) or 1
     parts = [
