@@ -275,7 +275,9 @@ def replay(
 ) -> CaseTrace | None:
     """The trajectory of the model in one case; None when the calls cannot be replayed."""
     function = loop.function(learner, forward, numbers, spec)
-    document = harness.run_case(record, function, spec.harness_spec(), MODEL_FILENAME)
+    document = harness.run_case(
+        record, function, spec.harness_spec(), MODEL_FILENAME, watched=False
+    )
     if document["error"] is not None:
         return None
     return CaseTrace.model_validate(document)
