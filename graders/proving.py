@@ -14,7 +14,7 @@ import torch
 
 from graders import harness
 from graders.diagnosis import explanations
-from graders.exercises import CaseSpec, Exercise, Variant, for_learner
+from graders.exercises import Exercise, Variant, for_learner
 from graders.explanation import Traces
 from graders.grading import (
     Failure,
