@@ -4,6 +4,8 @@ order and units, audited; through the domain functions, `loopgrade courses exerc
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
 from pathlib import Path
 
@@ -194,7 +196,7 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     assert course_ids(sessions, course_id) == [*reversed(ALL_IDS[1:]), ALL_IDS[0]]
     with sessions() as session:
         assert [u for u, _ in in_units(assignments_of(session, course_id))] == [
-            list_exercises()[0].unit,
+            *dict.fromkeys(e.unit for e in reversed(list_exercises()[1:])),
             "Extra",
         ]
     refused = teacher.post(
@@ -230,3 +232,10 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     gradebook = teacher.get(f"/courses/{course_id}/gradebook").text
     marked = gradebook.split('id="removed-exercises"')[1].split("</p>")[0]
     assert list_exercises()[0].title in marked and "submissions and grades are kept" in marked
+    # The CSV leaves it out as the table does: no column, not in the maximum total.
+    header, *rows = csv.reader(io.StringIO(teacher.get(f"/courses/{course_id}/gradebook.csv").text))
+    kept = list_exercises()[1:]
+    titles = {f"{e.title} ({e.max_score:g}){end}" for e in kept for end in ("", " counted as")}
+    assert len(header) == 4 + len(titles) and set(header[2:-2]) == titles
+    assert all(list_exercises()[0].title not in column for column in header)
+    assert [row[-1] for row in rows] == [f"{sum(e.max_score for e in kept):g}"]
