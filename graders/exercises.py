@@ -123,7 +123,9 @@ class Exercise(BaseModel):
     checks: dict[str, float]
     cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
     variants: list[Variant]
-    version: str = Field(description="Content hash of the folder and of its kind's module.")
+    version: str = Field(
+        description="Content hash of the folder and of the grader code that judges it."
+    )
     folder: str = Field(default="", description="Where it was read from, for messages.")
     solution_file: str = "solution.py"
     learner_variant: str = Field(
@@ -215,14 +217,26 @@ def load_exercise(folder: Path) -> Exercise:
     return exercise.model_copy(update={"version": _judged_version(exercise)})
 
 
+# The shared modules of graders/ that judge every exercise, with the kind's own module: all of
+# graders/*.py but these, which cannot change a stored grade or report (the command line, the
+# new-folder scaffold, reading an upload into code, hints, and check-exercises' proof).
+GRADERS_DIR = Path(__file__).resolve().parent
+NOT_JUDGING = frozenset(
+    {"__main__.py", "cli.py", "scaffold.py", "notebook.py", "hints.py", "proving.py", "mutation.py"}
+)
+
+
 def _judged_version(exercise: Exercise) -> str:
-    """The folder's hash with the source of the kind module that judges it: a change of either
-    makes a new version, so results graded before are marked for regrade."""
+    """The folder's hash with the source of the grader code that judges it (its kind's module and
+    the shared judging modules): a change of any makes a new version, so results graded before
+    are marked for regrade."""
     from graders.kinds import kind_of
 
     module = sys.modules[kind_of(exercise).record.__module__]
+    shared = sorted(p for p in GRADERS_DIR.glob("*.py") if p.name not in NOT_JUDGING)
     digest = hashlib.sha256(exercise.version.encode() + b"\0")
-    digest.update(Path(str(module.__file__)).read_bytes())
+    for path in [Path(str(module.__file__)), *shared]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 

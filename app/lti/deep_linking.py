@@ -33,7 +33,9 @@ _PURPOSE = "lti-deep-link"
 @dataclass(frozen=True)
 class DeepLinkRequest:
     """What the answer needs from the platform's request, carried signed through the page,
-    for the user the launch signed in and until `expires_at` (unix seconds)."""
+    for the user the launch signed in and until `expires_at` (unix seconds). `course_id` is the
+    course the launch's context maps to (a launch without a context has its deployment's
+    course): only that course's exercise list is offered."""
 
     platform_id: str
     deployment_id: str
@@ -41,6 +43,7 @@ class DeepLinkRequest:
     data: str | None
     user_id: str
     expires_at: int
+    course_id: str
 
     def to_signed(self, secret_key: bytes) -> str:
         return sign(secret_key, _PURPOSE, json.dumps(self.__dict__, separators=(",", ":")))
@@ -53,14 +56,14 @@ class DeepLinkRequest:
             return None
         try:
             found = cls(**json.loads(value))
-        except TypeError:  # signed before requests carried their user and expiry
+        except TypeError:  # signed before requests carried their user, expiry and course
             return None
         if found.user_id != user_id or found.expires_at < time.time():
             return None
         return found
 
 
-def deep_link_request(launch: ValidatedLaunch, *, user_id: str) -> DeepLinkRequest:
+def deep_link_request(launch: ValidatedLaunch, *, user_id: str, course_id: str) -> DeepLinkRequest:
     settings = launch.claims[DL_CLAIM + "deep_linking_settings"]
     data = settings.get("data")
     return DeepLinkRequest(
@@ -70,6 +73,7 @@ def deep_link_request(launch: ValidatedLaunch, *, user_id: str) -> DeepLinkReque
         data=data if isinstance(data, str) and len(data) <= MAX_DATA_CHARS else None,
         user_id=user_id,
         expires_at=int(time.time()) + DEEP_LINK_LIFETIME_SECONDS,
+        course_id=course_id,
     )
 
 

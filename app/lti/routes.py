@@ -33,7 +33,7 @@ from app.lti.launch import (
 )
 from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
 from app.lti.platforms import PlatformKeyCache, deployments_of, list_platforms
-from app.lti.provisioning import exercise_named, provision
+from app.lti.provisioning import provision
 from app.lti.tickets import create_ticket, redeem_ticket, set_framed_session_cookie
 from app.models import CourseRole, User
 from app.settings import Settings, SettingsDep
@@ -53,7 +53,7 @@ from app.web.sessions import (
     signed_in_user,
     start_session,
 )
-from graders.exercises import get_exercise, list_exercises
+from graders.exercises import Exercise
 
 router = APIRouter(include_in_schema=False)
 
@@ -243,9 +243,9 @@ def launch(
                 "Only instructors choose exercises",
                 "Adding loopgrade content to the course is for its instructors.",
             )
-        signed = deep_link_request(validated, user_id=provisioned.user.id).to_signed(
-            get_secret_key(request)
-        )
+        signed = deep_link_request(
+            validated, user_id=provisioned.user.id, course_id=provisioned.context.course_id
+        ).to_signed(get_secret_key(request))
         target = f"/lti/deep-link?request={quote(signed, safe='')}"
     else:
         assert provisioned.link is not None
@@ -424,11 +424,8 @@ def choose_link_exercise(
     user = signed_in_user(viewer)
     link, course_id, _ = _link_in_course(session, user, link_id)
     require_instructor(session, user, course_id)
-    exercise_id = exercise_named(exercise)
-    if exercise_id is None:
-        raise PageError(422, "Unknown exercise", f"There is no exercise {exercise!r}.")
-    link.exercise_id = exercise_id
-    return RedirectResponse(f"/courses/{course_id}/exercises/{exercise_id}", status_code=303)
+    link.exercise_id = _course_exercise(session, course_id, exercise).id
+    return RedirectResponse(f"/courses/{course_id}/exercises/{link.exercise_id}", status_code=303)
 
 
 def _deep_link(request: Request, signed: str, user: User) -> DeepLinkRequest:
@@ -442,19 +439,33 @@ def _deep_link(request: Request, signed: str, user: User) -> DeepLinkRequest:
     return found
 
 
+def _course_exercise(session: Session, course_id: str, exercise: str) -> Exercise:
+    """The exercise of the course's own list named `exercise`: one removed from the course, or
+    never in it, is refused as the chooser never offered it."""
+    for assigned in assignments_of(session, course_id):
+        if assigned.id == exercise:
+            return assigned.exercise
+    raise PageError(422, "Unknown exercise", f"The course has no exercise {exercise!r}.")
+
+
 @router.get("/lti/deep-link", response_class=HTMLResponse)
 def deep_link_page(
     request: Request,
+    session: SessionDep,
     viewer: ViewerDep,
     signed: Annotated[str, Query(alias="request")] = "",
 ) -> Response:
-    """Content selection: the instructor picks the exercise the new link opens."""
-    _deep_link(request, signed, signed_in_user(viewer))
+    """Content selection: the instructor picks the exercise the new link opens, from the
+    exercise list of the course the launch's context maps to."""
+    found = _deep_link(request, signed, signed_in_user(viewer))
     return render(
         request,
         viewer,
         "lti/deep_link.html",
-        {"deep_link": signed, "exercises": list_exercises()},
+        {
+            "deep_link": signed,
+            "exercises": [a.exercise for a in assignments_of(session, found.course_id)],
+        },
     )
 
 
@@ -469,9 +480,7 @@ def deep_link_answer(
 ) -> Response:
     """The instructor's choice, answered to the platform with a signed LtiDeepLinkingResponse."""
     found = _deep_link(request, deep_link, signed_in_user(viewer))
-    exercise_id = exercise_named(exercise)
-    if exercise_id is None:
-        raise PageError(422, "Unknown exercise", f"There is no exercise {exercise!r}.")
+    chosen = _course_exercise(session, found.course_id, exercise)
     platform = session.get(LtiPlatform, found.platform_id)
     if platform is None:
         raise PageError(400, "Start again from the LMS", "The platform is no longer registered.")
@@ -481,7 +490,7 @@ def deep_link_answer(
         found,
         client_id=platform.client_id,
         issuer=platform.issuer,
-        exercise=get_exercise(exercise_id),
+        exercise=chosen,
         launch_url=tool_url(request, settings, "/lti/launch"),
     )
     return_origin = "{0.scheme}://{0.netloc}".format(urlsplit(found.return_url))
@@ -492,6 +501,6 @@ def deep_link_answer(
         request,
         viewer,
         "lti/deep_link_return.html",
-        {"return_url": found.return_url, "jwt": token, "exercise": get_exercise(exercise_id)},
+        {"return_url": found.return_url, "jwt": token, "exercise": chosen},
         headers={"Content-Security-Policy": csp},
     )

@@ -5,7 +5,9 @@ the same file).
 A case trains its model for `steps` batches, calls `save`, then builds a fresh model (other
 initial weights) and a fresh optimizer of the same declaration, calls `resume` on them with
 the saved state, and trains them on for `steps` more batches. The harness records the fresh
-model and its optimizer's momentum buffer right after `resume`, then after every later step.
+model and its optimizer's state for the weight (`graders.harness.optimizer_state`: an SGD
+momentum buffer, Adam's running averages and step count) right after `resume`, then after every
+later step.
 The grader trains the case's model for all `2 * steps` batches without interruption, itself:
 a right save and resume is indistinguishable from that.
 """
@@ -18,9 +20,18 @@ from typing import Any
 
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
-from graders.harness import Case, Record, build_case, type_name, values_of
-from graders.judging import CaseFindings, KindJudge, as_tensor, close, close_values, difference
+from graders.harness import Case, Record, build_case, optimizer_state, type_name, values_of
+from graders.judging import (
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close,
+    close_values,
+    difference,
+    within_tolerance,
+)
 from graders.kind import ExerciseKind
+from graders.optimizers import STATE_FIELDS
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import CaseTrace, TraceShape
 
@@ -34,12 +45,11 @@ def train_on(case: Case, model: Any, optimizer: Any, batches: list[Any]) -> None
 
 
 def resumed_state(model: Any, optimizer: Any) -> Record:
-    """The weights and the weight's momentum buffer (run in the sandbox too)."""
-    buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
+    """The weights and the optimizer's state for the weight (run in the sandbox too)."""
     return {
         "weight": values_of(model.weight),
         "bias": values_of(model.bias),
-        "momentum": values_of(buffer),
+        **optimizer_state(optimizer, model.weight),
     }
 
 
@@ -69,7 +79,7 @@ def records_per_case(spec: CaseSpec) -> int:
 
 
 TRACE = TraceShape(
-    record_fields={"weight": "matrix", "bias": "vector", "momentum": "matrix?"},
+    record_fields={"weight": "matrix", "bias": "vector", **STATE_FIELDS},
     final_fields={"state_type": "text"},
     most_records=records_per_case,
 )
@@ -77,8 +87,9 @@ TRACE = TraceShape(
 
 @functools.cache
 def uninterrupted(spec: CaseSpec) -> list[dict[str, Any]]:
-    """The weights, bias and momentum buffer after step `steps` and every later one of
-    `2 * steps` steps without interruption, computed here."""
+    """The weights and bias (tensors) and the optimizer's state for the weight (as recorded)
+    after step `steps` and every later one of `2 * steps` steps without interruption, computed
+    here."""
     case = build_case({**spec.harness_spec(), "steps": 2 * spec.steps})
     model, optimizer = case.model, case.optimizer
     train_on(case, model, optimizer, case.inputs[: spec.steps])
@@ -90,11 +101,10 @@ def uninterrupted(spec: CaseSpec) -> list[dict[str, Any]]:
 
 
 def _state(model: Any, optimizer: Any) -> dict[str, Any]:
-    buffer = optimizer.state.get(model.weight, {}).get("momentum_buffer")
     return {
         "weight": model.weight.detach().clone(),
         "bias": model.bias.detach().clone(),
-        "momentum": None if buffer is None else buffer.detach().clone(),
+        **optimizer_state(optimizer, model.weight),
     }
 
 
@@ -102,7 +112,8 @@ CHECKS = {
     "runs": "Every case ran to the end.",
     "returns-dict": "`save` returns a dict.",
     "model-restored": "After `resume` the model holds the saved weights.",
-    "optimizer-restored": "After `resume` the optimizer holds the saved momentum buffers.",
+    "optimizer-restored": "After `resume` the optimizer holds the saved state (momentum buffers, "
+    "Adam's running averages and step count).",
     "training-continues": "Training after `resume` equals training without interruption, step "
     "by step.",
 }
@@ -115,9 +126,23 @@ def _model_restored(record: Record, saved: dict[str, Any]) -> bool:
 
 
 def _optimizer_restored(record: Record, saved: dict[str, Any]) -> bool:
-    if saved["momentum"] is None:
-        return record["momentum"] is None
-    return close_values(record["momentum"], saved["momentum"])
+    """Every field of the state the optimizer keeps (STATE_FIELDS) as saved: absent where the
+    saved one is absent, close where it is there."""
+    for field in STATE_FIELDS:
+        mine, expected = record[field], saved[field]
+        if expected is None:
+            if mine is not None:
+                return False
+        elif field == "opt_step":
+            if mine is None or not within_tolerance(mine, expected):
+                return False
+        elif not close_values(mine, as_tensor(expected)):
+            return False
+    return True
+
+
+def _state_is_empty(record: Record) -> bool:
+    return all(record[field] is None for field in STATE_FIELDS)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
@@ -139,12 +164,12 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             "them with `model.load_state_dict(...)` into the model you were given.",
         )
     if not _optimizer_restored(resumed, right[0]):
-        held = "no momentum buffer" if resumed["momentum"] is None else "another momentum buffer"
+        held = "no state" if _state_is_empty(resumed) else "another state"
         findings.fail(
             "optimizer-restored",
-            f"{at}: after `resume` the optimizer holds {held}, not the saved one: momentum "
-            "restarts from zero. Save `optimizer.state_dict()` too and load it with "
-            "`optimizer.load_state_dict(...)`.",
+            f"{at}: after `resume` the optimizer holds {held}, not the saved one: what it "
+            "keeps between steps (momentum, running averages) restarts. Save "
+            "`optimizer.state_dict()` too and load it with `optimizer.load_state_dict(...)`.",
         )
     for index, (record, state) in enumerate(zip(learner.records[1:], right[1:], strict=True)):
         mine = as_tensor(record["weight"])

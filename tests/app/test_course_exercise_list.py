@@ -4,7 +4,10 @@ order and units, audited; through the domain functions, `loopgrade courses exerc
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,22 +27,14 @@ from app.courses.membership import (
 from app.db import SessionFactory
 from app.models import Assignment, SiteRole, User
 from app.settings import Settings
-from graders.exercises import list_exercises
-from tests.app.conftest import loopgrade, loopgrade_process
+from graders import exercises
+from graders.exercises import get_exercise, list_exercises
+from tests.app.conftest import loopgrade
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 REPO_EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 ALL_IDS = [e.id for e in list_exercises()]
-UNIT_OF = {e.id: e.unit for e in list_exercises()}
-
-
-def units_in_order(ids: list[str]) -> list[tuple[str, list[str]]]:
-    """The exercises' own units, each where its first exercise is (as the course lists them)."""
-    units: dict[str, list[str]] = {}
-    for exercise_id in ids:
-        units.setdefault(UNIT_OF[exercise_id], []).append(exercise_id)
-    return list(units.items())
 
 
 def course_ids(sessions: SessionFactory, course_id: str, *, removed: bool = False) -> list[str]:
@@ -87,9 +82,10 @@ def test_removed_is_kept_hidden_and_restored_as_it_was(
             add_exercise(session, course=course_row, exercise_id=removed, by=by)
         with pytest.raises(CourseError, match="no exercise"):
             add_exercise(session, course=course_row, exercise_id="no-such", by=by)
-    # Back, last in its unit, with the policy it had.
-    listed = course_ids(sessions, course_id)
-    assert [e for e in listed if UNIT_OF[e] == UNIT_OF[removed]][-1] == removed
+    # Back, last of its unit, with the policy it had.
+    unit = get_exercise(removed).unit
+    in_its_unit = [e for e in course_ids(sessions, course_id) if get_exercise(e).unit == unit]
+    assert in_its_unit[-1] == removed
     with sessions() as session:
         assert (
             assignment_of(session, course_id, removed).assignment.late_penalty_percent_per_day == 15
@@ -118,7 +114,10 @@ def test_the_course_orders_and_groups_its_exercises(
         said = [entry.sentence for entry in events(session, course_id=course_id)]
     assert [(unit, [a.id for a in assigned]) for unit, assigned in units] == [
         ("Week 0: warm-up", [last]),
-        *units_in_order(ALL_IDS[:-1]),
+        *(
+            (unit, [e.id for e in list_exercises()[:-1] if e.unit == unit])
+            for unit in dict.fromkeys(e.unit for e in list_exercises()[:-1])
+        ),
     ]
     assert any("to place 1" in s for s in said) and any("Week 0: warm-up" in s for s in said)
 
@@ -151,31 +150,43 @@ def test_the_cli_lists_removes_moves_and_adds_back(
     assert unknown.stderr.splitlines()[-1] == "loopgrade: there is no exercise 'no-such'"
 
 
-def test_exercises_new_makes_a_folder_check_exercises_explains(tmp_path: Path) -> None:
-    # Processes of their own: the exercises folder is read from the environment at import.
+@pytest.fixture
+def train_step_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of exercises with train-step alone. The commands run in this process, whose
+    exercises folder was read at import: it is pointed at the copy here as the variable points
+    a new process's (never at the repository's, which `exercises new` would write into)."""
     copy = tmp_path / "exercises"
     shutil.copytree(REPO_EXERCISES / "train-step", copy / "train-step")
+    monkeypatch.setattr(exercises, "EXERCISES_DIR", copy)
+    exercises._loaded.cache_clear()
+    yield copy
+    exercises._loaded.cache_clear()
+
+
+def test_exercises_new_makes_a_folder_check_exercises_explains(train_step_only: Path) -> None:
+    copy = train_step_only
     env = {"LOOPGRADE_EXERCISES_DIR": str(copy)}
-    made = loopgrade_process("exercises", "new", "my-step", "--kind", "step-function", env=env)
+    made = loopgrade("exercises", "new", "my-step", "--kind", "step-function", env=env)
     assert made.returncode == 0, made.stderr
+    exercises._loaded.cache_clear()  # the next command reads the folder afresh, as a process
     folder = copy / "my-step"
     assert {p.name for p in folder.iterdir()} == {
         "exercise.toml", "prompt.md", "starter.py", "solution.py", "bugs"
     }  # fmt: skip
     assert (folder / "bugs" / "README.md").exists()
-    listed = loopgrade_process("exercises", "list", env=env)
+    listed = loopgrade("exercises", "list", env=env)
     assert "4. my-step  step-function" in listed.stdout, listed.stdout + listed.stderr
     for args, message in [
         (("my-step", "--kind", "step-function"), "the exercise 'my-step' exists already"),
         (("other", "--kind", "no-kind"), "'no-kind' is no kind: use one of"),
         (("Bad Id", "--kind", "step-function"), "'Bad Id' is no exercise id"),
     ]:
-        refused = loopgrade_process("exercises", "new", *args, env=env)
+        refused = loopgrade("exercises", "new", *args, env=env)
         assert refused.returncode == 1
         # One line, after the log's: what was refused and why.
         said = refused.stderr.splitlines()[-1]
         assert said.startswith("loopgrade: ") and message in said, refused.stderr
-    checked = loopgrade_process("check-exercises", env=env)
+    checked = loopgrade("check-exercises", env=env)
     assert checked.returncode == 1
     assert f"{folder}/exercise.toml: correct: missing" in checked.stdout
     assert "my-step: the reference solution scores 0/" in checked.stdout
@@ -205,7 +216,7 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     assert course_ids(sessions, course_id) == [*reversed(ALL_IDS[1:]), ALL_IDS[0]]
     with sessions() as session:
         assert [u for u, _ in in_units(assignments_of(session, course_id))] == [
-            *(unit for unit, _ in units_in_order(list(reversed(ALL_IDS[1:])))),
+            *dict.fromkeys(e.unit for e in reversed(list_exercises()[1:])),
             "Extra",
         ]
     refused = teacher.post(
@@ -241,3 +252,10 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     gradebook = teacher.get(f"/courses/{course_id}/gradebook").text
     marked = gradebook.split('id="removed-exercises"')[1].split("</p>")[0]
     assert list_exercises()[0].title in marked and "submissions and grades are kept" in marked
+    # The CSV leaves it out as the table does: no column, not in the maximum total.
+    header, *rows = csv.reader(io.StringIO(teacher.get(f"/courses/{course_id}/gradebook.csv").text))
+    kept = list_exercises()[1:]
+    titles = {f"{e.title} ({e.max_score:g}){end}" for e in kept for end in ("", " counted as")}
+    assert len(header) == 4 + len(titles) and set(header[2:-2]) == titles
+    assert all(list_exercises()[0].title not in column for column in header)
+    assert [row[-1] for row in rows] == [f"{sum(e.max_score for e in kept):g}"]

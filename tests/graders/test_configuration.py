@@ -96,8 +96,29 @@ def test_a_change_of_the_kind_module_is_a_new_version(
     exercises._loaded.cache_clear()
     after = {e.id: e.version for e in list_exercises()}
     stepping = {e.id for e in list_exercises() if e.kind == "step-function"}
-    assert {"train-step", "accumulate-microbatches"} <= stepping
+    assert {"train-step", "accumulate-microbatches"} <= stepping < set(before)
     assert {id_ for id_ in before if before[id_] != after[id_]} == stepping
+
+
+def test_a_change_of_a_shared_judging_module_is_a_new_version_of_every_exercise(
+    folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay, the fitting, the harness... judge every exercise: a change of one marks every
+    result for regrade; a change of the command line (no part of a grade) marks none."""
+    before = {e.id: e.version for e in list_exercises()}
+    copy = tmp_path / "graders"
+    copy.mkdir()
+    for path in exercises.GRADERS_DIR.glob("*.py"):
+        shutil.copy(path, copy / path.name)
+    monkeypatch.setattr(exercises, "GRADERS_DIR", copy)
+    (copy / "cli.py").write_text((copy / "cli.py").read_text() + "\n# said differently\n")
+    exercises._loaded.cache_clear()
+    assert {e.id: e.version for e in list_exercises()} == before
+    (copy / "replay.py").write_text((copy / "replay.py").read_text() + "\n# judged differently\n")
+    exercises._loaded.cache_clear()
+    after = {e.id: e.version for e in list_exercises()}
+    assert after.keys() == before.keys() == set(ALL_IDS)
+    assert all(after[id_] != before[id_] for id_ in before)
 
 
 def test_a_kind_not_registered_refuses_its_folders(

@@ -129,12 +129,36 @@ def test_the_checkpoint_reference_is_training_resumed_from_a_real_checkpoint(
     fresh.optimizer.load_state_dict(loaded["o"])
     expected = checkpoint.uninterrupted(spec)
     momentum = fresh.optimizer.state[fresh.model.weight]["momentum_buffer"]
-    assert torch.allclose(momentum, expected[0]["momentum"])
+    assert torch.allclose(momentum, torch.tensor(expected[0]["momentum"]))
     assert bool(momentum.any())  # momentum to lose: the bug changes the training after
     for batch, state in zip(case.inputs[spec.steps :], expected[1:], strict=True):
         checkpoint.train_on(case, fresh.model, fresh.optimizer, [batch])
         assert torch.allclose(fresh.model.weight, state["weight"])
         assert torch.allclose(fresh.model.bias, state["bias"])
+
+
+def adam(spec: CaseSpec) -> CaseSpec:
+    settings = spec.model_dump(exclude={"momentum"})
+    return CaseSpec.model_validate({**settings, "optimizer": "adam", "lr": 0.01})
+
+
+def test_a_resume_with_adam_is_judged_on_its_running_averages_and_step_count() -> None:
+    """The optimizer's whole state is compared, not only SGD's momentum buffer: with Adam, a
+    checkpoint of the model alone is optimizer-state-lost, and the right one is correct."""
+    resume = exercise("resume-training")
+    with_adam = resume.model_copy(update={"cases": [adam(spec) for spec in resume.cases]})
+    saved = checkpoint.uninterrupted(with_adam.cases[0])[0]
+    assert saved["momentum"] is None and saved["exp_avg"] is not None
+    assert saved["opt_step"] == float(with_adam.cases[0].steps)
+    assert judge_source(with_adam, resume.solution_code).diagnosis == "correct"
+    variants = {variant.id: variant for variant in resume.variants}
+    for name in ("model-only", "optimizer-not-loaded", "model-not-loaded"):
+        report = judge_source(with_adam, variants[name].source)
+        assert report.diagnosis == variants[name].diagnosis, (name, report.feedback)
+    lost = judge_source(with_adam, variants["model-only"].source)
+    failed = [check.id for check in lost.checks if not check.passed]
+    assert "optimizer-restored" in failed and "model-restored" not in failed
+    assert "holds no state" in lost.feedback
 
 
 # --- through the sandbox ---------------------------------------------------------------------

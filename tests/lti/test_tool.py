@@ -12,14 +12,17 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import select
 
+from app.courses.exercise_list import remove_exercise
+from app.courses.membership import find_course
 from app.db import SessionFactory
 from app.lti.deep_linking import DeepLinkRequest
 from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
-from app.lti.models import LtiPlatform, LtiToolKey, LtiUser
-from app.models import SiteRole, utc_now
+from app.lti.models import LtiContext, LtiPlatform, LtiToolKey, LtiUser
+from app.models import SiteRole, User, utc_now
 from app.people.accounts import create_user
 from app.settings import Settings
 from app.web.sessions import load_secret_key, sign
+from graders.exercises import list_exercises
 from tests.app.conftest import loopgrade
 from tests.lti.conftest import Launch, form_fields
 from tests.lti.fake_platform import DL, INSTRUCTOR, LTI, FakePlatform
@@ -91,6 +94,43 @@ def _deep_link_chooser(
     chooser = enter(client, launch(client=client))
     assert chooser.url.path == "/lti/deep-link"
     return chooser
+
+
+def test_deep_linking_offers_the_course_s_exercise_list_only(
+    launch: Launch,
+    platform: FakePlatform,
+    browser_client: httpx.Client,
+    sessions: SessionFactory,
+) -> None:
+    """The launch's context maps to a course: an exercise removed from it is neither offered
+    nor accepted (422), as on the link page."""
+    chooser = _deep_link_chooser(launch, platform, browser_client, "teacher-1")
+    offered = re.findall(r'<option value="([^"]+)"', chooser.text)
+    assert offered == [e.id for e in list_exercises()]
+    removed = offered[1]
+    with sessions.begin() as session:
+        course_id = session.scalars(
+            select(LtiContext.course_id).where(LtiContext.context_id == "course-7")
+        ).one()
+        course, by = (
+            find_course(session, course_id),
+            session.get(User, _user_of(sessions, "teacher-1")),
+        )
+        assert course is not None and by is not None
+        remove_exercise(session, course=course, exercise_id=removed, by=by)
+    chooser = _deep_link_chooser(launch, platform, browser_client, "teacher-1")
+    offered = re.findall(r'<option value="([^"]+)"', chooser.text)
+    assert offered == [e.id for e in list_exercises() if e.id != removed]
+    answer = browser_client.post(
+        f"{platform.tool_url}/lti/deep-link",
+        data={
+            "csrf_token": csrf_of(chooser.text),
+            "deep_link": form_fields(chooser.text)["deep_link"],
+            "exercise": removed,
+        },
+    )
+    assert answer.status_code == 422 and "The course has no exercise" in answer.text
+    assert "JWT" not in form_fields(answer.text) and not platform.deep_link_responses
 
 
 def test_a_deep_linking_request_serves_only_the_instructor_who_launched(
