@@ -4,8 +4,6 @@ number of a hidden case."""
 
 from __future__ import annotations
 
-import re
-
 import httpx
 
 from app.db import SessionFactory
@@ -15,7 +13,7 @@ from graders.proving import judge_source
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.app.people import graded, make_user
 from tests.app.test_personal_tokens import bearer, browser, new_token
-from tests.graders.test_hidden import secrets
+from tests.graders.test_hidden import betrayed, secrets
 
 # The chart's text alternative names the fixed line and gives its values.
 SAID = "Your loop with optimizer.zero_grad() before backward(): "
@@ -50,6 +48,7 @@ def test_the_page_and_the_api_draw_the_fixed_loop_and_nothing_hidden(
     assert answer.status_code == 200
     drawn = [svg for svg in answer.json()["charts_svg"] if 'class="fixed"' in svg]
     assert drawn and all(SAID in svg for svg in drawn)
-    for text in (page.text, answer.text):
-        for value in hidden:
-            assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w])", text), value
+    assert not betrayed(hidden, page.text)
+    assert not betrayed(hidden, answer.text)
+    # The check can fail: the hidden values are found where they are written, beside a clock.
+    assert betrayed(hidden, f"at 2026-12-05 11:42 UTC the seed {' '.join(hidden)}") == list(hidden)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -61,11 +61,21 @@ def secrets(exercise: Exercise) -> list[str]:
     return found
 
 
+# A date or a time of day as pages and answers print them (2026-12-05 11:42 UTC,
+# 2026-12-05T11:42:07.1+00:00): the clock is not a hidden seed of 42 or 12.
+CLOCK = re.compile(r"\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:[+-]\d\d:\d\d|Z)?)?")
+
+
+def betrayed(secrets: Iterable[str], text: str) -> list[str]:
+    """The secrets written whole in `text` (a seed of 17 is not in 0.1738), its clock aside."""
+    text = CLOCK.sub(" ", text)
+    return [s for s in secrets if re.search(rf"(?<![\w.]){re.escape(s)}(?![\w])", text)]
+
+
 def assert_conceals(exercise: Exercise, report: GradeReport) -> None:
     text = report.model_dump_json(exclude={"exercise_version"})
     assert MARK not in text
-    for secret in secrets(exercise):
-        assert not re.search(rf"(?<![\w.]){re.escape(secret)}(?![\w])", text), (secret, text)
+    assert not betrayed(secrets(exercise), text), text
     for check in report.checks:
         if check.hidden:
             assert check.message == HIDDEN_CHECK_FAILURE

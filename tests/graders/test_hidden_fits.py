@@ -22,7 +22,7 @@ from graders.feedback import explanation
 from graders.judging import case_data
 from graders.proving import judge_source
 from graders.report import GradeReport
-from tests.graders.test_hidden import SANDBOX_LIMITS, secrets
+from tests.graders.test_hidden import SANDBOX_LIMITS, betrayed, secrets
 
 # Every exercise's visible cases have these (in_features, out_features); no hidden case does.
 PRELUDE = """
@@ -324,9 +324,8 @@ def assert_no_hidden_number(exercise: Exercise, report: GradeReport) -> None:
 
 def assert_no_hidden_text(exercise: Exercise, text: str) -> None:
     """`text` (a report, a page, an API answer) holds nothing derived from a hidden case."""
-    for secret in secrets(exercise):
-        if len(secret) >= 2:  # a one-digit seed is in every score
-            assert not re.search(rf"(?<![\w.]){re.escape(secret)}(?![\w])", text), secret
+    # A one-digit seed is in every score.
+    assert not betrayed([secret for secret in secrets(exercise) if len(secret) >= 2], text)
     hidden_lrs = [spec.lr for spec in exercise.cases if spec.hidden]
     for k in key_values(exercise):
         derived = [k, k - 1, 1 / k, k / 50]
