@@ -177,13 +177,17 @@ def compare(args: argparse.Namespace) -> None:
         runs: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name in trees}
         for round_number in range(1, args.rounds + 1):
             for name, tree in trees.items():
-                print(f"round {round_number}/{args.rounds}: {name}", file=sys.stderr, flush=True)
                 command = [sys.executable, str(tree / "bench" / "grading_cpu.py"), "--json"]
                 command += ["-n", str(args.n), "--exercises", *args.exercises]
                 measured = subprocess.run(command, cwd=tree, capture_output=True, text=True)
                 if measured.returncode:
                     sys.exit(f"{name}: {command} failed:\n{measured.stderr[-3000:]}")
                 runs[name].append(json.loads(measured.stdout.splitlines()[-1]))
+                first, again = (runs[name][-1][what] for what in ("first", "again"))
+                print(f"round {round_number}/{args.rounds} {name:>12}: total first "
+                      f"{first['total']:.4f} again {again['total']:.4f}, sandbox first "
+                      f"{first['sandbox']:.4f} again {again['sandbox']:.4f}",
+                      file=sys.stderr, flush=True)  # fmt: skip
     print(f"medians of {args.rounds} alternating runs per tree; CPU s per grading, faults a count")
     print(f"{'':18}{'this tree':>12}{args.against:>12}{'change':>9}")
     for what in ("first", "again"):
