@@ -70,7 +70,7 @@ def test_an_unknown_key_refuses_its_folder_instead_of_being_dropped(folders: Pat
 
 def test_an_unknown_key_in_a_case_refuses_its_folder(folders: Path) -> None:
     # An L1 loss asked for in a case: no case takes one, so it must not be silently dropped.
-    edit(folders / "train-step", "lr = 0.1\n", "lr = 0.1\nloss = \"l1\"\n")
+    edit(folders / "train-step", "lr = 0.1\n", 'lr = 0.1\nloss = "l1"\n')
     reason = refused_exercises()["train-step"]
     assert "cases.0.loss: Extra inputs are not permitted" in reason, reason
 

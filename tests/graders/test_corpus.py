@@ -2,8 +2,8 @@
 
 Every file says on its first line the diagnosis and the score band it must get. The corpus is
 graded once, through the warm pool a server grades with: a diagnosis is made from the traces,
-and test_pool_grades.py holds the pool's traces to cold runs' on every exercise's solution,
-starter and known bugs and on each failure class.
+and test_pool_grades.py holds the pool's reports to cold runs' on each exercise and on each
+failure class.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The fix, replayed: the learner's loop with only its named mistake fixed, on their charts.
 
-The known bugs are graded through the real sandbox (`cold_grade`); the rest is judged in this
+The known bugs are graded through the warm pool (`grading_runner`); the rest is judged in this
 process (`judge_source`). A single-mistake loop with its mistake fixed is the reference loop,
 so its replayed line must be the reference's, number for number, and differ from the learner's.
 """
@@ -11,13 +11,15 @@ import textwrap
 
 import pytest
 
+import sandbox
+from graders import grade
 from graders.exercises import get_exercise
 from graders.fix_replay import fix_label, fixed_calls
 from graders.judging import within_tolerance
 from graders.kinds import kind_of
 from graders.proving import judge_source
 from graders.report import GradeReport, PlotSeries
-from tests.graders.conftest import ColdGrade
+from tests.graders.conftest import SHARED_LIMITS
 from tests.graders.test_hidden import assert_conceals, betrayed, secrets
 
 # Every known bug of the exercises that step whose loop makes exactly one mistake.
@@ -56,11 +58,11 @@ def judged(exercise_id: str, body: str) -> GradeReport:
 
 @pytest.mark.parametrize(("exercise_id", "variant_id"), SINGLE_MISTAKES)
 def test_a_single_mistake_fixed_is_the_reference_loop(
-    cold_grade: ColdGrade, exercise_id: str, variant_id: str
+    grading_runner: sandbox.Runner, exercise_id: str, variant_id: str
 ) -> None:
     exercise = get_exercise(exercise_id)
     variant = next(v for v in exercise.variants if v.id == variant_id)
-    report = cold_grade(exercise_id, variant.source)
+    report = grade(exercise_id, variant.source, SHARED_LIMITS, grading_runner)
     assert report.diagnosis == variant.diagnosis
     drawn = [plot for plot in loss_plots(report) if plot.fixed]
     assert drawn, f"no fixed line on any loss chart of {variant_id}"

@@ -1,5 +1,5 @@
 """The optimizer a case declares (graders/optimizers.py), its state judged, and the second unit's
-optimizer exercises (adam-step, clip-gradients) graded through the real sandbox."""
+optimizer exercises (adam-step, clip-gradients) graded through the warm pool."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from graders.harness import build_case, optimizer_state
 from graders.judging import batch_of, case_data, loss_and_gradients
 from graders.kinds.step_function import judge_case, one_step
 from graders.optimizers import declared_optimizer
-from tests.graders.conftest import SHARED_LIMITS, ColdGrade
+from tests.graders.conftest import SHARED_LIMITS
 
 
 def case(**fields: Any) -> CaseSpec:
@@ -172,18 +172,16 @@ def expected_diagnoses() -> list[tuple[str, str, str, str]]:
     expected_diagnoses(),
     ids=[f"{e}/{n}" for e, n, _, _ in expected_diagnoses()],
 )
-def test_the_second_units_bugs_are_named_in_the_warm_pool_and_cold(
+def test_the_second_units_bugs_are_named_in_the_warm_pool(
     exercise_id: str,
     name: str,
     source: str,
     diagnosis: str,
     grading_runner: sandbox.Runner,
-    cold_grade: ColdGrade,
 ) -> None:
+    # test_pool_grades.py holds the pool's reports to cold sandboxes'.
     assert isinstance(grading_runner, sandbox.PoolRunner), grading_runner.status
     warm = grade(exercise_id, source, SHARED_LIMITS, grading_runner)
-    cold = cold_grade(exercise_id, source)
-    assert warm.model_dump() == cold.model_dump()
     assert warm.diagnosis == diagnosis, warm.feedback
     exercise = get_exercise(exercise_id)
     assert (warm.score == exercise.max_score) == (diagnosis == "correct")

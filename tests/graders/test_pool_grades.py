@@ -1,11 +1,13 @@
-"""The warm pool grades exactly as cold sandboxes do: every test submission, report for report,
-whether its slots are bubblewrap sandboxes or containers (the cold grades are bwrap's, shared).
+"""The warm pool grades exactly as cold sandboxes do, whether its slots are bubblewrap sandboxes
+or containers (the cold grades are bwrap's, shared).
 
-The submissions: every exercise's solution, starter and known bugs (each kind, each diagnosis
-model, right and wrong), and learner failures whose cause does not depend on how busy the
-machine is (a time limit does: the CPU or the wall clock may come first, and each has its own
-message). The learner corpus (tests/graders/corpus) is graded through the pool by
-test_corpus.py: its diagnoses are made from traces this module proves the same cold and warm.
+A warm run differs from a cold one only in the process it starts from (what the zygote imported,
+drew and set), and every program meets that alike. So each exercise's solution and first known
+bug, and learner failures at each cap, are graded cold and warm, report for report; every known
+bug of every exercise is graded warm and must get its declared diagnosis. The failures are those
+whose cause does not depend on how busy the machine is (a time limit does: the CPU or the wall
+clock may come first, and each has its own message). The learner corpus (tests/graders/corpus)
+is graded through the pool by test_corpus.py.
 """
 
 from __future__ import annotations
@@ -13,20 +15,18 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 import sandbox
 from graders import grade
-from graders.exercises import get_exercise
+from graders.exercises import get_exercise, list_exercises
 from graders.grading import POOL_PROGRAM, trusted_trajectories
 from tests.graders.conftest import SHARED_LIMITS, ColdGrade
 from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason
 
 pytestmark = POOL_NEEDS_GROUPS
 
-EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 FAILURES = {
     "syntax-error": "def train_step(model, optimizer, loss_fn, x, y)\n    pass\n",
     "missing-function": "def train(model):\n    pass\n",
@@ -49,18 +49,24 @@ FAILURES = {
 }
 
 
-def submissions() -> list[tuple[str, str, str]]:
-    """(exercise, name, source) of every test submission."""
+def known_programs() -> list[tuple[str, str, str, str]]:
+    """(exercise, name, source, diagnosis) of every exercise's solution, starter and known bugs."""
     found = []
-    for folder in sorted(EXERCISES.iterdir()):
-        if not (folder / "exercise.toml").exists():
-            continue
-        for path in [
-            folder / "solution.py",
-            folder / "starter.py",
-            *sorted(folder.glob("bugs/*.py")),
-        ]:
-            found.append((folder.name, path.stem, path.read_text()))
+    for exercise in list_exercises():
+        found.append((exercise.id, "solution", exercise.solution_code, "correct"))
+        found.append((exercise.id, "starter", exercise.starter_code, "not-started"))
+        found += [(exercise.id, v.id, v.source, v.diagnosis) for v in exercise.variants]
+    return found
+
+
+def cold_and_warm_programs() -> list[tuple[str, str, str]]:
+    """(exercise, name, source) of each exercise's solution and first known bug, and the
+    learner failures."""
+    found = []
+    for exercise in list_exercises():
+        found.append((exercise.id, "solution", exercise.solution_code))
+        bug = exercise.variants[0]
+        found.append((exercise.id, bug.id, bug.source))
     found += [("train-step", name, source) for name, source in FAILURES.items()]
     return found
 
@@ -83,11 +89,24 @@ def warm(request: pytest.FixtureRequest) -> Iterator[sandbox.Runner]:
     runner.close()
 
 
-def test_every_test_submission_gets_the_same_report_cold_and_warm(
-    cold_grade: ColdGrade, warm: sandbox.Runner
-) -> None:
-    programs = submissions()
+def test_every_known_bug_gets_its_diagnosis_in_the_warm_pool(warm: sandbox.Runner) -> None:
+    programs = known_programs()
     assert len(programs) > 60
+
+    def graded(item: tuple[str, str, str, str]) -> tuple[str, str, str]:
+        exercise, name, source, diagnosis = item
+        report = grade(exercise, source, SHARED_LIMITS, warm)
+        return f"{exercise}/{name}", diagnosis, report.diagnosis
+
+    with ThreadPoolExecutor(2) as workers:
+        results = list(workers.map(graded, programs))
+    wrong = {name: (declared, got) for name, declared, got in results if declared != got}
+    assert wrong == {}
+
+
+def test_the_same_report_cold_and_warm(cold_grade: ColdGrade, warm: sandbox.Runner) -> None:
+    programs = cold_and_warm_programs()
+    assert {exercise for exercise, _, _ in programs} == {e.id for e in list_exercises()}
 
     def both(item: tuple[str, str, str]) -> tuple[str, dict[str, object], dict[str, object]]:
         exercise, name, source = item
