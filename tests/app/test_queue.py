@@ -15,7 +15,7 @@ import pytest
 import sandbox
 from app.db import SessionFactory
 from app.grading.leases import lease_renewed, sweep
-from app.grading.queue import GradingOutcome, run_grading_job
+from app.grading.queue import GradingOutcome, ThreadPoolDispatcher, run_grading_job
 from app.grading.submissions import (
     GradingJob,
     claim_submission,
@@ -108,22 +108,37 @@ class HiddenStartRunner:
         self.runner.close()
 
 
+@pytest.mark.parametrize("waits", ["in the grading thread", "apart, as the dispatcher does"])
 def test_a_grading_is_stored_and_told_no_sooner_than_its_hidden_part_s_first_delay(
-    sessions: SessionFactory, settings: Settings
+    sessions: SessionFactory, settings: Settings, waits: str
 ) -> None:
     assert SLEEPS_BY_SEED != CORRECT_CODE
     trusted_trajectories(get_exercise(EXERCISE))  # as a server has them: judging is quick
     submission_id = add_submission(sessions, SLEEPS_BY_SEED)
     told: dict[SubmissionStatus, datetime] = {}
+    graded_told = threading.Event()
 
     def on_state_change(changed_id: str, status: SubmissionStatus) -> None:
         told[status] = utc_now()
+        if status is SubmissionStatus.GRADED:
+            graded_told.set()
 
     runner = HiddenStartRunner()
-    run = run_grading_job(
-        sessions, submission_id, settings, runner=runner, on_state_change=on_state_change
-    )
-    assert run.outcome is GradingOutcome.GRADED
+    if waits == "in the grading thread":
+        run = run_grading_job(
+            sessions, submission_id, settings, runner=runner, on_state_change=on_state_change
+        )
+        assert run.outcome is GradingOutcome.GRADED
+    else:
+        dispatcher = ThreadPoolDispatcher(
+            sessions, settings, runner=runner, on_state_change=on_state_change
+        )
+        dispatcher.start()
+        try:
+            dispatcher.enqueue(submission_id)
+            assert graded_told.wait(timeout=300)
+        finally:
+            dispatcher.stop()
     graded = row_state(sessions, submission_id)
     assert graded["diagnosis"] == "correct", graded["feedback"]
     assert graded["score"] == graded["max_score"]
