@@ -14,6 +14,7 @@ line is drawn rather than a wrong one.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -236,12 +237,14 @@ def fixed_trajectory(
     if fixed is None:
         return None
     # Only a loop the optimizer's numbers reproduce has this one mistake and no unknown number.
-    reproduced = [
+    # The first place that does is the one `_body_forward` reads: the others are not replayed.
+    reproducing = (
         forward
         for forward in Forward
         if (model := replay(kind.record, loop, spec, learner, forward, Numbers())) is not None
         and same_numbers(model, learner)
-    ]
+    )
+    reproduced = list(itertools.islice(reproducing, 1))
     forward = _body_forward(kind, spec, learner, diagnosis, reproduced)
     return None if forward is None else replay(kind.record, loop, spec, fixed, forward, Numbers())
 
@@ -254,8 +257,8 @@ def _body_forward(
     reproduced: list[Forward] | None,
 ) -> Forward | None:
     """Where the fixed loop's forward pass runs: where the learner's ran, which the calls do not
-    show. `reproduced`: the places that reproduce the learner's values (None: not known, a
-    number of theirs differs).
+    show. `reproduced`: the first place that reproduces the learner's values, or none (None:
+    not known, a number of theirs differs).
 
     A function called once per step runs it at the start of its call, or right before
     backward(): the first place that reproduces the learner's values (either, when both give
@@ -303,8 +306,10 @@ def with_fix(
         return list(plots)
     shown: list[PlotSeries] = []
     fixed_plots: dict[str, list[PlotSeries]] = {}
+    # A fix is replayed only for a case with a chart it could be drawn on (below).
+    parted = {plot.case for plot in plots if not _same_line(plot.learner, plot.reference)}
     for spec in exercise.cases:
-        if spec.hidden or same_trace(traces[spec.id], reference[spec.id]):
+        if spec.hidden or spec.id not in parted or same_trace(traces[spec.id], reference[spec.id]):
             continue
         try:
             fixed = fixed_trajectory(kind, spec, traces[spec.id], diagnosis)

@@ -213,19 +213,31 @@ def _error_record(error: BaseException, filename: str) -> Record:
     }
 
 
-# The recorders of the case running in this thread, for the backward watch (`run_case`).
-_WATCHED: contextvars.ContextVar[list[CallRecorder] | None] = contextvars.ContextVar(
-    "watched", default=None
-)
+class _Watch:
+    """The case running in this thread under a backward watch (`run_case`): its recorders,
+    and the watch itself, pushed with the first of them. Before it there is nothing to tell,
+    and a watch costs a call per torch function (building the case makes a hundred or so)."""
+
+    def __init__(self, modes: contextlib.ExitStack) -> None:
+        self.recorders: list[CallRecorder] = []
+        self._modes = modes
+
+    def add(self, recorder: CallRecorder) -> None:
+        if not self.recorders:
+            self._modes.enter_context(BackwardWatch())
+        self.recorders.append(recorder)
+
+
+_WATCHED: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("watched", default=None)
 
 
 class BackwardWatch(TorchFunctionMode):
     """Sees every `backward()` the code calls while a case runs, and tells the case's recorders.
 
     A torch function mode, not a patch: it is pushed on this thread's mode stack only, for the
-    case (`run_case`), so threads of the grader running other cases never see it. A backward
-    that returns without its gradient ever reaching the weight ran on a loss cut off from the
-    model (`.detach()`, `.data`, `requires_grad = True` set on the loss): recorded as
+    case (`run_case`, `_Watch`), so threads of the grader running other cases never see it. A
+    backward that returns without its gradient ever reaching the weight ran on a loss cut off
+    from the model (`.detach()`, `.data`, `requires_grad = True` set on the loss): recorded as
     `detached_backward`, which is not a `backward`. It also sees an optimizer made of the
     weight (`Optimizer.add_param_group` reads the weight's `is_leaf`), whose calls are then
     recorded too (`CallRecorder.watch_optimizer`).
@@ -233,7 +245,8 @@ class BackwardWatch(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        recorders = _WATCHED.get() or []
+        watch = _WATCHED.get()
+        recorders = watch.recorders if watch is not None else []
         if func is not torch.Tensor.backward and func is not torch.autograd.backward:
             if args and recorders and sys._getframe(1).f_code.co_name == "add_param_group":
                 made = sys._getframe(1).f_locals.get("self")
@@ -294,9 +307,9 @@ class CallRecorder:
     def __init__(self, case: Case, on_step: Callable[[], None] | None = None) -> None:
         self.calls: list[str] = []
         self.arrivals = 0  # gradients that reached the weight (the tensor hook ran)
-        watched = _WATCHED.get()
-        if watched is not None:
-            watched.append(self)
+        watch = _WATCHED.get()
+        if watch is not None:
+            watch.add(self)
         model, optimizer = case.model, case.optimizer
         self._on_step = on_step
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -398,17 +411,20 @@ def run_case(
 
     For step-by-step kinds the records made before an error are kept, to say which step failed.
     `seeded`: seed the global generators from the case first (in the sandbox only). `watched`:
-    under a `BackwardWatch`; the grader's replayed models (graders/replay.py) make no mark it
-    could see, and it costs a call per torch function.
+    under a `BackwardWatch` from the case's first `CallRecorder` on; the grader's replayed
+    models (graders/replay.py) make no mark it could see, and it costs a call per torch
+    function.
     """
     records: list[Record] = []
     final = None
     error = None
     if seeded:
         seed_global_random(int(spec["seed"]))
-    token = _WATCHED.set([])
+    token = _WATCHED.set(None)
     try:
-        with BackwardWatch() if watched else contextlib.nullcontext():
+        with contextlib.ExitStack() as modes:
+            if watched:
+                _WATCHED.set(_Watch(modes))
             final = recorder(function, spec, records)
     except BaseException as exc:  # SystemExit too: the learner's code must not end the run
         error = _error_record(exc, filename)

@@ -15,6 +15,9 @@ per optimizer step; iterations are found by counting backward calls).
 from __future__ import annotations
 
 import enum
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -265,6 +268,17 @@ PER_CALL = Replay(function=_per_call_replay, iterations=_steps, per_call=True)
 WHOLE_LOOP = Replay(function=_whole_loop_replay, iterations=_epochs_of_steps, per_call=False)
 
 
+# A model's trajectory is a function of its case, its calls, where its forward runs and its
+# numbers alone, and many learners' loops make the same calls (those of a right loop, or of a
+# common mistake): diagnosing them and replaying their fix ask for the same models again. The
+# models with the optimizer's numbers are kept (a fitted number is one learner's), as JSON, so
+# that each caller gets its own copy; so many of them, the least recently used dropped.
+REPLAYS_CACHED = 1024
+_UNFITTED = (unchanged_scale, optimizer_lr, optimizer_momentum)
+_replays: OrderedDict[tuple[object, ...], str | None] = OrderedDict()
+_replays_lock = threading.Lock()
+
+
 def replay(
     record: harness.Recorder,
     loop: Replay,
@@ -274,10 +288,36 @@ def replay(
     numbers: Numbers,
 ) -> CaseTrace | None:
     """The trajectory of the model in one case; None when the calls cannot be replayed."""
+    if (numbers.grad_scale, numbers.lr, numbers.momentum) != _UNFITTED:
+        document = _replayed(record, loop, spec, learner, forward, numbers)
+        return None if document is None else CaseTrace.model_validate(document)
+    calls = [[r.get("calls", []) for r in learner.records], (learner.final or {}).get("calls")]
+    key = (record, loop, spec.model_dump_json(), json.dumps(calls), forward, numbers)
+    with _replays_lock:
+        found = _replays.get(key, "")
+        if found != "":
+            _replays.move_to_end(key)
+    if found == "":
+        document = _replayed(record, loop, spec, learner, forward, numbers)
+        found = None if document is None else json.dumps(document)
+        with _replays_lock:
+            _replays[key] = found
+            while len(_replays) > REPLAYS_CACHED:
+                _replays.popitem(last=False)
+    return None if found is None else CaseTrace.model_validate(json.loads(found))
+
+
+def _replayed(
+    record: harness.Recorder,
+    loop: Replay,
+    spec: CaseSpec,
+    learner: CaseTrace,
+    forward: Forward,
+    numbers: Numbers,
+) -> dict[str, Any] | None:
+    """The harness's document of the model's run (JSON-ready), None when it failed."""
     function = loop.function(learner, forward, numbers, spec)
     document = harness.run_case(
         record, function, spec.harness_spec(), MODEL_FILENAME, watched=False
     )
-    if document["error"] is not None:
-        return None
-    return CaseTrace.model_validate(document)
+    return None if document["error"] is not None else document

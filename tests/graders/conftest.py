@@ -2,8 +2,8 @@
 
 `grading_runner` is what a server grades with: a warm bubblewrap pool (cold runs where this host
 cannot start one, as a server falls back). `cold_grade` grades in a cold sandbox, each (exercise,
-source) once: the learner corpus (test_corpus.py) and the cold-against-warm comparison
-(test_pool_grades.py, which holds the pool to the cold runner's reports) grade the same files.
+source) once: test_pool_grades.py holds the pool to the cold runner's reports, once for each
+warm backend.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The corpus of learner submissions (tests/graders/corpus/), graded through the real sandbox.
 
-Every file says on its first line the diagnosis and the score band it must get; the corpus is
-graded once per session (a module fixture) to keep the shared machine's load down.
+Every file says on its first line the diagnosis and the score band it must get. The corpus is
+graded once, through the warm pool a server grades with: a diagnosis is made from the traces,
+and test_pool_grades.py holds the pool's traces to cold runs' on every exercise's solution,
+starter and known bugs and on each failure class.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+import sandbox
+from graders import grade
 from graders.exercises import get_exercise, list_exercises
 from graders.feedback import EXPLANATIONS, explanation
 from graders.report import GradeReport
-from tests.graders.conftest import ColdGrade
+from tests.graders.conftest import SHARED_LIMITS
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
@@ -52,15 +56,15 @@ def read_corpus() -> list[Expectation]:
 
 
 ENTRIES = read_corpus()
-# The first test's set-up grades the whole corpus cold (a fresh torch per run): several minutes
-# on a busy 2-core machine, once in CI over the default 600 s beside the other pass's load.
-pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
-def reports(cold_grade: ColdGrade) -> dict[tuple[str, str], GradeReport]:
-    """Every corpus file graded once, in the real sandbox (shared with test_pool_grades.py)."""
-    return {(e.exercise, e.name): cold_grade(e.exercise, e.source) for e in ENTRIES}
+def reports(grading_runner: sandbox.Runner) -> dict[tuple[str, str], GradeReport]:
+    """Every corpus file graded once, through the warm pool."""
+    return {
+        (e.exercise, e.name): grade(e.exercise, e.source, SHARED_LIMITS, grading_runner)
+        for e in ENTRIES
+    }
 
 
 def test_the_corpus_covers_every_exercise_apart_from_the_declared_bugs() -> None:

@@ -1,5 +1,5 @@
 """Every message shown to a learner is true of their code: real mistakes (from public bug reports
-and forum threads, adapted to the exercises) graded through the real sandbox, each checked for
+and forum threads, adapted to the exercises) graded through the warm pool, each checked for
 its diagnosis and for the words it is told, the false ones it once was told among them."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from graders import harness
+import sandbox
+from graders import grade, harness
 from graders.exercises import get_exercise
 from graders.kinds import kind_of
 from graders.report import GradeReport
-from tests.graders.conftest import ColdGrade
+from tests.graders.conftest import SHARED_LIMITS
 
 
 @dataclass(frozen=True)
@@ -233,11 +234,10 @@ MISTAKES = [
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: m.name)
 def test_a_real_mistake_is_named_and_told_in_true_words(
-    mistake: Mistake, cold_grade: ColdGrade
+    mistake: Mistake, grading_runner: sandbox.Runner
 ) -> None:
-    report: GradeReport = cold_grade(
-        mistake.exercise, textwrap.dedent(mistake.source).strip() + "\n"
-    )
+    source = textwrap.dedent(mistake.source).strip() + "\n"
+    report: GradeReport = grade(mistake.exercise, source, SHARED_LIMITS, grading_runner)
     assert report.diagnosis == mistake.diagnosis, report.feedback
     assert report.score < report.max_score
     if mistake.score is not None:
