@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Protocol
 
 import graders
@@ -34,7 +35,7 @@ from app.grading.submissions import (
     record_report,
     release_claim,
 )
-from app.models import SubmissionStatus
+from app.models import SubmissionStatus, utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.exercises import list_exercises
@@ -222,6 +223,16 @@ def _grade(
             lease_renewed(sessions, job, settings.lease_seconds),
         ):
             time.sleep(max(0.0, graded.release_at - time.monotonic()))
+            if graded.hidden_started_at is not None:
+                # For the operator (and tests/hosts): when the hidden part began, on graded_at's
+                # clock; read after the monotonic one, so never earlier than it was.
+                since = time.monotonic() - graded.hidden_started_at
+                log.info(
+                    "submission %s: released %s s after its hidden cases began at %s",
+                    submission_id,
+                    graded.release_at - graded.hidden_started_at,
+                    (utc_now() - timedelta(seconds=since)).isoformat(),
+                )
             run = _store_report(sessions, job, graded.report, started)
             if run.outcome is GradingOutcome.GRADED:
                 on_state_change(submission_id, SubmissionStatus.GRADED)
