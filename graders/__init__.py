@@ -2,9 +2,10 @@
 
 from graders import grade
 report = grade("train-step", source)   # a GradeReport
+graded = grade_with_release("train-step", source)   # and when it may be shown (the server's)
 """
 
-from graders.grading import grade
+from graders.grading import Graded, grade, grade_with_release
 from graders.report import Check, GradeReport
 
-__all__ = ["Check", "GradeReport", "grade"]
+__all__ = ["Check", "GradeReport", "Graded", "grade", "grade_with_release"]

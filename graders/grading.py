@@ -8,12 +8,14 @@ itself (a pass, a score, a comparison) is ever read.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +77,89 @@ POOL_PROGRAM = PoolProgram(
 )
 
 
+# The hidden cases' own budget (docs/security.md#the-time-a-grading-takes). Learner code knows
+# them only in the part of its run after the request (sandbox/supervise.py), so how long that
+# part takes is all that time can tell of them. It is held to a multiple of the reference's CPU
+# time on them, with floors a correct solution stays far below on a busy machine, and nobody
+# learns of the grading before its start plus the first of a few coarse delays (`release_delay`)
+# that covers it: anything up to the first delay looks the same from outside.
+HIDDEN_BUDGET_MULTIPLE = 10
+HIDDEN_CPU_FLOOR_SECONDS = 1.0
+RELEASE_DELAY_FLOOR_SECONDS = 0.25
+# Each delay is RELEASE_DELAY_FACTOR times the one before; the last is the part's wall budget.
+RELEASE_DELAY_FACTOR = 4
+RELEASE_DELAYS = 4
+
+
+@dataclass(frozen=True)
+class HiddenBudget:
+    """What the part of a run with the hidden cases may take, and the delays it is seen at."""
+
+    cpu_seconds: float
+    first_delay_seconds: float
+
+    @property
+    def delays_seconds(self) -> list[float]:
+        return [self.first_delay_seconds * RELEASE_DELAY_FACTOR**n for n in range(RELEASE_DELAYS)]
+
+    @property
+    def wall_seconds(self) -> float:
+        """Beyond the last delay the part is stopped (waiting for a core counts here: the
+        floors leave room for a loaded machine, see docs/security.md)."""
+        return self.delays_seconds[-1]
+
+    def limits(self, limits: Limits) -> Limits:
+        """`limits` with this budget for the part after the request (or theirs, if tighter)."""
+        return dataclasses.replace(
+            limits,
+            later_cpu_seconds=min(limits.later_cpu_seconds, self.cpu_seconds),
+            later_wall_timeout_seconds=min(limits.later_wall_timeout_seconds, self.wall_seconds),
+        )
+
+    def release_delay(self, elapsed_seconds: float) -> float:
+        """How long after the hidden part's start its grading may be known: the first delay
+        that covers `elapsed_seconds` (the hidden part and judging), or that itself past all."""
+        return next((d for d in self.delays_seconds if d >= elapsed_seconds), elapsed_seconds)
+
+
+_budgets: dict[tuple[str, str], HiddenBudget] = {}
+
+
+def hidden_budget(exercise: Exercise) -> HiddenBudget:
+    """The hidden cases' budget, from the reference's CPU time on them (measured here once per
+    exercise version: a learner's own cases are of the same sizes)."""
+    key = (exercise.id, exercise.version)
+    budget = _budgets.get(key)
+    if budget is None:
+        function = harness.load_function(exercise.solution_code, exercise.entry_point, "trusted.py")
+        record = kind_of(exercise).record
+        hidden = [spec.harness_spec() for spec in exercise.cases if spec.hidden]
+        times = []
+        for _ in range(2):  # the first pays torch's lazy imports and first calls
+            started = time.thread_time()
+            for spec in hidden:
+                harness.run_case(record, function, spec, "trusted.py")
+            times.append(time.thread_time() - started)
+        reference_seconds = min(times)
+        budget = _budgets[key] = HiddenBudget(
+            cpu_seconds=max(HIDDEN_CPU_FLOOR_SECONDS, HIDDEN_BUDGET_MULTIPLE * reference_seconds),
+            first_delay_seconds=max(
+                RELEASE_DELAY_FLOOR_SECONDS, HIDDEN_BUDGET_MULTIPLE * reference_seconds
+            ),
+        )
+    return budget
+
+
+@dataclass(frozen=True)
+class Graded:
+    """A grading's report, and when (time.monotonic()) it may be stored and shown: not before
+    its hidden part's start plus the release delay that covers it (`HiddenBudget`)."""
+
+    report: GradeReport
+    release_at: float
+    hidden_started_at: float | None = None  # None: the hidden cases were never given
+
+
 @dataclass(frozen=True)
 class Failure:
     """A learner-caused failure: the run could not be judged step by step."""
@@ -90,6 +175,17 @@ def grade(
     runner: Runner | None = None,
     learner_key: str | None = None,
 ) -> GradeReport:
+    """grade_with_release()'s report, for a caller that shows it to nobody else (the CLI)."""
+    return grade_with_release(exercise_id, source, limits, runner, learner_key).report
+
+
+def grade_with_release(
+    exercise_id: str,
+    source: str,
+    limits: Limits | None = None,
+    runner: Runner | None = None,
+    learner_key: str | None = None,
+) -> Graded:
     """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
 
     `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
@@ -101,15 +197,24 @@ def grade(
     """
     exercise = for_learner(get_exercise(exercise_id), learner_key)
     if is_starter_source(exercise, source):
-        return not_started_report(exercise)
-    limits = limits or GRADING_LIMITS
+        return Graded(not_started_report(exercise), time.monotonic())
+    budget = hidden_budget(exercise)
+    limits = budget.limits(limits or GRADING_LIMITS)
     runner = runner or sandbox.open_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     first, *later = case_groups(exercise)
     result = _run(runner, exercise, source, first, later[0] if later else None, limits)
     runs = [(first, result)]
     if later:
         runs.append((later[0], result.after_request or NEVER_ASKED))
-    return grade_runs(exercise, runs, limits)
+    report = grade_runs(exercise, runs, limits)
+    # Whatever the verdict (a visible failure's too: the hidden part ran in the same run),
+    # the moment the report is ready says how long the hidden part took: it is released later.
+    ready = time.monotonic()
+    hidden = result.after_request
+    if hidden is None or hidden.started_monotonic is None:
+        return Graded(report, ready)  # the hidden cases were never given
+    delay = budget.release_delay(ready - hidden.started_monotonic)
+    return Graded(report, hidden.started_monotonic + delay, hidden.started_monotonic)
 
 
 def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:

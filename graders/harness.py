@@ -557,3 +557,10 @@ def main() -> None:
         later = run_submission(source, recorder, entry_point, later_cases, seeded=True)
         channel.write(json.dumps(later))
     channel.close()
+    # Ended here, not by the interpreter's exit: torch's teardown costs most of a second of CPU
+    # on a busy machine, which would count against the hidden cases' own budget
+    # (graders.grading.HiddenBudget). Threads the learner's code left are stopped either way.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)

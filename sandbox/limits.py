@@ -20,6 +20,10 @@ class Limits:
 
     wall_timeout_seconds: float = 60.0
     cpu_seconds: float = 10.0
+    # The part of a run after its request for a later input (sandbox/supervise.py) is held to
+    # these as well, from the request on: a grading's hidden cases get a budget of their own.
+    later_wall_timeout_seconds: float = 60.0
+    later_cpu_seconds: float = 10.0
     # Interpreter, `import torch`, and a trusted warm-up: about 3 s of CPU on an idle machine.
     startup_cpu_seconds: float = 20.0
     # torch alone needs ~300 MB resident; the cap is on what the run actually uses.

@@ -30,6 +30,9 @@ class RunResult:
     stdout: bytes
     stderr: bytes
     startup_cpu_seconds: float | None = None  # the set-up's, when the program marked its end
+    # time.monotonic() (one clock for the whole host) when this part began: the run's start,
+    # or for `after_request`, the moment the later input was given.
+    started_monotonic: float | None = None
     # With a later input (sandbox/supervise.py): this result is the part of the run before the
     # program asked for it (the whole run, if it never asked), and this the part after.
     after_request: RunResult | None = None

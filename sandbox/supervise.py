@@ -25,7 +25,9 @@ from the program before the later input is written is the part before the reques
 depend on that input, whatever threads or blocked writes the program has), everything after is
 the part after it. At the request, the supervisor first reads all the output its pipes already
 hold, so that what the program wrote before asking is in the first part. Only the first
-request counts; the caps hold over the whole run, and a cap hit is in the part it came in.
+request counts; the caps hold over the whole run, and a cap hit is in the part it came in. The
+part after the request is also held to caps of its own, counted from the request:
+`Limits.later_cpu_seconds` and `Limits.later_wall_timeout_seconds`.
 """
 
 from __future__ import annotations
@@ -181,14 +183,21 @@ class Supervisor:
         """The CPU the run is held to: what it used after its set-up (all of it, without one)."""
         return max(0.0, self.total_cpu_seconds - (self.startup_cpu_seconds or 0.0))
 
+    def wall_deadline(self) -> float:
+        """When the run is stopped for its wall time: its whole, or its part after the request."""
+        deadline = self.started + self.limits.wall_timeout_seconds
+        if self.cut is not None:
+            deadline = min(deadline, self.cut.at + self.limits.later_wall_timeout_seconds)
+        return deadline
+
     def watch(self, process: Process) -> None:
         """Read and poll until the program has ended and its output drained, or it was killed."""
-        wall_deadline = self.started + self.limits.wall_timeout_seconds
         # The first reading one interval in: at the start there is nothing to see yet, and a
         # short run ends before it (its exit is read once, by `finish`).
         next_poll = time.monotonic() + POLL_SECONDS
         while True:
             now = time.monotonic()
+            wall_deadline = self.wall_deadline()
             fds = process.wait_fds()
             if not fds or (self.exited_at is not None and now > self.exited_at + DRAIN_SECONDS):
                 return
@@ -304,7 +313,10 @@ class Supervisor:
             if self.startup_cpu_seconds is None
             else limits.cpu_seconds
         )
-        if self.cpu_seconds >= cpu_cap:
+        cut = self.cut
+        if self.cpu_seconds >= cpu_cap or (
+            cut is not None and self.cpu_seconds - cut.cpu_seconds >= limits.later_cpu_seconds
+        ):
             hits.append(Cap.CPU_TIME)
         if usage.most_open_files >= limits.open_files:
             hits.append(Cap.OPEN_FILES)
@@ -338,6 +350,7 @@ class Supervisor:
             payload=bytes(self.payload),
             stdout=bytes(self.stdout),
             stderr=bytes(self.stderr),
+            started_monotonic=self.started,
         )
         cut = self.cut
         if cut is None:
@@ -360,6 +373,7 @@ class Supervisor:
             wall_seconds=ended - cut.at,
             cpu_seconds=max(0.0, self.cpu_seconds - cut.cpu_seconds),
             startup_cpu_seconds=None,
+            started_monotonic=cut.at,
             payload=whole.payload[cut.payload :],
             stdout=whole.stdout[cut.stdout :],
             stderr=whole.stderr[cut.stderr :],

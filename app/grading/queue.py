@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Protocol
 
 import graders
@@ -34,11 +35,12 @@ from app.grading.submissions import (
     record_report,
     release_claim,
 )
-from app.models import SubmissionStatus
+from app.models import SubmissionStatus, utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings
 from graders.exercises import list_exercises
 from graders.grading import GRADING_LIMITS, POOL_PROGRAM, trusted_trajectories
+from graders.report import GradeReport
 from sandbox import Limits, Runner, SandboxError
 
 log = logging.getLogger(__name__)
@@ -116,12 +118,16 @@ def ignore_state_change(submission_id: str, status: SubmissionStatus) -> None:
     pass
 
 
-# The status a submission is left in by each outcome (not claimed: whoever claimed it tells).
+# The status a submission is left in by each outcome, told once the grading returns (graded: at
+# its release, by whoever stores it; not claimed: whoever claimed it tells).
 STATUS_AFTER = {
-    GradingOutcome.GRADED: SubmissionStatus.GRADED,
     GradingOutcome.ERROR: SubmissionStatus.ERROR,
     GradingOutcome.RETRY: SubmissionStatus.QUEUED,
 }
+
+
+# Takes a graded result's release (wait, store, tell) to run on a thread of its own.
+ReleaseApart = Callable[[Callable[[], GradingRun]], None]
 
 
 def run_grading_job(
@@ -131,6 +137,7 @@ def run_grading_job(
     *,
     runner: Runner | None = None,
     on_state_change: StateChanged = ignore_state_change,
+    release_apart: ReleaseApart | None = None,
 ) -> GradingRun:
     """Claim the submission, grade it, store the result. No transaction is open while grading.
 
@@ -140,6 +147,9 @@ def run_grading_job(
     submission back in the queue for a retry until `grading_max_attempts` claims were spent,
     then stores an error. `on_state_change` is told each change once it is committed: the claim
     (running), then the outcome. Every log line meanwhile carries the submission id.
+
+    A report is stored only at its release (graders.grading.Graded): this thread waits for it,
+    or with `release_apart`, hands the wait and the store to it and returns GRADED at once.
     """
     dry_run_row = None if submission_id is None else row_id_of(submission_id)
     if dry_run_row is not None:
@@ -160,7 +170,7 @@ def run_grading_job(
         return GradingRun(GradingOutcome.NOT_CLAIMED)
     with logging_submission(job.submission_id):
         on_state_change(job.submission_id, SubmissionStatus.RUNNING)
-        run = _grade(sessions, job, settings, runner)
+        run = _grade(sessions, job, settings, runner, on_state_change, release_apart)
         status = STATUS_AFTER.get(run.outcome)
         if status is not None:
             on_state_change(job.submission_id, status)
@@ -168,7 +178,12 @@ def run_grading_job(
 
 
 def _grade(
-    sessions: SessionFactory, job: GradingJob, settings: Settings, runner: Runner | None
+    sessions: SessionFactory,
+    job: GradingJob,
+    settings: Settings,
+    runner: Runner | None,
+    on_state_change: StateChanged,
+    release_apart: ReleaseApart | None,
 ) -> GradingRun:
     submission_id = job.submission_id
     log.info(
@@ -180,7 +195,7 @@ def _grade(
     started = time.monotonic()
     try:
         with lease_renewed(sessions, job, settings.lease_seconds):
-            report = graders.grade(
+            graded = graders.grade_with_release(
                 job.exercise_id, job.code, grading_limits(settings), runner, job.learner_key
             )
     except SandboxError as exc:
@@ -199,13 +214,47 @@ def _grade(
         # Learner mistakes come back as reports; an exception is the server's own fault.
         return _store_error(sessions, job, exc, started)
 
+    def release() -> GradingRun:
+        # Not stored, so not seen (graded_at, the status, the page's `done`) before its release:
+        # the moment then says nothing finer of the hidden cases than their budget
+        # (graders.grading.HiddenBudget). The sandbox slot is free already.
+        with (
+            logging_submission(submission_id),
+            lease_renewed(sessions, job, settings.lease_seconds),
+        ):
+            time.sleep(max(0.0, graded.release_at - time.monotonic()))
+            if graded.hidden_started_at is not None:
+                # For the operator (and tests/hosts): when the hidden part began, on graded_at's
+                # clock; read after the monotonic one, so never earlier than it was.
+                since = time.monotonic() - graded.hidden_started_at
+                log.info(
+                    "submission %s: released %s s after its hidden cases began at %s",
+                    submission_id,
+                    graded.release_at - graded.hidden_started_at,
+                    (utc_now() - timedelta(seconds=since)).isoformat(),
+                )
+            run = _store_report(sessions, job, graded.report, started)
+            if run.outcome is GradingOutcome.GRADED:
+                on_state_change(submission_id, SubmissionStatus.GRADED)
+            return run
+
+    if release_apart is None:
+        return release()
+    release_apart(release)
+    return GradingRun(GradingOutcome.GRADED)
+
+
+def _store_report(
+    sessions: SessionFactory, job: GradingJob, report: GradeReport, started: float
+) -> GradingRun:
+    # The wall time includes the wait for the release: it too is no finer than the budget.
     wall_seconds = time.monotonic() - started
     with sessions.begin() as session:
         stored = record_report(session, job, report, grading_wall_seconds=wall_seconds)
     record_grade(report.diagnosis, wall_seconds)
     log.info(
         "submission %s: %s, %g/%g in %.2f s%s",
-        submission_id,
+        job.submission_id,
         report.diagnosis,
         report.score,
         report.max_score,
@@ -264,6 +313,7 @@ class ThreadPoolDispatcher:
         self._executor: ThreadPoolExecutor | None = None
         self._sweeper = LeaseSweeper(sessions, settings)
         self._retry_timers: set[threading.Timer] = set()
+        self._releases: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self._trusted_computed = threading.Event()
         self._trusted_failure: str | None = None
@@ -309,6 +359,10 @@ class ThreadPoolDispatcher:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        with self._lock:
+            releases = list(self._releases)
+        for thread in releases:  # each a fraction of a second, at most the hidden wall budget
+            thread.join()
         # Waited for, not left running: a process that exits while this thread is inside torch
         # aborts ("terminate called without an active exception").
         if self._trusted_thread is not None:
@@ -339,6 +393,7 @@ class ThreadPoolDispatcher:
                 self._settings,
                 runner=self._runner,
                 on_state_change=self._on_state_change,
+                release_apart=self._release_apart,
             )
         except Exception:
             # The row stays queued or running; the sweep takes it up again.
@@ -352,6 +407,25 @@ class ThreadPoolDispatcher:
                     return  # stopping: the sweep of the next start sends it
                 self._retry_timers.add(timer)
             timer.start()
+
+    def _release_apart(self, release: Callable[[], GradingRun]) -> None:
+        """Wait for a result's release on a thread of its own: the grading thread takes the
+        next submission meanwhile, so a burst loses no throughput to the waits."""
+
+        def run() -> None:
+            try:
+                release()
+            except Exception:
+                # The row stays running; its lease expires and the sweep grades it again.
+                log.exception("storing a graded result failed")
+            finally:
+                with self._lock:
+                    self._releases.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name="grading-release", daemon=True)
+        with self._lock:
+            self._releases.add(thread)
+        thread.start()
 
     def _retry(self, submission_id: str) -> None:
         with self._lock:

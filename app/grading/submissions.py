@@ -566,7 +566,8 @@ def record_report(
 ) -> bool:
     """Store the grader's result and mark the submission graded; False if the claim is stale.
 
-    `grading_wall_seconds`: how long the grading held its slot (app/grading/fair_claim.py)."""
+    `grading_wall_seconds`: how long the grading took, its wait for the release included
+    (app/grading/fair_claim.py)."""
     report = bounded_report(report)
     stored = _finish(
         session,

@@ -5,15 +5,17 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sandbox
 from app.db import SessionFactory
 from app.grading.leases import lease_renewed, sweep
-from app.grading.queue import GradingOutcome, run_grading_job
+from app.grading.queue import GradingOutcome, ThreadPoolDispatcher, run_grading_job
 from app.grading.submissions import (
     GradingJob,
     claim_submission,
@@ -23,8 +25,10 @@ from app.grading.submissions import (
     requeue_expired_leases,
     requeue_waiting,
 )
-from app.models import Submission, utc_now
+from app.models import Submission, SubmissionStatus, utc_now
 from app.settings import Settings
+from graders.exercises import get_exercise
+from graders.grading import hidden_budget, trusted_trajectories
 from graders.report import Check, GradeReport
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 
@@ -65,6 +69,86 @@ def expire_lease(sessions: SessionFactory, submission_id: str) -> None:
         row = session.get(Submission, submission_id)
         assert row is not None and row.lease_expires_at is not None
         row.lease_expires_at = utc_now() - timedelta(seconds=1)
+
+
+# Correct, but sleeping an amount derived from each case's seed (torch.initial_seed(): 17 and 42
+# in train-step's hidden cases, about 0.13 s in all): what they take is seen only coarsely.
+SLEEPS_BY_SEED = CORRECT_CODE.replace(
+    "    optimizer.zero_grad()",
+    "    import time, torch\n"
+    "    time.sleep(torch.initial_seed() * 0.0005)\n"
+    "    optimizer.zero_grad()",
+    1,
+)
+
+
+class HiddenStartRunner:
+    """A cold bwrap runner that notes when (wall clock) each run's hidden part began."""
+
+    def __init__(self) -> None:
+        self.runner = sandbox.open_runner("bwrap")
+        self.name, self.status = self.runner.name, self.runner.status
+        self.hidden_started: list[datetime] = []
+
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: sandbox.Limits,
+        later_input: bytes | None = None,
+    ) -> sandbox.RunResult:
+        result = self.runner.run(program, inputs, limits, later_input)
+        hidden = result.after_request
+        if hidden is not None and hidden.started_monotonic is not None:
+            ago = timedelta(seconds=time.monotonic() - hidden.started_monotonic)
+            self.hidden_started.append(utc_now() - ago)
+        return result
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+@pytest.mark.parametrize("waits", ["in the grading thread", "apart, as the dispatcher does"])
+def test_a_grading_is_stored_and_told_no_sooner_than_its_hidden_part_s_first_delay(
+    sessions: SessionFactory, settings: Settings, waits: str
+) -> None:
+    assert SLEEPS_BY_SEED != CORRECT_CODE
+    trusted_trajectories(get_exercise(EXERCISE))  # as a server has them: judging is quick
+    submission_id = add_submission(sessions, SLEEPS_BY_SEED)
+    told: dict[SubmissionStatus, datetime] = {}
+    graded_told = threading.Event()
+
+    def on_state_change(changed_id: str, status: SubmissionStatus) -> None:
+        told[status] = utc_now()
+        if status is SubmissionStatus.GRADED:
+            graded_told.set()
+
+    runner = HiddenStartRunner()
+    if waits == "in the grading thread":
+        run = run_grading_job(
+            sessions, submission_id, settings, runner=runner, on_state_change=on_state_change
+        )
+        assert run.outcome is GradingOutcome.GRADED
+    else:
+        dispatcher = ThreadPoolDispatcher(
+            sessions, settings, runner=runner, on_state_change=on_state_change
+        )
+        dispatcher.start()
+        try:
+            dispatcher.enqueue(submission_id)
+            assert graded_told.wait(timeout=300)
+        finally:
+            dispatcher.stop()
+    graded = row_state(sessions, submission_id)
+    assert graded["diagnosis"] == "correct", graded["feedback"]
+    assert graded["score"] == graded["max_score"]
+    # Stored (graded_at: what the API, the webhook and the page show) and told (the page's
+    # `done`) no sooner than the hidden part's start plus its first delay: a hidden part that
+    # takes anything up to it looks the same from outside.
+    first_delay = timedelta(seconds=hidden_budget(get_exercise(EXERCISE)).first_delay_seconds)
+    [hidden_started] = runner.hidden_started
+    assert graded["graded_at"] >= hidden_started + first_delay
+    assert told[SubmissionStatus.GRADED] >= graded["graded_at"]
 
 
 def test_grading_twice_changes_nothing(sessions: SessionFactory, settings: Settings) -> None:

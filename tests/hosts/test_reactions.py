@@ -11,11 +11,12 @@ grades nothing; the fake platform and the webhook receiver listen on 127.0.0.1.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ from app.models import (
     utc_now,
 )
 from app.people.accounts import create_user, find_user_by_email
-from tests.app.conftest import CORRECT_CODE, csrf_token
+from graders.exercises import get_exercise
+from graders.grading import hidden_budget
+from tests.app.conftest import CORRECT_CODE, EXERCISE, csrf_token
 from tests.hosts.conftest import Worker
 from tests.lti.conftest import (  # noqa: F401 (browser_client and receiver: fixtures)
     browser_client,
@@ -148,6 +151,16 @@ def forget_grade(sessions: SessionFactory, submission_id: str, **values: object)
         )
 
 
+def released(log: str, submission_id: str) -> tuple[datetime, float]:
+    """When the worker says the submission's hidden part began, and its release delay."""
+    found = re.search(
+        rf"submission {submission_id}: released (\S+) s after its hidden cases began at (\S+)",
+        log,
+    )
+    assert found is not None, log
+    return datetime.fromisoformat(found[2]), float(found[1])
+
+
 def assert_all_reactions(reactions: dict[str, list[str]]) -> None:
     """What /readyz lists: every reaction of app/reactions.py. An in-process API host also
     lists the outbox kinds other tests of this process registered (named `tests.`)."""
@@ -185,6 +198,17 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     assert log.index("trusted trajectories are computed") < log.index("received")
     assert "send_score_to_lms" in worker.log() and "'webhook'" in worker.log()
     assert_all_reactions(api.get("/readyz").json()["reactions"])
+    # Stored, and so sent to the LMS and the webhook, only at its release: one of the coarse
+    # delays after the hidden part began (graders.grading.HiddenBudget), never sooner.
+    began, delay = released(worker.log(), submission_id)
+    assert delay in hidden_budget(get_exercise(EXERCISE)).delays_seconds
+    with sessions() as session:
+        graded_at = session.scalars(
+            select(Submission.graded_at).where(Submission.id == submission_id)
+        ).one()
+    assert graded_at is not None and graded_at >= began + timedelta(seconds=delay)
+    assert event["data"]["graded_at"] == graded_at.isoformat()
+    assert recorded.timestamp >= began + timedelta(seconds=delay)
     worker.stop()
 
     # 2. `loopgrade regrade` grades it again in its own process (no broker), and the changed

@@ -175,6 +175,40 @@ def test_a_cap_hit_after_the_request_is_in_the_second_part_only(runner: sandbox.
     assert after.limit_hit == "cpu_time_exceeded"
 
 
+def test_the_part_after_the_request_has_a_cpu_budget_of_its_own(runner: sandbox.Runner) -> None:
+    # The whole run's cap is far off: only the part after the request's own one can stop it.
+    code = "import os, sys\nos.write(5, b'?')\nsys.stdin.buffer.read()\nwhile True:\n    pass\n"
+    limits = fast(wall_timeout_seconds=30.0, cpu_seconds=20.0, later_cpu_seconds=0.5)
+    before = run(runner, code, limits)
+    after = before.after_request
+    assert after is not None
+    assert before.limit_hit is None
+    assert after.limit_hit == "cpu_time_exceeded"
+    assert after.cpu_seconds >= 0.5
+
+
+def test_the_part_after_the_request_has_a_wall_budget_of_its_own(runner: sandbox.Runner) -> None:
+    # Sleeping costs no CPU: the wall budget, counted from the request, stops it. The part
+    # before the request sleeps longer than that budget and is not stopped.
+    code = (
+        "import os, sys, time\n"
+        "time.sleep(1.5)\n"
+        "os.write(5, b'?')\n"
+        "sys.stdin.buffer.read()\n"
+        "time.sleep(60)\n"
+    )
+    limits = fast(wall_timeout_seconds=30.0, later_wall_timeout_seconds=1.0)
+    before = run(runner, code, limits)
+    after = before.after_request
+    assert after is not None
+    assert before.limit_hit is None and before.wall_seconds >= 1.5
+    assert after.limit_hit == "timed_out"
+    assert after.wall_seconds >= 1.0
+    # Each part says when it began, on the host's one monotonic clock: the second at the cut.
+    assert before.started_monotonic is not None and after.started_monotonic is not None
+    assert after.started_monotonic == pytest.approx(before.started_monotonic + before.wall_seconds)
+
+
 def test_a_later_input_too_large_for_a_pipe_is_refused(runner: sandbox.Runner) -> None:
     with pytest.raises(ValueError, match="at most"):
         run(runner, "pass\n", later=b"x" * (LATER_INPUT_MAX_BYTES + 1))

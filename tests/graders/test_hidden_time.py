@@ -1,0 +1,150 @@
+"""How long the hidden cases take tells about a bit, however learner code spends its time there.
+
+Learner code knows the hidden cases only in the part of its run after the request (sandbox/
+supervise.py). That part is held to a budget of its own (a multiple of the reference's CPU
+time, with floors), and a grading is released (stored, announced) only at its start plus the
+first of a few coarse delays that covers it (graders.grading.HiddenBudget): code that sleeps
+or computes an amount derived from a hidden seed is graded as it is, at the same delay; code
+that goes beyond the budget is stopped and told the fixed hidden-time message, no number.
+Timing is asserted only from below: what the release guarantees, whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+import sandbox
+from graders.exercises import get_exercise
+from graders.grading import (
+    GRADING_LIMITS,
+    HIDDEN_FAILURES,
+    POOL_PROGRAM,
+    RELEASE_DELAYS,
+    HiddenBudget,
+    grade_with_release,
+    hidden_budget,
+)
+from sandbox import Limits
+from tests.graders.test_hidden import assert_conceals
+from tests.sandbox.conftest import POOL_NEEDS_GROUPS
+
+TRAIN_STEP = get_exercise("train-step")
+LIMITS = Limits(wall_timeout_seconds=120.0, cpu_seconds=60.0)
+# The harness seeds torch from each case: torch.initial_seed() is the case's seed, 0 and 1 in
+# the visible cases of train-step, 17 and 42 in its hidden ones.
+CORRECT_STEP = TRAIN_STEP.solution_code.split("\n", 1)[1]
+
+
+def step_that(spends: str) -> str:
+    """train-step's solution, spending time as `spends` says at each call first (`seed` is the
+    case's, `hidden` whether it is a hidden one)."""
+    return (
+        "import time, torch\n"
+        "def train_step(model, optimizer, loss_fn, x, y):\n"
+        "    seed = torch.initial_seed()\n"
+        "    hidden = seed not in (0, 1)\n"
+        f"    {spends}\n"
+        f"{CORRECT_STEP}"
+    )
+
+
+@pytest.fixture(
+    scope="module", params=["bwrap", pytest.param("bwrap-pool", marks=POOL_NEEDS_GROUPS)]
+)
+def runner(request: pytest.FixtureRequest) -> Iterator[sandbox.Runner]:
+    pool = request.param == "bwrap-pool"
+    opened = sandbox.open_runner("bwrap", pool=POOL_PROGRAM if pool else None, pool_size=1)
+    yield opened
+    opened.close()
+
+
+def test_the_budget_is_the_reference_s_multiple_with_floors_and_coarse_delays() -> None:
+    budget = hidden_budget(TRAIN_STEP)
+    assert budget.cpu_seconds >= 1.0 and budget.first_delay_seconds >= 0.25
+    delays = budget.delays_seconds
+    assert len(delays) == RELEASE_DELAYS and delays == sorted(delays)
+    assert all(later >= 4 * earlier for earlier, later in itertools.pairwise(delays))
+    limits = budget.limits(GRADING_LIMITS)
+    assert limits.later_cpu_seconds == budget.cpu_seconds < GRADING_LIMITS.cpu_seconds
+    assert limits.later_wall_timeout_seconds == delays[-1] == budget.wall_seconds
+    # Tighter caps given by the caller stay.
+    tight = dataclasses.replace(LIMITS, later_wall_timeout_seconds=1.0, later_cpu_seconds=0.5)
+    assert (
+        budget.limits(tight).later_wall_timeout_seconds,
+        budget.limits(tight).later_cpu_seconds,
+    ) == (
+        1.0,
+        0.5,
+    )
+
+
+def test_every_time_up_to_a_delay_is_released_at_that_delay() -> None:
+    budget = HiddenBudget(cpu_seconds=1.0, first_delay_seconds=0.25)
+    first, second, *_, last = budget.delays_seconds
+    assert {budget.release_delay(t) for t in (0.0, 0.001, 0.1, 0.17, 0.2499, first)} == {first}
+    assert {budget.release_delay(t) for t in (first + 1e-9, 0.42, second)} == {second}
+    # Past the last delay the part was stopped: what remains is the stop's, not the code's.
+    assert budget.release_delay(last + 0.3) == last + 0.3
+
+
+@pytest.mark.parametrize("per_seed_seconds", [0.0, 0.003])
+def test_correct_code_spending_a_hidden_seed_s_worth_of_time_is_released_at_a_delay(
+    runner: sandbox.Runner, per_seed_seconds: float
+) -> None:
+    sleeps = step_that(f"time.sleep(seed * {per_seed_seconds})")
+    graded = grade_with_release("train-step", sleeps, LIMITS, runner)
+    assert graded.report.diagnosis == "correct", graded.report.feedback
+    assert graded.report.score == graded.report.max_score
+    assert_conceals(TRAIN_STEP, graded.report)
+    assert graded.hidden_started_at is not None
+    budget = hidden_budget(TRAIN_STEP)
+    # 0.003 s a seed sleeps 17 * 0.003 * 5 + 42 * 0.003 * steps: well in the first delay on an
+    # idle machine, and whatever the load, the moment is one of the few delays, never finer.
+    assert graded.release_at - graded.hidden_started_at in budget.delays_seconds
+
+
+def test_correct_code_spinning_a_hidden_seed_s_worth_of_cpu_is_graded_correct(
+    runner: sandbox.Runner,
+) -> None:
+    spins = step_that(
+        "end = time.process_time() + seed * 0.001\n    while time.process_time() < end: pass"
+    )
+    graded = grade_with_release("train-step", spins, LIMITS, runner)
+    assert graded.report.diagnosis == "correct", graded.report.feedback
+    assert graded.hidden_started_at is not None
+    assert graded.release_at - graded.hidden_started_at in hidden_budget(TRAIN_STEP).delays_seconds
+
+
+@pytest.mark.parametrize(
+    "spends",
+    [
+        "if hidden: time.sleep(seed * 10)",  # beyond the wall budget (lowered here to 2 s)
+        "while hidden: pass",  # beyond the CPU budget (the grader's own)
+    ],
+)
+def test_code_beyond_the_hidden_budget_is_stopped_and_told_the_fixed_message(
+    runner: sandbox.Runner, spends: str
+) -> None:
+    limits = dataclasses.replace(LIMITS, later_wall_timeout_seconds=2.0)
+    graded = grade_with_release("train-step", step_that(spends), limits, runner)
+    report = graded.report
+    assert report.diagnosis == "timeout", report.feedback
+    assert report.score == 0
+    assert report.checks[0].message == HIDDEN_FAILURES["timeout"]
+    assert_conceals(TRAIN_STEP, report)
+    assert not any(ch.isdigit() for ch in report.checks[0].message)
+    assert graded.hidden_started_at is not None
+    assert graded.release_at - graded.hidden_started_at >= 2.0
+
+
+def test_a_visible_failure_is_released_after_the_hidden_part_too(runner: sandbox.Runner) -> None:
+    # The hidden part runs in the same run: its time is in the moment the report is ready.
+    wrong = step_that("if not hidden: raise ValueError('visible')")
+    graded = grade_with_release("train-step", wrong, LIMITS, runner)
+    assert graded.report.diagnosis == "runtime-error"
+    assert graded.hidden_started_at is not None
+    assert graded.release_at - graded.hidden_started_at in hidden_budget(TRAIN_STEP).delays_seconds
