@@ -469,7 +469,9 @@ def test_gvisor_holds_the_part_after_the_request_to_its_plain_wall_budget(
     later_limits: dict[str, float], limit_hit: str | None
 ) -> None:
     code = "import os, sys, time\nos.write(5, b'?')\nsys.stdin.buffer.read()\ntime.sleep(3)\n"
-    limits = fast(wall_timeout_seconds=60.0, later_wall_timeout_seconds=30.0, **later_limits)
+    limits = fast(
+        **{"wall_timeout_seconds": 60.0, "later_wall_timeout_seconds": 30.0, **later_limits}
+    )
     before = run(code, {}, limits, b"later")
     after = before.after_request
     assert after is not None
