@@ -80,9 +80,10 @@ POOL_PROGRAM = PoolProgram(
 # The hidden cases' own budget (docs/security.md#the-time-a-grading-takes). Learner code knows
 # them only in the part of its run after the request (sandbox/supervise.py), so how long that
 # part takes is all that time can tell of them. It is held to a multiple of the reference's CPU
-# time on them, with floors a correct solution stays far below on a busy machine, and nobody
-# learns of the grading before its start plus the first of a few coarse delays (`release_delay`)
-# that covers it: anything up to the first delay looks the same from outside.
+# time on them, with floors a correct solution stays far below on a busy machine, in CPU and in
+# wall time not spent waiting for a core, and nobody learns of the grading before its start plus
+# the first of a few coarse delays (`release_delay`) that covers it: anything up to the first
+# delay looks the same from outside.
 HIDDEN_BUDGET_MULTIPLE = 10
 HIDDEN_CPU_FLOOR_SECONDS = 1.0
 RELEASE_DELAY_FLOOR_SECONDS = 0.25
@@ -103,9 +104,16 @@ class HiddenBudget:
         return [self.first_delay_seconds * RELEASE_DELAY_FACTOR**n for n in range(RELEASE_DELAYS)]
 
     @property
+    def unwaited_wall_seconds(self) -> float:
+        """The part's wall time not spent waiting for a core: the CPU budget's figure. The
+        reference's hidden part only computes, so its wall time, waits apart, is its CPU time;
+        the multiple's room covers the harness's reading and writing around it."""
+        return self.cpu_seconds
+
+    @property
     def wall_seconds(self) -> float:
-        """Beyond the last delay the part is stopped (waiting for a core counts here: the
-        floors leave room for a loaded machine, see docs/security.md)."""
+        """A backstop: beyond the last delay the part is stopped however long it waited for a
+        core (where the waits cannot be seen, gVisor, it is the only wall budget)."""
         return self.delays_seconds[-1]
 
     def limits(self, limits: Limits) -> Limits:
@@ -113,6 +121,9 @@ class HiddenBudget:
         return dataclasses.replace(
             limits,
             later_cpu_seconds=min(limits.later_cpu_seconds, self.cpu_seconds),
+            later_unwaited_wall_seconds=min(
+                limits.later_unwaited_wall_seconds, self.unwaited_wall_seconds
+            ),
             later_wall_timeout_seconds=min(limits.later_wall_timeout_seconds, self.wall_seconds),
         )
 
@@ -369,13 +380,14 @@ def _run(
 
 def _log_part(exercise: Exercise, cases: list[CaseSpec], part: RunResult) -> None:
     log.info(
-        "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs",
+        "sandbox run: exercise=%s cases=%s exit=%s signal=%s limit=%s wall=%.2fs waited=%s",
         exercise.id,
         ",".join(c.id for c in cases),
         part.exit_code,
         part.signal,
         part.limit_hit,
         part.wall_seconds,
+        "-" if part.waited_seconds is None else f"{part.waited_seconds:.2f}s",
     )
 
 

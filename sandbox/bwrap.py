@@ -404,6 +404,7 @@ class _Run:
             usage,
             most_open_files=max((host_view.open_fd_count(pid) for pid in pids), default=0),
             file_size_cap_reached=host_view.file_size_cap_reached(self.scratch_fd, cap),
+            task_wait_seconds=host_view.task_wait_seconds(pids),
         )
 
     def final_usage(self) -> Usage:

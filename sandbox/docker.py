@@ -474,7 +474,7 @@ class _Run:
                 oom_kills=self.cgroups.oom_kills(),
                 process_limit_hits=self.cgroups.process_limit_hits(),
             )
-            if self.scratch_fd >= 0:
+            if self.scratch_fd >= 0:  # runc: the container's processes are host processes
                 pids = self.cgroups.pids()
                 usage = dataclasses.replace(
                     usage,
@@ -482,6 +482,7 @@ class _Run:
                     file_size_cap_reached=host_view.file_size_cap_reached(
                         self.scratch_fd, limits.file_size_bytes
                     ),
+                    task_wait_seconds=host_view.task_wait_seconds(pids),
                 )
         except OSError:
             # The container has ended and its cgroups are gone: what it did is in its report.

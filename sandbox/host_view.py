@@ -8,6 +8,7 @@ bounds.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 SCAN_ENTRIES, SCAN_DEPTH = 10_000, 16
@@ -49,6 +50,26 @@ def process_stat(pid: int) -> tuple[float, int, int]:
         return 0.0, 0, 0
     utime, stime, tasks, rss = int(fields[11]), int(fields[12]), int(fields[17]), int(fields[21])
     return (utime + stime) / CLOCK_TICKS, rss * PAGE_BYTES, tasks
+
+
+def task_wait_seconds(pids: Iterable[int]) -> dict[int, float]:
+    """How long each task (thread) of these processes has waited for a core, by task id: the
+    seconds it spent runnable on a run queue since it began, the second field of
+    /proc/<pid>/task/<tid>/schedstat. A task's figure grows when it gets a core, so it lags by
+    the wait under way. Tasks that ended meanwhile are left out."""
+    waits = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # it exited meanwhile
+        for tid in tids:
+            try:
+                waited_ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            waits[int(tid)] = waited_ns / 1e9
+    return waits
 
 
 def open_fd_count(pid: int) -> int:

@@ -24,6 +24,10 @@ class Limits:
     # these as well, from the request on: a grading's hidden cases get a budget of their own.
     later_wall_timeout_seconds: float = 60.0
     later_cpu_seconds: float = 10.0
+    # ... and its wall time not spent waiting for a core: the time since the request less the
+    # largest wait of any one task of the run since then (sandbox/supervise.py). Where a backend
+    # cannot see its tasks from the host (gVisor), only the plain wall budget above holds.
+    later_unwaited_wall_seconds: float = 60.0
     # Interpreter, `import torch`, and a trusted warm-up: about 3 s of CPU on an idle machine.
     startup_cpu_seconds: float = 20.0
     # torch alone needs ~300 MB resident; the cap is on what the run actually uses.

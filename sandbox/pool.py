@@ -405,6 +405,7 @@ class _Job:
             most_open_files=max((host_view.open_fd_count(pid) for pid in pids), default=0),
             file_size_cap_reached=self.scratch_fd >= 0
             and host_view.file_size_cap_reached(self.scratch_fd, self.limits.file_size_bytes),
+            task_wait_seconds=host_view.task_wait_seconds(pids),
         )
 
     def final_usage(self) -> Usage:

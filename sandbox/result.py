@@ -30,6 +30,9 @@ class RunResult:
     stdout: bytes
     stderr: bytes
     startup_cpu_seconds: float | None = None  # the set-up's, when the program marked its end
+    # The longest one task of the run (of this part) spent waiting for a core, as the host last
+    # saw it; None where the backend cannot see the run's tasks (sandbox/supervise.py).
+    waited_seconds: float | None = None
     # time.monotonic() (one clock for the whole host) when this part began: the run's start,
     # or for `after_request`, the moment the later input was given.
     started_monotonic: float | None = None

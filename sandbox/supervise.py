@@ -27,7 +27,14 @@ the part after it. At the request, the supervisor first reads all the output its
 hold, so that what the program wrote before asking is in the first part. Only the first
 request counts; the caps hold over the whole run, and a cap hit is in the part it came in. The
 part after the request is also held to caps of its own, counted from the request:
-`Limits.later_cpu_seconds` and `Limits.later_wall_timeout_seconds`.
+`Limits.later_cpu_seconds`, `Limits.later_wall_timeout_seconds` (a backstop), and
+`Limits.later_unwaited_wall_seconds`: the wall time since the request less the largest time one
+task of the run spent waiting for a core since then. The waits are the host's readings of each
+task (`Usage.task_wait_seconds`), taken from the last reading before the request, or for a task
+first seen after it, from that sight. The largest one task's, not their sum: threads that wait
+for each other do not add up, and what a run's own tasks wait for is mostly its own CPU, which
+the CPU cap holds (docs/security.md#the-time-a-grading-takes). A backend that cannot see its
+tasks (gVisor) leaves the figure None, and the plain wall budget alone holds.
 """
 
 from __future__ import annotations
@@ -115,6 +122,9 @@ class Usage:
     process_limit_hits: int = 0  # forks a pids cgroup refused
     most_open_files: int = 0  # the most fds one process of the run holds
     file_size_cap_reached: bool = False  # a file in scratch reached file_size_bytes
+    # Each task's (thread's) time spent runnable, waiting for a core, since it began, by task id
+    # (sandbox.host_view.task_wait_seconds): of every task of the run that lives now.
+    task_wait_seconds: Mapping[int, float] | None = None
 
 
 class Process(Protocol):
@@ -151,6 +161,7 @@ class _Cut:
     hits: frozenset[Cap]
     cpu_seconds: float
     peak_memory_bytes: int | None
+    waited_seconds: float | None
     at: float
 
 
@@ -173,6 +184,11 @@ class Supervisor:
         self.startup_cpu_seconds: float | None = None  # None until the program ends its set-up
         self.total_cpu_seconds = 0.0
         self.peak_memory_bytes: int | None = None
+        # The longest wait for a core of one task: over the whole run, and since the request
+        # (from each task's wait at the baseline: the last reading before the request).
+        self.waited_seconds: float | None = None
+        self.later_waited_seconds: float | None = None
+        self.wait_baseline: dict[int, float] = {}
 
     def start_clock(self) -> None:
         """The wall clock starts now (not while waiting for a uid or an engine)."""
@@ -257,7 +273,7 @@ class Supervisor:
             return  # the run ended while its output was read: there is no later part
         self.cut = _Cut(
             len(self.stdout), len(self.stderr), len(self.payload), frozenset(self.hits),
-            self.cpu_seconds, self.peak_memory_bytes, time.monotonic(),
+            self.cpu_seconds, self.peak_memory_bytes, self.waited_seconds, time.monotonic(),
         )  # fmt: skip
         process.give(self.later_input)
 
@@ -293,9 +309,34 @@ class Supervisor:
             self.end(process, Cap.CPU_TIME)
 
     def check(self, process: Process, usage: Usage) -> None:
-        """Record a reading; end the run at every cap it shows hit."""
-        for cap in self._caps_hit(usage):
+        """Record a reading of the running program; end the run at every cap it shows hit."""
+        hits = self._caps_hit(usage)
+        if (
+            usage.task_wait_seconds is not None
+            and self.unwaited_later_seconds(time.monotonic())
+            >= self.limits.later_unwaited_wall_seconds
+        ):
+            hits.append(Cap.TIMED_OUT)
+        for cap in hits:
             self.end(process, cap)
+
+    def unwaited_later_seconds(self, now: float) -> float:
+        """The wall time of the part after the request that its tasks did not spend waiting for
+        a core (0 before the request)."""
+        if self.cut is None:
+            return 0.0
+        return now - self.cut.at - (self.later_waited_seconds or 0.0)
+
+    def _note_waits(self, waits: Mapping[int, float]) -> None:
+        if waits:
+            self.waited_seconds = max(self.waited_seconds or 0.0, *waits.values())
+        if self.cut is None:
+            self.wait_baseline = dict(waits)
+            return
+        # A task first seen now counts from now: whatever it waited before is lost, never
+        # gained (it may be older than the request, and have waited before it).
+        since = [wait - self.wait_baseline.setdefault(tid, wait) for tid, wait in waits.items()]
+        self.later_waited_seconds = max(self.later_waited_seconds or 0.0, *since, 0.0)
 
     def _caps_hit(self, usage: Usage) -> list[Cap]:
         limits = self.limits
@@ -303,6 +344,8 @@ class Supervisor:
             self.total_cpu_seconds = max(self.total_cpu_seconds, usage.cpu_seconds)
         if usage.peak_memory_bytes is not None:
             self.peak_memory_bytes = max(self.peak_memory_bytes or 0, usage.peak_memory_bytes)
+        if usage.task_wait_seconds is not None:
+            self._note_waits(usage.task_wait_seconds)
         hits = []
         if usage.oom_kills or (usage.memory_bytes or 0) >= limits.memory_bytes:
             hits.append(Cap.MEMORY)
@@ -347,6 +390,7 @@ class Supervisor:
             cpu_seconds=self.cpu_seconds,
             startup_cpu_seconds=self.startup_cpu_seconds,
             peak_memory_bytes=self.peak_memory_bytes,
+            waited_seconds=self.waited_seconds,
             payload=bytes(self.payload),
             stdout=bytes(self.stdout),
             stderr=bytes(self.stderr),
@@ -363,6 +407,7 @@ class Supervisor:
             wall_seconds=cut.at - self.started,
             cpu_seconds=cut.cpu_seconds,
             peak_memory_bytes=cut.peak_memory_bytes,
+            waited_seconds=cut.waited_seconds,
             payload=whole.payload[: cut.payload],
             stdout=whole.stdout[: cut.stdout],
             stderr=whole.stderr[: cut.stderr],
@@ -373,6 +418,7 @@ class Supervisor:
             wall_seconds=ended - cut.at,
             cpu_seconds=max(0.0, self.cpu_seconds - cut.cpu_seconds),
             startup_cpu_seconds=None,
+            waited_seconds=self.later_waited_seconds,
             started_monotonic=cut.at,
             payload=whole.payload[cut.payload :],
             stdout=whole.stdout[cut.stdout :],

@@ -2,11 +2,12 @@
 
 Learner code knows the hidden cases only in the part of its run after the request (sandbox/
 supervise.py). That part is held to a budget of its own (a multiple of the reference's CPU
-time, with floors), and a grading is released (stored, announced) only at its start plus the
-first of a few coarse delays that covers it (graders.grading.HiddenBudget): code that sleeps
-or computes an amount derived from a hidden seed is graded as it is, at the same delay; code
-that goes beyond the budget is stopped and told the fixed hidden-time message, no number.
-Timing is asserted only from below: what the release guarantees, whatever the machine's load.
+time, with floors, in CPU and in wall time not spent waiting for a core), and a grading is
+released (stored, announced) only at its start plus the first of a few coarse delays that
+covers it (graders.grading.HiddenBudget): code that sleeps or computes an amount derived from a
+hidden seed is graded as it is, at the same delay; code that goes beyond the budget is stopped
+and told the fixed hidden-time message, no number. Timing is asserted only from below: what the
+release guarantees, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -70,16 +71,23 @@ def test_the_budget_is_the_reference_s_multiple_with_floors_and_coarse_delays() 
     assert all(later >= 4 * earlier for earlier, later in itertools.pairwise(delays))
     limits = budget.limits(GRADING_LIMITS)
     assert limits.later_cpu_seconds == budget.cpu_seconds < GRADING_LIMITS.cpu_seconds
+    # The wall time not spent waiting for a core: the same figure, within the second delay at
+    # the floor; the plain wall time only a backstop, at the last delay.
+    assert limits.later_unwaited_wall_seconds == budget.unwaited_wall_seconds == budget.cpu_seconds
     assert limits.later_wall_timeout_seconds == delays[-1] == budget.wall_seconds
     # Tighter caps given by the caller stay.
-    tight = dataclasses.replace(LIMITS, later_wall_timeout_seconds=1.0, later_cpu_seconds=0.5)
-    assert (
-        budget.limits(tight).later_wall_timeout_seconds,
-        budget.limits(tight).later_cpu_seconds,
-    ) == (
-        1.0,
-        0.5,
+    tight = dataclasses.replace(
+        LIMITS,
+        later_wall_timeout_seconds=1.0,
+        later_cpu_seconds=0.5,
+        later_unwaited_wall_seconds=0.25,
     )
+    tightened = budget.limits(tight)
+    assert (
+        tightened.later_wall_timeout_seconds,
+        tightened.later_cpu_seconds,
+        tightened.later_unwaited_wall_seconds,
+    ) == (1.0, 0.5, 0.25)
 
 
 def test_every_time_up_to_a_delay_is_released_at_that_delay() -> None:
@@ -91,7 +99,7 @@ def test_every_time_up_to_a_delay_is_released_at_that_delay() -> None:
     assert budget.release_delay(last + 0.3) == last + 0.3
 
 
-@pytest.mark.parametrize("per_seed_seconds", [0.0, 0.003])
+@pytest.mark.parametrize("per_seed_seconds", [0.0, 0.002])
 def test_correct_code_spending_a_hidden_seed_s_worth_of_time_is_released_at_a_delay(
     runner: sandbox.Runner, per_seed_seconds: float
 ) -> None:
@@ -102,8 +110,9 @@ def test_correct_code_spending_a_hidden_seed_s_worth_of_time_is_released_at_a_de
     assert_conceals(TRAIN_STEP, graded.report)
     assert graded.hidden_started_at is not None
     budget = hidden_budget(TRAIN_STEP)
-    # 0.003 s a seed sleeps 17 * 0.003 * 5 + 42 * 0.003 * steps: well in the first delay on an
-    # idle machine, and whatever the load, the moment is one of the few delays, never finer.
+    # 0.002 s a seed sleeps 17 * 0.002 * 5 + 42 * 0.002 * 4 = 0.51 s, within the unwaited
+    # budget (1 s at the floor): released at the second delay on an idle machine, and whatever
+    # the load, at one of the few delays, never finer.
     assert graded.release_at - graded.hidden_started_at in budget.delays_seconds
 
 
@@ -122,15 +131,16 @@ def test_correct_code_spinning_a_hidden_seed_s_worth_of_cpu_is_graded_correct(
 @pytest.mark.parametrize(
     "spends",
     [
-        "if hidden: time.sleep(seed * 10)",  # beyond the wall budget (lowered here to 2 s)
-        "while hidden: pass",  # beyond the CPU budget (the grader's own)
+        # Beyond the wall time not spent waiting (1 s at the floor): once released at the 4 s
+        # delay, now stopped, long before the wall backstop (16 s).
+        "if hidden: time.sleep(3)",
+        "while hidden: pass",  # beyond the CPU budget
     ],
 )
 def test_code_beyond_the_hidden_budget_is_stopped_and_told_the_fixed_message(
     runner: sandbox.Runner, spends: str
 ) -> None:
-    limits = dataclasses.replace(LIMITS, later_wall_timeout_seconds=2.0)
-    graded = grade_with_release("train-step", step_that(spends), limits, runner)
+    graded = grade_with_release("train-step", step_that(spends), LIMITS, runner)
     report = graded.report
     assert report.diagnosis == "timeout", report.feedback
     assert report.score == 0
@@ -138,7 +148,9 @@ def test_code_beyond_the_hidden_budget_is_stopped_and_told_the_fixed_message(
     assert_conceals(TRAIN_STEP, report)
     assert not any(ch.isdigit() for ch in report.checks[0].message)
     assert graded.hidden_started_at is not None
-    assert graded.release_at - graded.hidden_started_at >= 2.0
+    budget = hidden_budget(TRAIN_STEP)
+    assert budget.unwaited_wall_seconds < 3.0 < budget.wall_seconds
+    assert graded.release_at - graded.hidden_started_at >= budget.cpu_seconds
 
 
 def test_a_visible_failure_is_released_after_the_hidden_part_too(runner: sandbox.Runner) -> None:

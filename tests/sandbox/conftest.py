@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +54,32 @@ def fast(**changes: Any) -> Limits:
     if "cpu_seconds" in changes:
         changes.setdefault("startup_cpu_seconds", changes["cpu_seconds"])
     return dataclasses.replace(FAST, **changes)
+
+
+# The host CPU the waiting tests crowd: a task pinned there waits for a core behind spinners().
+CROWDED_CPU = max(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def spinners(count: int, cpu: int = CROWDED_CPU) -> Iterator[list[int]]:
+    """`count` host processes spinning on `cpu` only (pinned before they start), until the block
+    ends: a task pinned there gets a share of it, and waits for a core the rest of the time.
+    Each in a session of its own: where the kernel groups tasks by session (autogroup), the
+    spinners then weigh as `count` groups, not one."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+            start_new_session=True,
+        )
+        for _ in range(count)
+    ]
+    try:
+        yield [process.pid for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
 def sandbox_pids_with_marker(marker: str) -> list[int]:

@@ -454,6 +454,32 @@ def test_gvisor_holds_a_fork_bomb_to_its_process_limit() -> None:
 
 
 @pytest.mark.usefixtures("gvisor")
+@pytest.mark.parametrize(
+    ("later_limits", "limit_hit"),
+    [
+        # Its tasks are the sandbox kernel's: no wait is read, so the unwaited budget stops
+        # nothing (the 3 s sleep ends) ...
+        ({"later_unwaited_wall_seconds": 0.5}, None),
+        # ... and the plain wall budget is the one that holds.
+        ({"later_unwaited_wall_seconds": 0.5, "later_wall_timeout_seconds": 1.0}, "timed_out"),
+    ],
+    ids=["unwaited", "backstop"],
+)
+def test_gvisor_holds_the_part_after_the_request_to_its_plain_wall_budget(
+    later_limits: dict[str, float], limit_hit: str | None
+) -> None:
+    code = "import os, sys, time\nos.write(5, b'?')\nsys.stdin.buffer.read()\ntime.sleep(3)\n"
+    limits = fast(
+        **{"wall_timeout_seconds": 60.0, "later_wall_timeout_seconds": 30.0, **later_limits}
+    )
+    before = run(code, {}, limits, b"later")
+    after = before.after_request
+    assert after is not None
+    assert (after.limit_hit, after.waited_seconds) == (limit_hit, None)
+    assert sandbox_containers() == []
+
+
+@pytest.mark.usefixtures("gvisor")
 def test_gvisor_no_network_and_no_host_files(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("secret")

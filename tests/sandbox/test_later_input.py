@@ -16,7 +16,7 @@ import pytest
 import sandbox
 from sandbox import Limits, PoolProgram, RunResult, cgroups
 from sandbox.supervise import LATER_INPUT_MAX_BYTES
-from tests.sandbox.conftest import docker_unavailable_reason, fast
+from tests.sandbox.conftest import CROWDED_CPU, docker_unavailable_reason, fast, spinners
 
 PROGRAM = "exec(compile(open('/sandbox/job.py').read(), '/sandbox/job.py', 'exec'))\n"
 SECRET = b"the-later-input-7f3a9"
@@ -187,8 +187,10 @@ def test_the_part_after_the_request_has_a_cpu_budget_of_its_own(runner: sandbox.
     assert after.cpu_seconds >= 0.5
 
 
-def test_the_part_after_the_request_has_a_wall_budget_of_its_own(runner: sandbox.Runner) -> None:
-    # Sleeping costs no CPU: the wall budget, counted from the request, stops it. The part
+def test_the_part_after_the_request_has_a_wall_backstop_of_its_own(
+    runner: sandbox.Runner,
+) -> None:
+    # Sleeping costs no CPU: the plain wall budget, counted from the request, stops it. The part
     # before the request sleeps longer than that budget and is not stopped.
     code = (
         "import os, sys, time\n"
@@ -207,6 +209,97 @@ def test_the_part_after_the_request_has_a_wall_budget_of_its_own(runner: sandbox
     # Each part says when it began, on the host's one monotonic clock: the second at the cut.
     assert before.started_monotonic is not None and after.started_monotonic is not None
     assert after.started_monotonic == pytest.approx(before.started_monotonic + before.wall_seconds)
+
+
+def test_the_part_after_the_request_is_stopped_by_its_wall_time_not_spent_waiting(
+    runner: sandbox.Runner,
+) -> None:
+    # A sleep is not a wait for a core: the unwaited budget stops it long before the backstop,
+    # and long before the sleep ends. Before the request, the same budget does not hold.
+    code = (
+        "import os, sys, time\n"
+        "time.sleep(1.0)\n"
+        "os.write(5, b'?')\n"
+        "sys.stdin.buffer.read()\n"
+        "time.sleep(5)\n"
+        "os.write(3, b'slept')\n"
+    )
+    limits = fast(
+        wall_timeout_seconds=60.0, later_wall_timeout_seconds=30.0, later_unwaited_wall_seconds=0.5
+    )
+    before = run(runner, code, limits)
+    after = before.after_request
+    assert after is not None
+    assert before.limit_hit is None
+    assert (after.limit_hit, after.payload) == ("timed_out", b"")
+    assert after.waited_seconds is not None  # the host saw the run's tasks
+
+
+def test_time_spent_waiting_for_a_core_is_not_held_against_the_part(
+    runner: sandbox.Runner,
+) -> None:
+    """The part after the request spins on a CPU that host processes crowd, for longer (its own
+    clock) than its unwaited budget: most of that time it waits for the core, and it is not
+    stopped."""
+    code = (
+        "import os, sys, time\n"
+        "os.write(5, b'?')\n"
+        "sys.stdin.buffer.read()\n"
+        f"os.sched_setaffinity(0, {{{CROWDED_CPU}}})\n"
+        "end = time.monotonic() + 1.5\n"
+        "while time.monotonic() < end:\n"
+        "    pass\n"
+        "os.write(3, b'done')\n"
+    )
+    limits = fast(
+        wall_timeout_seconds=60.0, later_wall_timeout_seconds=30.0, later_unwaited_wall_seconds=1.0
+    )
+    # The run's group weighs as one spinner: it gets a ninth of the CPU (at most half, whatever
+    # the grouping), so it spins for well under 1 s of its 1.5 s, and waits the rest.
+    with spinners(8):
+        before = run(runner, code, limits)
+    after = before.after_request
+    assert after is not None
+    assert (after.limit_hit, after.exit_code, after.payload) == (None, 0, b"done")
+    assert after.waited_seconds is not None and after.waited_seconds > 0
+    assert after.wall_seconds > limits.later_unwaited_wall_seconds  # spun 1.5 s on its clock
+
+
+def test_a_run_s_wait_is_its_longest_waiting_task_s_not_their_sum(
+    runner: sandbox.Runner,
+) -> None:
+    """Four processes of the run spin on one CPU: each waits most of the time, their waits add
+    up to more than the part's wall time; the figure is one task's, so within it."""
+    code = (
+        "import os, sys, time\n"
+        "os.write(5, b'?')\n"
+        "sys.stdin.buffer.read()\n"
+        f"os.sched_setaffinity(0, {{{CROWDED_CPU}}})\n"
+        "def waited():\n"
+        "    return int(open('/proc/self/schedstat').read().split()[1])\n"
+        "children = []\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        children = None\n"
+        "        break\n"
+        "    children.append(0)\n"
+        "start, end = waited(), time.monotonic() + 1.0\n"
+        "while time.monotonic() < end:\n"
+        "    pass\n"
+        "os.write(3, b'%d ' % (waited() - start))\n"
+        "if children is None:\n"
+        "    os._exit(0)\n"
+        "for _ in children:\n"
+        "    os.wait()\n"
+    )
+    before = run(runner, code, fast(wall_timeout_seconds=60.0))
+    after = before.after_request
+    assert after is not None
+    assert after.limit_hit is None, after
+    reported = [int(ns) / 1e9 for ns in after.payload.split()]
+    assert len(reported) == 4
+    assert after.waited_seconds is not None
+    assert 0 < after.waited_seconds <= after.wall_seconds < sum(reported)
 
 
 def test_a_later_input_too_large_for_a_pipe_is_refused(runner: sandbox.Runner) -> None:
