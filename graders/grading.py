@@ -83,12 +83,9 @@ POOL_PROGRAM = PoolProgram(
 # time on them, with floors a correct solution stays far below on a busy machine, in CPU and in
 # wall time not spent waiting for a core, and nobody learns of the grading before its start plus
 # the first of a few coarse delays (`release_delay`) that covers it: anything up to the first
-# delay looks the same from outside. The CPU floor is 10 times a correct hidden part's CPU
-# (0.02-0.04 s), and small enough that a part stretched to both budgets (0.8 s: the unwaited
-# one, plus its own tasks waiting on each other within the CPU one) is still released at the
-# second delay (1 s): at the floors, code chooses between two delays, one bit.
+# delay looks the same from outside.
 HIDDEN_BUDGET_MULTIPLE = 10
-HIDDEN_CPU_FLOOR_SECONDS = 0.4
+HIDDEN_CPU_FLOOR_SECONDS = 1.0
 RELEASE_DELAY_FLOOR_SECONDS = 0.25
 # Each delay is RELEASE_DELAY_FACTOR times the one before; the last is the part's wall budget.
 RELEASE_DELAY_FACTOR = 4
