@@ -129,8 +129,11 @@ class FairShare:
             log.exception("could not read the owners of waiting submissions")
             found = {}
         with self._lock:
+            # Only those asked about: one added during the read is looked up by the next take
+            # (its add is followed by one), not made its own owner and so let past the share.
+            asked = set(unknown)
             for waiting in self._waiting:
-                if waiting.owner is None:
+                if waiting.owner is None and waiting.submission_id in asked:
                     waiting.owner = found.get(waiting.submission_id, waiting.submission_id)
             now = self._clock()
             eligible = [

@@ -10,6 +10,7 @@ LOOPGRADE_BROKER_URL chooses Celery instead of these threads (app/grading/dispat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import logging
@@ -25,7 +26,7 @@ import sandbox
 from app.db import SessionFactory, on_commit
 from app.grading.dry_runs import row_id_of, run_dry_run_job
 from app.grading.fair_claim import claim_fairest_submission
-from app.grading.fair_share import FairShare, submission_owners
+from app.grading.fair_share import FairShare, Taken, submission_owners
 from app.grading.leases import LeaseSweeper, lease_renewed, sweep
 from app.grading.submissions import (
     SUBMISSIONS_TO_GRADE,
@@ -378,14 +379,36 @@ class ThreadPoolDispatcher:
 
     def _run_waiting(self) -> None:
         """Grade what FairShare hands out until nothing waits that may run now (a run that
-        ends may free its owner's next one: the thread that ended it takes it)."""
-        while (taken := self._fair_share.take()) is not None:
-            try:
-                self._run(taken.submission_id)
-            finally:
-                self._fair_share.done(taken)
+        ends may free its owner's next one: the thread that ended it takes it).
 
-    def _run(self, submission_id: str) -> None:
+        A run whose result waits for its release counts as its owner's until that release,
+        not only until the run ends: otherwise an owner holding all its slots would see its
+        next submission start the moment a hidden part ended, finer than the release's delays
+        (docs/security.md#the-time-a-grading-takes)."""
+        while (taken := self._fair_share.take()) is not None:
+            released_apart = False
+
+            def release_apart(release: Callable[[], GradingRun], taken: Taken = taken) -> None:
+                nonlocal released_apart
+                released_apart = True
+                self._release_apart(release, then=lambda: self._owner_done(taken))
+
+            try:
+                self._run(taken.submission_id, release_apart)
+            finally:
+                if not released_apart:
+                    self._fair_share.done(taken)
+
+    def _owner_done(self, taken: Taken) -> None:
+        """A released run no longer counts as its owner's: its owner's next may now run."""
+        self._fair_share.done(taken)
+        with self._lock:
+            executor = self._executor
+        if executor is not None:
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile: nothing more runs
+                executor.submit(self._run_waiting)
+
+    def _run(self, submission_id: str, release_apart: ReleaseApart) -> None:
         try:
             run = run_grading_job(
                 self._sessions,
@@ -393,7 +416,7 @@ class ThreadPoolDispatcher:
                 self._settings,
                 runner=self._runner,
                 on_state_change=self._on_state_change,
-                release_apart=self._release_apart,
+                release_apart=release_apart,
             )
         except Exception:
             # The row stays queued or running; the sweep takes it up again.
@@ -408,9 +431,10 @@ class ThreadPoolDispatcher:
                 self._retry_timers.add(timer)
             timer.start()
 
-    def _release_apart(self, release: Callable[[], GradingRun]) -> None:
-        """Wait for a result's release on a thread of its own: the grading thread takes the
-        next submission meanwhile, so a burst loses no throughput to the waits."""
+    def _release_apart(self, release: Callable[[], GradingRun], then: Callable[[], None]) -> None:
+        """Wait for a result's release on a thread of its own, then call `then`: the grading
+        thread takes the next submission meanwhile, so a burst loses no throughput to the
+        waits."""
 
         def run() -> None:
             try:
@@ -421,6 +445,7 @@ class ThreadPoolDispatcher:
             finally:
                 with self._lock:
                     self._releases.discard(threading.current_thread())
+                then()
 
         thread = threading.Thread(target=run, name="grading-release", daemon=True)
         with self._lock:

@@ -3,6 +3,7 @@ while another owner's wait (app/grading/fair_share.py), on the warm pool and col
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -90,6 +91,22 @@ def test_slot_time_fades_and_unknown_rows_are_their_own_owners() -> None:
     for submission_id in ("a2", "c1", "gone-1", "gone-2"):
         share.add(submission_id)
     assert [taken_id(share) for _ in range(4)] == ["a2", "c1", "gone-1", "gone-2"]
+
+
+def test_a_submission_added_while_owners_are_read_keeps_its_owner_s_share() -> None:
+    share: FairShare
+
+    def owners_of(ids: list[str]) -> dict[str, str]:
+        if ids == ["a1"]:
+            share.add("a2")  # arrives while the first take reads its owners
+        return {i: OWNERS[i] for i in ids if i in OWNERS}
+
+    share = FairShare(owners_of, max_per_owner=1, clock=Clock())
+    share.add("a1")
+    assert taken_id(share) == "a1"
+    # a2 is A's, looked up by this take: A holds its one slot, so it waits (it was once made
+    # its own owner, and so let past A's share).
+    assert share.take() is None
 
 
 def test_owners_are_users_an_api_keys_learners_and_anonymous_addresses(
@@ -198,3 +215,37 @@ def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
     assert started[2:] == ["a2", "a3"]
     scores = {names[row.id]: (row.score, row.max_score, row.diagnosis) for row in rows}
     assert all(score == maximum for score, maximum, _ in scores.values()), scores
+
+
+def test_an_owner_s_next_submission_starts_only_after_its_last_one_s_release(
+    sessions: SessionFactory, grading: tuple[Settings, sandbox.Runner | None]
+) -> None:
+    """With its one slot's turn taken, a learner's next submission starts when the last one's
+    result is released, not when its hidden part ended: its start tells no finer time than the
+    release's delays (docs/security.md#the-time-a-grading-takes)."""
+    settings, runner = grading
+    with sessions.begin() as session:
+        ids = [
+            create_submission(session, exercise_id=EXERCISE, learner="learner-a", code=code).id
+            for code in (CORRECT_CODE, CORRECT_CODE + "\n# again\n", CORRECT_CODE + "\n# 3\n")
+        ]
+    dispatcher = ThreadPoolDispatcher(sessions, settings, runner=runner)
+    enqueue_after_commit(sessions, dispatcher)
+    dispatcher.start()
+    try:
+        deadline = time.monotonic() + 4 * GRADING_TIMEOUT_SECONDS
+        while True:
+            with sessions() as session:
+                rows = {row.id: row for row in session.scalars(select(Submission)).all()}
+            if all(row.status == SubmissionStatus.GRADED for row in rows.values()):
+                break
+            assert time.monotonic() < deadline, [(r.status, r.error_message) for r in rows.values()]
+            time.sleep(0.2)
+    finally:
+        dispatcher.stop()
+    ordered = sorted(rows.values(), key=lambda row: row.started_at or row.created_at)
+    assert [row.id for row in ordered] == ids
+    for earlier, later in itertools.pairwise(ordered):
+        assert earlier.graded_at is not None and later.started_at is not None
+        assert later.started_at >= earlier.graded_at, (earlier.graded_at, later.started_at)
+    assert all(row.score == row.max_score for row in ordered)
