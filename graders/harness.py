@@ -5,10 +5,11 @@ the trace to the result channel (fd 3): everything in it is untrusted. Outside, 
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.
 It is shipped into the sandbox as text: this file, then the recorders of every exercise kind
 (each declared in its module under graders/kinds; `graders.kinds.SANDBOX_PROGRAM`), which fill
-`RECORDERS`. So it imports nothing of ours and, in the grader's process, touches no
-process-wide torch state (no global seed, no monkeypatching), so the grader may run it in
-threads. In the sandbox (`main`), the global random generators are seeded from each case before
-learner code runs (`seed_global_random`).
+`RECORDERS`. So it imports nothing of ours and, in the grader's process, sets no global seed
+and changes torch only by two wrappers that do nothing outside a watched case
+(`_install_watch`), so the grader may run it in threads. In the sandbox
+(`main`), the global random generators are seeded from each case before learner code runs
+(`seed_global_random`).
 
 A kind's recorder says how to call the learner's function on a case and what to record. A
 record is a flat dict of named values: tensors as nested lists, `.grad` as None or values, the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import linecache
 import math
@@ -33,7 +35,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 SUBMISSION_FILENAME = "submission.py"
 CASES_FILENAME = "cases.json"
@@ -213,87 +214,101 @@ def _error_record(error: BaseException, filename: str) -> Record:
     }
 
 
-class _Watch:
-    """The case running in this thread under a backward watch (`run_case`): its recorders,
-    and the watch itself, pushed with the first of them. Before it there is nothing to tell,
-    and a watch costs a call per torch function (building the case makes a hundred or so)."""
+class BackwardWatch:
+    """The case running in this thread, watched (`run_case`): its recorders, told of each
+    `backward()` the code calls and each optimizer it makes of the weight (`_install_watch`)."""
 
-    def __init__(self, modes: contextlib.ExitStack) -> None:
+    def __init__(self) -> None:
         self.recorders: list[CallRecorder] = []
-        self._modes = modes
-
-    def add(self, recorder: CallRecorder) -> None:
-        if not self.recorders:
-            self._modes.enter_context(BackwardWatch())
-        self.recorders.append(recorder)
+        # A backward() of the case's is running: torch.autograd.backward called inside it (by
+        # Tensor.backward, or by a hook) is part of that one.
+        self.in_backward = False
 
 
-_WATCHED: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("watched", default=None)
+def _install_watch() -> contextvars.ContextVar[BackwardWatch | None]:
+    """Wrap `torch.autograd.backward` and `Optimizer.add_param_group`, once in this process; the
+    context variable their wrappers read, which `run_case` sets for the case it runs.
 
+    The wrappers only see what a case needs to be told: a backward that returns without its
+    gradient ever reaching the weight ran on a loss cut off from the model (`.detach()`,
+    `.data`, `requires_grad = True` set on the loss), recorded as `detached_backward`, which is
+    not a `backward`; and an optimizer made of the weight, whose calls are then recorded too
+    (`CallRecorder.watch_optimizer`). `Tensor.backward` calls `torch.autograd.backward`, and
+    every optimizer's `__init__` calls `add_param_group`: no other torch call goes through
+    Python for them (a torch function mode, seeing every call, cost 0.11 ms a training step).
 
-class BackwardWatch(TorchFunctionMode):
-    """Sees every `backward()` the code calls while a case runs, and tells the case's recorders.
-
-    A torch function mode, not a patch: it is pushed on this thread's mode stack only, for the
-    case (`run_case`, `_Watch`), so threads of the grader running other cases never see it. A
-    backward that returns without its gradient ever reaching the weight ran on a loss cut off
-    from the model (`.detach()`, `.data`, `requires_grad = True` set on the loss): recorded as
-    `detached_backward`, which is not a `backward`. It also sees an optimizer made of the
-    weight (`Optimizer.add_param_group` reads the weight's `is_leaf`), whose calls are then
-    recorded too (`CallRecorder.watch_optimizer`).
+    Patching torch is safe here because each wrapper is inert outside a watched case: a
+    context variable, so a thread of the grader sees only the case it runs itself (threads
+    start with an empty context), and a thread with no watched case just calls through. Learner
+    code that undoes them only loses the naming of its own mistake. This file runs again in each
+    warm pool job, in a process where the zygote's run of it installed them already: that copy
+    reads the context variable the installed wrappers read.
     """
+    installed = getattr(torch.autograd.backward, "watched", None)
+    if isinstance(installed, contextvars.ContextVar):
+        return installed
+    watched: contextvars.ContextVar[BackwardWatch | None] = contextvars.ContextVar(
+        "watched", default=None
+    )
+    backward = torch.autograd.backward
+    add_param_group = torch.optim.Optimizer.add_param_group
 
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        watch = _WATCHED.get()
-        recorders = watch.recorders if watch is not None else []
-        if func is not torch.Tensor.backward and func is not torch.autograd.backward:
-            if args and recorders and sys._getframe(1).f_code.co_name == "add_param_group":
-                made = sys._getframe(1).f_locals.get("self")
-                for recorder in recorders:
-                    if args[0] is recorder.weight and isinstance(made, torch.optim.Optimizer):
-                        recorder.watch_optimizer(made)
-            return func(*args, **kwargs)
+    @functools.wraps(backward)
+    def watched_backward(*args: Any, **kwargs: Any) -> Any:
+        watch = watched.get()
+        if watch is None or watch.in_backward or not watch.recorders:
+            return backward(*args, **kwargs)
+        recorders = list(watch.recorders)
         before = [recorder.arrivals for recorder in recorders]
-        result = func(*args, **kwargs)
+        watch.in_backward = True
+        try:
+            result = backward(*args, **kwargs)
+        finally:
+            watch.in_backward = False
         for recorder, arrivals in zip(recorders, before, strict=True):
             if recorder.arrivals == arrivals:
                 recorder._append("detached_backward")
         return result
 
+    @functools.wraps(add_param_group)
+    def watched_add_param_group(
+        optimizer: torch.optim.Optimizer, param_group: dict[str, Any]
+    ) -> None:
+        add_param_group(optimizer, param_group)
+        watch = watched.get()
+        if watch is None or not isinstance(optimizer, torch.optim.Optimizer):
+            return
+        for recorder in watch.recorders:
+            if any(parameter is recorder.weight for parameter in param_group["params"]):
+                recorder.watch_optimizer(optimizer)
+
+    watched_backward.watched = watched  # type: ignore[attr-defined]
+    torch.autograd.backward = watched_backward
+    torch.optim.Optimizer.add_param_group = watched_add_param_group  # type: ignore[method-assign, assignment]
+    return watched
+
+
+_WATCHED = _install_watch()
+# The installed wrappers' code: their frames are no part of a learner's traceback.
+_WATCH_CODES = (torch.autograd.backward.__code__, torch.optim.Optimizer.add_param_group.__code__)
+
 
 def _without_watch_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """A traceback without the frames of `BackwardWatch`, of torch calling it, and of the
-    Python function that only dispatched to it (it runs again right after): what the learner's
-    code called, as it would read without the watch."""
-
-    def watch(node: types.TracebackType) -> bool:
-        code = node.tb_frame.f_code
-        return code is BackwardWatch.__torch_function__.__code__ or (
-            code.co_name == "handle_torch_function" and code.co_filename == torch.overrides.__file__
-        )
-
-    nodes = []
+    """A traceback without the frames of the watch's wrappers (`_install_watch`): what the
+    learner's code called, as it would read without them."""
+    kept = []
     while tb is not None:
-        nodes.append(tb)
+        if tb.tb_frame.f_code not in _WATCH_CODES:
+            kept.append(tb)
         tb = tb.tb_next
-    kept = [node for node in nodes if not watch(node)]
-    kept = [
-        node
-        for node, after in zip(kept, [*kept[1:], None], strict=True)
-        if not (
-            after is not None
-            and node.tb_next is not after
-            and node.tb_frame.f_code is after.tb_frame.f_code
-        )
-    ]
     for node, after in zip(kept, [*kept[1:], None], strict=True):
         node.tb_next = after
     return kept[0] if kept else None
 
 
 class CallRecorder:
-    """Sees zero_grad, backward and step through per-instance hooks, never by patching torch.
+    """Sees zero_grad, backward and step through per-instance hooks (torch's own functions are
+    wrapped only to see what no hook can: `BackwardWatch`).
 
     A `backward` is a pass that accumulated into the weight's `.grad`: seen by the autograd
     engine's post-accumulate hook, during that engine's pass, with `.grad` after it equal to
@@ -301,7 +316,7 @@ class CallRecorder:
     and that gradient not all zeros. `torch.autograd.grad()` (which fires tensor hooks and
     accumulates nothing), a hook called by hand, `.grad` assigned, and a pass of a zero loss
     are not one. A backward() whose gradient never reached the weight is a `detached_backward`
-    (`BackwardWatch`, when the case runs under one).
+    (`_install_watch`, when the case is watched).
     """
 
     def __init__(self, case: Case, on_step: Callable[[], None] | None = None) -> None:
@@ -309,7 +324,7 @@ class CallRecorder:
         self.arrivals = 0  # gradients that reached the weight (the tensor hook ran)
         watch = _WATCHED.get()
         if watch is not None:
-            watch.add(self)
+            watch.recorders.append(self)
         model, optimizer = case.model, case.optimizer
         self._on_step = on_step
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -323,7 +338,7 @@ class CallRecorder:
 
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Record an optimizer's zero_grad and step: the case's, or one the code made of the
-        weight (`BackwardWatch` sees it made: `new_optimizer`, then its calls as any other's)."""
+        weight (`_install_watch` sees it made: `new_optimizer`, then its calls as any other's)."""
         if any(optimizer is seen for seen in self._optimizers):
             return
         if self._optimizers:
@@ -411,21 +426,17 @@ def run_case(
 
     For step-by-step kinds the records made before an error are kept, to say which step failed.
     `seeded`: seed the global generators from the case first (in the sandbox only). `watched`:
-    under a `BackwardWatch` from the case's first `CallRecorder` on; the grader's replayed
-    models (graders/replay.py) make no mark it could see, and it costs a call per torch
-    function.
+    its recorders are told of a detached backward() and an optimizer made of the weight
+    (`BackwardWatch`); the grader's replayed models (graders/replay.py) make no such mark.
     """
     records: list[Record] = []
     final = None
     error = None
     if seeded:
         seed_global_random(int(spec["seed"]))
-    token = _WATCHED.set(None)
+    token = _WATCHED.set(BackwardWatch() if watched else None)
     try:
-        with contextlib.ExitStack() as modes:
-            if watched:
-                _WATCHED.set(_Watch(modes))
-            final = recorder(function, spec, records)
+        final = recorder(function, spec, records)
     except BaseException as exc:  # SystemExit too: the learner's code must not end the run
         error = _error_record(exc, filename)
     finally:

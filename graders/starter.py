@@ -7,6 +7,7 @@ placeholder runs, changes no weights, returns a float), and the class statistics
 from __future__ import annotations
 
 import ast
+import functools
 import threading
 
 from graders.exercises import Exercise
@@ -22,6 +23,9 @@ _parse_lock = threading.Lock()
 NOT_SCORED = "Not scored: your code is the starter code, or behaves exactly as it does."
 
 
+# Kept for the starters and for sources graded again (a class's common bugs): parsing and
+# dumping the two trees was a quarter of a grading's own CPU when its judgment is cached.
+@functools.lru_cache(maxsize=256)
 def _code_shape(source: str) -> str | None:
     """The source's syntax tree without comments, layout and docstrings; None if unreadable."""
     try:

@@ -119,7 +119,7 @@ MISTAKES = [
         "runtime-error",
         ("does not depend on the model's parameters", "torch.no_grad()"),
         # The harness's watch of backward() is not in the learner's traceback.
-        ("harness.py", "__torch_function__", "handle_torch_function"),
+        ("main.py", "harness.py", "watched_backward", "handle_torch_function"),
     ),
     Mistake(
         "a second backward on a freed graph",
@@ -139,7 +139,7 @@ MISTAKES = [
         """,
         "runtime-error",
         ("`retain_graph=True`, would silence the error but not fix the loop", "doubling them"),
-        ("harness.py", "__torch_function__", "handle_torch_function"),
+        ("main.py", "harness.py", "watched_backward", "handle_torch_function"),
     ),
     Mistake(
         "loss tensors kept in the history",
