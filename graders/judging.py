@@ -47,27 +47,27 @@ def close_numbers(a: Any, b: Any) -> bool:
     the same float32 operations as `torch.allclose` after `as_tensor`, in numpy, in a fraction
     of the time (judging compares thousands of small values a grading). Anything but numbers
     of one rectangular shape is not close."""
-    x, y = _float32_numbers(a), _float32_numbers(b)
-    if x is None or y is None or x.shape != y.shape:
-        return False
-    if not (numpy.isfinite(x).all() and numpy.isfinite(y).all()):
-        return False
-    with numpy.errstate(over="ignore"):  # a difference past float32's range: inf, not close
+    # Past float32's range a value or a difference is inf: not finite, or not within.
+    with numpy.errstate(over="ignore"):
+        x, y = _float32_numbers(a), _float32_numbers(b)
+        if x is None or y is None or x.shape != y.shape:
+            return False
+        if not (numpy.isfinite(x).all() and numpy.isfinite(y).all()):
+            return False
         allowed = ABSOLUTE_TOLERANCE + numpy.abs(RELATIVE_TOLERANCE * y)
         return bool((numpy.abs(x - y) <= allowed).all())
 
 
 def _float32_numbers(values: Any) -> numpy.ndarray | None:
     """The values as float32, as `as_tensor` makes them; None for what it refuses (text, None,
-    ragged lists)."""
+    ragged lists). Call it under `numpy.errstate(over="ignore")`: past float32's range is inf."""
     try:
         array = numpy.asarray(values)
     except (TypeError, ValueError):
         return None
     if array.dtype.kind not in "biuf":
         return None
-    with numpy.errstate(over="ignore"):  # past float32's range: inf, then not finite
-        return array.astype(numpy.float32)
+    return array.astype(numpy.float32)
 
 
 def close_values(recorded: Any, expected: torch.Tensor) -> bool:
@@ -76,8 +76,12 @@ def close_values(recorded: Any, expected: torch.Tensor) -> bool:
 
 
 def cleared(values: Any) -> bool:
-    """A gradient that zero_grad() released (None) or filled with zeros."""
-    return values is None or not bool(as_tensor(values).any())
+    """A gradient that zero_grad() released (None) or filled with zeros (numbers only)."""
+    if values is None:
+        return True
+    with numpy.errstate(over="ignore"):
+        numbers = _float32_numbers(values)
+    return numbers is not None and not numbers.any()
 
 
 def difference(name: str, mine: torch.Tensor, expected: torch.Tensor) -> str:

@@ -11,7 +11,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graders.judging import ABSOLUTE_TOLERANCE, RELATIVE_TOLERANCE, as_tensor, close, close_numbers
+from graders.judging import (
+    ABSOLUTE_TOLERANCE,
+    RELATIVE_TOLERANCE,
+    as_tensor,
+    cleared,
+    close,
+    close_numbers,
+)
 
 
 def torch_says(a: Any, b: Any) -> bool:
@@ -46,6 +53,16 @@ def test_any_two_values(a: Any, b: Any) -> None:
     assert close_numbers(a, b) == torch_says(a, b)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(values, st.lists(st.just(0.0), max_size=4), st.just(-0.0)))
+def test_a_gradient_is_cleared_as_torch_reads_it(values: Any) -> None:
+    try:
+        torch_reads = not bool(as_tensor(values).any())
+    except (TypeError, ValueError, RuntimeError):  # ragged, past float32: no cleared gradient
+        torch_reads = False
+    assert cleared(values) == torch_reads
+
+
 @settings(max_examples=600, deadline=None)
 @given(
     st.lists(st.floats(min_value=-1e6, max_value=1e6, width=32), min_size=1, max_size=6),
@@ -68,3 +85,4 @@ def test_what_is_never_close() -> None:
     assert not close_numbers([3e38], [-3e38])  # their difference past float32's range
     # torch makes an empty (2, 0) tensor of both: "close"; they are not numbers.
     assert torch_says(["", 0.0], [[], 0.0]) and not close_numbers(["", 0.0], [[], 0.0])
+    assert cleared(None) and cleared([[0.0, -0.0]]) and not cleared(["", 0.0])
