@@ -471,23 +471,18 @@ def load_function(source: str, entry_point: str, filename: str) -> Callable[...,
     return function  # type: ignore[no-any-return]
 
 
-def run_submission(
-    source: str,
-    recorder: Recorder,
-    entry_point: str,
-    specs: list[dict[str, Any]],
-    seeded: bool = False,
-) -> dict[str, Any]:
-    """Load the learner's code and run every case; the whole trace as one JSON-ready dict.
+def load_submission(
+    source: str, entry_point: str, specs: list[dict[str, Any]], seeded: bool = False
+) -> Callable[..., Any] | dict[str, Any]:
+    """Load the learner's code: its entry point, or the failure to report instead of cases.
 
-    `seeded`: seed the global generators from the first case before loading, and from each case
-    before it runs (in the sandbox only: it changes this process's generators).
+    `seeded`: seed the global generators from the first case before loading (in the sandbox
+    only: it changes this process's generators).
     """
-    filename = SUBMISSION_FILENAME
     if seeded and specs:
         seed_global_random(int(specs[0]["seed"]))
     try:
-        function = load_function(source, entry_point, filename)
+        return load_function(source, entry_point, SUBMISSION_FILENAME)
     except SyntaxError as exc:
         return {
             "status": "syntax-error",
@@ -498,11 +493,39 @@ def run_submission(
     except LookupError:
         return {"status": "missing-function"}
     except BaseException as exc:
-        return {"status": "load-error", "error": _error_record(exc, filename)}
+        return {"status": "load-error", "error": _error_record(exc, SUBMISSION_FILENAME)}
+
+
+def run_cases(
+    recorder: Recorder,
+    function: Callable[..., Any],
+    specs: list[dict[str, Any]],
+    seeded: bool = False,
+) -> dict[str, Any]:
+    """Run every case on a loaded entry point; the trace as one JSON-ready dict.
+
+    `seeded`: seed the global generators from each case before it runs (in the sandbox only).
+    """
     return {
         "status": "ran",
-        "cases": [run_case(recorder, function, spec, filename, seeded) for spec in specs],
+        "cases": [
+            run_case(recorder, function, spec, SUBMISSION_FILENAME, seeded) for spec in specs
+        ],
     }
+
+
+def run_submission(
+    source: str,
+    recorder: Recorder,
+    entry_point: str,
+    specs: list[dict[str, Any]],
+    seeded: bool = False,
+) -> dict[str, Any]:
+    """Load the learner's code and run every case; the whole trace as one JSON-ready dict."""
+    loaded = load_submission(source, entry_point, specs, seeded)
+    if isinstance(loaded, dict):
+        return loaded
+    return run_cases(recorder, loaded, specs, seeded)
 
 
 def warm_up() -> None:
@@ -553,20 +576,22 @@ def main() -> None:
         source = source_file.read()
     warm_up()
     end_setup()  # nothing of the learner's has run yet
-    recorder, entry_point = RECORDERS[request["kind"]], request["entry_point"]
-    first = run_submission(source, recorder, entry_point, request["cases"], seeded=True)
-    channel.write(json.dumps(first))
-    channel.flush()
-    # Code that did not load is reported as the visible failure it is: loading it again for
-    # the hidden cases would only wait out a load that blocks a second time.
-    if request.get("later_cases") and first["status"] == "ran":
-        for stream in (sys.stdout, sys.stderr):  # what the first cases printed goes with them
-            with contextlib.suppress(Exception):  # the learner's to break: their output only
-                stream.flush()
-        os.write(request_fd, b"?")
-        later_cases = json.loads(later_input.read())
-        later = run_submission(source, recorder, entry_point, later_cases, seeded=True)
-        channel.write(json.dumps(later))
+    recorder = RECORDERS[request["kind"]]
+    loaded = load_submission(source, request["entry_point"], request["cases"], seeded=True)
+    if isinstance(loaded, dict):  # did not load: the visible failure it is, no hidden part
+        channel.write(json.dumps(loaded))
+    else:
+        channel.write(json.dumps(run_cases(recorder, loaded, request["cases"], seeded=True)))
+        channel.flush()
+        # The module loaded once serves the hidden cases too: its top-level code (a demo loop
+        # left in) never runs in their part, whose budget is then the cases' time alone.
+        if request.get("later_cases"):
+            for stream in (sys.stdout, sys.stderr):  # what the first cases printed goes first
+                with contextlib.suppress(Exception):  # the learner's to break: their output
+                    stream.flush()
+            os.write(request_fd, b"?")
+            later_cases = json.loads(later_input.read())
+            channel.write(json.dumps(run_cases(recorder, loaded, later_cases, seeded=True)))
     channel.close()
     # Ended here, not by the interpreter's exit: torch's teardown costs most of a second of CPU
     # on a busy machine, which would count against the hidden cases' own budget

@@ -480,6 +480,21 @@ def test_gvisor_holds_the_part_after_the_request_to_its_plain_wall_budget(
 
 
 @pytest.mark.usefixtures("gvisor")
+def test_gvisor_holds_the_part_after_the_request_to_the_run_s_cpu_cap_not_its_own() -> None:
+    # The container's CPU is the sandbox kernel's too, in lumps of up to a second: a part that
+    # spins past its own cap (which stops it under runc: tests/sandbox/test_later_input.py) ends
+    # as it likes, and the run's whole CPU cap still holds it.
+    spin = "end = time.process_time() + {}\nwhile time.process_time() < end: pass\n"
+    code = "import os, sys, time\nos.write(5, b'?')\nsys.stdin.buffer.read()\n" + spin
+    limits = fast(cpu_seconds=3.0, later_cpu_seconds=0.2, wall_timeout_seconds=60.0)
+    spun = run(code.format(0.6), {}, limits, b"later").after_request
+    assert spun is not None and spun.limit_hit is None, spun
+    forever = run(code.format(60), {}, limits, b"later").after_request
+    assert forever is not None and forever.limit_hit == "cpu_time_exceeded", forever
+    assert sandbox_containers() == []
+
+
+@pytest.mark.usefixtures("gvisor")
 def test_gvisor_no_network_and_no_host_files(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("secret")
