@@ -277,23 +277,31 @@ READS_CASES = """
     SECRET = "LEAK " + json.dumps(CASES)
 """
 CORRECT = TRAIN_STEP.solution_code
+# The module is loaded once, before the visible cases: in the hidden ones, code acts from the
+# function the harness calls, where the cases are in the harness's frames too.
+HOSTILE_STEP = """
+correct_step = train_step
+
+
+def train_step(model, optimizer, loss_fn, x, y):
+    cases = cases_being_run()
+    if any(case["seed"] not in (0, 1) for case in cases):
+        secret = "LEAK " + json.dumps(cases)
+        {attack}
+    return correct_step(model, optimizer, loss_fn, x, y)
+"""
 HOSTILE = {
-    "a load-time exception built from cases.json": (
-        "if IN_HIDDEN:\n    raise RuntimeError(SECRET)\n",
+    "an exception built from the hidden cases": ("raise RuntimeError(secret)", "runtime-error"),
+    "a SyntaxError whose text is the hidden cases": (
+        "raise SyntaxError(secret, ('x', 17, 1, secret))",
         "runtime-error",
     ),
-    "a SyntaxError whose text is cases.json": (
-        "if IN_HIDDEN:\n"
-        "    raise SyntaxError(SECRET, ('x', 17, 1, open('/sandbox/cases.json').read()))\n",
-        "syntax-error",
-    ),
     "an exception class named after the seeds": (
-        "if IN_HIDDEN:\n"
-        "    raise type('seed_' + '_'.join(str(c['seed']) for c in CASES), (Exception,), {})()\n",
+        "raise type('seed_' + '_'.join(str(c['seed']) for c in cases), (Exception,), {})()",
         "runtime-error",
     ),
     "an exit status that is the seed": (
-        "if IN_HIDDEN:\n    print(SECRET)\n    os._exit(CASES[0]['seed'] % 256)\n",
+        "print(secret)\n        os._exit(cases[0]['seed'] % 256)",
         "runtime-error",
     ),
 }
@@ -332,7 +340,7 @@ def test_hostile_code_in_the_sandbox_cannot_send_the_hidden_cases_back(
     name: str, grading_runner: sandbox.Runner
 ) -> None:
     attack, diagnosis = HOSTILE[name]
-    source = textwrap.dedent(READS_CASES) + attack + CORRECT
+    source = textwrap.dedent(READS_CASES) + CORRECT + HOSTILE_STEP.replace("{attack}", attack)
     report = grade("train-step", source, limits=SANDBOX_LIMITS, runner=grading_runner)
     assert report.diagnosis == diagnosis, report.feedback
     assert_conceals(TRAIN_STEP, report)
