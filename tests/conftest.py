@@ -22,9 +22,13 @@ itself is marked `cold_sandbox`.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import itertools
 import os
 import shutil
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -58,13 +62,34 @@ _database_numbers = itertools.count()
 
 
 def migrated_database(database_url: str) -> None:
-    """Bring the test's database to the newest migration (on PostgreSQL: a template copy)."""
+    """Bring the test's database to the newest migration: a copy of one migrated the first time
+    (a template database on PostgreSQL, a file on SQLite), not every migration run again."""
     if TEST_DATABASE_URL and database_url == os.environ.get("LOOPGRADE_DATABASE_URL"):
         name = database_url.rsplit("/", 1)[1]
         drop_database(TEST_DATABASE_URL, name)
         create_database(TEST_DATABASE_URL, name, template=TEMPLATE_DATABASE)
+    elif database_url.startswith(SQLITE_URL_PREFIX):
+        target = Path(database_url.removeprefix(SQLITE_URL_PREFIX))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.closing(sqlite3.connect(migrated_sqlite_file())) as source,
+            contextlib.closing(sqlite3.connect(target)) as copy,
+        ):
+            source.backup(copy)
     else:
         upgrade_database(database_url)
+
+
+SQLITE_URL_PREFIX = "sqlite:///"
+
+
+@functools.cache
+def migrated_sqlite_file() -> Path:
+    """A SQLite database at the newest migration, made once a process, removed at its exit."""
+    folder = Path(tempfile.mkdtemp(prefix="loopgrade-migrated-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    upgrade_database(SQLITE_URL_PREFIX + str(folder / "migrated.db"))
+    return folder / "migrated.db"
 
 
 def missing_service(message: str) -> None:
