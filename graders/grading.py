@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,15 @@ from graders.trace import (
 from sandbox import Limits, PoolProgram, Runner, RunResult
 
 log = logging.getLogger(__name__)
+
+# The known buggy loops this process replays (trusted code, never the learner's) step their
+# scheduler before their optimizer on purpose: torch's warning about it tells an operator
+# nothing. Learner code runs in the sandbox, where the warning still reaches its output.
+warnings.filterwarnings(
+    "ignore",
+    message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
+    category=UserWarning,
+)
 
 # CPU caps, set-up apart, and a wall-clock backstop well above them (sandbox/limits.py): a busy
 # machine slows a run down, it does not change its grade.
