@@ -309,7 +309,7 @@ class _Run:
         self.settings = settings
         if settings.runtime == GVISOR_RUNTIME:
             # The container's CPU is its sandbox kernel's too, whose own work (freeing what a
-            # torch import made, say) comes in lumps of up to a second at any moment, the end of
+            # torch import made, say) comes in lumps of a second or two at any moment, the end of
             # the part after the request included: no cap of a fraction of a second on that part
             # tells the program's CPU from it. The part is held by its plain wall backstop, as
             # for the waits no host reading sees here, and by the run's whole CPU cap.

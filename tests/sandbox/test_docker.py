@@ -481,7 +481,7 @@ def test_gvisor_holds_the_part_after_the_request_to_its_plain_wall_budget(
 
 @pytest.mark.usefixtures("gvisor")
 def test_gvisor_holds_the_part_after_the_request_to_the_run_s_cpu_cap_not_its_own() -> None:
-    # The container's CPU is the sandbox kernel's too, in lumps of up to a second: a part that
+    # The container's CPU is the sandbox kernel's too, in lumps of a second or two: a part that
     # spins past its own cap (which stops it under runc: tests/sandbox/test_later_input.py) ends
     # as it likes, and the run's whole CPU cap still holds it.
     spin = "end = time.process_time() + {}\nwhile time.process_time() < end: pass\n"
