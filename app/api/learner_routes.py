@@ -9,6 +9,7 @@ keys (`app/api/routes.py`) are the LMSs' and are not accepted here.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, UploadFile, status
@@ -52,6 +53,10 @@ from graders.kinds import SANDBOX_PROGRAM
 from graders.report import diagnosis_name
 
 router = APIRouter(prefix="/api/v1/me", tags=["learner"])
+
+# The harness a practice kit is for: the client ships its own copy (`python -m graders
+# client-files`) and runs it only when its digest is this one.
+HARNESS_SHA256 = hashlib.sha256(SANDBOX_PROGRAM.encode()).hexdigest()
 
 _token_errors: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorOut, "description": "No token, or an unknown, revoked or expired one."}
@@ -290,8 +295,9 @@ def follow_my_submission(
     responses={**_token_errors, 404: {"model": ErrorOut, "description": "No such exercise."}},
 )
 def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
-    """The exercise's harness, its visible cases and the reference's records on them, for
-    checking locally. Hidden cases never leave the server: only the server grades."""
+    """Which harness, the exercise's visible cases and the reference's records on them, for
+    checking locally with the client's own harness. Hidden cases never leave the server: only
+    the server grades."""
     try:
         # The holder's own cases: what the server grades their submissions on.
         exercise = for_learner(get_exercise(exercise_id), user_learner_key(holder.user.id))
@@ -305,14 +311,8 @@ def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
             version=exercise.version,
             kind=exercise.kind,
             entry_point=exercise.entry_point,
-            harness=harness_source(),
+            harness_sha256=HARNESS_SHA256,
             cases=[case.harness_spec() for case in visible],
             reference={case.id: reference[case.id].model_dump() for case in visible},
         )
     )
-
-
-def harness_source() -> str:
-    """The harness as the sandbox gets it: one program, every kind's recorder in it, that
-    imports nothing of ours (its `main()` runs only as a script)."""
-    return SANDBOX_PROGRAM

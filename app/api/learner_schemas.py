@@ -81,13 +81,16 @@ class LearnerExercisesOut(BaseModel):
 
 
 class PracticeKitOut(BaseModel):
-    """What `loopgrade-client check` runs locally: the public harness, the visible cases and
-    the reference's records on them. Never a hidden case."""
+    """What `loopgrade-client check` needs to run locally: which harness, the visible cases
+    and the reference's records on them. Never a hidden case, never code."""
 
     exercise: str
     version: str
     kind: str
     entry_point: str
-    harness: str = Field(description="The harness's Python source (needs torch).")
+    harness_sha256: str = Field(
+        description="The SHA-256 of the harness the cases are for. The client ships its own "
+        "harness and checks only when it is this one: the server sends data, never code."
+    )
     cases: list[dict[str, Any]] = Field(description="The visible cases' parameters.")
     reference: dict[str, Any] = Field(description="The reference's records, by case id.")

@@ -26,8 +26,9 @@ from loopgrade_client.errors import (
     TokenRejected,
     WaitAndRetry,
 )
+from loopgrade_client.local_check import checked_kit
 
-# The largest JSON answer read (a practice kit with its harness is tens of KiB).
+# The largest JSON answer read (a practice kit is a few KiB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # One line of the progress stream (`done` carries the rendered result) and the whole stream.
 MAX_EVENT_LINE_BYTES = 1024 * 1024
@@ -217,12 +218,8 @@ class LoopgradeAPI:
         return Submission.from_json(self._json("GET", f"/api/v1/me/submissions/{submission_id}"))
 
     def practice_kit(self, exercise: str) -> dict[str, Any]:
-        kit = _object(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"), "kit")
-        for name in ("harness", "kind", "entry_point"):
-            _text(kit.get(name), name)
-        _list(kit.get("cases"), "cases")
-        _object(kit.get("reference"), "the reference")
-        return kit
+        """The exercise's visible cases and the reference's records, checked (checked_kit)."""
+        return checked_kit(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"))
 
     def wait(self, submission_id: str, *, max_seconds: float = DEFAULT_WAIT_SECONDS) -> Submission:
         """Follow the submission's progress stream until it is done; then read it."""
@@ -293,22 +290,22 @@ class LoopgradeAPI:
         code = response.status_code
         retry_after = _retry_after(response.headers.get("retry-after"))
         if code == 401:
+            # loopgrade's own detail says what to do; said once, not twice.
             return TokenRejected(
-                f"the server refused your token: {detail or 'it is not valid'}. "
-                "Run 'loopgrade-client login URL' with a new one."
+                f"the server refused your token: {detail}"
+                if detail
+                else "the server refused your token: create a new one and run "
+                "'loopgrade-client login URL' again"
             )
         if code == 404:
             return NotFound(detail or "not found")
-        if code == 429:
-            wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return WaitAndRetry(
-                f"rate limit reached: {detail or 'too many submissions'}{wait}", retry_after
-            )
-        if code == 503:
-            wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return WaitAndRetry(
-                f"the server is busy: {detail or 'try again later'}{wait}", retry_after
-            )
+        if code in (429, 503):
+            what = "rate limit reached" if code == 429 else "the server is busy"
+            said = f"{what}: {detail or 'try again later'}"
+            # loopgrade's detail names the wait already ("... again in 30 s."): said once.
+            if retry_after is not None and f"{retry_after} s" not in said:
+                said = f"{said.rstrip('.')}; try again in {retry_after} s"
+            return WaitAndRetry(said, retry_after)
         if 400 <= code < 500:
             return Refused(detail or f"the server refused the request ({code})")
         return ClientError(f"the server failed ({code}): try again later, or tell your instructor")

@@ -16,7 +16,13 @@ from typing import Any
 
 from loopgrade_client import report
 from loopgrade_client.api import LoopgradeAPI, Submission
-from loopgrade_client.config import Login, config_path, load_login, save_login
+from loopgrade_client.config import (
+    Login,
+    checked_server_url,
+    config_path,
+    load_login,
+    save_login,
+)
 from loopgrade_client.errors import ClientError, WaitAndRetry
 from loopgrade_client.local_check import check_locally
 
@@ -34,9 +40,7 @@ def _api() -> LoopgradeAPI:
 
 
 def login_command(args: argparse.Namespace) -> int:
-    url = args.url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ClientError(f"{url!r} is not a web address: give it as https://host")
+    url = checked_server_url(args.url)
     token = (args.token_stdin and sys.stdin.readline().strip()) or getpass.getpass(
         f"Personal access token (create one at {url}/account/tokens): "
     ).strip()

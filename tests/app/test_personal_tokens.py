@@ -4,6 +4,7 @@ the web form's rules, and the practice kit that must hold no hidden case."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -264,10 +265,11 @@ def test_the_practice_kit_holds_no_hidden_case(
     visible = [case.id for case in exercise.cases if not case.hidden]
     assert [case["id"] for case in body["cases"]] == visible
     assert sorted(body["reference"]) == sorted(visible)
-    # The harness is the public program every sandbox gets, the same text whatever the case.
-    assert body["harness"] == SANDBOX_PROGRAM
-    # Every other value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
-    values = set(leaves({k: v for k, v in body.items() if k != "harness"}))
+    # Data only: which harness (the client ships its own), never its code.
+    assert body["harness_sha256"] == hashlib.sha256(SANDBOX_PROGRAM.encode()).hexdigest()
+    assert "harness" not in body
+    # Every value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
+    values = set(leaves({k: v for k, v in body.items() if k != "harness_sha256"}))
     # A hidden case may share a parameter with a visible one (lr 0.05 in both): no secret.
     shared = set(leaves([case.harness_spec() for case in exercise.cases if not case.hidden]))
     hidden_secrets = set(secrets(exercise)) - shared
