@@ -182,8 +182,9 @@ def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_pract
     )
     if (waiting or 0) >= room:
         raise QueueFull(
-            f"The graders are busy: {waiting} submissions are waiting to be graded. Yours was "
-            f"not stored; send it again in {QUEUE_FULL_RETRY_AFTER_SECONDS} s.",
+            f"The graders are busy: {waiting} "
+            f"{'submission is' if waiting == 1 else 'submissions are'} waiting to be graded. "
+            f"Yours was not stored; send it again in {QUEUE_FULL_RETRY_AFTER_SECONDS} s.",
             QUEUE_FULL_RETRY_AFTER_SECONDS,
         )
 
