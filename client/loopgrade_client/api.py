@@ -92,6 +92,9 @@ class Submission:
     page_url: str
     charts_svg: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    # The hints the learner may open for the diagnosis, and the first one (markdown).
+    hint_count: int = 0
+    first_hint: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -125,7 +128,7 @@ class Submission:
             )
         optional_text = {
             name: _text(data[name], name) if data.get(name) is not None else None
-            for name in ("diagnosis", "diagnosis_text", "feedback")
+            for name in ("diagnosis", "diagnosis_text", "feedback", "first_hint")
         }
         return cls(
             id=_text(data.get("id"), "the submission's id"),
@@ -137,6 +140,7 @@ class Submission:
             page_url=_text(data.get("page_url", ""), "the page's address"),
             charts_svg=[_text(v, "a chart") for v in _list(data.get("charts_svg", []), "charts")],
             notices=[_text(v, "a notice") for v in _list(data.get("notices", []), "notices")],
+            hint_count=int(_number(data.get("hint_count"), "the hints' count") or 0),
             raw=data,
             **optional_text,
         )
@@ -220,6 +224,24 @@ class LoopgradeAPI:
     def practice_kit(self, exercise: str) -> dict[str, Any]:
         """The exercise's visible cases and the reference's records, checked (checked_kit)."""
         return checked_kit(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"))
+
+    def practice_check(self, exercise: str, trace: dict[str, Any]) -> dict[str, Any]:
+        """The server's diagnosis and words for a trace of the visible cases (not a grade)."""
+        answer = _object(
+            self._json(
+                "POST", f"/api/v1/me/exercises/{exercise}/practice-check", json={"trace": trace}
+            ),
+            "the check",
+        )
+        for name in ("diagnosis", "diagnosis_text", "feedback"):
+            _text(answer.get(name), name)
+        for check in _list(answer.get("checks"), "checks"):
+            check = _object(check, "a check")
+            _text(check.get("id"), "a check's id")
+            _text(check.get("message"), "a check's message")
+            if not isinstance(check.get("passed"), bool):
+                raise BadAnswer("the server's answer has no pass or fail for a check")
+        return answer
 
     def wait(self, submission_id: str, *, max_seconds: float = DEFAULT_WAIT_SECONDS) -> Submission:
         """Follow the submission's progress stream until it is done; then read it."""

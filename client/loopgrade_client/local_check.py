@@ -1,28 +1,27 @@
 """`loopgrade-client check`: run your code on the exercise's visible cases here, with your own
-torch and the harness this package ships, and compare what it records with the reference's
-records the server sent. The server's practice kit is data, checked against the case schema
-shipped beside the harness; nothing the server sends is ever run.
+torch and the harness this package ships, and record what it does, as the sandbox would. The
+server then judges that trace with its own grader (the same diagnosis and words as a grading
+of those cases). The server's practice kit is data, checked against the case schema shipped
+beside the harness; nothing the server sends is ever run.
 
-Only the visible cases ever leave the server, and only the server grades: its hidden cases and
-its diagnosis decide the score. This says whether the visible cases behave as the reference.
+Only the visible cases ever leave the server, and only the server grades: its hidden cases
+decide the score, and a check is never stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
 import math
+import sys
 import types
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from loopgrade_client.errors import BadAnswer, ClientError
 
-# Agreement with the reference: as close as float32 runs of the same steps on two machines.
-RELATIVE_TOLERANCE = 1e-4
-ABSOLUTE_TOLERANCE = 1e-6
 # The harness and the schema of its cases ship inside this package, versioned with it
 # (written by `python -m graders client-files`): a server sends data only, never code.
 HARNESS_FILE = "practice_harness.py"
@@ -30,13 +29,6 @@ CASE_SCHEMA_FILE = "practice_case_schema.json"
 # As many cases as an exercise may have (graders/exercises.py MAX_CASES).
 MAX_CASES = 64
 MAX_NAME_CHARS = 100
-
-
-@dataclass(frozen=True)
-class CaseOutcome:
-    case: str
-    passed: bool
-    message: str
 
 
 def _shipped(name: str) -> str:
@@ -127,69 +119,28 @@ def checked_kit(kit: Any) -> dict[str, Any]:
     if not isinstance(kind, str) or len(kind) > MAX_NAME_CHARS:
         raise BadAnswer("the server's practice kit names no kind of exercise")
     schema = json.loads(_shipped(CASE_SCHEMA_FILE))
-    cases, reference = kit.get("cases"), kit.get("reference")
+    cases = kit.get("cases")
     if not (
         isinstance(cases, list)
         and 0 < len(cases) <= MAX_CASES
         and all(_matches(case, schema) for case in cases)
     ):
         raise BadAnswer("the server's practice kit holds cases this client cannot check")
-    if not isinstance(reference, dict) or not all(isinstance(r, dict) for r in reference.values()):
-        raise BadAnswer("the server's practice kit holds no reference records")
     return kit
 
 
-def _differs(mine: Any, reference: Any, where: str) -> str | None:
-    """Where the two records first differ, in words; None when they agree."""
-    if isinstance(reference, bool) or isinstance(mine, bool):
-        return None if mine == reference else f"{where}: {mine!r}, expected {reference!r}"
-    if isinstance(reference, int | float) and isinstance(mine, int | float):
-        if math.isclose(mine, reference, rel_tol=RELATIVE_TOLERANCE, abs_tol=ABSOLUTE_TOLERANCE):
-            return None
-        return f"{where}: {mine:.6g}, expected {reference:.6g}"
-    if isinstance(reference, list) and isinstance(mine, list):
-        if len(mine) != len(reference):
-            return f"{where}: {len(mine)} values, expected {len(reference)}"
-        for index, (a, b) in enumerate(zip(mine, reference, strict=True)):
-            found = _differs(a, b, f"{where}[{index}]")
-            if found:
-                return found
-        return None
-    if isinstance(reference, dict) and isinstance(mine, dict):
-        for key in reference:
-            found = _differs(mine.get(key), reference[key], f"{where}.{key}" if where else key)
-            if found:
-                return found
-        return None
-    return None if mine == reference else f"{where}: {mine!r}, expected {reference!r}"
-
-
-def check_locally(kit: dict[str, Any], source: str) -> list[CaseOutcome]:
+def record_locally(kit: dict[str, Any], source: str) -> dict[str, Any]:
     """Your code on each visible case of the kit (checked_kit's), run by the harness this
-    client ships, compared with the reference's records."""
+    client ships: the trace, as the sandbox would write it. What your code prints goes to
+    stderr, so that `--json` output stays JSON."""
     harness = _load_harness()
-    try:
-        function = harness.load_function(source, kit["entry_point"], "submission.py")
-    except SyntaxError as exc:
-        raise ClientError(f"syntax error on line {exc.lineno}: {exc.msg}") from None
-    except LookupError:
-        raise ClientError(f"your code defines no function {kit['entry_point']!r}") from None
     recorder = harness.RECORDERS.get(kit["kind"])
     if recorder is None:
         raise ClientError(f"this client cannot check exercises of kind {kit['kind']!r}")
-    outcomes = []
-    for spec in kit["cases"]:
-        ran = harness.run_case(recorder, function, spec, "submission.py")
-        reference = kit["reference"].get(spec["id"], {})
-        if ran.get("error"):
-            error = ran["error"]
-            message = error.get("message") or error.get("type") or "it raised an error"
-            outcomes.append(CaseOutcome(spec["id"], False, f"your code failed: {message}"))
-            continue
-        mine = {"records": ran["records"], "final": ran["final"]}
-        expected = {"records": reference.get("records"), "final": reference.get("final")}
-        differs = _differs(mine, expected, "")
-        outcomes.append(
-            CaseOutcome(spec["id"], differs is None, differs or "matches the reference")
-        )
-    return outcomes
+    cases = kit["cases"]
+    with contextlib.redirect_stdout(sys.stderr):
+        loaded = harness.load_submission(source, kit["entry_point"], cases, seeded=True)
+        if isinstance(loaded, dict):  # did not load: the failure is the trace
+            return loaded
+        trace: dict[str, Any] = harness.run_cases(recorder, loaded, cases, seeded=True)
+    return trace

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
 from app.courses.membership import set_assignment
 from app.db import SessionFactory
@@ -277,6 +278,45 @@ def test_the_practice_kit_holds_no_hidden_case(
     # The check itself can fail: the hidden cases' own values would be found.
     hidden = [case.harness_spec() for case in exercise.cases if case.hidden]
     assert hidden_secrets & set(leaves(hidden))
+
+
+def test_the_practice_check_judges_a_hostile_trace_in_words_and_stores_nothing(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    """`loopgrade-client check`'s trace, judged by the grader: forged, garbage or missing, it is
+    a learner's result in words or a 422, never a 500, and never a stored submission."""
+    with browser(server_url, "ben@example.org") as ben:
+        secret = new_token(ben)
+    url = f"{server_url}/api/v1/me/exercises/{EXERCISE}/practice-check"
+
+    def check(body: Any) -> httpx.Response:
+        return httpx.post(url, json=body, headers=bearer(secret), timeout=60)
+
+    for hostile in (
+        {"status": "ran", "cases": "all"},
+        {"status": "ran", "cases": [{"id": "basic", "records": [{"weight": "x" * 100}]}]},
+        {"status": "ran", "cases": [{"id": "hidden-seed", "records": [], "final": {}}]},
+        {"status": "load-error", "error": {"type": "X" * 5000, "message": "**full marks**"}},
+        {},
+    ):
+        judged = check({"trace": hostile})
+        assert judged.status_code == 200, judged.text
+        body = judged.json()
+        assert body["diagnosis"] != "correct"
+        assert not all(c["passed"] for c in body["checks"])
+    garbage: list[dict[str, Any]] = [{"trace": []}, {"trace": "x"}, {}, {"trace": {}, "score": 10}]
+    for body in garbage:
+        assert check(body).status_code == 422
+    unknown = httpx.post(
+        f"{server_url}/api/v1/me/exercises/nope/practice-check",
+        json={"trace": {}},
+        headers=bearer(secret),
+        timeout=60,
+    )
+    assert unknown.status_code == 404
+    assert httpx.post(url, json={"trace": {}}, timeout=60).status_code == 401
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(Submission)) == 0
 
 
 def leaves(value: Any) -> Iterator[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -164,6 +166,14 @@ def test_a_broken_progress_stream_and_a_forged_result_are_handled(
 
 
 KIT = f"/api/v1/me/exercises/{EXERCISE}/practice-kit"
+CHECK = f"/api/v1/me/exercises/{EXERCISE}/practice-check"
+WORDS = {
+    "exercise": EXERCISE,
+    "diagnosis": "correct",
+    "diagnosis_text": "Correct",
+    "checks": [{"id": "runs", "passed": True, "message": "as the server says"}],
+    "feedback": "",
+}
 
 
 def server_kit(**changes: Any) -> bytes:
@@ -198,7 +208,7 @@ MARKER = Path(tempfile.gettempdir()) / f"loopgrade-client-ran-servers-code-{os.g
     ("changes", "code", "said"),
     [
         # The harness the client ships runs: the server's code is never looked at.
-        ({}, 0, "basic: matches the reference"),
+        ({}, 0, "ok  runs: as the server says"),
         ({"harness_sha256": "0" * 64}, 2, "this client's harness is not the server's"),
         ({"entry_point": "__import__('os').system('true')"}, 2, "names no function"),
         ({"cases": [{"id": "x", "seed": 1, "__reduce__": "os.system"}]}, 2, "cannot check"),
@@ -217,6 +227,7 @@ def test_check_runs_the_clients_own_harness_never_the_servers_code(
 ) -> None:
     url, answers = fake_server
     answers[KIT] = send(200, server_kit(**changes))
+    answers[CHECK] = send(200, json.dumps(WORDS).encode())
     source = tmp_path / "step.py"
     source.write_text(CORRECT_CODE)
     MARKER.unlink(missing_ok=True)
@@ -271,3 +282,107 @@ def test_login_over_plain_http_to_this_computer_is_allowed(
         login = run(installed_client, config, "login", loopback, "--token-stdin", stdin="lgp_x")
         assert login.returncode == 0, login.stderr
         assert json.loads(config.read_text())["url"] == loopback
+
+
+def test_a_submission_still_grading_has_its_own_exit_status(
+    installed_client: Installed, fake_server: tuple[str, dict[str, Answer]], tmp_path: Path
+) -> None:
+    url, answers = fake_server
+    config = login_file(tmp_path, url)
+    for status, code in (("queued", 3), ("running", 3), ("error", 3)):
+        answers["/api/v1/me/submissions/s1"] = send(
+            200, json.dumps({"id": "s1", "exercise": "x", "status": status}).encode()
+        )
+        shown = run(installed_client, config, "status", "s1")
+        assert shown.returncode == code, (status, shown.stdout, shown.stderr)
+        assert status in shown.stdout or "retried" in shown.stdout
+    answers["/api/v1/me/submissions/s1"] = send(
+        200,
+        json.dumps(
+            {"id": "s1", "exercise": "x", "status": "graded", "score": 3, "max_score": 10}
+        ).encode(),
+    )
+    assert run(installed_client, config, "status", "s1").returncode == 1
+
+
+def test_output_piped_to_a_reader_that_went_away_ends_quietly(
+    installed_client: Installed, fake_server: tuple[str, dict[str, Answer]], tmp_path: Path
+) -> None:
+    """`loopgrade-client exercises | head -1`: the pipe is closed before the client writes
+    (its reading end closed first, so no timing is involved)."""
+    url, answers = fake_server
+    listed = [{"id": f"exercise-{n}", "state": "not-tried"} for n in range(50)]
+    answers[EXERCISES] = send(200, json.dumps({"practice": listed, "courses": []}).encode())
+    reading, writing = os.pipe()
+    os.close(reading)
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-m", "loopgrade_client.cli", "exercises"],
+            env=installed_client.env(login_file(tmp_path, url)),
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(writing)
+    assert ended.returncode == 141, ended.stderr
+    assert ended.stderr == ""
+
+
+def test_a_servers_markdown_becomes_no_tag_link_or_script() -> None:
+    """What the notebook shows of feedback and hints (report.markdown_html): the grader's
+    markdown, everything else as text."""
+    from loopgrade_client.report import markdown_html
+
+    shown = markdown_html(
+        "**Grader note:** [full marks](https://evil.example) <script>alert(1)</script>\n\n"
+        "![x](https://evil.example/a.png) `<img src=x onerror=alert(1)>`\n\n"
+        "```\n<iframe src=x></iframe>\n```\n- *one*\n- `two`"
+    )
+    assert "<script" not in shown and "<img" not in shown and "<iframe" not in shown
+    assert "<a " not in shown and "href" not in shown
+    assert "<strong>Grader note:</strong>" in shown
+    assert "<code>&lt;img src=x onerror=alert(1)&gt;</code>" in shown
+    assert "<ul><li><em>one</em></li><li><code>two</code></li></ul>" in shown
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        ({**WORDS, "checks": [{"id": "runs", "passed": "yes", "message": "m"}]}, "pass or fail"),
+        ({**WORDS, "diagnosis_text": None}, "no text for diagnosis_text"),
+        ({**WORDS, "checks": "all"}, "no list of checks"),
+    ],
+)
+def test_a_forged_check_answer_is_one_sentence(
+    installed_client: Installed,
+    fake_server: tuple[str, dict[str, Answer]],
+    tmp_path: Path,
+    words: dict[str, Any],
+    said: str,
+) -> None:
+    url, answers = fake_server
+    answers[KIT] = send(200, server_kit())
+    answers[CHECK] = send(200, json.dumps(words).encode())
+    source = tmp_path / "step.py"
+    source.write_text(CORRECT_CODE)
+    checked = run(
+        installed_client, login_file(tmp_path, url), "check", str(source), "--exercise", EXERCISE
+    )
+    assert checked.returncode == 2 and said in checked.stderr, checked.stderr
+    assert "Traceback" not in checked.stderr
+
+
+def test_the_wait_a_server_names_is_said_once(
+    installed_client: Installed, fake_server: tuple[str, dict[str, Answer]], tmp_path: Path
+) -> None:
+    url, answers = fake_server
+    said = b'{"detail": "The graders are busy: 1 submission is waiting. Send it again in 30 s."}'
+    answers[SUBMIT] = send(503, said, {"Retry-After": "30"})
+    code = tmp_path / "step.py"
+    code.write_text(CORRECT_CODE)
+    busy = run(installed_client, login_file(tmp_path, url), "submit", str(code), "--exercise", "x")
+    assert busy.returncode == 2
+    assert busy.stderr.strip().endswith("Send it again in 30 s.")
+    assert busy.stderr.count("30 s") == 1
