@@ -41,6 +41,7 @@ from app.grading.state_channel import StateSubscriber, state_channel, state_chan
 from app.hosts import AllowedHosts, PublicUrlRequired, public_url_problem
 from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
 from app.lti.routes import install_lti
+from app.operations import redact_access_logs
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
@@ -195,6 +196,7 @@ def create_app(settings: Settings) -> FastAPI:
     if problem := public_url_problem(settings):
         raise PublicUrlRequired(problem)
     install_reactions()  # this process stores grades (embedded workers) and delivers them
+    redact_access_logs()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
