@@ -173,7 +173,8 @@ def test_a_busy_server_s_retry_after_is_waited_and_the_submission_sent_again_wit
     )
     code = tmp_path / "step.py"
     code.write_text(CORRECT_CODE)
-    result = run(installed_client, login_file(tmp_path, url), "submit", str(code), "--exercise", "x")
+    config = login_file(tmp_path, url)
+    result = run(installed_client, config, "submit", str(code), "--exercise", "x")
     assert len(keys) == 3, result.stderr
     assert keys[0] and len(set(keys)) == 1  # one submission, however many tries
     assert "busy" not in result.stderr
