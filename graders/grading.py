@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import sandbox
 from graders import harness
+from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
 from graders.feedback import error_concept, explanation, learner_text
@@ -675,3 +676,178 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         plots=plots,
         output=output,
     )
+
+
+# The diagnoses this module gives (graders.diagnoses).
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="syntax-error",
+        name="Syntax error",
+        words="Python could not read your code. Fix the line named above and submit again.",
+        hint=Hint(
+            where="Look at the line the error names, and the line just before it.",
+            what=(
+                "Python could not read the code: a bracket, colon or indentation is wrong, so "
+                "nothing ran."
+            ),
+            fix=(
+                "Every block opens with a colon and is indented the same way, and every "
+                "bracket closes:\n\n"
+            )
+            + """```python
+for x, y in batches:
+    loss = loss_fn(model(x), y)
+```""",
+        ),
+    ),
+    Declared(
+        code="missing-function",
+        name="Function not found",
+        words="The function the exercise asks for is not defined in your code.",
+        hint=Hint(
+            where="Look at the name of the function you define.",
+            what=(
+                "The grader calls the function by the name the exercise gives; your code "
+                "defines no function with that name."
+            ),
+            fix=(
+                "Define the function with exactly the name and parameters in the exercise's "
+                "signature, at the top level of your code."
+            ),
+        ),
+    ),
+    Declared(
+        code="runtime-error",
+        name="Error while running",
+        words="Your code raised an exception, so what it does could not be checked.",
+        hint=Hint(
+            where=(
+                "Look at the last line of the traceback: it names the error and the line of "
+                "your code."
+            ),
+            what=(
+                "Your code raised an error while it ran, so the checks after it could not pass. "
+                "The traceback says which line and why."
+            ),
+            fix=(
+                "Fix the line the traceback names; run it on a small example in the practice "
+                "kit or a notebook before you submit."
+            ),
+        ),
+    ),
+    Declared(
+        code="grad-none-error",
+        name="Gradient is None",
+        words=(
+            "Your code reached for `.grad` when it was `None`. `.grad` is `None` until a "
+            "`backward()` fills it, and again after `zero_grad()`, which since PyTorch 2.0 "
+            "releases the gradient tensors rather than filling them with zeros. So either no "
+            "`backward()` had filled it yet, or it had been cleared. Read `.grad` after "
+            "`backward()`, or check for `None` first (`if p.grad is not None`); to clear into "
+            "tensors of zeros instead, `optimizer.zero_grad(set_to_none=False)`."
+        ),
+        said_in={
+            "without-steps": (
+                "Your code reached for `.grad` when it was `None`. A gradient is `None` until a "
+                "backward pass fills it, and again once it is released (since PyTorch 2.0, "
+                "clearing releases it). Check for `None` before using it: `if p.grad is not "
+                "None`."
+            ),
+        },
+        hint=Hint(
+            where="Look at every line that reads or changes a parameter's `.grad`.",
+            what=(
+                "A parameter's `.grad` is `None` until a backward pass fills it, and "
+                "`optimizer.zero_grad()` sets it back to `None`. Code that treats it as a "
+                "tensor fails."
+            ),
+            fix="""Let the optimizer clear the gradients, or check for `None` before using `.grad`:
+
+```python
+optimizer.zero_grad()  # instead of p.grad.zero_()
+for p in model.parameters():
+    if p.grad is not None:
+        ...
+```""",
+        ),
+    ),
+    Declared(
+        code="timeout",
+        name="Time limit reached",
+        words=(
+            "Your code ran out of time. What this exercise asks takes milliseconds on a tiny "
+            "`nn.Linear`: look for a loop that never ends or a call that waits."
+        ),
+        hint=Hint(
+            where="Look at every loop: does each one end?",
+            what=(
+                "Your code ran longer than the time limit: a loop that never ends, or far more "
+                "work than the exercise needs."
+            ),
+            fix=(
+                "Loop over what you are given (`for x, y in batches:`), once, instead of "
+                "`while` loops that wait for a condition."
+            ),
+        ),
+    ),
+    Declared(
+        code="memory-limit",
+        name="Memory limit reached",
+        words=(
+            "Your code used more memory than it may. What this exercise asks needs almost none "
+            "on a tiny `nn.Linear`: look for a tensor or list that grows without bound."
+        ),
+        hint=Hint(
+            where="Look at what your code keeps from one iteration to the next.",
+            what=(
+                "Your code used more memory than the limit: something grows on every iteration, "
+                "such as a list of tensors that keep their graphs."
+            ),
+            fix="""Keep numbers, not tensors with their graphs:
+
+```python
+losses.append(loss.item())
+```""",
+        ),
+    ),
+    Declared(
+        code="output-limit",
+        name="Output limit reached",
+        words=(
+            "Your code printed more than the output limit allows. Print less, or nothing: the "
+            "grader does not read printed output."
+        ),
+        hint=Hint(
+            where="Look at your `print` calls.",
+            what="Your code printed more than the limit allows, usually a print inside a loop.",
+            fix="Remove the prints inside loops, or print only once at the end.",
+        ),
+    ),
+    Declared(
+        code="non-finite-value",
+        name="Training blew up",
+        words=(
+            "Your code produced a value that is not a finite number: NaN, an infinity, or one "
+            "far larger than these small problems ever give. Look for a division by zero, a log "
+            "of zero or of a negative number, or a value that is added to itself instead of "
+            "replaced."
+        ),
+        hint=Hint(
+            where=(
+                "Look at what makes the update large: the size of the loss and of the gradients."
+            ),
+            what=(
+                "The weights or the loss became infinite or NaN: updates that grow each step, "
+                "such as gradients that keep adding up or a wrong scale."
+            ),
+            fix="""Clear the gradients every step and use the loss and optimizer you are given:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+)

@@ -10,6 +10,7 @@ import ast
 import functools
 import threading
 
+from graders.diagnoses import Declared
 from graders.exercises import Exercise
 from graders.feedback import explanation
 from graders.judging import call_stream, same_trace
@@ -81,3 +82,16 @@ def not_started_report(exercise: Exercise, output: str = "") -> GradeReport:
         feedback=f"{NOT_SCORED}\n\n{explanation('not-started', exercise)}",
         output=output,
     )
+
+
+# The diagnoses this module gives (graders.diagnoses).
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="not-started",
+        name="Not started",
+        words=(
+            "Nothing of the exercise is done yet, so nothing is scored. Make the changes the "
+            "exercise asks for and submit again."
+        ),
+    ),
+)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec
 from graders.feedback import learner_text
 from graders.fitting import stepping_models
@@ -379,6 +380,90 @@ JUDGE = KindJudge(
     plots=plots,
 )
 
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="missing-clip",
+        hint=Hint(
+            where=(
+                "Look for `clip_grad_norm_` in your step, and at where it sits among "
+                "`backward()` and `step()`."
+            ),
+            what=(
+                "The step used gradients that were never clipped: either nothing clips them, or "
+                "the clipping runs before `backward()`, when `.grad` holds nothing of this "
+                "batch yet."
+            ),
+            fix="""Clip between the backward pass and the step:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+optimizer.step()
+return loss.item()
+```""",
+        ),
+        name="Gradients not clipped before the step",
+        words=(
+            "Your step used gradients that were not clipped: `clip_grad_norm_` was not called, "
+            "or it was called before `backward()`, when `.grad` held nothing of this batch to "
+            "clip. Clip after `loss.backward()` and before `optimizer.step()`."
+        ),
+        about="clipping",
+    ),
+    Declared(
+        code="clip-after-step",
+        hint=Hint(
+            where="Look at the order of `clip_grad_norm_` and `optimizer.step()`.",
+            what=(
+                "The clipping runs after `step()`: the step has already used the unclipped "
+                "gradients, and the clipped ones are cleared before anything uses them."
+            ),
+            fix="""Move the clipping before the step:
+
+```python
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+optimizer.step()
+```""",
+        ),
+        name="Clipped after the step",
+        words=(
+            "Your code clips the gradients after `optimizer.step()`: the step had already used "
+            "them unclipped, and the clipped ones are never used. Clip after `loss.backward()` "
+            "and before `optimizer.step()`."
+        ),
+        about="clipping",
+    ),
+    Declared(
+        code="clip-by-value",
+        hint=Hint(
+            where="Look at which clipping function you call.",
+            what=(
+                "`clip_grad_value_` cuts each gradient entry on its own, which changes the "
+                "gradient's direction; the exercise asks for the gradients scaled together so "
+                "that their joint norm is at most `max_norm`."
+            ),
+            fix="""Clip by the norm of all the gradients together:
+
+```python
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+```""",
+        ),
+        name="Clipped by value, not by norm",
+        words=(
+            "Your code clips each gradient value on its own (`clip_grad_value_`), so the "
+            "gradient changes direction and its norm is not `max_norm`. Clip by the norm of all "
+            "the gradients together: `torch.nn.utils.clip_grad_norm_(model.parameters(), "
+            "max_norm)`."
+        ),
+        about="clipping",
+    ),
+)
+
 KIND = ExerciseKind(
     name="step-function",
     summary="A function called once per batch (or per list of micro-batches) that trains one step.",
@@ -387,4 +472,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=stepping_models,
     replay=PER_CALL,
+    diagnoses=DIAGNOSES,
 )
