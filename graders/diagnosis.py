@@ -211,10 +211,9 @@ DECLARED: tuple[Declared, ...] = (
         code="correct",
         name="Correct",
         words=(
-            "Your loop clears the old gradients, computes this batch's with `backward()`, then "
-            "steps. Every update matched the reference."
+            "Every check passed in every case: after every call your weights, gradients and "
+            "returned loss equal the reference's."
         ),
-        order=True,
         said_in={
             "without-steps": (
                 "Every check passed in every case: your function does exactly what was asked."
@@ -225,10 +224,9 @@ DECLARED: tuple[Declared, ...] = (
         code="incorrect",
         name="Incorrect",
         words=(
-            "Your results differ from the reference's, and not in the way of any mistake we "
-            "know. Read the checks above: they say what went wrong first."
+            "Not every check passed, and no mistake we know reproduces your values and calls. "
+            "The checks below say what differs, and by how much."
         ),
-        order=True,
         hint=Hint(
             where=(
                 "Look at the first check that fails: its message says what differs from the "

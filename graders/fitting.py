@@ -620,17 +620,14 @@ for x, y in batches:
         code="step-twice",
         name="Step run twice",
         words=(
-            "Your loop calls `optimizer.step()` more than once per iteration: every extra step "
-            "applies the same gradients again, so the weights move too far. Step once, after "
-            "`backward()`."
+            "Your loop calls `optimizer.step()` more than once per iteration, on the gradients "
+            "already in `.grad`. Step once, after `backward()`."
         ),
         about="steps",
-        order=True,
         said_in={
             "micro-batches": (
-                "Your function calls `optimizer.step()` more than once per call: every extra "
-                "step applies the same gradients again, so the weights move too far. Step once, "
-                "after the last micro-batch's `backward()`."
+                "Your function calls `optimizer.step()` more than once per call: accumulating "
+                "is one step, after the last micro-batch's `backward()`. Step once, at the end."
             ),
         },
         hint=Hint(
@@ -657,7 +654,6 @@ optimizer.step()
             "once per step."
         ),
         about="steps",
-        order=True,
         hint=Hint(
             where="Count the calls of `backward()` in one step.",
             what=(
@@ -678,9 +674,8 @@ optimizer.step()
         name="Loss not divided by micro-batches",
         words=(
             "Your micro-batch losses are not divided by how many there are. Gradients add up in "
-            "`.grad`, so the sum of N micro-batch gradients is N times the whole batch's and "
-            "every step is N times too large. Divide each micro-batch's loss by "
-            "`len(micro_batches)` before `backward()`."
+            "`.grad`, so after N micro-batches it holds N times the whole batch's gradient. "
+            "Divide each micro-batch's loss by `len(micro_batches)` before `backward()`."
         ),
         about="micro-batches",
         hint=Hint(
@@ -702,9 +697,9 @@ loss.backward()
         code="loss-sum-not-mean",
         name="Summed loss, not mean",
         words=(
-            "Your gradients are the batch's number of values times the correct ones: the loss "
-            "was summed over the batch, not averaged. `nn.MSELoss()` averages; use the "
-            "`loss_fn` you were given."
+            "Your gradients are a whole multiple of the correct ones, the batch's size or its "
+            "number of values: the loss was summed over the batch, not averaged. `nn.MSELoss()` "
+            "averages; use the `loss_fn` you were given."
         ),
         about="steps",
         hint=Hint(
@@ -825,9 +820,9 @@ optimizer.step()
         name="Optimizer made anew",
         words=(
             "Your code makes an optimizer of its own, again and again, where it should use the "
-            "`optimizer` it was given. A new optimizer starts with an empty momentum buffer, so "
-            "the momentum that carries over from one step to the next is lost and each update "
-            "is a plain SGD step. Use the `optimizer` you were given: it keeps its state "
+            "`optimizer` it was given. A new optimizer starts with no state (SGD's momentum "
+            "buffers, Adam's running averages and step count), so what it would carry from one "
+            "step to the next is lost. Use the `optimizer` you were given: it keeps its state "
             "between steps."
         ),
         about="steps",
@@ -890,7 +885,6 @@ return loss.item()
             "`backward()` on the loss computed from `model(x)`, as `loss_fn` returns it."
         ),
         about="steps",
-        order=True,
         hint=Hint(
             where=(
                 "Look at the loss you call `backward()` on: follow it back to the model's "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import sandbox
 from graders import harness
+from graders.claims import TEXTBOOK_ORDER
 from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
@@ -516,6 +517,16 @@ def trace_failure(
     return None
 
 
+# Where the server installed Python and its packages: nothing of the learner's, and nothing
+# they need to read a frame of torch's ("torch/nn/modules/linear.py" says as much).
+_INSTALL_PATH = re.compile(r'File "[^"\n]*/(?:(?:site|dist)-packages|lib/python3\.\d+)/')
+
+
+def without_install_paths(traceback: str) -> str:
+    """A traceback with the server's install paths cut from its frames' file names."""
+    return _INSTALL_PATH.sub('File "', traceback)
+
+
 def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     error = case.error
     assert error is not None
@@ -523,7 +534,7 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     where = (
         f"In case `{spec.id}`, at call {step}, your code raised {learner_text(error.type)}"
         f"{_at_line(error.line)}: {learner_text(error.message)}\n\n"
-        f"{learner_text(error.traceback, block=True)}"
+        f"{learner_text(without_install_paths(error.traceback), block=True)}"
     )
     concept = error_concept(error.message)
     if concept:
@@ -557,6 +568,22 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
         feedback=f"{failure.message}\n\n{explanation(failure.diagnosis, exercise)}",
         output=output,
     )
+
+
+def praised_calls(exercise: Exercise, traces: dict[str, CaseTrace]) -> str:
+    """The praise of the lesson's order, when every call of every visible case made it (a claim:
+    `graders.claims.TEXTBOOK_ORDER`); "" for code that got its numbers another way (gradients
+    from `torch.autograd.grad`, an update by hand) and for kinds that take no step."""
+    if not kind_of(exercise).steps:
+        return ""
+    calls = [
+        record["calls"]
+        for spec in exercise.cases
+        if not spec.hidden
+        for record in traces[spec.id].records
+        if record is not None and "calls" in record
+    ]
+    return TEXTBOOK_ORDER.words if calls and all(map(TEXTBOOK_ORDER.holds, calls)) else ""
 
 
 # --- trusted trajectories -------------------------------------------------------------------
@@ -655,7 +682,8 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     ]
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, verdict.note, explanation(verdict.diagnosis, exercise)]
+    praise = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else ""
+    parts = [first_failure, verdict.note, explanation(verdict.diagnosis, exercise), praise]
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -722,8 +750,9 @@ for x, y in batches:
         words="Your code raised an exception, so what it does could not be checked.",
         hint=Hint(
             where=(
-                "Look at the last line of the traceback: it names the error and the line of "
-                "your code."
+                "Look at the traceback's first frame in your code: it names the line your code "
+                "was on when the error was raised. The frames below it are what your code "
+                "called (torch's own), and the last line names the error."
             ),
             what=(
                 "Your code raised an error while it ran, so the checks after it could not pass. "

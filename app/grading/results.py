@@ -9,6 +9,7 @@ that no page or answer grows with what a submission made its trace say.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +47,50 @@ def cut(text: str, max_chars: int) -> str:
     return text[: max_chars - len(note)] + note
 
 
+_FENCE = re.compile(r"^(`{3,})")
+_TICKS = re.compile(r"`+")
+
+
+def cut_markdown(text: str, max_chars: int) -> str:
+    """`cut` for markdown: never inside a code span, and a fenced block cut is closed, so that
+    the rest of the page is not rendered as code."""
+    if len(text) <= max_chars:
+        return text
+    # Room for the note and for closing a fence.
+    kept = text[: max(0, max_chars - len(f"\n… ({len(text)} more characters cut)") - 24)]
+    fence = ""
+    paragraph_start = 0
+    offset = 0
+    for line in kept.splitlines(keepends=True):
+        opened = _FENCE.match(line)
+        if fence:
+            if line.strip() and set(line.strip()) == {"`"} and len(line.strip()) >= len(fence):
+                fence = ""
+                paragraph_start = offset + len(line)
+        elif opened:
+            fence = opened.group(1)
+        offset += len(line)
+    if fence:
+        return f"{kept.rstrip(chr(10))}\n{fence}\n… ({len(text) - len(kept)} more characters cut)"
+    # Outside fences, pair the code spans' backtick runs: an opener left unpaired is cut off.
+    runs = list(_TICKS.finditer(kept, paragraph_start))
+    open_run = None
+    for run in runs:
+        if open_run is None:
+            open_run = run
+        elif len(run.group()) == len(open_run.group()):
+            open_run = None
+    if open_run is not None:
+        kept = kept[: open_run.start()]
+    kept = kept.rstrip()
+    return f"{kept}\n… ({len(text) - len(kept)} more characters cut)"
+
+
 def _bounded_check(check: Check) -> Check:
     return check.model_copy(
         update={
             "id": cut(check.id, MAX_LABEL_CHARS),
-            "message": cut(check.message, MAX_CHECK_MESSAGE_CHARS),
+            "message": cut_markdown(check.message, MAX_CHECK_MESSAGE_CHARS),
         }
     )
 
@@ -71,7 +111,7 @@ def bounded_report(report: GradeReport) -> GradeReport:
     """The report as it may be stored: texts, checks, plots and series cut to their caps."""
     return report.model_copy(
         update={
-            "feedback": cut(report.feedback, MAX_FEEDBACK_CHARS),
+            "feedback": cut_markdown(report.feedback, MAX_FEEDBACK_CHARS),
             "checks": [_bounded_check(check) for check in report.checks[:MAX_CHECKS]],
             "plots": [_bounded_plot(plot) for plot in report.plots[:MAX_PLOTS]],
             "output": cut(report.output, MAX_OUTPUT_CHARS),
@@ -134,7 +174,7 @@ def shown_result(submission: Submission) -> ShownResult:
     return ShownResult(
         feedback=None
         if submission.feedback is None
-        else cut(submission.feedback, MAX_FEEDBACK_CHARS),
+        else cut_markdown(submission.feedback, MAX_FEEDBACK_CHARS),
         checks=checks,
         plots=plots,
         output=cut(submission.output or "", MAX_OUTPUT_CHARS),

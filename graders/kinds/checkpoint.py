@@ -168,9 +168,10 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         held = "no state" if _state_is_empty(resumed) else "another state"
         findings.fail(
             "optimizer-restored",
-            f"{at}: after `resume` the optimizer holds {held}, not the saved one: what it "
-            "keeps between steps (momentum, running averages) restarts. Save "
-            "`optimizer.state_dict()` too and load it with `optimizer.load_state_dict(...)`.",
+            f"{at}: after `resume` the optimizer holds {held} for the model's weight, not the "
+            "saved one. Save `optimizer.state_dict()` too and load it with "
+            "`optimizer.load_state_dict(...)`; load the weights into the model's own "
+            "parameters (`model.load_state_dict(...)`), the ones the optimizer holds.",
         )
     for index, (record, state) in enumerate(zip(learner.records[1:], right[1:], strict=True)):
         mine = as_tensor(record["weight"])
@@ -241,10 +242,12 @@ def resume(model, optimizer, state):
         ),
         name="Optimizer state not restored",
         words=(
-            "Your checkpoint does not bring back the optimizer's state: after `resume` the "
-            "optimizer has no momentum buffers (or other ones), so momentum restarts from zero "
-            "and training does not go on as it would have. Save `optimizer.state_dict()` with "
-            "the model's and load it with `optimizer.load_state_dict(...)`."
+            "Your checkpoint does not bring back the optimizer's state for the model's weights: "
+            "after `resume` the optimizer holds no saved state (momentum buffers, running "
+            "averages) for them, so training does not go on as it would have. Save "
+            "`optimizer.state_dict()` with the model's, load it with "
+            "`optimizer.load_state_dict(...)`, and load the weights into the model's own "
+            "parameters (`model.load_state_dict(...)`), which the optimizer holds."
         ),
     ),
     Declared(

@@ -350,8 +350,8 @@ DIAGNOSES: tuple[Declared, ...] = (
                 "Look at where `scheduler.step()` sits: inside the loop over batches, or after it?"
             ),
             what=(
-                "The scheduler is stepped after every batch, so the learning rate decays once "
-                "per batch instead of once per epoch, and far too fast."
+                "The scheduler is stepped once per batch (before or after it), so the learning "
+                "rate decays once per batch instead of once per epoch, and far too fast."
             ),
             fix="""Step the scheduler once per epoch, after the epoch's batches:
 
@@ -368,7 +368,7 @@ for epoch in range(epochs):
         ),
         name="Scheduler stepped every batch",
         words=(
-            "Your loop steps the scheduler after every batch, not once per epoch: the learning "
+            "Your loop steps the scheduler once per batch, not once per epoch: the learning "
             "rate decays once per batch, so training slows down far sooner than the schedule "
             "says. Call `scheduler.step()` once per epoch, after the epoch's batches."
         ),

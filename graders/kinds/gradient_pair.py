@@ -80,8 +80,7 @@ CHECKS = {
     "returns-pair": "Returns a tuple of two tensors.",
     "first-is-fresh": "The first gradient is exactly one backward pass's.",
     "second-is-double": (
-        "The second gradient is twice the first, and it was shown: two backward() passes ran "
-        "with nothing cleared between them, and `.grad` holds their sum."
+        "The second gradient is two backward passes' gradient added up: twice one pass's."
     ),
     "copies": "Both are copies: clearing `.grad` afterwards does not change them.",
     "weights-unchanged": "The weights are unchanged: no optimizer step.",
