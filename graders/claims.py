@@ -28,11 +28,14 @@ class Claim:
     case; one about `every` call, of each.
     """
 
+    key: str
     words: str
     holds: Callable[[Calls], bool]
     every: bool = False  # said of every call: the predicate must hold of each
 
     def __post_init__(self) -> None:
+        if any(other.key == self.key for other in CLAIMS):
+            raise ValueError(f"two claims are keyed {self.key!r}")
         CLAIMS.append(self)
 
     def said_of(self, calls: Calls) -> str:
@@ -41,6 +44,12 @@ class Claim:
 
 
 CLAIMS: list[Claim] = []
+
+
+def claim(key: str) -> Claim | None:
+    """The claim stored as `key` in a grade (GradeReport.claims), None for one this version
+    does not know."""
+    return next((c for c in CLAIMS if c.key == key), None)
 
 
 def ran(calls: Calls, call: str) -> bool:
@@ -75,16 +84,24 @@ def said_calls(calls: Calls) -> str:
 
 # What a check message of a stepping kind may say of one call's calls.
 RELEASED_AFTER_BACKWARD = Claim(
-    "`zero_grad()` ran after this call's `backward()` and released it.", cleared_after_backward
+    "released-after-backward",
+    "`zero_grad()` ran after this call's `backward()` and released it.",
+    cleared_after_backward,
 )
-NO_BACKWARD = Claim("No `backward()` was recorded in this call.", lambda c: not ran(c, "backward"))
-NO_STEP = Claim("No `optimizer.step()` was recorded in this call.", lambda c: not ran(c, "step"))
+NO_BACKWARD = Claim(
+    "no-backward", "No `backward()` was recorded in this call.", lambda c: not ran(c, "backward")
+)
+NO_STEP = Claim(
+    "no-step", "No `optimizer.step()` was recorded in this call.", lambda c: not ran(c, "step")
+)
 ACCUMULATED = Claim(
+    "accumulated",
     "Nothing cleared `.grad` before this call's `backward()`, so the gradients added up.",
     lambda c: ran(c, "backward") and not cleared_before_backward(c),
 )
 # Praise of the calls, said with `correct` on the kinds that step.
 TEXTBOOK_ORDER = Claim(
+    "textbook-order",
     "In every call your code cleared the gradients with `zero_grad()`, ran `backward()`, then "
     "`step()`: the lesson's order.",
     textbook_order,

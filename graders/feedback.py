@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 
 from graders.diagnoses import declared, owner
 from graders.exercises import Exercise
@@ -111,3 +112,14 @@ def explanation(code: str, exercise: Exercise) -> str:
     if record.code == "wrong-return-type":
         text += f" Here: `{exercise.signature}`."
     return f"{text} {ORDER}" if kind.steps and record.order else text
+
+
+def render(facts: str, diagnosis: str, exercise: Exercise, claims: Sequence[str] = ()) -> str:
+    """A grade's feedback from what it stores: its facts, then the words of its diagnosis and
+    of each claim that held (`graders.claims`; a key this version does not know is left out).
+    Made when the grade is read, so rewording a diagnosis changes no stored grade."""
+    from graders.claims import claim  # the claims' module is a leaf; this keeps it one
+
+    said = [claim(key) for key in claims]
+    parts = [facts, explanation(diagnosis, exercise), *(c.words for c in said if c is not None)]
+    return "\n\n".join(part for part in parts if part)

@@ -27,7 +27,7 @@ from graders.claims import TEXTBOOK_ORDER
 from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
-from graders.feedback import error_concept, explanation, learner_text
+from graders.feedback import error_concept, learner_text, render
 from graders.fix_replay import with_fix
 from graders.judging import check
 from graders.kinds import SANDBOX_PROGRAM, kind_of
@@ -565,17 +565,18 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
         max_score=exercise.max_score,
         diagnosis=failure.diagnosis,
         checks=checks,
-        feedback=f"{failure.message}\n\n{explanation(failure.diagnosis, exercise)}",
+        feedback=render(failure.message, failure.diagnosis, exercise),
+        facts=failure.message,
         output=output,
     )
 
 
-def praised_calls(exercise: Exercise, traces: dict[str, CaseTrace]) -> str:
+def praised_calls(exercise: Exercise, traces: dict[str, CaseTrace]) -> list[str]:
     """The praise of the lesson's order, when every call of every visible case made it (a claim:
     `graders.claims.TEXTBOOK_ORDER`); "" for code that got its numbers another way (gradients
     from `torch.autograd.grad`, an update by hand) and for kinds that take no step."""
     if not kind_of(exercise).steps:
-        return ""
+        return []
     calls = [
         record["calls"]
         for spec in exercise.cases
@@ -583,7 +584,7 @@ def praised_calls(exercise: Exercise, traces: dict[str, CaseTrace]) -> str:
         for record in traces[spec.id].records
         if record is not None and "calls" in record
     ]
-    return TEXTBOOK_ORDER.words if calls and all(map(TEXTBOOK_ORDER.holds, calls)) else ""
+    return [TEXTBOOK_ORDER.key] if calls and all(map(TEXTBOOK_ORDER.holds, calls)) else []
 
 
 # --- trusted trajectories -------------------------------------------------------------------
@@ -682,8 +683,8 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     ]
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    praise = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else ""
-    parts = [first_failure, verdict.note, explanation(verdict.diagnosis, exercise), praise]
+    claims = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else []
+    facts = "\n\n".join(part for part in (first_failure, verdict.note) if part)
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -700,7 +701,9 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         diagnosis=verdict.diagnosis,
         other_diagnoses=list(verdict.also),
         checks=checks,
-        feedback="\n\n".join(part for part in parts if part),
+        feedback=render(facts, verdict.diagnosis, exercise, claims),
+        facts=facts,
+        claims=claims,
         plots=plots,
         output=output,
     )

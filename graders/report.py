@@ -78,5 +78,14 @@ class GradeReport(BaseModel):
     )
     checks: list[Check]
     feedback: str = Field(description="Markdown explanation in the words of the lesson.")
+    facts: str = Field(
+        default="",
+        description="What the grader found in this submission, in numbers (the first failing "
+        "check, what a fitted model showed): the feedback is these facts with the words of the "
+        "diagnosis and of the claims, rendered when read.",
+    )
+    claims: list[str] = Field(
+        default=[], description="The claims (graders.claims) that held of this submission."
+    )
     plots: list[PlotSeries] = []
     output: str = Field(default="", description="What the code printed in the visible cases.")

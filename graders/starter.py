@@ -12,7 +12,7 @@ import threading
 
 from graders.diagnoses import Declared
 from graders.exercises import Exercise
-from graders.feedback import explanation
+from graders.feedback import render
 from graders.judging import call_stream, same_trace
 from graders.report import Check, GradeReport
 from graders.trace import CaseTrace
@@ -79,7 +79,8 @@ def not_started_report(exercise: Exercise, output: str = "") -> GradeReport:
             Check(id=check_id, passed=False, points=0, max_points=points, message=NOT_SCORED)
             for check_id, points in exercise.checks.items()
         ],
-        feedback=f"{NOT_SCORED}\n\n{explanation('not-started', exercise)}",
+        feedback=render(NOT_SCORED, "not-started", exercise),
+        facts=NOT_SCORED,
         output=output,
     )
 

@@ -16,6 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.models import Submission
+from graders.diagnoses import UnknownDiagnosis
+from graders.exercises import UnknownExercise, get_exercise
+from graders.feedback import render
 from graders.grading import MAX_OUTPUT_CHARS
 from graders.notebook import MAX_NOTICES
 from graders.report import Check, GradeReport, PlotSeries
@@ -28,6 +31,7 @@ MAX_FEEDBACK_CHARS = 6000
 # The first failure is also the feedback's start, which shows it longer.
 MAX_CHECK_MESSAGE_CHARS = 1000
 MAX_CHECKS = 12
+MAX_CLAIMS = 8
 MAX_PLOTS = 8
 # The harness sends at most 10,000 losses and an exercise takes a few dozen steps: a longer
 # series is forged. Charts draw at most a few hundred points of whatever is kept (app/charts).
@@ -107,11 +111,27 @@ def _bounded_plot(plot: PlotSeries) -> PlotSeries:
     )
 
 
+def stored_feedback(report: GradeReport) -> dict[str, Any]:
+    """The columns a report's feedback is stored in: its facts and the keys of its claims, when
+    the words rendered from them when read (`_rendered_feedback`) are the feedback it was
+    graded with; else the feedback whole, as it was said (a report made another way)."""
+    try:
+        exercise = get_exercise(report.exercise)
+        rendered = render(report.facts, report.diagnosis, exercise, report.claims)
+    except (UnknownExercise, UnknownDiagnosis):
+        rendered = None
+    if rendered == report.feedback:
+        return {"feedback": report.facts, "feedback_claims": list(report.claims)}
+    return {"feedback": report.feedback, "feedback_claims": None}
+
+
 def bounded_report(report: GradeReport) -> GradeReport:
     """The report as it may be stored: texts, checks, plots and series cut to their caps."""
     return report.model_copy(
         update={
             "feedback": cut_markdown(report.feedback, MAX_FEEDBACK_CHARS),
+            "facts": cut_markdown(report.facts, MAX_FEEDBACK_CHARS),
+            "claims": [cut(key, MAX_LABEL_CHARS) for key in report.claims[:MAX_CLAIMS]],
             "checks": [_bounded_check(check) for check in report.checks[:MAX_CHECKS]],
             "plots": [_bounded_plot(plot) for plot in report.plots[:MAX_PLOTS]],
             "output": cut(report.output, MAX_OUTPUT_CHARS),
@@ -153,6 +173,22 @@ def _stored_plot(value: Any, submission_id: str) -> PlotSeries | None:
     return None if plot is None else _bounded_plot(plot)
 
 
+def _rendered_feedback(submission: Submission) -> str:
+    """The stored facts with the words of the diagnosis and the claims, made now
+    (`graders.feedback.render`); a result stored before words were rendered when read is
+    shown as it was stored. An exercise or a code this version does not know: the facts."""
+    facts = submission.feedback or ""
+    claims = submission.feedback_claims
+    if claims is None or submission.diagnosis is None:
+        return facts
+    try:
+        exercise = get_exercise(submission.exercise_id)
+        keys = [str(key) for key in claims[:MAX_CLAIMS]] if isinstance(claims, list) else []
+        return render(cut_markdown(facts, MAX_FEEDBACK_CHARS), submission.diagnosis, exercise, keys)
+    except (UnknownExercise, UnknownDiagnosis):
+        return facts
+
+
 def shown_result(submission: Submission) -> ShownResult:
     """The stored result, with every part cut to the caps a new result is stored under.
 
@@ -174,7 +210,7 @@ def shown_result(submission: Submission) -> ShownResult:
     return ShownResult(
         feedback=None
         if submission.feedback is None
-        else cut_markdown(submission.feedback, MAX_FEEDBACK_CHARS),
+        else cut_markdown(_rendered_feedback(submission), MAX_FEEDBACK_CHARS),
         checks=checks,
         plots=plots,
         output=cut(submission.output or "", MAX_OUTPUT_CHARS),

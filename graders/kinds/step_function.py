@@ -515,6 +515,28 @@ torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         ),
         about="clipping",
     ),
+    Declared(
+        code="clip-norm-constant",
+        name="Clipped to a norm of its own",
+        words=(
+            "Your code clips the gradients by their norm, but to a `max_norm` written into the "
+            "code rather than the one your function is given: each case gives its own. Pass the "
+            "argument on: `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`."
+        ),
+        about="clipping",
+        hint=Hint(
+            where="Look at the second argument of `clip_grad_norm_`.",
+            what=(
+                "The clipping uses a number of your own, not the `max_norm` your function "
+                "receives: the cases give different ones."
+            ),
+            fix="""Clip to the `max_norm` you were given:
+
+```python
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+```""",
+        ),
+    ),
 )
 
 KIND = ExerciseKind(

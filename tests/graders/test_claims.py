@@ -379,3 +379,16 @@ def test_a_false_claim_fails_the_proof() -> None:
     lying = report.model_copy(update={"feedback": report.feedback + " " + TEXTBOOK_ORDER.words})
     problems, said = false_claims(exercise, lying, traces)
     assert said == 1 and len(problems) == 1 and "contradict" in problems[0]
+
+
+def test_rewording_the_correct_sentence_keeps_the_version(tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "train-step"
+    shutil.copytree(EXERCISES_DIR / "train-step", folder)
+    before = load_exercise(folder).version
+    toml = folder / "exercise.toml"
+    toml.write_text(toml.read_text().replace('correct = "Every update', 'correct = "Each update'))
+    assert load_exercise(folder).version == before
+    toml.write_text(toml.read_text().replace("lr = ", "lr = 0.5 * 0 + ", 0) + "\n")
+    assert load_exercise(folder).version == before  # a blank line changes nothing judged
