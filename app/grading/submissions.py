@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from app.courses.attempts import note_first_open
 from app.courses.membership import AssignedExercise
 from app.errors import AppError
-from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
+from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut, stored_feedback
 from app.models import (
     ExerciseOpen,
     LatePolicy,
@@ -598,7 +598,7 @@ def record_report(
         max_score=report.max_score,
         diagnosis=report.diagnosis,
         checks=[check.model_dump(mode="json") for check in report.checks],
-        feedback=report.feedback,
+        **stored_feedback(report),
         plots=[plot.model_dump(mode="json") for plot in report.plots],
         output=report.output,
         error_message=None,
