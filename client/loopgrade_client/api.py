@@ -23,6 +23,7 @@ from loopgrade_client.errors import (
     NotFound,
     Offline,
     Refused,
+    ServerBusy,
     TokenRejected,
     WaitAndRetry,
 )
@@ -37,6 +38,9 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 DEFAULT_WAIT_SECONDS = 600.0
 # A submission the connection dropped under is sent again with its Idempotency-Key this often.
 SUBMIT_ATTEMPTS = 3
+# A busy server's Retry-After is waited, and the submission sent again with its key, while the
+# waits add up to no more than this; a longer wait is the learner's to choose.
+SUBMIT_BUSY_WAIT_SECONDS = 180
 FINISHED = ("graded", "error")
 
 
@@ -190,11 +194,13 @@ class LoopgradeAPI:
     ) -> str:
         """Send code (or a `.py`/`.ipynb` file); returns the submission's id once stored.
 
-        One Idempotency-Key for all attempts: a retry after a dropped connection never makes
-        a second submission.
+        One Idempotency-Key for all attempts: a retry after a dropped connection, or after the
+        wait a busy server asked for (its Retry-After), never makes a second submission.
         """
         headers = {"Idempotency-Key": str(uuid.uuid4())}
-        for attempt in range(SUBMIT_ATTEMPTS):
+        busy_waited_seconds = 0
+        attempt = 0
+        while True:
             try:
                 if path is not None:
                     form = {"exercise": exercise, **({"course": course} if course else {})}
@@ -213,10 +219,16 @@ class LoopgradeAPI:
                     )
                 return _text(_object(answer, "the receipt").get("id"), "the submission's id")
             except Offline:
-                if attempt == SUBMIT_ATTEMPTS - 1:
+                attempt += 1
+                if attempt == SUBMIT_ATTEMPTS:
                     raise
-                time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
+                time.sleep(attempt)
+            except ServerBusy as busy:
+                wait = busy.retry_after_seconds
+                if wait is None or busy_waited_seconds + wait > SUBMIT_BUSY_WAIT_SECONDS:
+                    raise
+                time.sleep(wait)
+                busy_waited_seconds += wait
 
     def submission(self, submission_id: str) -> Submission:
         return Submission.from_json(self._json("GET", f"/api/v1/me/submissions/{submission_id}"))
@@ -327,7 +339,7 @@ class LoopgradeAPI:
             # loopgrade's detail names the wait already ("... again in 30 s."): said once.
             if retry_after is not None and f"{retry_after} s" not in said:
                 said = f"{said.rstrip('.')}; try again in {retry_after} s"
-            return WaitAndRetry(said, retry_after)
+            return (WaitAndRetry if code == 429 else ServerBusy)(said, retry_after)
         if 400 <= code < 500:
             return Refused(detail or f"the server refused the request ({code})")
         return ClientError(f"the server failed ({code}): try again later, or tell your instructor")
