@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
@@ -240,8 +241,13 @@ def open_hint(
         diagnosis=submission.diagnosis or "",
         level=level,
     )
-    session.add(opening)
-    session.flush()
+    try:
+        # Another request opening the same level at the same moment stored it first (the
+        # unique indexes of migration 0024): it is open, as asked.
+        with session.begin_nested():
+            session.add(opening)
+    except IntegrityError:
+        return None
     return opening
 
 
