@@ -243,7 +243,7 @@ def open_hint(
     )
     try:
         # Another request opening the same level at the same moment stored it first (the
-        # unique indexes of migration 0024): it is open, as asked.
+        # unique indexes of migration 0025): it is open, as asked.
         with session.begin_nested():
             session.add(opening)
     except IntegrityError:

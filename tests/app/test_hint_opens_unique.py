@@ -1,5 +1,5 @@
 """A hint level opens once: two requests opening it at the same moment store one row and both
-find it open (the unique indexes of migration 0024), in a course and in practice, on SQLite and
+find it open (the unique indexes of migration 0025), in a course and in practice, on SQLite and
 PostgreSQL; and the migration removes the duplicates stored before it."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_the_migration_keeps_the_first_of_each_duplicate(tmp_path: Path) -> None
     database_url = Settings(data_dir=tmp_path).database_url
     engine = create_db_engine(database_url)
     try:
-        build_populated(engine, database_url, until="0023")
+        build_populated(engine, database_url, until="0024")
         columns = "user_id, course_id, exercise_id, submission_id, diagnosis, level, opened_at"
         rows = [
             # 1 and 2 (levels 1 and 2 of course-1) come from the fixtures; 3 repeats 1.
@@ -83,7 +83,7 @@ def test_the_migration_keeps_the_first_of_each_duplicate(tmp_path: Path) -> None
             kept = session.scalars(select(HintOpen.id).order_by(HintOpen.id)).all()
         assert kept == [1, 2, 10, 12]
         # And down again: the indexes go, the rows stay.
-        command.downgrade(alembic_config(database_url), "0023")
+        command.downgrade(alembic_config(database_url), "0024")
         with Session(engine) as session:
             assert len(session.scalars(select(HintOpen.id)).all()) == 4
     finally:

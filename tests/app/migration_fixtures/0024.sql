@@ -1,1 +1,2 @@
--- Revision 0024: unique indexes on hint_opens; no new kind of row (its duplicates are tested in tests/app/test_hints.py).
+-- Revision 0024: a result whose words are rendered when read (its facts and its claims).
+INSERT INTO submissions (id, exercise_id, exercise_version, learner, code, status, score, max_score, diagnosis, checks, feedback, feedback_claims, attempts, created_at, started_at, graded_at, user_id, course_id, grading_wall_seconds) VALUES ('sub-0024-leo', 'train-step', 'v-0024', 'leo@school.test', 'x = 24', 'graded', 10.0, 10.0, 'correct', '[]', '', '["textbook-order"]', 1, '2026-12-07 09:00:00.000000', '2026-12-07 09:00:01.000000', '2026-12-07 09:00:01.750000', 'user-learner-2', 'course-1', 0.75);

@@ -5,8 +5,8 @@ course's hint statistics. Duplicates already stored are removed, the first of ea
 two partial unique indexes (a course's openings, and practice's, whose course is NULL: NULLs
 never collide in a plain unique index) stop new ones.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0025
+Revises: 0024
 Create Date: 2026-12-07
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0024"
-down_revision: str | Sequence[str] | None = "0023"
+revision: str = "0025"
+down_revision: str | Sequence[str] | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
