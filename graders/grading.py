@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -110,6 +111,10 @@ RELEASE_DELAYS = 3
 # of a second in ways no reading sees (a factor of 4 made the floor 0.375 s, and CI saw a
 # correct part stopped at it).
 HIDDEN_CPU_FLOOR_SECONDS = (RELEASE_DELAY_FACTOR - 1) * RELEASE_DELAY_FLOOR_SECONDS / 2
+# The grading's own costs after the hidden part on an idle machine (the sandbox's exit, reading
+# and judging the traces: 0.02-0.06 s measured), added to the part's work when the delay is
+# chosen: so on an idle machine a report is ready by its delay, whatever the code did.
+JUDGING_ALLOWANCE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -156,10 +161,29 @@ class HiddenBudget:
             later_wall_timeout_seconds=min(limits.later_wall_timeout_seconds, self.wall_seconds),
         )
 
-    def release_delay(self, elapsed_seconds: float) -> float:
-        """How long after the hidden part's start its grading may be known: the first delay
-        that covers `elapsed_seconds` (the hidden part and judging), or that itself past all."""
-        return next((d for d in self.delays_seconds if d >= elapsed_seconds), elapsed_seconds)
+    def release_delay(self, work_seconds: float) -> float:
+        """The first delay that covers `work_seconds` (the hidden part's own work and the
+        grading's costs after it, `release_after`), or that itself past all."""
+        return next((d for d in self.delays_seconds if d >= work_seconds), work_seconds)
+
+    def release_after(self, part: RunResult, ready_seconds: float) -> float:
+        """How long after the hidden part's start its grading may be known: the delay chosen
+        from the part's own work (`own_work_seconds`) with the grading's costs after it
+        (`JUDGING_ALLOWANCE_SECONDS`), never from the server's load; a report ready only
+        `ready_seconds` after the start, later than that (a loaded server), at the first
+        multiple of that delay after it."""
+        delay = self.release_delay(own_work_seconds(part) + JUDGING_ALLOWANCE_SECONDS)
+        return delay * max(1, math.ceil(ready_seconds / delay))
+
+
+def own_work_seconds(part: RunResult) -> float:
+    """What the part's own work can stretch its wall time to: its wall time not spent waiting
+    for a core, plus its CPU time (a task waits only while another holds the core: on an idle
+    machine, the part's own tasks, whose CPU counts); as the sandbox measured them, so the
+    machine's load moves it little. Where the waits cannot be seen (gVisor), its wall time."""
+    if part.waited_seconds is None:
+        return part.wall_seconds
+    return part.wall_seconds - part.waited_seconds + part.cpu_seconds
 
 
 _budgets: dict[tuple[str, str], HiddenBudget] = {}
@@ -247,8 +271,8 @@ def grade_with_release(
     hidden = result.after_request
     if hidden is None or hidden.started_monotonic is None:
         return Graded(report, ready)  # the hidden cases were never given
-    delay = budget.release_delay(ready - hidden.started_monotonic)
-    return Graded(report, hidden.started_monotonic + delay, hidden.started_monotonic)
+    after = budget.release_after(hidden, ready - hidden.started_monotonic)
+    return Graded(report, hidden.started_monotonic + after, hidden.started_monotonic)
 
 
 def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:
