@@ -121,10 +121,94 @@ def test_os_exit_after_a_correct_first_step_scores_nothing(grading_runner: sandb
 # Each forgery blinds or bypasses what the harness records. It must score no more than its
 # honest counterpart (the same code without the blinding), or fail the checks named.
 
+EVALUATE_NO_NO_GRAD = """
+def evaluate(model, loss_fn, x, y):
+    model.eval()
+    loss = loss_fn(model(x), y).item()
+    model.train()
+    return loss
+"""
+EVALUATE_NO_EVAL = (EXERCISES / "evaluate/bugs/no_eval.py").read_text()
 # What a checkpoint holding nothing earns honestly: `runs` and `returns-dict`, no other check.
 NOTHING_RESUMED = ("model-restored", "optimizer-restored", "training-continues")
 
 BLINDED: dict[str, tuple[str, str, str | tuple[str, ...]]] = {
+    "evaluate: is_grad_enabled replaced around the forward": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            model.eval()
+            real = torch.is_grad_enabled
+            torch.is_grad_enabled = lambda: False
+            try:
+                loss = loss_fn(model(x), y).item()
+            finally:
+                torch.is_grad_enabled = real
+            model.train()
+            return loss
+        """,
+        EVALUATE_NO_NO_GRAD,
+    ),
+    "evaluate: hooks cleared, dropout active in training mode": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            for module in model.modules():
+                module._forward_pre_hooks.clear()
+                module._forward_hooks.clear()
+            with torch.no_grad():
+                return loss_fn(model(x), y).item()
+        """,
+        EVALUATE_NO_EVAL,
+    ),
+    "evaluate: hooks cleared, p = 0 in training mode, a graph recorded": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            for module in model.modules():
+                module._forward_pre_hooks.clear()
+            dropout = model[2]
+            p, dropout.p = dropout.p, 0.0
+            loss = loss_fn(model(x), y).item()
+            dropout.p = p
+            return loss
+        """,
+        """
+        def evaluate(model, loss_fn, x, y):
+            dropout = model[2]
+            p, dropout.p = dropout.p, 0.0
+            loss = loss_fn(model(x), y).item()
+            dropout.p = p
+            return loss
+        """,
+    ),
+    "evaluate: the hooks called by hand in evaluation mode, the forward in training mode": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            dropout = model[2]
+            hooks = list(dropout._forward_pre_hooks.values())
+            dropout._forward_pre_hooks.clear()
+            model.eval()
+            with torch.no_grad():
+                for hook in hooks:
+                    hook(dropout, (x,))
+            model.train()
+            return loss_fn(model(x), y).item()
+        """,
+        """
+        def evaluate(model, loss_fn, x, y):
+            return loss_fn(model(x), y).item()
+        """,
+    ),
     "resume: save returns {}, resume copies from the live pair kept in a global": (
         "resume-training",
         """
@@ -233,3 +317,6 @@ def test_what_the_code_can_blind_raises_no_score(
         else:
             passed = [c.id for c in report.checks if c.passed and c.id in honest]
             assert not passed, report.feedback
+        if "dropout active" in name:
+            eval_mode = next(c for c in report.checks if c.id == "eval-mode")
+            assert not eval_mode.passed, report.feedback

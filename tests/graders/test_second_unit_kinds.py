@@ -260,3 +260,24 @@ def test_a_resume_that_reads_the_first_resumed_pair_fails_on_the_second() -> Non
     restored = next(check for check in report.checks if check.id == "model-restored")
     assert not restored.passed
     assert "after `resume` a second time from the same checkpoint" in restored.message
+
+
+def test_eval_mode_is_decided_by_the_loss_not_by_the_forwards_seen() -> None:
+    """A forward in training mode beside the right one does not cost eval-mode: the loss
+    returned is the evaluation-mode loss. Its graph fails no-graph, which has no points."""
+    source = (
+        "import torch\n\n"
+        "def evaluate(model, loss_fn, x, y):\n"
+        "    print(model(x).shape)\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        loss = loss_fn(model(x), y).item()\n"
+        "    model.train()\n"
+        "    return loss\n"
+    )
+    evaluate = exercise("evaluate")
+    report = judge_source(evaluate, source)
+    failed = [check for check in report.checks if not check.passed]
+    assert [check.id for check in failed] == ["no-graph"], report.feedback
+    assert failed[0].max_points == 0 and report.score == evaluate.max_score
+    assert report.diagnosis == "missing-no-grad"

@@ -417,6 +417,24 @@ def test_forging_does_not_raise_the_score(service: Service, name: str) -> None:
 # Beyond train-step: checks decided by what the harness records, blinded or bypassed
 # (docs/security.md, "What the code can blind only teaches"); the checks named must fail.
 SECOND_UNIT_FORGERIES = {
+    "evaluate-hooks-called-by-hand": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            dropout = model[2]
+            hooks = list(dropout._forward_pre_hooks.values())
+            dropout._forward_pre_hooks.clear()
+            model.eval()
+            with torch.no_grad():
+                for hook in hooks:
+                    hook(dropout, (x,))
+            model.train()
+            return loss_fn(model(x), y).item()
+        """,
+        {"loss-correct", "eval-mode"},
+    ),
     "resume-from-the-live-pair": (
         "resume-training",
         """
