@@ -116,7 +116,10 @@ class Soundness:
         return [
             v.mutant
             for v in self.mutants
-            if v.report is not None and v.report.score >= v.report.max_score and not v.mutant.right
+            # Every check, those with no points too (a fact the code could forge teaches).
+            if v.report is not None
+            and all(c.passed for c in v.report.checks)
+            and not v.mutant.right
         ]
 
     def only_incorrect(self) -> list[Mutant]:
@@ -249,7 +252,7 @@ def soundness(exercise: Exercise) -> Soundness:
     for mutant in found.survivors():
         problems.append(
             f"{exercise.id}: a mutant of the reference changes what the harness records but "
-            f"scores full marks ({mutant.describe()})"
+            f"passes every check ({mutant.describe()})"
         )
     return found
 
