@@ -720,6 +720,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
     claims = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else []
+    claims += verdict.said
     facts = "\n\n".join(part for part in (first_failure, verdict.note) if part)
     plots: list[PlotSeries] = [
         plot

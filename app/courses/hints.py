@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
@@ -282,8 +283,13 @@ def open_hint(
         diagnosis=submission.diagnosis or "",
         level=level,
     )
-    session.add(opening)
-    session.flush()
+    try:
+        # Another request opening the same level at the same moment stored it first (the
+        # unique indexes of migration 0025): it is open, as asked.
+        with session.begin_nested():
+            session.add(opening)
+    except IntegrityError:
+        return None
     return opening
 
 
