@@ -224,3 +224,29 @@ def test_sqlite_foreign_keys_are_checked_before_a_migration_commits(tmp_path: Pa
         assert database_revision(engine) == "0022"
     finally:
         engine.dispose()
+
+
+def test_a_populated_database_downgrades_to_an_older_release(tmp_path: Path) -> None:
+    """Back to 0010 (the head of d686a88): what the later migrations added goes with them, the
+    rows that were there before stay (docs/operations.md#upgrade)."""
+    database_url = Settings(data_dir=tmp_path).database_url
+    engine = create_db_engine(database_url)
+    try:
+        expected = build_populated(engine, database_url, until="head")
+        command.downgrade(alembic_config(database_url), "0010")
+        assert database_revision(engine) == "0010"
+        with engine.connect() as connection:
+            found = every_row(connection, {"users", "submissions", "courses", "assignments"})
+        assert {key[0] for key in found["users"]} == {"user-admin", "user-teacher"} | {
+            f"user-learner-{n}" for n in (1, 2, 3)
+        }
+        assert all(row["password_hash"] == fixture_hash() for row in found["users"].values())
+        for key, row in found["submissions"].items():
+            old = expected["submissions"][key]
+            assert (row["score"], row["override_score"]) == (old["score"], old["override_score"])
+        assert len(found["submissions"]) == len(expected["submissions"])
+        # And up again (what the downgrade dropped stays dropped: a token's submissions forget it).
+        upgrade_database(database_url)
+        assert database_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
