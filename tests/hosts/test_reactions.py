@@ -40,6 +40,7 @@ from app.people.accounts import create_user, find_user_by_email
 from graders.exercises import get_exercise
 from graders.grading import hidden_budget
 from tests.app.conftest import CORRECT_CODE, EXERCISE, csrf_token
+from tests.graders.test_hidden_time import released_at_a_delay
 from tests.hosts.conftest import Worker
 from tests.lti.conftest import (  # noqa: F401 (browser_client and receiver: fixtures)
     browser_client,
@@ -199,9 +200,10 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     assert "send_score_to_lms" in worker.log() and "'webhook'" in worker.log()
     assert_all_reactions(api.get("/readyz").json()["reactions"])
     # Stored, and so sent to the LMS and the webhook, only at its release: one of the coarse
-    # delays after the hidden part began (graders.grading.HiddenBudget), never sooner.
+    # delays after the hidden part began (graders.grading.HiddenBudget), or on a loaded
+    # machine a whole multiple of one, never sooner.
     began, delay = released(worker.log(), submission_id)
-    assert delay in hidden_budget(get_exercise(EXERCISE)).delays_seconds
+    assert released_at_a_delay(delay, hidden_budget(get_exercise(EXERCISE)))
     with sessions() as session:
         graded_at = session.scalars(
             select(Submission.graded_at).where(Submission.id == submission_id)
