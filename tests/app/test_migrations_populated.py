@@ -46,7 +46,10 @@ KEK = "kPn3JZqXhH0b2cQb5n6o0tQy0a2cE1pQy5mZ3v8pR1s="
 # What a migration removes or renames on purpose.
 # 0011: unfinished LTI logins are deleted (they live minutes; the new column has no value).
 # 0025: a hint level opened twice at once keeps its first opening.
-DELETED_ROWS = {"lti_login_states": {("state-0005",), ("state-0008",)}, "hint_opens": {(3,)}}
+DELETED_ROWS: dict[str, set[tuple[Any, ...]]] = {
+    "lti_login_states": {("state-0005",), ("state-0008",)},
+    "hint_opens": {(3,)},
+}
 # 0008: the tool's private keys are sealed in place, under a new name.
 RENAMED_COLUMNS = {("lti_tool_keys", "private_key_pem"): "private_key_sealed"}
 
