@@ -208,6 +208,8 @@ SCALES: tuple[tuple[Callable[[CaseSpec], float], Diagnosis], ...] = (
     (lambda s: float(s.batch_size * s.out_features * s.micro_batches), "loss-sum-not-mean"),
     (lambda s: float(s.micro_batches or 1), "wrong-loss-scaling"),
     (lambda s: 1.0 / (s.micro_batches or 1), "wrong-loss-scaling"),
+    # A mean loss divided by the batch's size again: 1/B, another scale in each case.
+    (lambda s: 1.0 / s.batch_size, "loss-divided-by-batch"),
 )
 
 
@@ -712,6 +714,31 @@ loss.backward()
 
 ```python
 loss = loss_fn(model(x), y)
+```""",
+        ),
+    ),
+    Declared(
+        code="loss-divided-by-batch",
+        name="Loss divided by the batch size",
+        words=(
+            "Your gradients are the correct ones divided by the batch's size, in every case: "
+            "the loss (or its gradient) was divided by the batch size, although `nn.MSELoss()` "
+            "already averages over the batch. Call `backward()` on the loss the `loss_fn` you "
+            "were given computes, as it is."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look for a division by the batch size (`len(x)`, `x.shape[0]`) of the loss.",
+            what=(
+                "`nn.MSELoss()` returns the mean over the batch already; dividing it by the "
+                "batch size again makes every step that many times too small."
+            ),
+            fix="""Take the loss as `loss_fn` returns it:
+
+```python
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
 ```""",
         ),
     ),
