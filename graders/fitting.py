@@ -283,6 +283,9 @@ def _candidates(
         found.append(
             (replace(numbers, momentum=_constant(0.0)), "wrong-momentum", "no-momentum", "")
         )
+    if spec.optimizer in ("adam", "adamw"):
+        # SGD's momentum dropped is the model above; Adam's state is more than one number.
+        found.append((replace(numbers, fresh_state=True), "optimizer-state-reset", "fresh", ""))
     found.append(
         (replace(numbers, loss_after_update=True), "loss-after-update", "loss-after-update", "")
     )
@@ -838,6 +841,32 @@ optimizer.step()
             fix="""Let the optimizer step; it keeps the momentum:
 
 ```python
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="optimizer-state-reset",
+        name="Optimizer state starts again",
+        words=(
+            "Each of your steps is the first step of an optimizer with no state: what Adam "
+            "keeps between steps (its running averages and its step count) starts again at "
+            "every call, so every update is as large as a first one. Step the `optimizer` you "
+            "were given: it keeps its state between calls."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look at where the optimizer that steps comes from, and what it remembers.",
+            what=(
+                "Adam's update depends on the running averages and the step count it keeps. "
+                "If they start again at every call, each step is a first step."
+            ),
+            fix="""Step the optimizer you are given:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
 optimizer.step()
 ```""",
         ),
