@@ -8,6 +8,7 @@ it runs in this process, without a sandbox, through the very judging that grades
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +33,12 @@ from graders.optimizers import declared_optimizer
 from graders.report import GradeReport
 from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
+
+# The mutant that gives clip_grad_norm_ a used-up generator (mutation.PATTERNS) makes torch warn
+# that nothing was clipped: that is the mistake it stands for, not news for the operator.
+warnings.filterwarnings(
+    "ignore", message=r"`parameters` is an empty generator", category=UserWarning
+)
 
 
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
