@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from graders.exercises import Exercise, list_exercises
+from graders.exercises import Exercise, loaded_exercises
 
 EXERCISE_ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 MAX_ID_CHARS = 100  # Submission.exercise_id
@@ -32,7 +32,7 @@ def new_exercise_folder(exercises_dir: Path, exercise_id: str, kind: str) -> Pat
     if kind not in KINDS:
         raise ScaffoldRefused(f"{kind!r} is no kind: use one of {', '.join(sorted(KINDS))}")
     folder = exercises_dir / exercise_id
-    known = list_exercises()
+    known, _ = loaded_exercises()
     if folder.exists() or any(e.id == exercise_id for e in known):
         raise ScaffoldRefused(f"the exercise {exercise_id!r} exists already ({folder})")
     like = next((e for e in known if e.kind == kind), None)

@@ -55,6 +55,14 @@ from tests.services import (
 # Tests store grades by calling the grading functions in this process, as the server does.
 install_reactions()
 
+# The exercises' proofs (graders/proving.py), kept for every test process and every server a
+# test starts, run after run: a proof is named by all it depends on (the folder, the grader's
+# code, torch), so a kept one is as good as a new one, and each folder is proven once, not
+# once per process (some seconds each).
+os.environ.setdefault(
+    "LOOPGRADE_PROOF_CACHE_DIR", str(Path(tempfile.gettempdir()) / "loopgrade-test-proofs")
+)
+
 TEST_DATABASE_URL = with_psycopg_driver(os.environ.get("LOOPGRADE_TEST_DATABASE_URL", ""))
 REQUIRE_SERVICES = bool(os.environ.get("LOOPGRADE_REQUIRE_SERVICES"))
 TEMPLATE_DATABASE = f"loopgrade_template_{os.getpid()}"

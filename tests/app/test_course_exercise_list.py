@@ -175,7 +175,9 @@ def test_exercises_new_makes_a_folder_check_exercises_explains(train_step_only: 
     }  # fmt: skip
     assert (folder / "bugs" / "README.md").exists()
     listed = loopgrade("exercises", "list", env=env)
-    assert "4. my-step  step-function" in listed.stdout, listed.stdout + listed.stderr
+    # Not served until proven sound: the list says why (the reference does not train yet).
+    said = next(line for line in listed.stdout.splitlines() if line.startswith("refused: my-step"))
+    assert "not served, unsound" in said and "the reference solution scores 0/" in said, said
     for args, message in [
         (("my-step", "--kind", "step-function"), "the exercise 'my-step' exists already"),
         (("other", "--kind", "no-kind"), "'no-kind' is no kind: use one of"),
