@@ -59,6 +59,10 @@ def check_sandbox() -> bool:
 def cmd_serve(args: argparse.Namespace) -> int:
     sockets = None if args.fd is None else [inherited_socket(args.fd)]
     settings = build_settings(args)
+    from app.hosts import public_url_problem
+
+    if problem := public_url_problem(settings):
+        raise CommandFailed(problem)
     # With a broker the workers grade; an API host without a sandbox is fine then.
     if not settings.broker_url and not check_sandbox():
         return 1

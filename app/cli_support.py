@@ -34,9 +34,13 @@ def build_settings(args: argparse.Namespace) -> Settings:
 
 
 def migrate_database(settings: Settings) -> None:
-    from app.db import upgrade_database
+    """Bring the database to this release's newest migration; a failure is one sentence."""
+    from app.db import MigrationFailed, upgrade_database
 
-    revision = upgrade_database(settings.database_url)
+    try:
+        revision = upgrade_database(settings.database_url)
+    except MigrationFailed as exc:
+        raise CommandFailed(str(exc)) from None
     shown_url = make_url(settings.database_url).render_as_string(hide_password=True)
     log.info("database %s is at migration %s", shown_url, revision)
 

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.db import SessionDep
 from app.errors import as_sentence
+from app.hosts import public_base_url
 from app.models import PersonalToken, User, utc_now
 from app.people.tokens import (
     MAX_TOKEN_NAME_CHARS,
@@ -19,7 +20,7 @@ from app.people.tokens import (
     revoke_personal_token,
     tokens_of,
 )
-from app.settings import SettingsDep
+from app.settings import Settings, SettingsDep
 from app.web.rendering import PageError, render
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 
@@ -37,7 +38,7 @@ def _tokens_page(
     session: SessionDep,
     viewer: Viewer,
     user: User,
-    max_days: int,
+    settings: Settings,
     *,
     new_token: tuple[PersonalToken, str] | None = None,
     error: str = "",
@@ -50,12 +51,12 @@ def _tokens_page(
         "account_tokens.html",
         {
             "tokens": [(token, _token_state(token)) for token in tokens_of(session, user)],
-            "lifetimes_days": lifetime_choices_days(max_days),
+            "lifetimes_days": lifetime_choices_days(settings.personal_token_max_days),
             "max_name_chars": MAX_TOKEN_NAME_CHARS,
             "new_token": new_token,
             "error": error,
             "name": name,
-            "server_url": str(request.base_url).rstrip("/"),
+            "server_url": public_base_url(request, settings),
         },
         status_code=status_code,
     )
@@ -67,7 +68,7 @@ def tokens_page(
 ) -> HTMLResponse:
     """Your tokens for the command-line client and notebooks, and a form for a new one."""
     user = signed_in_user(viewer)
-    return _tokens_page(request, session, viewer, user, settings.personal_token_max_days)
+    return _tokens_page(request, session, viewer, user, settings)
 
 
 @router.post("/account/tokens")
@@ -92,13 +93,13 @@ def create_token(
             session,
             viewer,
             user,
-            max_days,
+            settings,
             error=as_sentence(exc.message),
             name=name[:MAX_TOKEN_NAME_CHARS],
             status_code=422,
         )
     # Never cached: the page holds the secret.
-    page = _tokens_page(request, session, viewer, user, max_days, new_token=created)
+    page = _tokens_page(request, session, viewer, user, settings, new_token=created)
     page.headers["Cache-Control"] = "no-store"
     return page
 

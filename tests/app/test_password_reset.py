@@ -278,7 +278,12 @@ def test_an_unreachable_smtp_server_is_logged_not_shown(
 ) -> None:
     make_user(sessions, "ada@example.org")
     broken = settings.model_copy(
-        update={"smtp_host": "127.0.0.1", "smtp_port": free_port(), "smtp_tls": "none"}
+        update={
+            "smtp_host": "127.0.0.1",
+            "smtp_port": free_port(),
+            "smtp_tls": "none",
+            "public_url": "http://grader.example.edu",
+        }
     )
     caplog.set_level(logging.ERROR, logger="loopgrade.accounts")
     with (
