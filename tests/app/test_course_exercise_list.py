@@ -312,3 +312,25 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     assert len(header) == 4 + len(titles) and set(header[2:-2]) == titles
     assert all(list_exercises()[0].title not in column for column in header)
     assert [row[-1] for row in rows] == [f"{sum(e.max_score for e in kept):g}"]
+
+
+def test_the_settings_page_names_a_folder_not_served_and_why(
+    client: httpx.Client, sessions: SessionFactory, train_step_only: Path
+) -> None:
+    """An unsound folder (its reference never clears the gradients) is in no course's list:
+    the instructor is told it exists and why it is not served, not left to wonder."""
+    shutil.copytree(REPO_EXERCISES / "adam-step", train_step_only / "adam-step")
+    solution = train_step_only / "adam-step" / "solution.py"
+    solution.write_text(solution.read_text().replace("    optimizer.zero_grad()\n", ""))
+    exercises._loaded.cache_clear()
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@example.org")
+    teacher = httpx.Client(
+        base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=True
+    )
+    sign_in(teacher, "tess@example.org")
+    page = teacher.get(f"/courses/{course_id}/settings").text
+    assert course_ids(sessions, course_id) == ["train-step"]
+    refused = page[page.index('id="refused-exercises"') :]
+    assert "<strong>adam-step</strong>: " in refused
+    assert "not served, unsound (" in refused and "the reference solution scores" in refused
