@@ -316,7 +316,12 @@ def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
         refused = dict(refused)
         served: dict[str, Exercise] = {}
         for exercise in loaded.values():
-            problems = proven_problems(exercise)
+            try:
+                problems = proven_problems(exercise)
+            except Exception as exc:  # an exercise the grader cannot even prove: not served
+                log.exception("the proof of exercise %s stopped", exercise.id)
+                said = " ".join(str(exc).split())  # one line, as every reason
+                problems = [f"{exercise.id}: the proof stopped: {type(exc).__name__}: {said}"]
             if problems:
                 folder = Path(exercise.folder).name
                 refused[folder] = (

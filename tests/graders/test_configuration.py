@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import sandbox
-from graders import exercises, grade, grading
+from graders import exercises, grade, grading, proving
 from graders.cli import check_exercises
 from graders.exercises import get_exercise, list_exercises, loaded_exercises, refused_exercises
 from graders.grading import GraderFault
@@ -220,3 +220,21 @@ def test_check_exercises_counts_every_problem_and_names_a_shared_position(
         f"position {position}: {copy / 'train-step'} and {copy / 'train-step-again'} share it"
         in said
     )
+
+
+def test_a_proof_that_stops_refuses_its_folder_not_the_server(
+    folders: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = proving.proven_problems
+
+    def stopping(exercise: exercises.Exercise) -> list[str]:
+        if exercise.id == "train-step":
+            raise RuntimeError("the proof broke\non two lines")
+        return original(exercise)
+
+    monkeypatch.setattr(proving, "proven_problems", stopping)
+    reason = refused_exercises()["train-step"]
+    assert reason.endswith(
+        "train-step: the proof stopped: RuntimeError: the proof broke on two lines"
+    )
+    assert [e.id for e in list_exercises()] == [e for e in ALL_IDS if e != "train-step"]
