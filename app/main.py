@@ -33,13 +33,15 @@ from app.db import (
     create_session_factory,
     database_revision,
     head_revision,
+    known_revision,
+    newer_database_sentence,
 )
 from app.errors import AppError
 from app.grading.dispatch import create_dispatcher
 from app.grading.queue import Dispatcher, enqueue_after_commit, open_grading_runner
 from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.hosts import AllowedHosts, PublicUrlRequired, public_url_problem
-from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 from app.lti.routes import install_lti
 from app.operations import redact_access_logs
 from app.outbox import OutboxDelivery
@@ -109,6 +111,8 @@ class Databases:
         )
         try:
             current, head = database_revision(databases.engine), head_revision()
+            if not known_revision(current):
+                raise DatabaseNotMigrated(newer_database_sentence(str(current)))
             if current != head:
                 raise DatabaseNotMigrated(
                     f"the database is at migration {current or 'none'}, not {head}: "
@@ -116,7 +120,7 @@ class Databases:
                 )
             # Here, not at the first launch: a wrong key-encryption key stops the start.
             with create_session_factory(databases.engine).begin() as session:
-                prepare_tool_keys(session, key_sealing(settings))
+                prepare_tool_keys(session, start_up_sealing(session, settings))
         except (DatabaseNotMigrated, ToolKeysUnreadable):
             databases.close()
             raise

@@ -170,11 +170,12 @@ class Settings(BaseSettings):
     password_reset_max_age_seconds: int = Field(
         default=3600, ge=60, description="How long a password reset link works (once)."
     )
-    password_reset_max_per_email: int = Field(
+    password_reset_max_live_links: int = Field(
         default=3,
         ge=1,
-        description="Password reset requests for one email within the reset window (whether "
-        "or not an account has it); more get 429 and Retry-After.",
+        description="Reset links one account may have working at once; a request beyond them "
+        "mails nothing (the account's owner has a working link already) and is answered "
+        "alike. Bounds the mail anyone can send an account without refusing its owner.",
     )
     password_reset_max_per_address: int = Field(
         default=20,

@@ -62,6 +62,7 @@ import itertools
 import json
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -231,6 +232,7 @@ class Client:
         self.authorization = f"Bearer {key}"
         self.connections = threading.local()
         self.errors = 0  # submissions that ended as `error` (a server fault), not graded
+        self.finished: dict[str, dict[str, object]] = {}  # location -> its body once finished
 
     def request(
         self,
@@ -299,6 +301,7 @@ class Client:
                 if body["status"] not in ("graded", "error"):
                     break
                 self.errors += body["status"] != "graded"
+                self.finished[location] = body
                 stamp = str(body["graded_at"] or body["created_at"])
                 finished.append((posted_at, datetime.fromisoformat(stamp).timestamp()))
                 pending.remove((location, posted_at))
@@ -339,9 +342,45 @@ class Independent:
     retries: int = 0
     all_accepted_seconds: float = 0.0
     all_graded_seconds: float = 0.0
+    idle_seconds: float = 0.0  # nothing queued or being graded while a client still waited
+    correct: int = 0
+    correct_late: int = 0  # correct, released after its hidden part's first delay
 
 
-def independent_clients(client: Client, jobs: list[tuple[str, str]]) -> Independent:
+def idle_seconds(started: float, spans: list[tuple[float, float]]) -> float:
+    """Seconds from `started` to the last span's end covered by no span (created -> graded:
+    queued, being graded or waiting for its release): the graders had nothing to do."""
+    idle, covered_to = 0.0, started
+    for begin, end in sorted(spans):
+        idle += max(0.0, begin - covered_to)
+        covered_to = max(covered_to, end)
+    return idle
+
+
+RELEASED = re.compile(r"submission (\S+): released ([0-9.e-]+) s after its hidden cases began")
+
+
+def released_after(log: Path) -> dict[str, float]:
+    """Seconds from each submission's hidden part's start to its release, from the server log."""
+    return {m[1]: float(m[2]) for m in RELEASED.finditer(log.read_text(errors="replace"))}
+
+
+def first_delays() -> dict[str, float]:
+    """Each exercise's first release delay (graders.grading.HiddenBudget), as this tree has it."""
+    from graders.exercises import list_exercises
+    from graders.grading import hidden_budget
+
+    return {
+        exercise.id: hidden_budget(exercise).first_delay_seconds for exercise in list_exercises()
+    }
+
+
+def independent_clients(
+    client: Client,
+    jobs: list[tuple[str, str]],
+    log: Path | None = None,
+    delays: dict[str, float] | None = None,
+) -> Independent:
     """Each job posted at once by a client of its own, on a new connection per attempt."""
     seen = Independent(count=len(jobs))
     started = time.time()
@@ -376,7 +415,25 @@ def independent_clients(client: Client, jobs: list[tuple[str, str]]) -> Independ
     seen.all_accepted_seconds = time.time() - started
     client.wait_for(posted[-1], 1800)
     seen.all_graded_seconds = max(done for _, done in client.wait_all(posted, 1800)) - started
+    bodies = [client.finished[location] for location, _ in posted]
+    seen.idle_seconds = idle_seconds(
+        started,
+        [
+            (stamp(body["created_at"]), stamp(body["graded_at"] or body["created_at"]))
+            for body in bodies
+        ],
+    )
+    released = released_after(log) if log is not None else {}
+    for body in bodies:
+        if body["diagnosis"] == "correct":
+            seen.correct += 1
+            first = (delays or {}).get(str(body["exercise"]), 0.25)
+            seen.correct_late += released.get(str(body["id"]), 0.0) > first + 1e-6
     return seen
+
+
+def stamp(value: object) -> float:
+    return datetime.fromisoformat(str(value)).timestamp()
 
 
 def warm_up(client: Client) -> list[tuple[str, float]]:
@@ -390,14 +447,21 @@ def warm_up(client: Client) -> list[tuple[str, float]]:
 
 @contextmanager
 def server(
-    backend: str, pool_size: int | None, worker_count: int | None, checkout: Path = REPO
-) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
-    """`loopgrade serve` of `checkout`'s code on a fresh data directory; it, its URL, an API key."""
+    backend: str,
+    pool_size: int | None,
+    worker_count: int | None,
+    checkout: Path = REPO,
+    queue_cap: int | None = 0,
+) -> Iterator[tuple[subprocess.Popen[bytes], str, str, Path]]:
+    """`loopgrade serve` of `checkout`'s code on a fresh data directory; it, its URL, an API
+    key and its log. `queue_cap`: LOOPGRADE_MAX_WAITING_SUBMISSIONS (None: the settings')."""
     root = Path(tempfile.mkdtemp(prefix="grade-load-"))
     data_dir = root / "data"
-    # No per-learner rate limit and no queue cap: a burst of 500 is the load being measured.
-    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0",
-           "LOOPGRADE_MAX_WAITING_SUBMISSIONS": "0"}  # fmt: skip
+    # No per-learner rate limit and (by default) no queue cap: a burst of 500 is the load
+    # being measured.
+    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0"}
+    if queue_cap is not None:
+        env["LOOPGRADE_MAX_WAITING_SUBMISSIONS"] = str(queue_cap)
     if pool_size is not None:
         env["LOOPGRADE_SANDBOX_POOL_SIZE"] = str(pool_size)
     if worker_count is not None:
@@ -410,7 +474,7 @@ def server(
     log = root / "server.log"
     serving = running_server(data_dir, log, env, startup_seconds=300, checkout=checkout)
     with serving as (process, url):
-        yield process, url, key
+        yield process, url, key, log
     print(f"  (server log: {log})", file=sys.stderr)
 
 
@@ -426,7 +490,7 @@ def measure(
 ) -> Measured:
     backend, pool_size = BACKENDS[name]
     load = mixed_load()
-    with server(backend, pool_size, worker_count) as (process, url, key):
+    with server(backend, pool_size, worker_count) as (process, url, key, log):
         client = Client(url, key)
         warm_up(client)
         client.errors = 0
@@ -483,7 +547,7 @@ def measure(
         sampling = False
         sampler.join()
         independent_seen = independent_clients(
-            client, list(itertools.islice(itertools.cycle(load), independent))
+            client, list(itertools.islice(itertools.cycle(load), independent)), log, first_delays()
         )
         return Measured(
             latencies_seconds=sorted(latencies),
@@ -502,6 +566,55 @@ def measure(
             errors=client.errors,
             independent=independent_seen,
         )
+
+
+def measure_classes(
+    checkout: Path, sizes: list[int], worker_count: int | None, queue_cap: int | None
+) -> list[Independent]:
+    """A class of each size at one deadline, in turn, on the warm pool of `checkout`'s code with
+    the settings' queue cap (or `queue_cap`): each client once, resent after its Retry-After."""
+    load = mixed_load()
+    backend, pool_size = BACKENDS["pool"]
+    with server(backend, pool_size, worker_count, checkout, queue_cap) as (_, url, key, log):
+        client = Client(url, key)
+        warm_up(client)
+        delays = first_delays()
+        return [
+            independent_clients(
+                client, list(itertools.islice(itertools.cycle(load), size)), log, delays
+            )
+            for size in sizes
+        ]
+
+
+def class_rows(seen: Independent) -> list[tuple[str, str]]:
+    return [
+        ("  202 / 503 at once", f"{seen.accepted_at_once} / {seen.refused_at_once}"),
+        ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
+        ("  retries after 503", str(seen.retries)),
+        ("  all accepted in s", f"{seen.all_accepted_seconds:.1f}"),
+        ("  all graded in s", f"{seen.all_graded_seconds:.1f}"),
+        ("  graders idle s", f"{seen.idle_seconds:.1f}"),
+        ("  correct released late", f"{seen.correct_late} of {seen.correct}"),
+    ]
+
+
+def main_classes(args: argparse.Namespace) -> None:
+    """--class: the classes on this tree, and with --against on that checkout too, in turn."""
+    trees = {"this tree": REPO}
+    if args.against:
+        trees = {f"{args.against.name}": args.against, **trees}
+    results: dict[str, list[Independent]] = {}
+    for name, checkout in trees.items():
+        print(f"{name}: classes of {args.classes} ...", file=sys.stderr)
+        results[name] = measure_classes(checkout, args.classes, args.worker_count, args.queue_cap)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"{'':28}" + "".join(f"{name:>16}" for name in results))
+    for index, size in enumerate(args.classes):
+        print(f"class of {size}")
+        rows = {name: class_rows(seen[index]) for name, seen in results.items()}
+        for row, (label, _) in enumerate(next(iter(rows.values()))):
+            print(f"{label:28}" + "".join(f"{cells[row][1]:>16}" for cells in rows.values()))
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -540,7 +653,23 @@ def main() -> None:
     parser.add_argument(
         "--worker-count", type=int, help="LOOPGRADE_WORKER_COUNT (default: the settings')"
     )
+    parser.add_argument(
+        "--class",
+        dest="classes",
+        type=int,
+        nargs="+",
+        help="only classes of these sizes at one deadline (warm pool, the settings' queue cap)",
+    )
+    parser.add_argument(
+        "--queue-cap", type=int, help="--class: LOOPGRADE_MAX_WAITING_SUBMISSIONS (0: none)"
+    )
+    parser.add_argument(
+        "--against", type=Path, help="--class: also a checkout of another revision, first"
+    )
     args = parser.parse_args()
+    if args.classes:
+        main_classes(args)
+        return
 
     results: dict[str, Measured] = {}
     for name in args.backends:
@@ -602,6 +731,11 @@ def main() -> None:
         ("  retries after 503", lambda m: str(m.independent.retries)),
         ("  all accepted in s", lambda m: f"{m.independent.all_accepted_seconds:.1f}"),
         ("  all graded in s", lambda m: f"{m.independent.all_graded_seconds:.1f}"),
+        ("  graders idle s", lambda m: f"{m.independent.idle_seconds:.1f}"),
+        (
+            "  correct released late",
+            lambda m: f"{m.independent.correct_late} of {m.independent.correct}",
+        ),
     ]
     names = list(results)
     print(f"{'':28}" + "".join(f"{name:>14}" for name in names))

@@ -96,6 +96,7 @@ def check_exercises() -> int:
             f"   mutants of the reference: {len(found.mutants)}, {equivalent} equivalent, "
             f"{len(found.survivors())} surviving"
         )
+        print(f"   claims said and checked against the recorded calls: {found.claims_checked}")
         for mutant in found.only_incorrect():
             print(f"   diagnosed only as incorrect: {mutant.describe()}")
         if exercise.case_seeds == "per-learner":

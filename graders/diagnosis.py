@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import Exercise
 from graders.explanation import (
     RETURN_FIELDS,
@@ -202,3 +203,62 @@ def verdict(
             f"(`{other.codes[0]}`): {note(other) or explanation(other.codes[0], exercise)}"
         )
     return Verdict(main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others))
+
+
+# The diagnoses this module gives (graders.diagnoses).
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="correct",
+        name="Correct",
+        words=(
+            "Every check passed in every case: after every call your weights, gradients and "
+            "returned loss equal the reference's."
+        ),
+        said_in={
+            "without-steps": (
+                "Every check passed in every case: your function does exactly what was asked."
+            ),
+        },
+    ),
+    Declared(
+        code="incorrect",
+        name="Incorrect",
+        words=(
+            "Not every check passed, and no mistake we know reproduces your values and calls. "
+            "The checks below say what differs, and by how much."
+        ),
+        hint=Hint(
+            where=(
+                "Look at the first check that fails: its message says what differs from the "
+                "reference."
+            ),
+            what=(
+                "Your code runs but its numbers differ from the reference in a way the grader "
+                "cannot name as one known mistake."
+            ),
+            fix=(
+                "Compare your code line by line with the steps in the prompt: each one, in its "
+                "order, once per iteration."
+            ),
+        ),
+    ),
+    Declared(
+        code="wrong-return-type",
+        name="Wrong return type",
+        words=(
+            "Your values are right, but your function returns the wrong type of value: return "
+            "what the exercise's signature says."
+        ),
+        hint=Hint(
+            where="Look at the value your function returns.",
+            what=(
+                "The numbers are right but their type is not what the exercise asks for (the "
+                "prompt says which)."
+            ),
+            fix=(
+                "Return the type the prompt names: a Python `float` comes from a one-element "
+                "tensor with `.item()`."
+            ),
+        ),
+    ),
+)

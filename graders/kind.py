@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graders.diagnoses import Declared
 from graders.harness import Recorder
 from graders.judging import KindJudge
-from graders.report import Diagnosis
 from graders.trace import TraceShape
 
 if TYPE_CHECKING:
@@ -37,8 +37,9 @@ class ExerciseKind:
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
     `case_settings`: the case settings of `graders.exercises.KIND_SETTINGS` this kind reads; a
     case setting another is refused when the exercise loads, not silently ignored.
-    `diagnoses`: codes only this kind's models give, whose words speak of what it judges (a
-    scheduler, a checkpoint): on an exercise of another kind they are said as `incorrect` is.
+    `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
+    whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another
+    kind they are said as `incorrect` is.
     """
 
     name: str
@@ -50,7 +51,7 @@ class ExerciseKind:
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
     case_settings: frozenset[str] = frozenset()
-    diagnoses: tuple[Diagnosis, ...] = ()
+    diagnoses: tuple[Declared, ...] = ()
 
     @property
     def steps(self) -> bool:

@@ -23,6 +23,7 @@ from loopgrade_client.errors import (
     NotFound,
     Offline,
     Refused,
+    ServerBusy,
     TokenRejected,
     WaitAndRetry,
 )
@@ -36,6 +37,9 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 DEFAULT_WAIT_SECONDS = 600.0
 # A submission the connection dropped under is sent again with its Idempotency-Key this often.
 SUBMIT_ATTEMPTS = 3
+# A busy server's Retry-After is waited, and the submission sent again with its key, while the
+# waits add up to no more than this; a longer wait is the learner's to choose.
+SUBMIT_BUSY_WAIT_SECONDS = 180
 FINISHED = ("graded", "error")
 
 
@@ -185,11 +189,13 @@ class LoopgradeAPI:
     ) -> str:
         """Send code (or a `.py`/`.ipynb` file); returns the submission's id once stored.
 
-        One Idempotency-Key for all attempts: a retry after a dropped connection never makes
-        a second submission.
+        One Idempotency-Key for all attempts: a retry after a dropped connection, or after the
+        wait a busy server asked for (its Retry-After), never makes a second submission.
         """
         headers = {"Idempotency-Key": str(uuid.uuid4())}
-        for attempt in range(SUBMIT_ATTEMPTS):
+        busy_waited_seconds = 0
+        attempt = 0
+        while True:
             try:
                 if path is not None:
                     form = {"exercise": exercise, **({"course": course} if course else {})}
@@ -208,10 +214,16 @@ class LoopgradeAPI:
                     )
                 return _text(_object(answer, "the receipt").get("id"), "the submission's id")
             except Offline:
-                if attempt == SUBMIT_ATTEMPTS - 1:
+                attempt += 1
+                if attempt == SUBMIT_ATTEMPTS:
                     raise
-                time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
+                time.sleep(attempt)
+            except ServerBusy as busy:
+                wait = busy.retry_after_seconds
+                if wait is None or busy_waited_seconds + wait > SUBMIT_BUSY_WAIT_SECONDS:
+                    raise
+                time.sleep(wait)
+                busy_waited_seconds += wait
 
     def submission(self, submission_id: str) -> Submission:
         return Submission.from_json(self._json("GET", f"/api/v1/me/submissions/{submission_id}"))
@@ -306,7 +318,7 @@ class LoopgradeAPI:
             )
         if code == 503:
             wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return WaitAndRetry(
+            return ServerBusy(
                 f"the server is busy: {detail or 'try again later'}{wait}", retry_after
             )
         if 400 <= code < 500:

@@ -18,6 +18,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Case, Record, build_case, optimizer_state, type_name, values_of
@@ -167,9 +168,10 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         held = "no state" if _state_is_empty(resumed) else "another state"
         findings.fail(
             "optimizer-restored",
-            f"{at}: after `resume` the optimizer holds {held}, not the saved one: what it "
-            "keeps between steps (momentum, running averages) restarts. Save "
-            "`optimizer.state_dict()` too and load it with `optimizer.load_state_dict(...)`.",
+            f"{at}: after `resume` the optimizer holds {held} for the model's weight, not the "
+            "saved one. Save `optimizer.state_dict()` too and load it with "
+            "`optimizer.load_state_dict(...)`; load the weights into the model's own "
+            "parameters (`model.load_state_dict(...)`), the ones the optimizer holds.",
         )
     for index, (record, state) in enumerate(zip(learner.records[1:], right[1:], strict=True)):
         mine = as_tensor(record["weight"])
@@ -212,6 +214,68 @@ JUDGE = KindJudge(
     plots=plots,
 )
 
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="optimizer-state-lost",
+        hint=Hint(
+            where=(
+                "Look at what `save` puts in the dict, and what `resume` loads into the optimizer."
+            ),
+            what=(
+                "The optimizer's state (its momentum buffers) is not saved or not loaded, so "
+                "after a resume momentum starts again from nothing and training takes different "
+                "steps."
+            ),
+            fix="""Save and load both state dicts:
+
+```python
+def save(model, optimizer):
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+def resume(model, optimizer, state):
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+```""",
+            lesson="state-dicts",
+        ),
+        name="Optimizer state not restored",
+        words=(
+            "Your checkpoint does not bring back the optimizer's state for the model's weights: "
+            "after `resume` the optimizer holds no saved state (momentum buffers, running "
+            "averages) for them, so training does not go on as it would have. Save "
+            "`optimizer.state_dict()` with the model's, load it with "
+            "`optimizer.load_state_dict(...)`, and load the weights into the model's own "
+            "parameters (`model.load_state_dict(...)`), which the optimizer holds."
+        ),
+    ),
+    Declared(
+        code="model-not-restored",
+        hint=Hint(
+            where="Look at which model `resume` loads the saved weights into.",
+            what=(
+                "After `resume`, the model you were given does not hold the saved weights: they "
+                "were not loaded, or were loaded into another object."
+            ),
+            fix="""Load the saved weights into the model passed to `resume`:
+
+```python
+def resume(model, optimizer, state):
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+```""",
+            lesson="state-dicts",
+        ),
+        name="Model weights not restored",
+        words=(
+            "After `resume` the model you were given does not hold the saved weights. Load them "
+            "into it, `model.load_state_dict(state[...])`, rather than into a new model or a "
+            "copy."
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="checkpoint",
     summary="Saving a model and its optimizer, and resuming training from the saved state.",
@@ -220,5 +284,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=checkpoint_models,
     sandbox_helpers=(train_on, resumed_state),
-    diagnoses=("optimizer-state-lost", "model-not-restored"),
+    diagnoses=DIAGNOSES,
 )

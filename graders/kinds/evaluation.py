@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
@@ -228,6 +229,116 @@ JUDGE = KindJudge(
     plots=plots,
 )
 
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="missing-eval",
+        hint=Hint(
+            where="Look at the model's mode when its forward pass runs.",
+            what=(
+                "The forward pass ran in training mode, so dropout was still switching units "
+                "off at random and the loss is not the model's evaluation loss."
+            ),
+            fix="""Switch to evaluation mode before the forward pass:
+
+```python
+model.eval()
+with torch.no_grad():
+    loss = loss_fn(model(x), y).item()
+model.train()
+return loss
+```""",
+            lesson="eval-mode",
+        ),
+        name="Evaluated in training mode",
+        words=(
+            "Your function measured the model in training mode: dropout zeroed activations at "
+            "random, so the loss is not the model's. Call `model.eval()` before the forward "
+            "pass."
+        ),
+    ),
+    Declared(
+        code="gradients-in-evaluation",
+        hint=Hint(
+            where=(
+                "Look for `backward()`, `step()` or anything that writes to the weights in your "
+                "function."
+            ),
+            what=(
+                "Evaluation measures the model; it must not change it. Your function computed "
+                "gradients (or changed a weight), which leaves `.grad` filled for the next "
+                "training step."
+            ),
+            fix="""Only measure: no backward pass, no step:
+
+```python
+model.eval()
+with torch.no_grad():
+    loss = loss_fn(model(x), y).item()
+model.train()
+return loss
+```""",
+            lesson="no-grad",
+        ),
+        name="Trained while evaluating",
+        words=(
+            "Your function trains while it evaluates: it computed gradients (setting `.grad`) "
+            "or changed the weights. Evaluation only measures: a forward pass and the loss, "
+            "nothing more."
+        ),
+    ),
+    Declared(
+        code="missing-no-grad",
+        hint=Hint(
+            where="Look at whether autograd is recording while the forward pass runs.",
+            what=(
+                "The forward pass ran with gradient recording on, so autograd built a graph "
+                "nobody will use. Detaching the result afterwards is too late: the graph was "
+                "already built."
+            ),
+            fix="""Run the forward pass under `torch.no_grad()`:
+
+```python
+with torch.no_grad():
+    loss = loss_fn(model(x), y).item()
+```""",
+            lesson="no-grad",
+        ),
+        name="Graph recorded while evaluating",
+        words=(
+            "Your forward pass ran with gradient recording on, so autograd built a graph (and "
+            "kept the activations) for a backward pass that never comes. Run it inside `with "
+            "torch.no_grad():`."
+        ),
+    ),
+    Declared(
+        code="left-in-eval-mode",
+        hint=Hint(
+            where="Look at the model's mode when your function returns.",
+            what=(
+                "The model is left in evaluation mode, so the training that follows would run "
+                "with dropout switched off."
+            ),
+            fix="""Put the model back in training mode before returning:
+
+```python
+model.eval()
+with torch.no_grad():
+    loss = loss_fn(model(x), y).item()
+model.train()
+return loss
+```""",
+            lesson="eval-mode",
+        ),
+        name="Left in evaluation mode",
+        words=(
+            "Your function leaves the model in evaluation mode: the training that follows would "
+            "run without dropout. Call `model.train()` before returning."
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="evaluation",
     summary="A function that measures a model in evaluation mode, under no_grad, without "
@@ -238,5 +349,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=evaluation_models,
     sandbox_helpers=(build_evaluation_case,),
-    diagnoses=("missing-eval", "gradients-in-evaluation", "missing-no-grad", "left-in-eval-mode"),
+    diagnoses=DIAGNOSES,
 )

@@ -20,8 +20,8 @@ from app.grading.submissions import create_submission
 from app.models import RegradeReason, Submission
 from app.people.accounts import create_user
 from app.settings import Settings
-from graders import grading
-from graders.exercises import get_exercise
+from graders import grading, proving
+from graders.exercises import get_exercise, load_exercise
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 from tests.servers import running_server, wait_until_ready
 
@@ -37,6 +37,9 @@ def test_a_refused_folder_is_named_and_the_others_are_served(tmp_path: Path) -> 
     toml.write_text(toml.read_text().replace("weights-match = 3", "weights-matches = 3"))
     solution = folders / "adam-step" / "solution.py"
     solution.write_text(solution.read_text().replace("    optimizer.zero_grad()\n", ""))
+    # Proven here first, as check-exercises would: the server reads the kept proof (the tests'
+    # LOOPGRADE_PROOF_CACHE_DIR), and its start stays as short as any other test server's.
+    assert proving.proven_problems(load_exercise(folders / "adam-step"))
     log_path = tmp_path / "server.log"
     env = {**os.environ, "LOOPGRADE_EXERCISES_DIR": str(folders)}
     with running_server(tmp_path / "data", log_path, env) as (_, url):

@@ -93,7 +93,8 @@ SUBMIT = "/api/v1/me/submissions/upload"
         (EXERCISES, send(500, b"Internal Server Error"), "the server failed (500)"),
         (EXERCISES, send(401, b'{"detail": {"x": 1}}'), "refused your token"),
         (SUBMIT, send(429, b'{"detail": "slow down"}', {"Retry-After": "37"}), "in 37 s"),
-        (SUBMIT, send(503, b'{"detail": "graders busy"}', {"Retry-After": "30"}), "busy"),
+        # Beyond the waits the client makes by itself (SUBMIT_BUSY_WAIT_SECONDS).
+        (SUBMIT, send(503, b'{"detail": "graders busy"}', {"Retry-After": "3600"}), "busy"),
         (SUBMIT, send(503, b"", {"Retry-After": "soon; rm -rf"}), "the server is busy"),
         (SUBMIT, send(202, b'{"id": 12}'), "no text for the submission's id"),
         (SUBMIT, send(302, b"", {"Location": "http://example.com/"}), "answered 302"),
@@ -151,3 +152,29 @@ def test_a_broken_progress_stream_and_a_forged_result_are_handled(
         "<svg",
     ):
         assert safe_svg(hostile) is None
+
+
+def test_a_busy_server_s_retry_after_is_waited_and_the_submission_sent_again_with_its_key(
+    installed_client: Installed, fake_server: tuple[str, dict[str, Answer]], tmp_path: Path
+) -> None:
+    url, answers = fake_server
+    keys: list[str | None] = []
+    busy = send(503, b'{"detail": "graders busy"}', {"Retry-After": "1"})
+    accepted = send(202, b'{"id": "s1", "status": "queued"}')
+
+    def busy_twice(handler: BaseHTTPRequestHandler) -> None:
+        keys.append(handler.headers.get("Idempotency-Key"))
+        (busy if len(keys) <= 2 else accepted)(handler)
+
+    answers[SUBMIT] = busy_twice
+    answers["/api/v1/me/submissions/s1/events"] = send(200, b"event: done\ndata: {}\n\n")
+    answers["/api/v1/me/submissions/s1"] = send(
+        200, json.dumps({"id": "s1", "exercise": "x", "status": "graded", "checks": []}).encode()
+    )
+    code = tmp_path / "step.py"
+    code.write_text(CORRECT_CODE)
+    config = login_file(tmp_path, url)
+    result = run(installed_client, config, "submit", str(code), "--exercise", "x")
+    assert len(keys) == 3, result.stderr
+    assert keys[0] and len(set(keys)) == 1  # one submission, however many tries
+    assert "busy" not in result.stderr

@@ -93,7 +93,7 @@ def test_a_change_of_the_kind_module_is_a_new_version(
     before = {e.id: e.version for e in loaded_exercises()[0]}
     module = sys.modules[step_function.__name__]
     changed = tmp_path / "step_function.py"
-    changed.write_text(Path(str(module.__file__)).read_text() + "\n# judged differently\n")
+    changed.write_text(Path(str(module.__file__)).read_text() + "\nJUDGED_DIFFERENTLY = True\n")
     monkeypatch.setattr(module, "__file__", str(changed))
     exercises._loaded.cache_clear()
     after = {e.id: e.version for e in loaded_exercises()[0]}
@@ -116,7 +116,9 @@ def test_a_change_of_a_shared_judging_module_is_a_new_version_of_every_exercise(
     (copy / "cli.py").write_text((copy / "cli.py").read_text() + "\n# said differently\n")
     exercises._loaded.cache_clear()
     assert {e.id: e.version for e in loaded_exercises()[0]} == before
-    (copy / "replay.py").write_text((copy / "replay.py").read_text() + "\n# judged differently\n")
+    (copy / "replay.py").write_text(
+        (copy / "replay.py").read_text() + "\nJUDGED_DIFFERENTLY = True\n"
+    )
     exercises._loaded.cache_clear()
     after = {e.id: e.version for e in loaded_exercises()[0]}
     assert after.keys() == before.keys() == set(ALL_IDS)

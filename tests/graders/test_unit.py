@@ -711,7 +711,9 @@ def test_check_messages_say_what_was_seen_and_what_it_means() -> None:
     )
     fresh = next(c for c in report.checks if c.id == "fresh-gradients")
     assert "case `two-micro-batches`, call 2" in fresh.message
-    assert "accumulated" in fresh.message
+    assert "this call's gradient plus what `.grad` held before the call" in fresh.message
+    # A cause, said because the recorded calls bear it out: no zero_grad() before backward().
+    assert "Nothing cleared `.grad` before this call's `backward()`" in fresh.message
 
 
 def copy_exercise(tmp_path: Path, exercise_id: str) -> Path:

@@ -1,4 +1,4 @@
-# expect: incorrect, score 3-3
+# expect: clip-norm-constant, score 3-3
 import torch
 
 
