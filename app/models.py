@@ -577,7 +577,32 @@ class HintOpen(Base):
     """A hint a learner opened on a result: which diagnosis and level, from which submission."""
 
     __tablename__ = "hint_opens"
-    __table_args__ = (Index("ix_hint_opens_course_exercise", "course_id", "exercise_id"),)
+    __table_args__ = (
+        Index("ix_hint_opens_course_exercise", "course_id", "exercise_id"),
+        # A level opens once (migration 0025); practice's course is NULL, which a plain unique
+        # index never counts as equal.
+        Index(
+            "uq_hint_opens_course_opening",
+            "user_id",
+            "course_id",
+            "exercise_id",
+            "diagnosis",
+            "level",
+            unique=True,
+            sqlite_where=text("course_id IS NOT NULL"),
+            postgresql_where=text("course_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_hint_opens_practice_opening",
+            "user_id",
+            "exercise_id",
+            "diagnosis",
+            "level",
+            unique=True,
+            sqlite_where=text("course_id IS NULL"),
+            postgresql_where=text("course_id IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)

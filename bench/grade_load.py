@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import itertools
 import json
@@ -64,6 +65,7 @@ import math
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -345,6 +347,9 @@ class Independent:
     idle_seconds: float = 0.0  # nothing queued or being graded while a client still waited
     correct: int = 0
     correct_late: int = 0  # correct, released after its hidden part's first delay
+    # The server's and its sandboxes' CPU over the class, its refusals and retries included,
+    # per grading (--class: what sizing needs, docs/operations.md).
+    cpu_seconds_per_grading: float = 0.0
 
 
 def idle_seconds(started: float, spans: list[tuple[float, float]]) -> float:
@@ -378,7 +383,7 @@ def first_delays() -> dict[str, float]:
 def independent_clients(
     client: Client,
     jobs: list[tuple[str, str]],
-    log: Path | None = None,
+    logs: list[Path] | None = None,
     delays: dict[str, float] | None = None,
 ) -> Independent:
     """Each job posted at once by a client of its own, on a new connection per attempt."""
@@ -423,7 +428,9 @@ def independent_clients(
             for body in bodies
         ],
     )
-    released = released_after(log) if log is not None else {}
+    released: dict[str, float] = {}
+    for log in logs or []:
+        released |= released_after(log)
     for body in bodies:
         if body["diagnosis"] == "correct":
             seen.correct += 1
@@ -547,7 +554,10 @@ def measure(
         sampling = False
         sampler.join()
         independent_seen = independent_clients(
-            client, list(itertools.islice(itertools.cycle(load), independent)), log, first_delays()
+            client,
+            list(itertools.islice(itertools.cycle(load), independent)),
+            [log],
+            first_delays(),
         )
         return Measured(
             latencies_seconds=sorted(latencies),
@@ -575,19 +585,102 @@ def measure_classes(
     the settings' queue cap (or `queue_cap`): each client once, resent after its Retry-After."""
     load = mixed_load()
     backend, pool_size = BACKENDS["pool"]
-    with server(backend, pool_size, worker_count, checkout, queue_cap) as (_, url, key, log):
+    with server(backend, pool_size, worker_count, checkout, queue_cap) as (process, url, key, log):
         client = Client(url, key)
         warm_up(client)
         delays = first_delays()
-        return [
-            independent_clients(
-                client, list(itertools.islice(itertools.cycle(load), size)), log, delays
+        classes = []
+        for size in sizes:
+            cpu_before = tree_cpu_seconds(process.pid)
+            seen = independent_clients(
+                client, list(itertools.islice(itertools.cycle(load), size)), [log], delays
             )
-            for size in sizes
-        ]
+            seen.cpu_seconds_per_grading = (tree_cpu_seconds(process.pid) - cpu_before) / size
+            classes.append(seen)
+        return classes
+
+
+def measure_celery_classes(size: int, hosts: int, worker_count: int | None) -> list[Independent]:
+    """A class of `size` graded by Celery workers on PostgreSQL and Redis (/work/svc/env's
+    LOOPGRADE_TEST_POSTGRES_URL and LOOPGRADE_TEST_REDIS_URL): the web process grades nothing
+    and refuses beyond the settings' queue cap; first with one worker host, then with `hosts`.
+    A host here is a `loopgrade worker` with one pool slot (a core's worth) and its own data
+    directory; they share the database and the broker's queue."""
+    from app.db import upgrade_database
+    from app.settings import with_psycopg_driver
+    from tests.services import create_database, drop_database
+
+    admin_url = with_psycopg_driver(os.environ["LOOPGRADE_TEST_POSTGRES_URL"])
+    name = f"grade_load_{os.getpid()}"
+    drop_database(admin_url, name)
+    shared = {
+        "LOOPGRADE_DATABASE_URL": create_database(admin_url, name),
+        "LOOPGRADE_BROKER_URL": os.environ["LOOPGRADE_TEST_REDIS_URL"],
+        "LOOPGRADE_WORKER_QUEUE": f"grade-load-{uuid.uuid4().hex[:12]}",
+    }
+    upgrade_database(shared["LOOPGRADE_DATABASE_URL"])
+    load = mixed_load()
+    workers: list[subprocess.Popen[bytes]] = []
+    root = Path(tempfile.mkdtemp(prefix="grade-load-hosts-"))
+
+    def start_host() -> None:
+        env = {**os.environ, **shared, "LOOPGRADE_SANDBOX": "bwrap",
+               "LOOPGRADE_SANDBOX_POOL_SIZE": "1",
+               "LOOPGRADE_DATA_DIR": str(root / f"host-{len(workers)}")}  # fmt: skip
+        if worker_count is not None:
+            env["LOOPGRADE_WORKER_COUNT"] = str(worker_count)
+        log = (root / f"host-{len(workers)}.log").open("ab")
+        command = [sys.executable, "-m", "app.cli", "worker"]
+        workers.append(
+            subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    try:
+        os.environ.update(shared)  # the web process (server() passes os.environ on)
+        with server("bwrap", 0, None, REPO, None) as (_, url, key, log):
+            client = Client(url, key)
+            delays = first_delays()
+            classes = []
+            for count in (1, hosts):
+                while len(workers) < count:
+                    start_host()
+                wait_ready(sorted(root.glob("host-*.log")))
+                warm_up(client)
+                jobs = list(itertools.islice(itertools.cycle(load), size))
+                logs = [log, *sorted(root.glob("host-*.log"))]
+                classes.append(independent_clients(client, jobs, logs, delays))
+            return classes
+    finally:
+        for name_ in shared:
+            os.environ.pop(name_, None)
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(timeout=60)
+        drop_database(admin_url, name)
+        print(f"  (worker logs: {root})", file=sys.stderr)
+
+
+def wait_ready(logs: list[Path]) -> None:
+    """Until every worker host's log says its trusted trajectories are computed (it takes
+    tasks from then on)."""
+    deadline = time.monotonic() + 600
+    while not all("trusted trajectories are computed" in each.read_text() for each in logs):
+        if time.monotonic() > deadline:
+            sys.exit(f"worker hosts not ready after 600 s: {logs}")
+        time.sleep(1)
 
 
 def class_rows(seen: Independent) -> list[tuple[str, str]]:
+    cpu = f"{seen.cpu_seconds_per_grading:.3f}" if seen.cpu_seconds_per_grading else "-"
     return [
         ("  202 / 503 at once", f"{seen.accepted_at_once} / {seen.refused_at_once}"),
         ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
@@ -596,6 +689,7 @@ def class_rows(seen: Independent) -> list[tuple[str, str]]:
         ("  all graded in s", f"{seen.all_graded_seconds:.1f}"),
         ("  graders idle s", f"{seen.idle_seconds:.1f}"),
         ("  correct released late", f"{seen.correct_late} of {seen.correct}"),
+        ("  CPU s per grading, all in", cpu),  # --class only
     ]
 
 
@@ -615,6 +709,23 @@ def main_classes(args: argparse.Namespace) -> None:
         rows = {name: class_rows(seen[index]) for name, seen in results.items()}
         for row, (label, _) in enumerate(next(iter(rows.values()))):
             print(f"{label:28}" + "".join(f"{cells[row][1]:>16}" for cells in rows.values()))
+
+
+def main_celery(args: argparse.Namespace) -> None:
+    """--class N --celery-hosts H: one class graded by one Celery worker host, then by H."""
+    size = args.classes[0]
+    print(f"a class of {size}: one worker host, then {args.celery_hosts} ...", file=sys.stderr)
+    one, many = measure_celery_classes(size, args.celery_hosts, args.worker_count)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"class of {size}, Celery on PostgreSQL"
+        + " " * 4
+        + f"{'1 host':>16}{args.celery_hosts:>10} hosts"
+    )
+    for (label, a), (_, b) in zip(class_rows(one), class_rows(many), strict=True):
+        print(f"{label:28}{a:>16}{b:>16}")
+    for seen in (one, many):
+        print(f"  gradings a second: {size / seen.all_graded_seconds:.1f}")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -666,7 +777,15 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="--class: also a checkout of another revision, first"
     )
+    parser.add_argument(
+        "--celery-hosts",
+        type=int,
+        help="--class N: Celery worker hosts on PostgreSQL + Redis, graded by one, then by these",
+    )
     args = parser.parse_args()
+    if args.classes and args.celery_hosts:
+        main_celery(args)
+        return
     if args.classes:
         main_classes(args)
         return

@@ -28,7 +28,7 @@ from graders.explanation import (
     agrees,
     same_numbers,
 )
-from graders.feedback import explanation
+from graders.feedback import ANOTHER_FIT, OTHER, SECOND
 from graders.judging import (
     call_stream,
     same_trace,
@@ -45,6 +45,7 @@ class Verdict:
     diagnosis: Diagnosis
     note: str
     also: tuple[Diagnosis, ...] = ()
+    said: tuple[str, ...] = ()  # "second:CODE", "other:CODE": rendered from their codes
 
 
 def diagnose(
@@ -193,16 +194,17 @@ def verdict(
         return Verdict("incorrect", "")
     main, *others = by_code.values()
     parts = [note(main)] if note(main) else []
-    for code in main.codes[1:]:
-        parts.append(
-            f"Your code makes a second mistake as well (`{code}`): {explanation(code, exercise)}"
-        )
+    # A second mistake, or another fit told in its code's words, is stored as its code and
+    # said when the grade is read (graders.feedback.render); a fit's note is a fact, kept.
+    keys = [f"{SECOND}:{code}" for code in main.codes[1:]]
     for other in others:
-        parts.append(
-            "Another explanation fits your numbers and your calls just as well "
-            f"(`{other.codes[0]}`): {note(other) or explanation(other.codes[0], exercise)}"
-        )
-    return Verdict(main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others))
+        if note(other):
+            parts.append(f"{ANOTHER_FIT.format(code=other.codes[0])}{note(other)}")
+        else:
+            keys.append(f"{OTHER}:{other.codes[0]}")
+    return Verdict(
+        main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others), tuple(keys)
+    )
 
 
 # The diagnoses this module gives (graders.diagnoses).

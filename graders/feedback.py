@@ -11,7 +11,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from graders.diagnoses import declared, owner
+from graders.diagnoses import declared, owner, registry
 from graders.exercises import Exercise
 
 # Bidirectional overrides and isolates reorder what is shown around them; other invisible
@@ -114,12 +114,28 @@ def explanation(code: str, exercise: Exercise) -> str:
     return f"{text} {ORDER}" if kind.steps and record.order else text
 
 
-def render(facts: str, diagnosis: str, exercise: Exercise, claims: Sequence[str] = ()) -> str:
-    """A grade's feedback from what it stores: its facts, then the words of its diagnosis and
-    of each claim that held (`graders.claims`; a key this version does not know is left out).
-    Made when the grade is read, so rewording a diagnosis changes no stored grade."""
+# Keys of what a grade says besides its diagnosis, with a diagnosis's code after the colon.
+SECOND, OTHER = "second", "other"
+ANOTHER_FIT = "Another explanation fits your numbers and your calls just as well (`{code}`): "
+SAID_WITH_CODE = {
+    SECOND: "Your code makes a second mistake as well (`{code}`): ",
+    OTHER: ANOTHER_FIT,
+}
+
+
+def render(facts: str, diagnosis: str, exercise: Exercise, keys: Sequence[str] = ()) -> str:
+    """A grade's feedback from what it stores: its facts, then the words of its diagnosis, of
+    a second mistake or another fit (`second:CODE`, `other:CODE`) and of each claim that held
+    (`graders.claims`); a key this version does not know is left out. Made when the grade is
+    read, so rewording a diagnosis changes no stored grade."""
     from graders.claims import claim  # the claims' module is a leaf; this keeps it one
 
-    said = [claim(key) for key in claims]
-    parts = [facts, explanation(diagnosis, exercise), *(c.words for c in said if c is not None)]
+    parts = [facts, explanation(diagnosis, exercise)]
+    for key in keys:
+        kind, _, code = key.partition(":")
+        said = claim(key)
+        if said is not None:
+            parts.append(said.words)
+        elif kind in SAID_WITH_CODE and code in registry():
+            parts.append(SAID_WITH_CODE[kind].format(code=code) + explanation(code, exercise))
     return "\n\n".join(part for part in parts if part)

@@ -275,6 +275,18 @@ def grade_with_release(
     return Graded(report, hidden.started_monotonic + after, hidden.started_monotonic)
 
 
+def judge_visible_trace(exercise: Exercise, payload: bytes) -> GradeReport:
+    """The report on the visible cases alone of a trace the harness recorded elsewhere
+    (`loopgrade-client check` runs it on the learner's computer): this grader's own judging,
+    diagnosis and words for those cases. The trace is hostile data, read as a sandbox's is;
+    no hidden case takes part, and the report is shown, never stored or scored."""
+    visible = [case for case in exercise.cases if not case.hidden]
+    # Its own version: the trusted trajectories cached for it are of the visible cases alone.
+    part = exercise.model_copy(update={"cases": visible, "version": f"{exercise.version}+visible"})
+    result = dataclasses.replace(NEVER_ASKED, exit_code=0, payload=payload)
+    return grade_runs(part, [(visible, result)], GRADING_LIMITS)
+
+
 def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:
     """The groups of cases a grading runs apart: the visible ones, then the hidden ones."""
     return [
@@ -708,6 +720,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
     claims = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else []
+    claims += verdict.said
     facts = "\n\n".join(part for part in (first_failure, verdict.note) if part)
     plots: list[PlotSeries] = [
         plot

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,12 @@ from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 
 log = logging.getLogger(__name__)
+
+# The mutant that gives clip_grad_norm_ a used-up generator (mutation.PATTERNS) makes torch warn
+# that nothing was clipped: that is the mistake it stands for, not news for the operator.
+warnings.filterwarnings(
+    "ignore", message=r"`parameters` is an empty generator", category=UserWarning
+)
 
 
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
@@ -116,7 +123,10 @@ class Soundness:
         return [
             v.mutant
             for v in self.mutants
-            if v.report is not None and v.report.score >= v.report.max_score and not v.mutant.right
+            # Every check, those with no points too (a fact the code could forge teaches).
+            if v.report is not None
+            and all(c.passed for c in v.report.checks)
+            and not v.mutant.right
         ]
 
     def only_incorrect(self) -> list[Mutant]:
@@ -300,7 +310,7 @@ def soundness(exercise: Exercise) -> Soundness:
     for mutant in found.survivors():
         problems.append(
             f"{exercise.id}: a mutant of the reference changes what the harness records but "
-            f"scores full marks ({mutant.describe()})"
+            f"passes every check ({mutant.describe()})"
         )
     return found
 

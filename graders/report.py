@@ -85,7 +85,9 @@ class GradeReport(BaseModel):
         "diagnosis and of the claims, rendered when read.",
     )
     claims: list[str] = Field(
-        default=[], description="The claims (graders.claims) that held of this submission."
+        default=[],
+        description="What else is said, by key: the claims that held (graders.claims), a "
+        "second mistake (`second:CODE`), another diagnosis that fits (`other:CODE`).",
     )
     plots: list[PlotSeries] = []
     output: str = Field(default="", description="What the code printed in the visible cases.")

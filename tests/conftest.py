@@ -43,6 +43,7 @@ from app.db import upgrade_database
 from app.grading.queue import open_grading_runner as open_grading_runner_of_settings
 from app.reactions import install_reactions
 from app.settings import Settings, sqlite_database_url, with_psycopg_driver
+from graders.exercises import list_exercises
 from graders.grading import POOL_PROGRAM
 from tests.services import (
     create_database,
@@ -62,6 +63,10 @@ install_reactions()
 os.environ.setdefault(
     "LOOPGRADE_PROOF_CACHE_DIR", str(Path(tempfile.gettempdir()) / "loopgrade-test-proofs")
 )
+# Proven now, before any test starts a server, whose start reads the proofs: after a change of
+# the grader's code every exercise is proven afresh, for longer than a test server may take
+# to start on a loaded machine.
+list_exercises()
 
 TEST_DATABASE_URL = with_psycopg_driver(os.environ.get("LOOPGRADE_TEST_DATABASE_URL", ""))
 REQUIRE_SERVICES = bool(os.environ.get("LOOPGRADE_REQUIRE_SERVICES"))

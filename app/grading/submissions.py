@@ -187,8 +187,9 @@ def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_pract
             ahead=waiting - room + 1, per_second=gradings_per_second(session)
         )
         raise QueueFull(
-            f"The graders are busy: {waiting} submissions are waiting to be graded. Yours was "
-            f"not stored; send it again in {retry_after} s.",
+            f"The graders are busy: {waiting} "
+            f"{'submission is' if waiting == 1 else 'submissions are'} waiting to be graded. "
+            f"Yours was not stored; send it again in {retry_after} s.",
             retry_after,
         )
 

@@ -27,8 +27,9 @@ from loopgrade_client.errors import (
     TokenRejected,
     WaitAndRetry,
 )
+from loopgrade_client.local_check import checked_kit
 
-# The largest JSON answer read (a practice kit with its harness is tens of KiB).
+# The largest JSON answer read (a practice kit is a few KiB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # One line of the progress stream (`done` carries the rendered result) and the whole stream.
 MAX_EVENT_LINE_BYTES = 1024 * 1024
@@ -95,6 +96,9 @@ class Submission:
     page_url: str
     charts_svg: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    # The hints the learner may open for the diagnosis, and the first one (markdown).
+    hint_count: int = 0
+    first_hint: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -128,7 +132,7 @@ class Submission:
             )
         optional_text = {
             name: _text(data[name], name) if data.get(name) is not None else None
-            for name in ("diagnosis", "diagnosis_text", "feedback")
+            for name in ("diagnosis", "diagnosis_text", "feedback", "first_hint")
         }
         return cls(
             id=_text(data.get("id"), "the submission's id"),
@@ -140,6 +144,7 @@ class Submission:
             page_url=_text(data.get("page_url", ""), "the page's address"),
             charts_svg=[_text(v, "a chart") for v in _list(data.get("charts_svg", []), "charts")],
             notices=[_text(v, "a notice") for v in _list(data.get("notices", []), "notices")],
+            hint_count=int(_number(data.get("hint_count"), "the hints' count") or 0),
             raw=data,
             **optional_text,
         )
@@ -229,12 +234,26 @@ class LoopgradeAPI:
         return Submission.from_json(self._json("GET", f"/api/v1/me/submissions/{submission_id}"))
 
     def practice_kit(self, exercise: str) -> dict[str, Any]:
-        kit = _object(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"), "kit")
-        for name in ("harness", "kind", "entry_point"):
-            _text(kit.get(name), name)
-        _list(kit.get("cases"), "cases")
-        _object(kit.get("reference"), "the reference")
-        return kit
+        """The exercise's visible cases and the reference's records, checked (checked_kit)."""
+        return checked_kit(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"))
+
+    def practice_check(self, exercise: str, trace: dict[str, Any]) -> dict[str, Any]:
+        """The server's diagnosis and words for a trace of the visible cases (not a grade)."""
+        answer = _object(
+            self._json(
+                "POST", f"/api/v1/me/exercises/{exercise}/practice-check", json={"trace": trace}
+            ),
+            "the check",
+        )
+        for name in ("diagnosis", "diagnosis_text", "feedback"):
+            _text(answer.get(name), name)
+        for check in _list(answer.get("checks"), "checks"):
+            check = _object(check, "a check")
+            _text(check.get("id"), "a check's id")
+            _text(check.get("message"), "a check's message")
+            if not isinstance(check.get("passed"), bool):
+                raise BadAnswer("the server's answer has no pass or fail for a check")
+        return answer
 
     def wait(self, submission_id: str, *, max_seconds: float = DEFAULT_WAIT_SECONDS) -> Submission:
         """Follow the submission's progress stream until it is done; then read it."""
@@ -305,22 +324,22 @@ class LoopgradeAPI:
         code = response.status_code
         retry_after = _retry_after(response.headers.get("retry-after"))
         if code == 401:
+            # loopgrade's own detail says what to do; said once, not twice.
             return TokenRejected(
-                f"the server refused your token: {detail or 'it is not valid'}. "
-                "Run 'loopgrade-client login URL' with a new one."
+                f"the server refused your token: {detail}"
+                if detail
+                else "the server refused your token: create a new one and run "
+                "'loopgrade-client login URL' again"
             )
         if code == 404:
             return NotFound(detail or "not found")
-        if code == 429:
-            wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return WaitAndRetry(
-                f"rate limit reached: {detail or 'too many submissions'}{wait}", retry_after
-            )
-        if code == 503:
-            wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return ServerBusy(
-                f"the server is busy: {detail or 'try again later'}{wait}", retry_after
-            )
+        if code in (429, 503):
+            what = "rate limit reached" if code == 429 else "the server is busy"
+            said = f"{what}: {detail or 'try again later'}"
+            # loopgrade's detail names the wait already ("... again in 30 s."): said once.
+            if retry_after is not None and f"{retry_after} s" not in said:
+                said = f"{said.rstrip('.')}; try again in {retry_after} s"
+            return (WaitAndRetry if code == 429 else ServerBusy)(said, retry_after)
         if 400 <= code < 500:
             return Refused(detail or f"the server refused the request ({code})")
         return ClientError(f"the server failed ({code}): try again later, or tell your instructor")

@@ -130,8 +130,11 @@ def expected_loss(spec: CaseSpec) -> float:
 CHECKS = {
     "runs": "Every case ran to the end.",
     "loss-correct": "Returns the model's loss in evaluation mode.",
-    "eval-mode": "Every forward pass ran in evaluation mode: dropout off.",
-    "no-graph": "No forward pass recorded an autograd graph (`torch.no_grad()`).",
+    "eval-mode": "The loss you returned is the one with dropout off (evaluation mode).",
+    # Nothing the grader can check shows a graph (a returned float carries none): this check
+    # teaches, with no points (docs/security.md).
+    "no-graph": "No forward pass recorded an autograd graph (`torch.no_grad()`), as far as the "
+    "harness saw: this check carries no points.",
     "gradients-untouched": "No `.grad` was set and no weight changed.",
     "training-mode-restored": "The model is back in training mode, and gradient recording on, "
     "afterwards.",
@@ -151,13 +154,19 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             "loss-correct",
             f"{at}: you returned {shown}; the model's loss in evaluation mode is {right:.6g}.",
         )
-    if record["forwards"] == 0:
-        findings.fail("eval-mode", f"{at}: your function never ran the model.")
-    elif record["train_forwards"]:
+        # eval-mode is decided from the value alone (DESIGN.md, invariant 9): the forwards are
+        # counted by the harness's hooks, which the code can blind. Dropout active changes the
+        # loss; the forwards seen in training mode only say why.
+        seen = ""
+        if record["train_forwards"]:
+            seen = (
+                f" {int(record['train_forwards'])} of your {int(record['forwards'])} forward "
+                "passes ran in training mode: dropout was active. Call `model.eval()` first."
+            )
         findings.fail(
             "eval-mode",
-            f"{at}: {int(record['train_forwards'])} of your {int(record['forwards'])} forward "
-            "passes ran in training mode: dropout was active. Call `model.eval()` first.",
+            f"{at}: your loss, {shown}, is not the model's loss in evaluation mode, so it does "
+            f"not show that dropout was off.{seen}",
         )
     if record["graph_forwards"]:
         findings.fail(
@@ -197,14 +206,19 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
 
 def evaluation_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
     """The mistakes the recorded facts show, in the lesson's order. Each is a fact of the run
-    (a forward in training mode, a graph recorded, a gradient set, the mode left): the loss
-    is not needed to say them."""
+    (a forward in training mode that changed the loss, a graph recorded, a gradient set, the
+    mode left)."""
     found: set[Diagnosis] = set()
     for spec in exercise.cases:
         record = traces[spec.id].records[0] if traces[spec.id].records else None
         if record is None:
             return []
-        if record["train_forwards"]:
+        value = record["value"]
+        # A forward in training mode beside the one that gave the right loss is not the
+        # mistake: the loss must show dropout active.
+        if record["train_forwards"] and (
+            value is None or not within_tolerance(value, expected_loss(spec))
+        ):
             found.add("missing-eval")
         if record["graph_forwards"]:
             found.add("missing-no-grad")

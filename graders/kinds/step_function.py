@@ -249,9 +249,9 @@ def clipped(
     return weight.grad, bias.grad
 
 
-# The optimizer's state fields, in the learner's words.
+# The optimizer's state fields, in the learner's words, each after "the optimizer's".
 _STATE_NAMES = {
-    "momentum": "the momentum buffer",
+    "momentum": "momentum buffer",
     "exp_avg": "`exp_avg` (the running mean of the gradients)",
     "exp_avg_sq": "`exp_avg_sq` (the running mean of their squares)",
     "max_exp_avg_sq": "`max_exp_avg_sq`",

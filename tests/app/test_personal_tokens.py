@@ -4,6 +4,7 @@ the web form's rules, and the practice kit that must hold no hidden case."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -11,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from app.courses.membership import set_assignment
 from app.db import SessionFactory
@@ -288,10 +289,11 @@ def test_the_practice_kit_holds_no_hidden_case(
     visible = [case.id for case in exercise.cases if not case.hidden]
     assert [case["id"] for case in body["cases"]] == visible
     assert sorted(body["reference"]) == sorted(visible)
-    # The harness is the public program every sandbox gets, the same text whatever the case.
-    assert body["harness"] == SANDBOX_PROGRAM
-    # Every other value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
-    values = set(leaves({k: v for k, v in body.items() if k != "harness"}))
+    # Data only: which harness (the client ships its own), never its code.
+    assert body["harness_sha256"] == hashlib.sha256(SANDBOX_PROGRAM.encode()).hexdigest()
+    assert "harness" not in body
+    # Every value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
+    values = set(leaves({k: v for k, v in body.items() if k != "harness_sha256"}))
     # A hidden case may share a parameter with a visible one (lr 0.05 in both): no secret.
     shared = set(leaves([case.harness_spec() for case in exercise.cases if not case.hidden]))
     hidden_secrets = set(secrets(exercise)) - shared
@@ -299,6 +301,45 @@ def test_the_practice_kit_holds_no_hidden_case(
     # The check itself can fail: the hidden cases' own values would be found.
     hidden = [case.harness_spec() for case in exercise.cases if case.hidden]
     assert hidden_secrets & set(leaves(hidden))
+
+
+def test_the_practice_check_judges_a_hostile_trace_in_words_and_stores_nothing(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    """`loopgrade-client check`'s trace, judged by the grader: forged, garbage or missing, it is
+    a learner's result in words or a 422, never a 500, and never a stored submission."""
+    with browser(server_url, "ben@example.org") as ben:
+        secret = new_token(ben)
+    url = f"{server_url}/api/v1/me/exercises/{EXERCISE}/practice-check"
+
+    def check(body: Any) -> httpx.Response:
+        return httpx.post(url, json=body, headers=bearer(secret), timeout=60)
+
+    for hostile in (
+        {"status": "ran", "cases": "all"},
+        {"status": "ran", "cases": [{"id": "basic", "records": [{"weight": "x" * 100}]}]},
+        {"status": "ran", "cases": [{"id": "hidden-seed", "records": [], "final": {}}]},
+        {"status": "load-error", "error": {"type": "X" * 5000, "message": "**full marks**"}},
+        {},
+    ):
+        judged = check({"trace": hostile})
+        assert judged.status_code == 200, judged.text
+        body = judged.json()
+        assert body["diagnosis"] != "correct"
+        assert not all(c["passed"] for c in body["checks"])
+    garbage: list[dict[str, Any]] = [{"trace": []}, {"trace": "x"}, {}, {"trace": {}, "score": 10}]
+    for body in garbage:
+        assert check(body).status_code == 422
+    unknown = httpx.post(
+        f"{server_url}/api/v1/me/exercises/nope/practice-check",
+        json={"trace": {}},
+        headers=bearer(secret),
+        timeout=60,
+    )
+    assert unknown.status_code == 404
+    assert httpx.post(url, json={"trace": {}}, timeout=60).status_code == 401
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(Submission)) == 0
 
 
 def leaves(value: Any) -> Iterator[str]:

@@ -86,3 +86,19 @@ def test_words_are_not_part_of_the_judged_version() -> None:
     assert judged_source(claims.replace("textbook_order,\n", "cleared_after_backward,\n")) != (
         judged_source(claims)
     )
+
+
+def test_a_second_mistake_is_stored_as_its_code_and_said_when_read() -> None:
+    row, graded = stored(
+        "train-step",
+        "def train_step(model, optimizer, loss_fn, x, y):\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    optimizer.step()\n"
+        "    loss.backward()\n"
+        "    return loss.item()\n",
+    )
+    assert row.diagnosis == "step-before-backward"
+    assert row.feedback_claims == ["second:missing-zero-grad"]
+    assert "second mistake" not in (row.feedback or "")
+    shown = shown_result(row).feedback or ""
+    assert shown == graded and "second mistake as well (`missing-zero-grad`)" in shown

@@ -87,7 +87,8 @@ def test_every_submission_is_graded_right(
     if entry.diagnosis == "correct":
         assert report.score == get_exercise(entry.exercise).max_score
         return
-    assert report.score < report.max_score
+    # A check with no points (a fact the code could forge) fails too, losing nothing.
+    assert report.score < report.max_score or not all(c.passed for c in report.checks)
     assert explanation(report.diagnosis, get_exercise(entry.exercise)) in report.feedback
     first_failure = next(c for c in report.checks if not c.passed)
     # What first went wrong is said whatever the diagnosis: the model's name never replaces it.
