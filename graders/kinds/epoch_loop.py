@@ -446,6 +446,7 @@ KIND = ExerciseKind(
     name="epoch-loop",
     summary="A loop over epochs with a learning-rate scheduler; returns each epoch's mean loss.",
     record=record_epochs,
+    case_settings=frozenset({"epochs", "lr_step_size", "lr_gamma"}),
     trace=TRACE,
     judge=JUDGE,
     models=scheduler_models,
