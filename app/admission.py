@@ -3,8 +3,12 @@
 Each request joins one lane (`Lane`): writes, reads, or the operator's probes. A lane admits
 `capacity` requests at once; up to `WAITING_PER_SLOT` more per slot wait at most
 `admission_wait_seconds` for a slot, holding nothing but their socket; the rest are answered
-at once with 503, `Retry-After` and a sentence. Reads and probes have lanes of their own, so a
-result page, /healthz and /readyz answer while submissions are refused.
+at once with 503, a sentence and `Retry-After` from the lane's line and its measured drain rate
+(app/retry_after.py). Reads and probes have lanes of their own, so a result page and /readyz
+answer while submissions are refused; /readyz goes first in its lane's line.
+
+/healthz is answered here, before any lane: it needs no slot, no thread and no database, so a
+load balancer's liveness probe is never refused beside a crowd of clients.
 
 A request's body is read whole before it asks for a slot (within `request_body_timeout_seconds`,
 else 408): a client sending its body slowly holds only its own socket, never a slot.
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,15 +39,18 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.lti.framing import FRAME_ANCESTORS_RELOADS
+from app.retry_after import DrainMeter, ReturnSchedule
 from app.settings import Settings
 from app.web.events import STREAM_READ_THREADS
 
 # Requests that may wait for a slot, per slot of the lane; beyond them a 503 comes at once.
 WAITING_PER_SLOT = 8
-# The operator's probes (/healthz, /readyz, /metrics) in flight at once.
+# The operator's probes (/readyz, /metrics) in flight at once.
 OPERATIONS_IN_FLIGHT = 4
-OPERATIONS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-BUSY_RETRY_AFTER_SECONDS = 2
+OPERATIONS_PATHS = frozenset({"/readyz", "/metrics"})
+LIVENESS_PATH = "/healthz"
+# Answered before anything else waiting in the operations lane.
+READINESS_PATH = "/readyz"
 # uvicorn's own bounds, before a request reaches the app. Beyond MAX_OPEN_CONNECTIONS
 # connections and requests uvicorn itself answers 503: the last guard of memory and file
 # descriptors. An idle keep-alive connection is closed after KEEP_ALIVE_SECONDS. (uvicorn has no
@@ -58,7 +67,7 @@ class Lane(enum.StrEnum):
 
     WRITE = "write"  # submissions, forms, anything that changes state
     READ = "read"  # pages, results, the API's reads, static files
-    OPERATIONS = "operations"  # /healthz, /readyz, /metrics
+    OPERATIONS = "operations"  # /readyz, /metrics
 
 
 def lane_of(scope: Scope) -> Lane:
@@ -99,33 +108,58 @@ class RequestCapacity:
 
 
 class AdmissionLane:
-    """`capacity` slots and a bounded line of requests waiting for one."""
+    """`capacity` slots and a bounded line of requests waiting for one. A request that goes
+    `first` (/readyz) waits ahead of the others, in a line of its own of the same bound."""
 
     def __init__(self, capacity: int, wait_seconds: float) -> None:
-        self._slots = asyncio.Semaphore(capacity)
+        self._free = capacity
         self._max_waiting = capacity * WAITING_PER_SLOT
-        self._waiting = 0
+        self._first: deque[asyncio.Future[None]] = deque()
+        self._waiting: deque[asyncio.Future[None]] = deque()
         self._wait_seconds = wait_seconds
+        self._drained = DrainMeter()
+        self._returns = ReturnSchedule()
 
-    async def acquire(self) -> bool:
+    async def acquire(self, *, first: bool = False) -> bool:
         """A slot (True), or False at once when the line is full or after the wait."""
-        if not self._slots.locked():
-            await self._slots.acquire()
+        if self._free > 0:
+            self._free -= 1
             return True
-        if self._waiting >= self._max_waiting:
+        line = self._first if first else self._waiting
+        if len(line) >= self._max_waiting:
             return False
-        self._waiting += 1
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line.append(handed)
         try:
             async with asyncio.timeout(self._wait_seconds):
-                await self._slots.acquire()
-            return True
+                await handed
         except TimeoutError:
-            return False
+            pass
+        except BaseException:  # the client went away: a slot handed over meanwhile goes on
+            if handed.done() and not handed.cancelled():
+                self.release()
+            raise
         finally:
-            self._waiting -= 1
+            if handed in line:
+                line.remove(handed)
+        # A slot handed over as the wait ran out is this request's all the same.
+        return handed.done() and not handed.cancelled()
 
     def release(self) -> None:
-        self._slots.release()
+        """Give the slot to the first still waiting (/readyz first), else back to the lane."""
+        self._drained.record()
+        for line in (self._first, self._waiting):
+            while line:
+                handed = line.popleft()
+                if not handed.done():
+                    handed.set_result(None)
+                    return
+        self._free += 1
+
+    def retry_after_seconds(self) -> int:
+        """When a request refused now should come back: once the line before it has drained."""
+        ahead = len(self._first) + len(self._waiting) - self._max_waiting + 1
+        return self._returns.retry_after_seconds(ahead=ahead, per_second=self._drained.per_second())
 
 
 ErrorResponder = Callable[..., Response]
@@ -153,6 +187,9 @@ class AdmissionControl:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["path"] == LIVENESS_PATH and scope["method"] in ("GET", "HEAD"):
+            await _answer_alive(send, with_body=scope["method"] == "GET")
+            return
         lane = lane_of(scope)
         if lane is Lane.WRITE:
             try:
@@ -174,8 +211,8 @@ class AdmissionControl:
                 await response(scope, receive, send)
                 return
         admission = self._lane(lane)
-        if not await admission.acquire():
-            await self._busy(lane, scope, receive, send)
+        if not await admission.acquire(first=scope["path"] == READINESS_PATH):
+            await self._busy(lane, admission.retry_after_seconds(), scope, receive, send)
             return
         released = False
 
@@ -214,18 +251,39 @@ class AdmissionControl:
 
         return replay
 
-    async def _busy(self, lane: Lane, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _busy(
+        self, lane: Lane, retry_after_seconds: int, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         what = "submissions and changes" if lane is Lane.WRITE else "requests"
         response = self._error_response(
             Request(scope),
             503,
             "Busy, try again shortly",
             f"The server is taking too many {what} at once right now; nothing was stored. "
-            f"Send it again in {BUSY_RETRY_AFTER_SECONDS} seconds (an API client with the same "
+            f"Send it again in {retry_after_seconds} seconds (an API client with the same "
             "Idempotency-Key).",
-            {"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
+            {"Retry-After": str(retry_after_seconds)},
         )
         await response(scope, receive, send)
+
+
+ALIVE_BODY = json.dumps({"status": "ok"}).encode()
+
+
+async def _answer_alive(send: Send, *, with_body: bool) -> None:
+    """/healthz: the process answers (whether it can work is /readyz, app/health.py)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(ALIVE_BODY)).encode()),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": ALIVE_BODY if with_body else b""})
 
 
 def uvicorn_config(app: ASGIApp, **options: Any) -> uvicorn.Config:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.backup_commands import add_backup_commands
 from app.cli_support import (
     CommandFailed,
     build_settings,
@@ -26,6 +27,7 @@ from app.cli_support import (
     database_session,
     migrate_database,
 )
+from app.data_dir import DataDirInUse, hold_serve_lock
 from app.exercise_commands import add_course_exercises_command, add_exercise_commands
 from app.lti.cli import add_lti_commands
 from app.models import SiteRole
@@ -59,10 +61,16 @@ def check_sandbox() -> bool:
 def cmd_serve(args: argparse.Namespace) -> int:
     sockets = None if args.fd is None else [inherited_socket(args.fd)]
     settings = build_settings(args)
+    from app.hosts import public_url_problem
+
+    if problem := public_url_problem(settings):
+        raise CommandFailed(problem)
     # With a broker the workers grade; an API host without a sandbox is fine then.
     if not settings.broker_url and not check_sandbox():
         return 1
-    check_tool_keys(settings)  # migrates the database first
+    serve_lock = hold_serve_lock(settings)  # held while this process lives
+    migrate_database(settings, copy_first=not args.no_copy_before_upgrade)
+    check_tool_keys(settings)
 
     from app.admission import uvicorn_config
     from app.main import create_app
@@ -72,6 +80,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The app's progress streams end when shutdown begins, not when each one times out.
     config = uvicorn_config(create_app(settings), host=args.host, port=args.port, log_level="info")
     StreamClosingServer(config).run(sockets=sockets)
+    if serve_lock is not None:
+        serve_lock.close()
     return 0
 
 
@@ -108,7 +118,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    migrate_database(build_settings(args))
+    migrate_database(build_settings(args), copy_first=not args.no_copy_before_upgrade)
     return 0
 
 
@@ -380,13 +390,14 @@ def cmd_courses_list(args: argparse.Namespace) -> int:
 
 def cmd_regrade(args: argparse.Namespace) -> int:
     """Grade an exercise's submissions in a course again. With a broker the workers grade them;
-    without one this process does, stores each grade with what it triggers (the LMS score, the
-    webhooks) and delivers those messages before it exits (any server retries what failed)."""
+    without one this process does, and stores each grade with what it triggers (the LMS score,
+    the webhooks) as outbox messages. It delivers none of them: the server and the workers do,
+    with the deployment's delivery settings (which addresses a webhook may reach); a command
+    run from another shell, without them, refused messages for good."""
     from app.db import create_db_engine, create_session_factory
     from app.grading.queue import open_grading_runner, run_grading_job
     from app.grading.regrades import RegradeRejected, request_exercise_regrade
     from app.models import RegradeReason
-    from app.outbox import deliver_one
     from app.people.accounts import find_user_by_email
     from app.reactions import install_reactions
     from graders.exercises import UnknownExercise
@@ -441,20 +452,13 @@ def cmd_regrade(args: argparse.Namespace) -> int:
                 run_grading_job(sessions, submission_id, settings, runner=runner)
         finally:
             runner.close()
-        delivered = 0
-        while deliver_one(sessions, settings) and delivered < MAX_DELIVERIES_BEFORE_EXIT:
-            delivered += 1
         print(
-            f"Graded {len(submission_ids)} submissions again (regrade {batch_id}); "
-            f"{delivered} outbox messages handled (LMS scores, webhooks)."
+            f"Graded {len(submission_ids)} submissions again (regrade {batch_id}); the server "
+            "(or the workers) sends the changed scores to the LMS and the webhooks."
         )
     finally:
         engine.dispose()
     return 0
-
-
-# `regrade` delivers what its grades wrote, then exits; a server delivers anything left.
-MAX_DELIVERIES_BEFORE_EXIT = 10_000
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
@@ -477,6 +481,15 @@ def add_data_dir(command: argparse.ArgumentParser) -> None:
     )
 
 
+def add_no_copy_before_upgrade(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--no-copy-before-upgrade",
+        action="store_true",
+        help="do not copy an SQLite database beside itself (loopgrade-at-REVISION.db) before "
+        "upgrading it",
+    )
+
+
 def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """serve, worker, migrate."""
     serve = commands.add_parser(
@@ -492,6 +505,7 @@ def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "other process can take it in between)",
     )
     add_data_dir(serve)
+    add_no_copy_before_upgrade(serve)
     serve.set_defaults(run=cmd_serve)
 
     worker = commands.add_parser(
@@ -504,6 +518,7 @@ def _add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     add_data_dir(migrate)
+    add_no_copy_before_upgrade(migrate)
     migrate.set_defaults(run=cmd_migrate)
 
 
@@ -669,6 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_local_commands(commands)
     add_exercise_commands(commands)
     add_lti_commands(commands, add_data_dir)
+    add_backup_commands(commands, add_data_dir)
     return parser
 
 
@@ -681,7 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"loopgrade: a LOOPGRADE_* setting is invalid: {exc}", file=sys.stderr)
         return 2
-    except CommandFailed as exc:
+    except (CommandFailed, DataDirInUse) as exc:
         print(f"loopgrade: {exc}", file=sys.stderr)
         return 1
     return exit_code

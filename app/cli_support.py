@@ -28,24 +28,53 @@ def build_settings(args: argparse.Namespace) -> Settings:
     return Settings(data_dir=data_dir) if data_dir is not None else Settings()
 
 
-def migrate_database(settings: Settings) -> None:
-    from app.db import upgrade_database
+def migrate_database(settings: Settings, *, copy_first: bool = False) -> None:
+    """Bring the database to this release's newest migration; a failure is one sentence.
 
-    revision = upgrade_database(settings.database_url)
+    With `copy_first`, an SQLite database about to be upgraded is copied beside itself first
+    (app.data_dir.copy_before_upgrade)."""
+    from app.data_dir import copy_before_upgrade
+    from app.db import (
+        MigrationFailed,
+        create_db_engine,
+        database_revision,
+        head_revision,
+        known_revision,
+        upgrade_database,
+    )
+
+    copy = None
+    if copy_first:
+        engine = create_db_engine(settings.database_url, pool_size=1, max_overflow=0)
+        try:
+            before = database_revision(engine)
+        finally:
+            engine.dispose()
+        if before != head_revision() and known_revision(before):
+            copy = copy_before_upgrade(settings, before)
+            if copy is not None:
+                log.info("the database at migration %s, before this upgrade: %s", before, copy)
+    try:
+        revision = upgrade_database(settings.database_url)
+    except MigrationFailed as exc:
+        kept = f"; the database as it was before this upgrade is in {copy}" if copy else ""
+        raise CommandFailed(f"{exc}{kept}") from None
     shown_url = make_url(settings.database_url).render_as_string(hide_password=True)
     log.info("database %s is at migration %s", shown_url, revision)
 
 
 def check_tool_keys(settings: Settings) -> None:
-    """Seal and check the tool's LTI keys (app.lti.keys.prepare_tool_keys), so that a wrong
-    key-encryption key is one sentence on stderr, not a traceback (the app's start-up checks
-    the same, for other ASGI servers)."""
-    from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+    """The start-up checks of the database's companions, one sentence each: the tool's LTI keys
+    sealed and readable (app.lti.keys.prepare_tool_keys; a wrong or missing key-encryption key
+    stops the start; the app's start-up checks the same, for other ASGI servers) and a lost
+    secret key (a warning)."""
+    from app.data_dir import warn_if_secret_key_lost
+    from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 
     try:
-        sealing = key_sealing(settings)
         with database_session(settings) as session:
-            prepare_tool_keys(session, sealing)
+            prepare_tool_keys(session, start_up_sealing(session, settings))
+            warn_if_secret_key_lost(session, settings)
     except ToolKeysUnreadable as exc:
         raise CommandFailed(str(exc)) from None
 

@@ -20,7 +20,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from fastapi import Depends, Request
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -205,9 +205,104 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(config).get_current_head() or ""
 
 
+def create_migration_engine(database_url: str) -> Engine:
+    """The engine Alembic migrates with (migrations/env.py).
+
+    On SQLite, two things differ from `create_db_engine`. Foreign keys are off: a batch
+    migration rebuilds a table by copying it, dropping it and renaming the copy, and the drop
+    fails once another table's rows point at it (the pragma does nothing inside a transaction,
+    so it is set when the connection opens); `PRAGMA foreign_key_check` runs before each
+    migration commits instead (`check_foreign_keys`). And the migration's DDL runs inside its
+    transaction: pysqlite commits by itself before a CREATE or DROP, which would leave a failed
+    migration half done; with its own transaction handling off and BEGIN sent here, SQLite
+    rolls the whole migration back.
+    """
+    engine = create_db_engine(database_url, pool_size=1, max_overflow=0)
+    if engine.dialect.name != "sqlite":
+        return engine
+
+    @event.listens_for(engine, "connect")
+    def _migration_connection(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        # IMMEDIATE: the write lock now, not at the first write, so a running server's writes
+        # wait (busy_timeout) instead of failing the migration half way.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class ForeignKeysBroken(Exception):
+    """A migration left rows pointing at rows that do not exist (SQLite checks them itself)."""
+
+
+def check_foreign_keys(connection: Connection) -> None:
+    """On SQLite, raise unless every foreign key holds (they are not enforced while migrating)."""
+    if connection.dialect.name != "sqlite":
+        return
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        table, rowid, parent, _ = broken[0]
+        raise ForeignKeysBroken(
+            f"{len(broken)} rows would point at rows that do not exist (the first: row {rowid} "
+            f"of {table} at a missing row of {parent})"
+        )
+
+
+class MigrationFailed(Exception):
+    """A migration failed; the message is one sentence for the operator."""
+
+
+def known_revision(revision: str | None) -> bool:
+    """Whether this release's migrations include `revision` (None: an empty database)."""
+    if revision is None:
+        return True
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return revision in {
+        script.revision for script in ScriptDirectory.from_config(config).walk_revisions()
+    }
+
+
+def newer_database_sentence(revision: str) -> str:
+    return (
+        f"the database is at migration {revision}, which this release of loopgrade does not "
+        "know: a newer release has upgraded it; run that release (or restore the backup taken "
+        "before that upgrade, docs/operations.md#restore)"
+    )
+
+
 def upgrade_database(database_url: str) -> str:
-    """Apply every migration not yet applied (`alembic upgrade head`); return the revision."""
-    command.upgrade(alembic_config(database_url), "head")
+    """Apply every migration not yet applied (`alembic upgrade head`); return the revision.
+
+    Each migration commits on its own, so a failure leaves the database at the last whole
+    revision; it raises `MigrationFailed` with one sentence.
+    """
+    engine = create_db_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        before = database_revision(engine)
+    finally:
+        engine.dispose()
+    if not known_revision(before):
+        raise MigrationFailed(newer_database_sentence(str(before)))
+    try:
+        command.upgrade(alembic_config(database_url), "head")
+    except Exception as exc:
+        engine = create_db_engine(database_url, pool_size=1, max_overflow=0)
+        try:
+            reached = database_revision(engine)
+        finally:
+            engine.dispose()
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MigrationFailed(
+            f"upgrading the database failed ({cause}); it is left whole at migration "
+            f"{reached or 'none'} and this release will not start on it: fix the cause and "
+            "run 'loopgrade migrate' again, or go back to the release you had "
+            "(docs/operations.md#upgrade)"
+        ) from exc
     return head_revision()
 
 

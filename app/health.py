@@ -1,5 +1,6 @@
-"""The operator's endpoints: `/healthz` (alive), `/readyz` (database, queue, sandbox, and what
-a stored grade triggers here) and `/metrics` (Prometheus; the metrics are app/operations.py's).
+"""The operator's endpoints: `/readyz` (database, queue, sandbox, and what a stored grade
+triggers here) and `/metrics` (Prometheus; the metrics are app/operations.py's). `/healthz`
+(alive) is answered by admission control, before any lane (app/admission.py).
 """
 
 from __future__ import annotations
@@ -42,12 +43,6 @@ def _count_from_database(sessions: SessionFactory) -> None:
         for kind, status, count in outbox:
             gauge = OUTBOX_BACKLOG if status == OutboxStatus.PENDING else OUTBOX_FAILED
             gauge.labels(kind).set(count)
-
-
-@router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Alive: the process answers. (Whether it can work is /readyz.)"""
-    return {"status": "ok"}
 
 
 @router.get("/readyz")

@@ -33,13 +33,17 @@ from app.db import (
     create_session_factory,
     database_revision,
     head_revision,
+    known_revision,
+    newer_database_sentence,
 )
 from app.errors import AppError
 from app.grading.dispatch import create_dispatcher
 from app.grading.queue import Dispatcher, enqueue_after_commit, open_grading_runner
 from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
-from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+from app.hosts import AllowedHosts, PublicUrlRequired, public_url_problem
+from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 from app.lti.routes import install_lti
+from app.operations import redact_access_logs
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
@@ -107,6 +111,8 @@ class Databases:
         )
         try:
             current, head = database_revision(databases.engine), head_revision()
+            if not known_revision(current):
+                raise DatabaseNotMigrated(newer_database_sentence(str(current)))
             if current != head:
                 raise DatabaseNotMigrated(
                     f"the database is at migration {current or 'none'}, not {head}: "
@@ -114,7 +120,7 @@ class Databases:
                 )
             # Here, not at the first launch: a wrong key-encryption key stops the start.
             with create_session_factory(databases.engine).begin() as session:
-                prepare_tool_keys(session, key_sealing(settings))
+                prepare_tool_keys(session, start_up_sealing(session, settings))
         except (DatabaseNotMigrated, ToolKeysUnreadable):
             databases.close()
             raise
@@ -191,7 +197,10 @@ class Grading:
 
 def create_app(settings: Settings) -> FastAPI:
     """The whole application. Its lifespan opens the database and starts the grading workers."""
+    if problem := public_url_problem(settings):
+        raise PublicUrlRequired(problem)
     install_reactions()  # this process stores grades (embedded workers) and delivers them
+    redact_access_logs()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -235,6 +244,8 @@ def create_app(settings: Settings) -> FastAPI:
         detail=f"request body over {settings.request_body_bytes} bytes; "
         f"code may be at most {settings.max_code_bytes} bytes",
     )
+    # Before any route: links built on the request's address are built on this server's own.
+    app.add_middleware(AllowedHosts, settings=settings, error_response=error_response)
     if settings.trusted_proxy_networks:
         # Outermost: every route and limit sees the client the trusted proxy names. Only
         # here: the CLI and the tests serve with uvicorn's own proxy_headers off, so that

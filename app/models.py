@@ -332,6 +332,11 @@ class Submission(Base):
     diagnosis: Mapped[str | None] = mapped_column(String(64))
     checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     feedback: Mapped[str | None] = mapped_column(Text)
+    # The keys of the claims that held (graders.claims). Not NULL: `feedback` holds the grader's
+    # facts alone, and the words of the diagnosis and the claims are rendered when the result is
+    # read (app/grading/results.py), so rewording them changes no stored grade. NULL: a result
+    # stored before (0024), whose `feedback` holds every word as it was said then.
+    feedback_claims: Mapped[list[str] | None] = mapped_column(JSON)
     plots: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # What the code printed in the visible cases (never the hidden ones).
     output: Mapped[str | None] = mapped_column(Text)
@@ -572,7 +577,32 @@ class HintOpen(Base):
     """A hint a learner opened on a result: which diagnosis and level, from which submission."""
 
     __tablename__ = "hint_opens"
-    __table_args__ = (Index("ix_hint_opens_course_exercise", "course_id", "exercise_id"),)
+    __table_args__ = (
+        Index("ix_hint_opens_course_exercise", "course_id", "exercise_id"),
+        # A level opens once (migration 0025); practice's course is NULL, which a plain unique
+        # index never counts as equal.
+        Index(
+            "uq_hint_opens_course_opening",
+            "user_id",
+            "course_id",
+            "exercise_id",
+            "diagnosis",
+            "level",
+            unique=True,
+            sqlite_where=text("course_id IS NOT NULL"),
+            postgresql_where=text("course_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_hint_opens_practice_opening",
+            "user_id",
+            "exercise_id",
+            "diagnosis",
+            "level",
+            unique=True,
+            sqlite_where=text("course_id IS NULL"),
+            postgresql_where=text("course_id IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)

@@ -1,12 +1,15 @@
-"""What an operator watches: the Prometheus metrics (served by app/health.py at `/metrics`)
-and the submission id on every log line of a grading."""
+"""What an operator watches: the Prometheus metrics (served by app/health.py at `/metrics`),
+the submission id on every log line of a grading, and access log lines without the secrets
+some links carry."""
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from urllib.parse import unquote
 
 import prometheus_client
 
@@ -84,3 +87,46 @@ def configure_logging() -> None:
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.addFilter(SubmissionIdFilter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+# Query parameters that carry a secret a browser opens once: a password reset link's token, an
+# LTI launch's one-time tickets (`/lti/enter?ticket=`, `/lti/session-check?retry=`). A join code
+# (`/sign-up?code=`) is shared with a whole class, and a deep-linking request is bound to its
+# instructor's account: neither is a secret.
+SECRET_QUERY_PARAMETERS = frozenset({"token", "ticket", "retry"})
+_QUERY_PAIR = re.compile(r"(?P<lead>[?&;])(?P<name>[^=&;\s\"]*)=(?P<value>[^&;\s\"]*)")
+
+
+def redact_query_secrets(text: str) -> str:
+    """`text` with the value of every secret query parameter in it replaced by "[redacted]"
+    (its name read as the server reads it: percent-decoded)."""
+
+    def redacted(pair: re.Match[str]) -> str:
+        if unquote(pair["name"]).lower() not in SECRET_QUERY_PARAMETERS:
+            return pair[0]
+        return f"{pair['lead']}{pair['name']}=[redacted]"
+
+    return _QUERY_PAIR.sub(redacted, text) if "=" in text else text
+
+
+class QuerySecretsFilter(logging.Filter):
+    """Redacts secret query values in a record's arguments (uvicorn's access log passes the
+    request's path and query as one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_query_secrets(arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        return True
+
+
+ACCESS_LOGGERS = ("uvicorn.access", "uvicorn.error")
+
+
+def redact_access_logs() -> None:
+    """Keep the secrets of opened links out of the access log (and uvicorn's own lines)."""
+    for name in ACCESS_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuerySecretsFilter) for f in logger.filters):
+            logger.addFilter(QuerySecretsFilter())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from pydantic import Field, field_validator, model_validator
@@ -169,11 +170,12 @@ class Settings(BaseSettings):
     password_reset_max_age_seconds: int = Field(
         default=3600, ge=60, description="How long a password reset link works (once)."
     )
-    password_reset_max_per_email: int = Field(
+    password_reset_max_live_links: int = Field(
         default=3,
         ge=1,
-        description="Password reset requests for one email within the reset window (whether "
-        "or not an account has it); more get 429 and Retry-After.",
+        description="Reset links one account may have working at once; a request beyond them "
+        "mails nothing (the account's owner has a working link already) and is answered "
+        "alike. Bounds the mail anyone can send an account without refusing its owner.",
     )
     password_reset_max_per_address: int = Field(
         default=20,
@@ -294,13 +296,23 @@ class Settings(BaseSettings):
         "idle connections).",
     )
 
-    # LTI 1.3 (docs/lti.md).
+    # This server's address (app/hosts.py, docs/security.md#host-and-links).
     public_url: str = Field(
         default="",
         description="The address LMSs and browsers reach this server at, e.g. "
-        "https://grader.example.edu; empty means the address each request came to. "
-        "The tool's LTI URLs (/lti/config) are built from it.",
+        "https://grader.example.edu: every absolute link (mailed reset links, the tool's LTI "
+        "URLs) is built on it, and requests for another Host are refused. Required with "
+        "smtp_host; empty means the address each request came to, which must be a loopback "
+        "name, the address the server listens on, or one of allowed_hosts.",
     )
+    allowed_hosts: str = Field(
+        default="",
+        description="Comma-separated further host names requests may name in Host (besides "
+        "the public URL's, loopback names and the listening address), e.g. the name a "
+        "proxy forwards; links are never built on them.",
+    )
+
+    # LTI 1.3 (docs/lti.md).
     lti_leeway_seconds: int = Field(
         default=60,
         ge=0,
@@ -378,6 +390,26 @@ class Settings(BaseSettings):
             self.database_url = sqlite_database_url(self.data_dir)
         self.database_url = with_psycopg_driver(self.database_url)
         return self
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str) -> str:
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.username is not None
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                f"{value!r} is not a server's address: write it as https://host or "
+                "https://host:port, with no path"
+            )
+        return value.rstrip("/")
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -57,12 +57,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import itertools
 import json
 import math
 import os
+import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -231,6 +234,7 @@ class Client:
         self.authorization = f"Bearer {key}"
         self.connections = threading.local()
         self.errors = 0  # submissions that ended as `error` (a server fault), not graded
+        self.finished: dict[str, dict[str, object]] = {}  # location -> its body once finished
 
     def request(
         self,
@@ -299,6 +303,7 @@ class Client:
                 if body["status"] not in ("graded", "error"):
                     break
                 self.errors += body["status"] != "graded"
+                self.finished[location] = body
                 stamp = str(body["graded_at"] or body["created_at"])
                 finished.append((posted_at, datetime.fromisoformat(stamp).timestamp()))
                 pending.remove((location, posted_at))
@@ -339,9 +344,48 @@ class Independent:
     retries: int = 0
     all_accepted_seconds: float = 0.0
     all_graded_seconds: float = 0.0
+    idle_seconds: float = 0.0  # nothing queued or being graded while a client still waited
+    correct: int = 0
+    correct_late: int = 0  # correct, released after its hidden part's first delay
+    # The server's and its sandboxes' CPU over the class, its refusals and retries included,
+    # per grading (--class: what sizing needs, docs/operations.md).
+    cpu_seconds_per_grading: float = 0.0
 
 
-def independent_clients(client: Client, jobs: list[tuple[str, str]]) -> Independent:
+def idle_seconds(started: float, spans: list[tuple[float, float]]) -> float:
+    """Seconds from `started` to the last span's end covered by no span (created -> graded:
+    queued, being graded or waiting for its release): the graders had nothing to do."""
+    idle, covered_to = 0.0, started
+    for begin, end in sorted(spans):
+        idle += max(0.0, begin - covered_to)
+        covered_to = max(covered_to, end)
+    return idle
+
+
+RELEASED = re.compile(r"submission (\S+): released ([0-9.e-]+) s after its hidden cases began")
+
+
+def released_after(log: Path) -> dict[str, float]:
+    """Seconds from each submission's hidden part's start to its release, from the server log."""
+    return {m[1]: float(m[2]) for m in RELEASED.finditer(log.read_text(errors="replace"))}
+
+
+def first_delays() -> dict[str, float]:
+    """Each exercise's first release delay (graders.grading.HiddenBudget), as this tree has it."""
+    from graders.exercises import list_exercises
+    from graders.grading import hidden_budget
+
+    return {
+        exercise.id: hidden_budget(exercise).first_delay_seconds for exercise in list_exercises()
+    }
+
+
+def independent_clients(
+    client: Client,
+    jobs: list[tuple[str, str]],
+    logs: list[Path] | None = None,
+    delays: dict[str, float] | None = None,
+) -> Independent:
     """Each job posted at once by a client of its own, on a new connection per attempt."""
     seen = Independent(count=len(jobs))
     started = time.time()
@@ -376,7 +420,27 @@ def independent_clients(client: Client, jobs: list[tuple[str, str]]) -> Independ
     seen.all_accepted_seconds = time.time() - started
     client.wait_for(posted[-1], 1800)
     seen.all_graded_seconds = max(done for _, done in client.wait_all(posted, 1800)) - started
+    bodies = [client.finished[location] for location, _ in posted]
+    seen.idle_seconds = idle_seconds(
+        started,
+        [
+            (stamp(body["created_at"]), stamp(body["graded_at"] or body["created_at"]))
+            for body in bodies
+        ],
+    )
+    released: dict[str, float] = {}
+    for log in logs or []:
+        released |= released_after(log)
+    for body in bodies:
+        if body["diagnosis"] == "correct":
+            seen.correct += 1
+            first = (delays or {}).get(str(body["exercise"]), 0.25)
+            seen.correct_late += released.get(str(body["id"]), 0.0) > first + 1e-6
     return seen
+
+
+def stamp(value: object) -> float:
+    return datetime.fromisoformat(str(value)).timestamp()
 
 
 def warm_up(client: Client) -> list[tuple[str, float]]:
@@ -390,14 +454,21 @@ def warm_up(client: Client) -> list[tuple[str, float]]:
 
 @contextmanager
 def server(
-    backend: str, pool_size: int | None, worker_count: int | None, checkout: Path = REPO
-) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
-    """`loopgrade serve` of `checkout`'s code on a fresh data directory; it, its URL, an API key."""
+    backend: str,
+    pool_size: int | None,
+    worker_count: int | None,
+    checkout: Path = REPO,
+    queue_cap: int | None = 0,
+) -> Iterator[tuple[subprocess.Popen[bytes], str, str, Path]]:
+    """`loopgrade serve` of `checkout`'s code on a fresh data directory; it, its URL, an API
+    key and its log. `queue_cap`: LOOPGRADE_MAX_WAITING_SUBMISSIONS (None: the settings')."""
     root = Path(tempfile.mkdtemp(prefix="grade-load-"))
     data_dir = root / "data"
-    # No per-learner rate limit and no queue cap: a burst of 500 is the load being measured.
-    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0",
-           "LOOPGRADE_MAX_WAITING_SUBMISSIONS": "0"}  # fmt: skip
+    # No per-learner rate limit and (by default) no queue cap: a burst of 500 is the load
+    # being measured.
+    env = {**os.environ, "LOOPGRADE_SANDBOX": backend, "LOOPGRADE_SUBMISSION_RATE_LIMIT": "0"}
+    if queue_cap is not None:
+        env["LOOPGRADE_MAX_WAITING_SUBMISSIONS"] = str(queue_cap)
     if pool_size is not None:
         env["LOOPGRADE_SANDBOX_POOL_SIZE"] = str(pool_size)
     if worker_count is not None:
@@ -410,7 +481,7 @@ def server(
     log = root / "server.log"
     serving = running_server(data_dir, log, env, startup_seconds=300, checkout=checkout)
     with serving as (process, url):
-        yield process, url, key
+        yield process, url, key, log
     print(f"  (server log: {log})", file=sys.stderr)
 
 
@@ -426,7 +497,7 @@ def measure(
 ) -> Measured:
     backend, pool_size = BACKENDS[name]
     load = mixed_load()
-    with server(backend, pool_size, worker_count) as (process, url, key):
+    with server(backend, pool_size, worker_count) as (process, url, key, log):
         client = Client(url, key)
         warm_up(client)
         client.errors = 0
@@ -483,7 +554,10 @@ def measure(
         sampling = False
         sampler.join()
         independent_seen = independent_clients(
-            client, list(itertools.islice(itertools.cycle(load), independent))
+            client,
+            list(itertools.islice(itertools.cycle(load), independent)),
+            [log],
+            first_delays(),
         )
         return Measured(
             latencies_seconds=sorted(latencies),
@@ -502,6 +576,156 @@ def measure(
             errors=client.errors,
             independent=independent_seen,
         )
+
+
+def measure_classes(
+    checkout: Path, sizes: list[int], worker_count: int | None, queue_cap: int | None
+) -> list[Independent]:
+    """A class of each size at one deadline, in turn, on the warm pool of `checkout`'s code with
+    the settings' queue cap (or `queue_cap`): each client once, resent after its Retry-After."""
+    load = mixed_load()
+    backend, pool_size = BACKENDS["pool"]
+    with server(backend, pool_size, worker_count, checkout, queue_cap) as (process, url, key, log):
+        client = Client(url, key)
+        warm_up(client)
+        delays = first_delays()
+        classes = []
+        for size in sizes:
+            cpu_before = tree_cpu_seconds(process.pid)
+            seen = independent_clients(
+                client, list(itertools.islice(itertools.cycle(load), size)), [log], delays
+            )
+            seen.cpu_seconds_per_grading = (tree_cpu_seconds(process.pid) - cpu_before) / size
+            classes.append(seen)
+        return classes
+
+
+def measure_celery_classes(size: int, hosts: int, worker_count: int | None) -> list[Independent]:
+    """A class of `size` graded by Celery workers on PostgreSQL and Redis (/work/svc/env's
+    LOOPGRADE_TEST_POSTGRES_URL and LOOPGRADE_TEST_REDIS_URL): the web process grades nothing
+    and refuses beyond the settings' queue cap; first with one worker host, then with `hosts`.
+    A host here is a `loopgrade worker` with one pool slot (a core's worth) and its own data
+    directory; they share the database and the broker's queue."""
+    from app.db import upgrade_database
+    from app.settings import with_psycopg_driver
+    from tests.services import create_database, drop_database
+
+    admin_url = with_psycopg_driver(os.environ["LOOPGRADE_TEST_POSTGRES_URL"])
+    name = f"grade_load_{os.getpid()}"
+    drop_database(admin_url, name)
+    shared = {
+        "LOOPGRADE_DATABASE_URL": create_database(admin_url, name),
+        "LOOPGRADE_BROKER_URL": os.environ["LOOPGRADE_TEST_REDIS_URL"],
+        "LOOPGRADE_WORKER_QUEUE": f"grade-load-{uuid.uuid4().hex[:12]}",
+    }
+    upgrade_database(shared["LOOPGRADE_DATABASE_URL"])
+    load = mixed_load()
+    workers: list[subprocess.Popen[bytes]] = []
+    root = Path(tempfile.mkdtemp(prefix="grade-load-hosts-"))
+
+    def start_host() -> None:
+        env = {**os.environ, **shared, "LOOPGRADE_SANDBOX": "bwrap",
+               "LOOPGRADE_SANDBOX_POOL_SIZE": "1",
+               "LOOPGRADE_DATA_DIR": str(root / f"host-{len(workers)}")}  # fmt: skip
+        if worker_count is not None:
+            env["LOOPGRADE_WORKER_COUNT"] = str(worker_count)
+        log = (root / f"host-{len(workers)}.log").open("ab")
+        command = [sys.executable, "-m", "app.cli", "worker"]
+        workers.append(
+            subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    try:
+        os.environ.update(shared)  # the web process (server() passes os.environ on)
+        with server("bwrap", 0, None, REPO, None) as (_, url, key, log):
+            client = Client(url, key)
+            delays = first_delays()
+            classes = []
+            for count in (1, hosts):
+                while len(workers) < count:
+                    start_host()
+                wait_ready(sorted(root.glob("host-*.log")))
+                warm_up(client)
+                jobs = list(itertools.islice(itertools.cycle(load), size))
+                logs = [log, *sorted(root.glob("host-*.log"))]
+                classes.append(independent_clients(client, jobs, logs, delays))
+            return classes
+    finally:
+        for name_ in shared:
+            os.environ.pop(name_, None)
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(timeout=60)
+        drop_database(admin_url, name)
+        print(f"  (worker logs: {root})", file=sys.stderr)
+
+
+def wait_ready(logs: list[Path]) -> None:
+    """Until every worker host's log says its trusted trajectories are computed (it takes
+    tasks from then on)."""
+    deadline = time.monotonic() + 600
+    while not all("trusted trajectories are computed" in each.read_text() for each in logs):
+        if time.monotonic() > deadline:
+            sys.exit(f"worker hosts not ready after 600 s: {logs}")
+        time.sleep(1)
+
+
+def class_rows(seen: Independent) -> list[tuple[str, str]]:
+    cpu = f"{seen.cpu_seconds_per_grading:.3f}" if seen.cpu_seconds_per_grading else "-"
+    return [
+        ("  202 / 503 at once", f"{seen.accepted_at_once} / {seen.refused_at_once}"),
+        ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
+        ("  retries after 503", str(seen.retries)),
+        ("  all accepted in s", f"{seen.all_accepted_seconds:.1f}"),
+        ("  all graded in s", f"{seen.all_graded_seconds:.1f}"),
+        ("  graders idle s", f"{seen.idle_seconds:.1f}"),
+        ("  correct released late", f"{seen.correct_late} of {seen.correct}"),
+        ("  CPU s per grading, all in", cpu),  # --class only
+    ]
+
+
+def main_classes(args: argparse.Namespace) -> None:
+    """--class: the classes on this tree, and with --against on that checkout too, in turn."""
+    trees = {"this tree": REPO}
+    if args.against:
+        trees = {f"{args.against.name}": args.against, **trees}
+    results: dict[str, list[Independent]] = {}
+    for name, checkout in trees.items():
+        print(f"{name}: classes of {args.classes} ...", file=sys.stderr)
+        results[name] = measure_classes(checkout, args.classes, args.worker_count, args.queue_cap)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"{'':28}" + "".join(f"{name:>16}" for name in results))
+    for index, size in enumerate(args.classes):
+        print(f"class of {size}")
+        rows = {name: class_rows(seen[index]) for name, seen in results.items()}
+        for row, (label, _) in enumerate(next(iter(rows.values()))):
+            print(f"{label:28}" + "".join(f"{cells[row][1]:>16}" for cells in rows.values()))
+
+
+def main_celery(args: argparse.Namespace) -> None:
+    """--class N --celery-hosts H: one class graded by one Celery worker host, then by H."""
+    size = args.classes[0]
+    print(f"a class of {size}: one worker host, then {args.celery_hosts} ...", file=sys.stderr)
+    one, many = measure_celery_classes(size, args.celery_hosts, args.worker_count)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"class of {size}, Celery on PostgreSQL"
+        + " " * 4
+        + f"{'1 host':>16}{args.celery_hosts:>10} hosts"
+    )
+    for (label, a), (_, b) in zip(class_rows(one), class_rows(many), strict=True):
+        print(f"{label:28}{a:>16}{b:>16}")
+    for seen in (one, many):
+        print(f"  gradings a second: {size / seen.all_graded_seconds:.1f}")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -540,7 +764,31 @@ def main() -> None:
     parser.add_argument(
         "--worker-count", type=int, help="LOOPGRADE_WORKER_COUNT (default: the settings')"
     )
+    parser.add_argument(
+        "--class",
+        dest="classes",
+        type=int,
+        nargs="+",
+        help="only classes of these sizes at one deadline (warm pool, the settings' queue cap)",
+    )
+    parser.add_argument(
+        "--queue-cap", type=int, help="--class: LOOPGRADE_MAX_WAITING_SUBMISSIONS (0: none)"
+    )
+    parser.add_argument(
+        "--against", type=Path, help="--class: also a checkout of another revision, first"
+    )
+    parser.add_argument(
+        "--celery-hosts",
+        type=int,
+        help="--class N: Celery worker hosts on PostgreSQL + Redis, graded by one, then by these",
+    )
     args = parser.parse_args()
+    if args.classes and args.celery_hosts:
+        main_celery(args)
+        return
+    if args.classes:
+        main_classes(args)
+        return
 
     results: dict[str, Measured] = {}
     for name in args.backends:
@@ -602,6 +850,11 @@ def main() -> None:
         ("  retries after 503", lambda m: str(m.independent.retries)),
         ("  all accepted in s", lambda m: f"{m.independent.all_accepted_seconds:.1f}"),
         ("  all graded in s", lambda m: f"{m.independent.all_graded_seconds:.1f}"),
+        ("  graders idle s", lambda m: f"{m.independent.idle_seconds:.1f}"),
+        (
+            "  correct released late",
+            lambda m: f"{m.independent.correct_late} of {m.independent.correct}",
+        ),
     ]
     names = list(results)
     print(f"{'':28}" + "".join(f"{name:>14}" for name in names))

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from graders.exercises import UnknownExercise, get_exercise, list_exercises, refused_exercises
+from graders.exercises import (
+    CaseSpec,
+    UnknownExercise,
+    get_exercise,
+    list_exercises,
+    refused_exercises,
+)
 from graders.grading import grade
 from graders.hints import hint_problems
+from graders.kinds import SANDBOX_PROGRAM
 from graders.notebook import NotebookError, code_from_file
 from graders.proving import PROVEN_VARIANTS, soundness, variant_problems, wording_problems
 from graders.report import GradeReport
@@ -76,6 +84,7 @@ def check_exercises() -> int:
             f"   mutants of the reference: {len(found.mutants)}, {equivalent} equivalent, "
             f"{len(found.survivors())} surviving"
         )
+        print(f"   claims said and checked against the recorded calls: {found.claims_checked}")
         for mutant in found.only_incorrect():
             print(f"   diagnosed only as incorrect: {mutant.describe()}")
         problems += wording_problems(exercise) + found.problems
@@ -88,6 +97,30 @@ def check_exercises() -> int:
     return 1 if problems else 0
 
 
+# Where `client-files` writes: the client's package, which ships them (docs/client.md).
+CLIENT_PACKAGE = Path(__file__).resolve().parent.parent / "client" / "loopgrade_client"
+
+
+def client_files() -> dict[str, str]:
+    """What `loopgrade-client check` runs and trusts, shipped inside the client's package so a
+    server sends it data only: the harness (the sandbox's program, every kind's recorder) and
+    the JSON schema of a case it checks the server's cases against."""
+    schema = CaseSpec.model_json_schema()
+    # What the harness is given of a case (CaseSpec.harness_spec): never whether it is hidden.
+    del schema["properties"]["hidden"]
+    return {
+        "practice_harness.py": SANDBOX_PROGRAM,
+        "practice_case_schema.json": json.dumps(schema, indent=1, sort_keys=True) + "\n",
+    }
+
+
+def write_client_files(directory: Path) -> int:
+    for name, text in client_files().items():
+        (directory / name).write_text(text)
+        print(f"wrote {directory / name}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graders", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -96,7 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     grade_parser.add_argument("--exercise", required=True)
     grade_parser.add_argument("--json", action="store_true", help="print the report as JSON")
     commands.add_parser("check", help="prove every exercise sound (check-exercises)")
+    client = commands.add_parser(
+        "client-files", help="write the harness and case schema the client ships"
+    )
+    client.add_argument("directory", type=Path, nargs="?", default=CLIENT_PACKAGE)
     args = parser.parse_args(argv)
     if args.command == "grade":
         return grade_file(args.file, args.exercise, args.json)
+    if args.command == "client-files":
+        return write_client_files(args.directory)
     return check_exercises()

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import Exercise
 from graders.explanation import (
     RETURN_FIELDS,
@@ -27,7 +28,7 @@ from graders.explanation import (
     agrees,
     same_numbers,
 )
-from graders.feedback import explanation
+from graders.feedback import ANOTHER_FIT, OTHER, SECOND
 from graders.judging import (
     call_stream,
     same_trace,
@@ -44,6 +45,7 @@ class Verdict:
     diagnosis: Diagnosis
     note: str
     also: tuple[Diagnosis, ...] = ()
+    said: tuple[str, ...] = ()  # "second:CODE", "other:CODE": rendered from their codes
 
 
 def diagnose(
@@ -192,13 +194,73 @@ def verdict(
         return Verdict("incorrect", "")
     main, *others = by_code.values()
     parts = [note(main)] if note(main) else []
-    for code in main.codes[1:]:
-        parts.append(
-            f"Your code makes a second mistake as well (`{code}`): {explanation(code, exercise)}"
-        )
+    # A second mistake, or another fit told in its code's words, is stored as its code and
+    # said when the grade is read (graders.feedback.render); a fit's note is a fact, kept.
+    keys = [f"{SECOND}:{code}" for code in main.codes[1:]]
     for other in others:
-        parts.append(
-            "Another explanation fits your numbers and your calls just as well "
-            f"(`{other.codes[0]}`): {note(other) or explanation(other.codes[0], exercise)}"
-        )
-    return Verdict(main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others))
+        if note(other):
+            parts.append(f"{ANOTHER_FIT.format(code=other.codes[0])}{note(other)}")
+        else:
+            keys.append(f"{OTHER}:{other.codes[0]}")
+    return Verdict(
+        main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others), tuple(keys)
+    )
+
+
+# The diagnoses this module gives (graders.diagnoses).
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="correct",
+        name="Correct",
+        words=(
+            "Every check passed in every case: after every call your weights, gradients and "
+            "returned loss equal the reference's."
+        ),
+        said_in={
+            "without-steps": (
+                "Every check passed in every case: your function does exactly what was asked."
+            ),
+        },
+    ),
+    Declared(
+        code="incorrect",
+        name="Incorrect",
+        words=(
+            "Not every check passed, and no mistake we know reproduces your values and calls. "
+            "The checks below say what differs, and by how much."
+        ),
+        hint=Hint(
+            where=(
+                "Look at the first check that fails: its message says what differs from the "
+                "reference."
+            ),
+            what=(
+                "Your code runs but its numbers differ from the reference in a way the grader "
+                "cannot name as one known mistake."
+            ),
+            fix=(
+                "Compare your code line by line with the steps in the prompt: each one, in its "
+                "order, once per iteration."
+            ),
+        ),
+    ),
+    Declared(
+        code="wrong-return-type",
+        name="Wrong return type",
+        words=(
+            "Your values are right, but your function returns the wrong type of value: return "
+            "what the exercise's signature says."
+        ),
+        hint=Hint(
+            where="Look at the value your function returns.",
+            what=(
+                "The numbers are right but their type is not what the exercise asks for (the "
+                "prompt says which)."
+            ),
+            fix=(
+                "Return the type the prompt names: a Python `float` comes from a one-element "
+                "tensor with `.item()`."
+            ),
+        ),
+    ),
+)

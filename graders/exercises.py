@@ -7,8 +7,10 @@ file, the field and what to do; the other folders still load (`refused_exercises
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -137,12 +139,26 @@ class Exercise(BaseModel):
         return sum(self.checks.values())
 
 
+def _judged_toml(content: bytes) -> bytes:
+    """exercise.toml without `correct`, the sentence a correct answer is told (rendered when
+    read): its other keys, sorted. A file that does not parse is hashed as it is."""
+    try:
+        config = tomllib.loads(content.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return content
+    config.pop("correct", None)
+    return json.dumps(config, sort_keys=True, default=str).encode()
+
+
 def _content_hash(folder: Path) -> str:
     digest = hashlib.sha256()
     # hints.toml is left out: hints never change a grade, so a new hint must not mark the
     # results graded before for regrade (graders/hints.py).
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "hints.toml"):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+        content = path.read_bytes()
+        if path == folder / "exercise.toml":
+            content = _judged_toml(content)
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + content + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -236,8 +252,44 @@ def _judged_version(exercise: Exercise) -> str:
     shared = sorted(p for p in GRADERS_DIR.glob("*.py") if p.name not in NOT_JUDGING)
     digest = hashlib.sha256(exercise.version.encode() + b"\0")
     for path in [Path(str(module.__file__)), *shared]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(path.name.encode() + b"\0" + judged_source(path.read_text()) + b"\0")
     return digest.hexdigest()[:16]
+
+
+# What a module says rather than judges: the text fields of a diagnosis's declaration
+# (graders.diagnoses: its name, words, hints) and a claim's words (graders.claims), rendered
+# when a grade is read; and docstrings. Comments are not in the syntax tree at all.
+WORD_FIELDS = frozenset(
+    {"name", "words", "said_in", "by_exercise", "hint", "where", "what", "fix", "lesson"}
+)
+WORD_CALLS = frozenset({"Declared", "Hint", "Claim"})
+
+
+def judged_source(source: str) -> bytes:
+    """A module's syntax tree without its words (`WORD_FIELDS` of `WORD_CALLS`, a Claim's
+    words, docstrings): what of it can change a stored grade."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            body[0] = ast.Expr(ast.Constant(""))
+        if isinstance(node, ast.Call):
+            called = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if called not in WORD_CALLS:
+                continue
+            for keyword in node.keywords:
+                if keyword.arg in WORD_FIELDS:
+                    keyword.value = ast.Constant("")
+            if called == "Claim" and len(node.args) > 1:
+                node.args[1] = ast.Constant("")  # Claim(key, words, holds)
+    return ast.dump(tree).encode()
 
 
 def configuration_problem(exercise: Exercise) -> str | None:

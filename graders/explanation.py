@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graders.diagnoses import declared
 from graders.judging import same_value
 from graders.report import Diagnosis
 from graders.trace import CaseTrace
@@ -21,28 +22,6 @@ Traces = dict[str, CaseTrace]
 TYPE_FIELDS = frozenset({"loss_type", "losses_type", "result_type", "value_type", "state_type"})
 RETURN_FIELDS = frozenset(
     {"loss", "losses", "first", "second", "first_after_clearing", "second_after_clearing", "value"}
-)
-# The order in which mistakes found together are named: the lesson's order first.
-PRIORITY: tuple[Diagnosis, ...] = (
-    "missing-backward",
-    "missing-step",
-    "step-before-backward",
-    "zero-grad-before-step",
-    "zero-grad-inside-accumulation",
-    "step-per-microbatch",
-    "missing-zero-grad",
-    "zero-grad-skipped",
-    "step-skipped",
-    "step-twice",
-    "backward-twice",
-    "wrong-loss-scaling",
-    "loss-sum-not-mean",
-    "gradients-scaled",
-    "wrong-learning-rate",
-    "gradients-times-loss",
-    "wrong-momentum",
-    "optimizer-recreated",
-    "loss-after-update",
 )
 
 
@@ -57,6 +36,10 @@ class Explanation:
     codes: tuple[Diagnosis, ...]
     model: str
     note: str = ""
+
+    def __post_init__(self) -> None:
+        for code in self.codes:
+            declared(code)  # a code nobody declared fails here, where the model names it
 
 
 def agrees(recorded: Sequence[str], model: Sequence[str]) -> bool:

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
-from graders.explanation import PRIORITY, Explanation, Traces, agrees, same_numbers
+from graders.explanation import Explanation, Traces, agrees, same_numbers
 from graders.judging import as_tensor, call_stream, case_data
 from graders.kind import ExerciseKind
 from graders.replay import Forward, Numbers, PerCase, replay
@@ -118,7 +119,7 @@ def order_mistakes(
     per_step = iterations * (micro or 1)  # backward calls a right loop makes
     if backwards >= 2 * per_step and backwards % per_step == 0:
         found.append("backward-twice")
-    return sorted(set(found), key=PRIORITY.index)
+    return sorted(set(found), key=_priority)
 
 
 def _order_note(
@@ -332,7 +333,7 @@ def _replayed_models(
         if _attempt(kind, exercise, traces, forward, candidate, base.unexplained).unexplained:
             continue
         codes = (code, *order, *[e for e in extra if e != code])
-        found.append(Explanation(tuple(sorted(set(codes), key=PRIORITY.index)), model, note))
+        found.append(Explanation(tuple(sorted(set(codes), key=_priority)), model, note))
     return found
 
 
@@ -344,4 +345,565 @@ def _merged_order_mistakes(
         for spec in exercise.cases
         for code in order_mistakes(kind, spec, call_stream(traces[spec.id]), by_hand)
     }
-    return sorted(found, key=PRIORITY.index)
+    return sorted(found, key=_priority)
+
+
+def _priority(code: Diagnosis) -> int:
+    """Where a mistake found with others is named: in DECLARED's order, the lesson's."""
+    return PRIORITY.index(code)
+
+
+# The diagnoses this module's models give (graders.diagnoses), in the order mistakes found
+# together are named: the lesson's order first.
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="missing-backward",
+        name="No backward pass",
+        words=(
+            "Your loop never calls `loss.backward()`, so there are no gradients for the "
+            "optimizer to use and the weights never change."
+        ),
+        about="steps",
+        order=True,
+        hint=Hint(
+            where="Look at how the gradients in `.grad` are made in each step.",
+            what=(
+                "The loss is computed but no gradients come from it: `loss.backward()` is not "
+                "called on the loss of this batch, so `step()` has no new gradients to use."
+            ),
+            fix="""Call `backward()` on the loss, between clearing and stepping:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="missing-step",
+        name="No optimizer step",
+        words=(
+            "Your loop computes gradients but never calls `optimizer.step()`, so the weights "
+            "never change."
+        ),
+        about="steps",
+        order=True,
+        hint=Hint(
+            where="Look for the line that changes the weights: which call applies the gradients?",
+            what=(
+                "`backward()` only computes gradients. Without `optimizer.step()` the weights "
+                "never change."
+            ),
+            fix="""Call the optimizer after the backward pass:
+
+```python
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="step-before-backward",
+        name="Step before backward",
+        words=(
+            "Your optimizer stepped before `backward()`: each update used the gradients that "
+            "were lying around — the previous batch's, or none at all — not this batch's. "
+            "Nothing errors and the loss curve just looks noisy. Clear the gradients, call "
+            "`loss.backward()`, and only then `optimizer.step()`."
+        ),
+        about="steps",
+        order=True,
+        hint=Hint(
+            where="Look at the order of `optimizer.step()` and `loss.backward()` in one step.",
+            what=(
+                "`step()` uses the gradients that are in `.grad` when it runs. Called before "
+                "`backward()`, it updates the weights with the old gradients, not this batch's."
+            ),
+            fix="""Compute this batch's gradients first, then step:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="zero-grad-before-step",
+        name="Cleared before the step",
+        words=(
+            "Your loop clears the gradients between `backward()` and `step()`, so the optimizer "
+            "steps on empty gradients and the weights never move. Clear them at the start of "
+            "the step, before `backward()`."
+        ),
+        about="steps",
+        order=True,
+        said_in={
+            "micro-batches": (
+                "Your function clears the gradients between the micro-batches' `backward()` and "
+                "`step()`, so the optimizer steps on empty gradients and the weights never "
+                "move. Clear them once, before the first micro-batch's `backward()`."
+            ),
+        },
+        hint=Hint(
+            where="Look at what runs between `loss.backward()` and `optimizer.step()`.",
+            what=(
+                "`zero_grad()` between them throws away the gradients `backward()` just "
+                "computed, so `step()` has nothing to move the weights with."
+            ),
+            fix="""Clear before the backward pass, never between it and the step:
+
+```python
+optimizer.zero_grad()
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="zero-grad-inside-accumulation",
+        name="Cleared inside accumulation",
+        words=(
+            "Your loop clears the gradients inside the micro-batch loop, so each micro-batch "
+            "wipes out the ones before it and only the last one counts in the update. Clear "
+            "once, before the first micro-batch."
+        ),
+        about="micro-batches",
+        hint=Hint(
+            where=(
+                "Look at where `optimizer.zero_grad()` is: inside the loop over micro-batches, "
+                "or before it?"
+            ),
+            what=(
+                "Clearing inside the loop throws away the gradients of the earlier "
+                "micro-batches: only the last one's reach the step."
+            ),
+            fix="""Clear once, before the loop:
+
+```python
+optimizer.zero_grad()
+for x, y in micro_batches:
+    loss = loss_fn(model(x), y) / len(micro_batches)
+    loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="step-per-microbatch",
+        name="Step per micro-batch",
+        words=(
+            "Your loop steps once per micro-batch. Accumulation means the opposite: run "
+            "`backward()` on every micro-batch, letting the gradients add up in `.grad`, then "
+            "step **once**, so the update equals one step on the whole batch."
+        ),
+        about="micro-batches",
+        hint=Hint(
+            where=(
+                "Look at where `optimizer.step()` is: inside the loop over micro-batches, or "
+                "after it?"
+            ),
+            what=(
+                "Accumulating means one step for all the micro-batches together. A step inside "
+                "the loop updates the weights once per micro-batch."
+            ),
+            fix="""Step once, after the loop:
+
+```python
+optimizer.zero_grad()
+for x, y in micro_batches:
+    loss = loss_fn(model(x), y) / len(micro_batches)
+    loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="missing-zero-grad",
+        name="Gradients not cleared before backward",
+        words=(
+            "Your gradients **accumulate**: PyTorch adds each new gradient to whatever is "
+            "already in `.grad`, and your loop does not clear it before `backward()`. So a step "
+            "used the sum of this batch's gradient and whatever `.grad` held before it. Call "
+            "`optimizer.zero_grad()` at the start of the step, before `backward()`."
+        ),
+        about="steps",
+        order=True,
+        hint=Hint(
+            where=(
+                "Look at the start of each training step, before `loss.backward()`: what is in "
+                "`.grad` at that moment?"
+            ),
+            what=(
+                "PyTorch adds each new gradient to what `.grad` already holds. Without clearing "
+                "it first, every step uses the sum of this batch's gradient and the old ones."
+            ),
+            fix="""Clear the gradients once per step, before the backward pass:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="zero-grad-skipped",
+        name="Clearing skipped",
+        words=(
+            "Your loop clears the gradients on some calls but not on others. PyTorch adds each "
+            "new gradient to whatever is already in `.grad`, so after a call that did not "
+            "clear, the step used the sum of the last few calls' gradients. Call "
+            "`optimizer.zero_grad()` on every call, before `backward()`."
+        ),
+        about="steps",
+        order=True,
+        said_in={
+            "whole-loop": (
+                "Your loop clears the gradients on some batches but not on others. PyTorch adds "
+                "each new gradient to whatever is already in `.grad`, so after a batch that did "
+                "not clear, the step used the sum of the last few batches' gradients. Call "
+                "`optimizer.zero_grad()` for every batch, before `backward()`."
+            ),
+        },
+        hint=Hint(
+            where="Look at any condition or loop around `optimizer.zero_grad()`.",
+            what=(
+                "Some iterations do not clear the gradients, so their step uses the sum of this "
+                "batch's gradient and an earlier one."
+            ),
+            fix="""Clear on every iteration, before the backward pass:
+
+```python
+for x, y in batches:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="step-skipped",
+        name="Step skipped",
+        words=(
+            "On some calls your loop never reached `optimizer.step()`: those calls computed "
+            "gradients that no step applied. Step on every call."
+        ),
+        about="steps",
+        order=True,
+        said_in={
+            "whole-loop": (
+                "On some batches your loop never reached `optimizer.step()`: their gradients "
+                "were computed and no step applied them. Step once for every batch."
+            ),
+        },
+        hint=Hint(
+            where="Look at any condition or loop around `optimizer.step()`.",
+            what="Some batches get no step: the weights are not updated on those iterations.",
+            fix="""Step on every batch, unconditionally:
+
+```python
+for x, y in batches:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="step-twice",
+        name="Step run twice",
+        words=(
+            "Your loop calls `optimizer.step()` more than once per iteration, on the gradients "
+            "already in `.grad`. Step once, after `backward()`."
+        ),
+        about="steps",
+        said_in={
+            "micro-batches": (
+                "Your function calls `optimizer.step()` more than once per call: accumulating "
+                "is one step, after the last micro-batch's `backward()`. Step once, at the end."
+            ),
+        },
+        hint=Hint(
+            where="Count the calls of `optimizer.step()` in one step.",
+            what=(
+                "Each `step()` moves the weights again with the same gradients: two calls make "
+                "a step twice as long."
+            ),
+            fix="""One step per batch:
+
+```python
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="backward-twice",
+        name="Backward run twice",
+        words=(
+            "Your gradients are a whole multiple of the correct ones: `backward()` ran more "
+            "than once before the step. PyTorch adds each new gradient to whatever is already "
+            "in `.grad`, so two backward passes give the sum of both. Call `loss.backward()` "
+            "once per step."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Count the calls of `backward()` in one step.",
+            what=(
+                "Each `backward()` adds the gradient again: two calls on the same batch make a "
+                "step with twice the gradient."
+            ),
+            fix="""One backward pass per loss:
+
+```python
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="wrong-loss-scaling",
+        name="Loss not divided by micro-batches",
+        words=(
+            "Your micro-batch losses are not divided by how many there are. Gradients add up in "
+            "`.grad`, so after N micro-batches it holds N times the whole batch's gradient. "
+            "Divide each micro-batch's loss by `len(micro_batches)` before `backward()`."
+        ),
+        about="micro-batches",
+        hint=Hint(
+            where="Look at the loss of each micro-batch, just before its `backward()`.",
+            what=(
+                "Gradients of the micro-batches add up. To get the gradient of the mean over "
+                "the whole batch, each micro-batch's loss must be divided by the number of "
+                "micro-batches, once."
+            ),
+            fix="""Scale each micro-batch's loss before its backward pass:
+
+```python
+loss = loss_fn(model(x), y) / len(micro_batches)
+loss.backward()
+```""",
+        ),
+    ),
+    Declared(
+        code="loss-sum-not-mean",
+        name="Summed loss, not mean",
+        words=(
+            "Your gradients are a whole multiple of the correct ones, the batch's size or its "
+            "number of values: the loss was summed over the batch, not averaged. `nn.MSELoss()` "
+            "averages; use the `loss_fn` you were given."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look at how the loss is computed: `loss_fn`, or a sum of your own?",
+            what=(
+                "A sum over the batch gives a gradient that many times larger than the mean the "
+                "exercise uses (`nn.MSELoss()` averages)."
+            ),
+            fix="""Use the loss function you are given:
+
+```python
+loss = loss_fn(model(x), y)
+```""",
+        ),
+    ),
+    Declared(
+        code="gradients-scaled",
+        name="Gradients scaled",
+        words=(
+            "Your gradients are a constant multiple of the correct ones: the loss, or the "
+            "gradient, was scaled before the step. Call `backward()` on the loss the `loss_fn` "
+            "you were given computes, as it is."
+        ),
+        about="steps",
+        hint=Hint(
+            where=(
+                "Look at anything that multiplies or divides the loss or the gradients before "
+                "the step."
+            ),
+            what=(
+                "The steps have the right direction but the wrong size: the gradients are "
+                "scaled by a constant the exercise does not ask for."
+            ),
+            fix="""Take the loss as `loss_fn` returns it, and leave `.grad` as `backward()` made it:
+
+```python
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="wrong-learning-rate",
+        name="Wrong learning rate",
+        words=(
+            "Your updates point the right way but have the wrong size: they do not use the "
+            "optimizer's learning rate. Let `optimizer.step()` make the update with the "
+            "optimizer's own settings."
+        ),
+        about="steps",
+        hint=Hint(
+            where=(
+                "Look at how the weights are updated: is it the optimizer you are given, with "
+                "its own learning rate?"
+            ),
+            what=(
+                "The update has the right direction but not the optimizer's step size: a "
+                "learning rate other than the optimizer's is used."
+            ),
+            fix="""Let the optimizer you are given make the update:
+
+```python
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="gradients-times-loss",
+        name="Gradients multiplied by the loss",
+        words=(
+            "Your gradients are the correct ones multiplied by the loss itself, a factor that "
+            "changes every step: what `loss.backward(loss)` computes, since the argument of "
+            "`backward()` multiplies every gradient. Call `loss.backward()` with no argument."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look at the arguments you pass to `loss.backward()`.",
+            what=(
+                "`loss.backward(loss)` multiplies every gradient by the loss's own value, a "
+                "scale that changes from step to step. For a scalar loss, `backward()` needs no "
+                "argument."
+            ),
+            fix="""Call `backward()` with no argument:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="wrong-momentum",
+        name="Momentum missing",
+        words=(
+            "Your updates do not use the optimizer's momentum: an update written by hand, `p -= "
+            "lr * p.grad`, is plain SGD, and a momentum set by hand is not the optimizer's. Let "
+            "`optimizer.step()` make the update: it keeps the optimizer's momentum."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look at how the weights are updated when the optimizer has momentum.",
+            what=(
+                "Updating the weights by hand (`p -= lr * p.grad`) ignores the optimizer's "
+                "momentum, which remembers earlier gradients."
+            ),
+            fix="""Let the optimizer step; it keeps the momentum:
+
+```python
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="optimizer-recreated",
+        name="Optimizer made anew",
+        words=(
+            "Your code makes an optimizer of its own, again and again, where it should use the "
+            "`optimizer` it was given. A new optimizer starts with no state (SGD's momentum "
+            "buffers, Adam's running averages and step count), so what it would carry from one "
+            "step to the next is lost. Use the `optimizer` you were given: it keeps its state "
+            "between steps."
+        ),
+        about="steps",
+        hint=Hint(
+            where=(
+                "Look for `torch.optim` inside your function: which optimizer does `step()` "
+                "belong to?"
+            ),
+            what=(
+                "An optimizer built inside the step starts with empty state every call: its "
+                "momentum (or Adam's averages) is thrown away each time. The optimizer handed "
+                "to your function keeps that state between calls."
+            ),
+            fix="""Use the optimizer you are given; do not build a new one:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="loss-after-update",
+        name="Loss taken after the update",
+        words=(
+            "Your weights are right, but the loss you return was computed after the update, at "
+            "the new weights. Return the loss of the forward pass that `backward()` used, "
+            "before `optimizer.step()`: `loss.item()`."
+        ),
+        about="steps",
+        hint=Hint(
+            where=(
+                "Look at which loss you return or record: computed before or after "
+                "`optimizer.step()`?"
+            ),
+            what=(
+                "The loss is measured after the weights changed. The exercise asks for the loss "
+                "of the batch the step was computed on, before the update."
+            ),
+            fix="""Keep the loss from the forward pass of this step:
+
+```python
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+return loss.item()
+```""",
+        ),
+    ),
+    Declared(
+        code="loss-detached",
+        name="Loss cut off from the model",
+        words=(
+            "Your code calls `backward()`, but on a loss cut off from the model: `.detach()`, "
+            "`.data`, or `requires_grad = True` set on the loss itself gives a tensor with no "
+            "path back to the weights, so `backward()` computes no gradient for them. Setting "
+            "`requires_grad` silences PyTorch's error; it does not reconnect the graph. Call "
+            "`backward()` on the loss computed from `model(x)`, as `loss_fn` returns it."
+        ),
+        about="steps",
+        hint=Hint(
+            where=(
+                "Look at the loss you call `backward()` on: follow it back to the model's "
+                "output. Is anything between them cutting it off?"
+            ),
+            what=(
+                "`.detach()`, `.data` or setting `requires_grad` by hand make a loss that no "
+                "longer depends on the model's parameters. Its `backward()` runs, but no "
+                "gradient reaches the weights, so `step()` has nothing to apply."
+            ),
+            fix="""Call `backward()` on the loss exactly as the loss function returns it:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+)
+PRIORITY = tuple(record.code for record in DECLARED)

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 
 import sandbox
 from graders import harness
+from graders.claims import TEXTBOOK_ORDER
+from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
-from graders.feedback import error_concept, explanation, learner_text
+from graders.feedback import error_concept, learner_text, render
 from graders.fix_replay import with_fix
 from graders.judging import check
 from graders.kinds import SANDBOX_PROGRAM, kind_of
@@ -108,6 +111,10 @@ RELEASE_DELAYS = 3
 # of a second in ways no reading sees (a factor of 4 made the floor 0.375 s, and CI saw a
 # correct part stopped at it).
 HIDDEN_CPU_FLOOR_SECONDS = (RELEASE_DELAY_FACTOR - 1) * RELEASE_DELAY_FLOOR_SECONDS / 2
+# The grading's own costs after the hidden part on an idle machine (the sandbox's exit, reading
+# and judging the traces: 0.02-0.06 s measured), added to the part's work when the delay is
+# chosen: so on an idle machine a report is ready by its delay, whatever the code did.
+JUDGING_ALLOWANCE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -154,10 +161,29 @@ class HiddenBudget:
             later_wall_timeout_seconds=min(limits.later_wall_timeout_seconds, self.wall_seconds),
         )
 
-    def release_delay(self, elapsed_seconds: float) -> float:
-        """How long after the hidden part's start its grading may be known: the first delay
-        that covers `elapsed_seconds` (the hidden part and judging), or that itself past all."""
-        return next((d for d in self.delays_seconds if d >= elapsed_seconds), elapsed_seconds)
+    def release_delay(self, work_seconds: float) -> float:
+        """The first delay that covers `work_seconds` (the hidden part's own work and the
+        grading's costs after it, `release_after`), or that itself past all."""
+        return next((d for d in self.delays_seconds if d >= work_seconds), work_seconds)
+
+    def release_after(self, part: RunResult, ready_seconds: float) -> float:
+        """How long after the hidden part's start its grading may be known: the delay chosen
+        from the part's own work (`own_work_seconds`) with the grading's costs after it
+        (`JUDGING_ALLOWANCE_SECONDS`), never from the server's load; a report ready only
+        `ready_seconds` after the start, later than that (a loaded server), at the first
+        multiple of that delay after it."""
+        delay = self.release_delay(own_work_seconds(part) + JUDGING_ALLOWANCE_SECONDS)
+        return delay * max(1, math.ceil(ready_seconds / delay))
+
+
+def own_work_seconds(part: RunResult) -> float:
+    """What the part's own work can stretch its wall time to: its wall time not spent waiting
+    for a core, plus its CPU time (a task waits only while another holds the core: on an idle
+    machine, the part's own tasks, whose CPU counts); as the sandbox measured them, so the
+    machine's load moves it little. Where the waits cannot be seen (gVisor), its wall time."""
+    if part.waited_seconds is None:
+        return part.wall_seconds
+    return part.wall_seconds - part.waited_seconds + part.cpu_seconds
 
 
 _budgets: dict[tuple[str, str], HiddenBudget] = {}
@@ -245,8 +271,20 @@ def grade_with_release(
     hidden = result.after_request
     if hidden is None or hidden.started_monotonic is None:
         return Graded(report, ready)  # the hidden cases were never given
-    delay = budget.release_delay(ready - hidden.started_monotonic)
-    return Graded(report, hidden.started_monotonic + delay, hidden.started_monotonic)
+    after = budget.release_after(hidden, ready - hidden.started_monotonic)
+    return Graded(report, hidden.started_monotonic + after, hidden.started_monotonic)
+
+
+def judge_visible_trace(exercise: Exercise, payload: bytes) -> GradeReport:
+    """The report on the visible cases alone of a trace the harness recorded elsewhere
+    (`loopgrade-client check` runs it on the learner's computer): this grader's own judging,
+    diagnosis and words for those cases. The trace is hostile data, read as a sandbox's is;
+    no hidden case takes part, and the report is shown, never stored or scored."""
+    visible = [case for case in exercise.cases if not case.hidden]
+    # Its own version: the trusted trajectories cached for it are of the visible cases alone.
+    part = exercise.model_copy(update={"cases": visible, "version": f"{exercise.version}+visible"})
+    result = dataclasses.replace(NEVER_ASKED, exit_code=0, payload=payload)
+    return grade_runs(part, [(visible, result)], GRADING_LIMITS)
 
 
 def case_groups(exercise: Exercise) -> list[list[CaseSpec]]:
@@ -515,6 +553,16 @@ def trace_failure(
     return None
 
 
+# Where the server installed Python and its packages: nothing of the learner's, and nothing
+# they need to read a frame of torch's ("torch/nn/modules/linear.py" says as much).
+_INSTALL_PATH = re.compile(r'File "[^"\n]*/(?:(?:site|dist)-packages|lib/python3\.\d+)/')
+
+
+def without_install_paths(traceback: str) -> str:
+    """A traceback with the server's install paths cut from its frames' file names."""
+    return _INSTALL_PATH.sub('File "', traceback)
+
+
 def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     error = case.error
     assert error is not None
@@ -522,7 +570,7 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     where = (
         f"In case `{spec.id}`, at call {step}, your code raised {learner_text(error.type)}"
         f"{_at_line(error.line)}: {learner_text(error.message)}\n\n"
-        f"{learner_text(error.traceback, block=True)}"
+        f"{learner_text(without_install_paths(error.traceback), block=True)}"
     )
     concept = error_concept(error.message)
     if concept:
@@ -553,9 +601,26 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
         max_score=exercise.max_score,
         diagnosis=failure.diagnosis,
         checks=checks,
-        feedback=f"{failure.message}\n\n{explanation(failure.diagnosis, exercise)}",
+        feedback=render(failure.message, failure.diagnosis, exercise),
+        facts=failure.message,
         output=output,
     )
+
+
+def praised_calls(exercise: Exercise, traces: dict[str, CaseTrace]) -> list[str]:
+    """The praise of the lesson's order, when every call of every visible case made it (a claim:
+    `graders.claims.TEXTBOOK_ORDER`); "" for code that got its numbers another way (gradients
+    from `torch.autograd.grad`, an update by hand) and for kinds that take no step."""
+    if not kind_of(exercise).steps:
+        return []
+    calls = [
+        record["calls"]
+        for spec in exercise.cases
+        if not spec.hidden
+        for record in traces[spec.id].records
+        if record is not None and "calls" in record
+    ]
+    return [TEXTBOOK_ORDER.key] if calls and all(map(TEXTBOOK_ORDER.holds, calls)) else []
 
 
 # --- trusted trajectories -------------------------------------------------------------------
@@ -654,7 +719,9 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
     ]
     verdict = diagnose(exercise, traces, trusted, checks)
     first_failure = next((c.message for c in checks if not c.passed), None)
-    parts = [first_failure, verdict.note, explanation(verdict.diagnosis, exercise)]
+    claims = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else []
+    claims += verdict.said
+    facts = "\n\n".join(part for part in (first_failure, verdict.note) if part)
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -671,7 +738,185 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         diagnosis=verdict.diagnosis,
         other_diagnoses=list(verdict.also),
         checks=checks,
-        feedback="\n\n".join(part for part in parts if part),
+        feedback=render(facts, verdict.diagnosis, exercise, claims),
+        facts=facts,
+        claims=claims,
         plots=plots,
         output=output,
     )
+
+
+# The diagnoses this module gives (graders.diagnoses).
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="syntax-error",
+        name="Syntax error",
+        words="Python could not read your code. Fix the line named above and submit again.",
+        hint=Hint(
+            where="Look at the line the error names, and the line just before it.",
+            what=(
+                "Python could not read the code: a bracket, colon or indentation is wrong, so "
+                "nothing ran."
+            ),
+            fix=(
+                "Every block opens with a colon and is indented the same way, and every "
+                "bracket closes:\n\n"
+            )
+            + """```python
+for x, y in batches:
+    loss = loss_fn(model(x), y)
+```""",
+        ),
+    ),
+    Declared(
+        code="missing-function",
+        name="Function not found",
+        words="The function the exercise asks for is not defined in your code.",
+        hint=Hint(
+            where="Look at the name of the function you define.",
+            what=(
+                "The grader calls the function by the name the exercise gives; your code "
+                "defines no function with that name."
+            ),
+            fix=(
+                "Define the function with exactly the name and parameters in the exercise's "
+                "signature, at the top level of your code."
+            ),
+        ),
+    ),
+    Declared(
+        code="runtime-error",
+        name="Error while running",
+        words="Your code raised an exception, so what it does could not be checked.",
+        hint=Hint(
+            where=(
+                "Look at the traceback's first frame in your code: it names the line your code "
+                "was on when the error was raised. The frames below it are what your code "
+                "called (torch's own), and the last line names the error."
+            ),
+            what=(
+                "Your code raised an error while it ran, so the checks after it could not pass. "
+                "The traceback says which line and why."
+            ),
+            fix=(
+                "Fix the line the traceback names; run it on a small example in the practice "
+                "kit or a notebook before you submit."
+            ),
+        ),
+    ),
+    Declared(
+        code="grad-none-error",
+        name="Gradient is None",
+        words=(
+            "Your code reached for `.grad` when it was `None`. `.grad` is `None` until a "
+            "`backward()` fills it, and again after `zero_grad()`, which since PyTorch 2.0 "
+            "releases the gradient tensors rather than filling them with zeros. So either no "
+            "`backward()` had filled it yet, or it had been cleared. Read `.grad` after "
+            "`backward()`, or check for `None` first (`if p.grad is not None`); to clear into "
+            "tensors of zeros instead, `optimizer.zero_grad(set_to_none=False)`."
+        ),
+        said_in={
+            "without-steps": (
+                "Your code reached for `.grad` when it was `None`. A gradient is `None` until a "
+                "backward pass fills it, and again once it is released (since PyTorch 2.0, "
+                "clearing releases it). Check for `None` before using it: `if p.grad is not "
+                "None`."
+            ),
+        },
+        hint=Hint(
+            where="Look at every line that reads or changes a parameter's `.grad`.",
+            what=(
+                "A parameter's `.grad` is `None` until a backward pass fills it, and "
+                "`optimizer.zero_grad()` sets it back to `None`. Code that treats it as a "
+                "tensor fails."
+            ),
+            fix="""Let the optimizer clear the gradients, or check for `None` before using `.grad`:
+
+```python
+optimizer.zero_grad()  # instead of p.grad.zero_()
+for p in model.parameters():
+    if p.grad is not None:
+        ...
+```""",
+        ),
+    ),
+    Declared(
+        code="timeout",
+        name="Time limit reached",
+        words=(
+            "Your code ran out of time. What this exercise asks takes milliseconds on a tiny "
+            "`nn.Linear`: look for a loop that never ends or a call that waits."
+        ),
+        hint=Hint(
+            where="Look at every loop: does each one end?",
+            what=(
+                "Your code ran longer than the time limit: a loop that never ends, or far more "
+                "work than the exercise needs."
+            ),
+            fix=(
+                "Loop over what you are given (`for x, y in batches:`), once, instead of "
+                "`while` loops that wait for a condition."
+            ),
+        ),
+    ),
+    Declared(
+        code="memory-limit",
+        name="Memory limit reached",
+        words=(
+            "Your code used more memory than it may. What this exercise asks needs almost none "
+            "on a tiny `nn.Linear`: look for a tensor or list that grows without bound."
+        ),
+        hint=Hint(
+            where="Look at what your code keeps from one iteration to the next.",
+            what=(
+                "Your code used more memory than the limit: something grows on every iteration, "
+                "such as a list of tensors that keep their graphs."
+            ),
+            fix="""Keep numbers, not tensors with their graphs:
+
+```python
+losses.append(loss.item())
+```""",
+        ),
+    ),
+    Declared(
+        code="output-limit",
+        name="Output limit reached",
+        words=(
+            "Your code printed more than the output limit allows. Print less, or nothing: the "
+            "grader does not read printed output."
+        ),
+        hint=Hint(
+            where="Look at your `print` calls.",
+            what="Your code printed more than the limit allows, usually a print inside a loop.",
+            fix="Remove the prints inside loops, or print only once at the end.",
+        ),
+    ),
+    Declared(
+        code="non-finite-value",
+        name="Training blew up",
+        words=(
+            "Your code produced a value that is not a finite number: NaN, an infinity, or one "
+            "far larger than these small problems ever give. Look for a division by zero, a log "
+            "of zero or of a negative number, or a value that is added to itself instead of "
+            "replaced."
+        ),
+        hint=Hint(
+            where=(
+                "Look at what makes the update large: the size of the loss and of the gradients."
+            ),
+            what=(
+                "The weights or the loss became infinite or NaN: updates that grow each step, "
+                "such as gradients that keep adding up or a wrong scale."
+            ),
+            fix="""Clear the gradients every step and use the loss and optimizer you are given:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+)

@@ -1,5 +1,5 @@
-"""Hints per diagnosis, as data: `exercises/hints.toml` for the codes every exercise can give,
-and `exercises/<id>/hints.toml` for one exercise's (its table for a code replaces the shared one).
+"""Hints per diagnosis: each diagnosis's own, declared with it (`graders.diagnoses.Declared.hint`),
+and `exercises/<id>/hints.toml` for one exercise's (its table for a code replaces the declared one).
 
 Each table is named by a diagnosis code and has three levels, opened one at a time: `where` (where
 to look), `what` (what is wrong), `fix` (the corrected lines); and may name a `lesson`, the
@@ -17,16 +17,14 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
-from graders.exercises import EXERCISES_DIR, Exercise, list_exercises
-from graders.report import Diagnosis
+from graders.diagnoses import registry
+from graders.exercises import Exercise, list_exercises
 
 HINTS_FILE = "hints.toml"
 # The levels, in the order a learner opens them; `fix` is the one a course may withhold.
 LEVELS = ("where", "what", "fix")
 OPTIONAL_KEYS = frozenset({"lesson"})
-KNOWN_CODES = frozenset(get_args(Diagnosis))
 # `## Section title {#anchor}` in a prompt: the anchor a hint's `lesson` names.
 PROMPT_ANCHOR = re.compile(r"^#{1,6} .*\{#([a-z0-9][a-z0-9-]*)\}\s*$", re.MULTILINE)
 # What an exercise's page calls a prompt section's anchor: prefixed, so that no author's anchor
@@ -56,10 +54,10 @@ def read_hints_file(path: Path, prompt_markdown: str | None = None) -> dict[str,
     anchors = set(PROMPT_ANCHOR.findall(prompt_markdown or ""))
     hints = {}
     for code, table in data.items():
-        if code not in KNOWN_CODES:
+        if code not in registry():
             raise HintsRefused(
-                f"{path}: [{code}]: no such diagnosis code: use one of graders/report.py's "
-                "Diagnosis (docs/exercises.md lists them)"
+                f"{path}: [{code}]: no such diagnosis code: use one of those docs/exercises.md "
+                "lists (declared in graders.diagnoses)"
             )
         if not isinstance(table, dict):
             raise HintsRefused(f"{path}: {code}: must be a table with keys {', '.join(LEVELS)}")
@@ -82,19 +80,14 @@ def read_hints_file(path: Path, prompt_markdown: str | None = None) -> dict[str,
     return hints
 
 
-def _shared_file(root: Path) -> Path:
-    return root / HINTS_FILE
-
-
 def _own_file(exercise: Exercise) -> Path:
     return Path(exercise.folder) / HINTS_FILE
 
 
-def hint_problems(exercises: list[Exercise], root: Path = EXERCISES_DIR) -> list[str]:
+def hint_problems(exercises: list[Exercise]) -> list[str]:
     """What is wrong in the hints files (check-exercises): one line each."""
     problems = []
-    files = [(_shared_file(root), None)] + [(_own_file(e), e.prompt_markdown) for e in exercises]
-    for path, prompt in files:
+    for path, prompt in [(_own_file(e), e.prompt_markdown) for e in exercises]:
         if not path.exists():
             continue
         try:
@@ -108,8 +101,21 @@ def hint_problems(exercises: list[Exercise], root: Path = EXERCISES_DIR) -> list
 def _hints_by_exercise() -> dict[str, dict[str, Hints]]:
     """Every exercise's hints, read once per process like the exercises. A file that is wrong
     gives no hints (check-exercises says why) rather than a page that fails."""
-    shared = _read_or_none(_shared_file(EXERCISES_DIR), None)
-    return {e.id: shared | _read_or_none(_own_file(e), e.prompt_markdown) for e in list_exercises()}
+    return {
+        e.id: declared_hints(e.prompt_markdown) | _read_or_none(_own_file(e), e.prompt_markdown)
+        for e in list_exercises()
+    }
+
+
+def declared_hints(prompt_markdown: str) -> dict[str, Hints]:
+    """The hints declared with each diagnosis (graders.diagnoses), by code, for an exercise with
+    this prompt: a `lesson` the prompt has no section for is left out."""
+    anchors = set(PROMPT_ANCHOR.findall(prompt_markdown))
+    return {
+        code: Hints(record.hint.levels, record.hint.lesson if record.hint.lesson in anchors else "")
+        for code, record in registry().items()
+        if record.hint is not None
+    }
 
 
 def _read_or_none(path: Path, prompt: str | None) -> dict[str, Hints]:

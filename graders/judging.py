@@ -95,6 +95,29 @@ def difference(name: str, mine: torch.Tensor, expected: torch.Tensor) -> str:
     return f"`{where}` is {yours:.6g} where {theirs:.6g} was expected (off by {gap_text})"
 
 
+def versus(name: str, mine: torch.Tensor, theirs: torch.Tensor, whose: str) -> str:
+    """Where two tensors differ most, the learner's value first: "`weight[0][2]` is -0.229;
+    the reference's step gives 0.096" (`whose` says where the second value comes from)."""
+    gap = (mine - theirs).abs()
+    flat = int(gap.argmax()) if gap.numel() else 0
+    index = torch.unravel_index(torch.tensor(flat), gap.shape) if gap.dim() else ()
+    where = name + "".join(f"[{int(i)}]" for i in index)
+    yours, expected = mine.flatten()[flat].item(), theirs.flatten()[flat].item()
+    return f"after the call, `{where}` is {yours:.6g}; {whose} {expected:.6g}"
+
+
+def constant_factor(mine: torch.Tensor, theirs: torch.Tensor) -> float | None:
+    """The number k with `mine` = k * `theirs` within tolerance, if there is one (and it is not
+    1 or 0): "your update is 2.0 times the reference's"."""
+    if mine.shape != theirs.shape or not bool(theirs.any()):
+        return None
+    at = int(theirs.abs().argmax())
+    factor = float(mine.flatten()[at] / theirs.flatten()[at])
+    if factor == 0 or abs(factor - 1) < 1e-3 or not close(mine, factor * theirs):
+        return None
+    return factor
+
+
 def times(count: int) -> str:
     """How often something happened, in words: never, once, twice, 3 times."""
     return {0: "never", 1: "once", 2: "twice"}.get(count, f"{count} times")

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graders.diagnoses import Declared
 from graders.harness import Recorder
 from graders.judging import KindJudge
-from graders.report import Diagnosis
 from graders.trace import TraceShape
 
 if TYPE_CHECKING:
@@ -35,8 +35,9 @@ class ExerciseKind:
     only what that file defines, each other, and builtins. `replay` is how the learner's
     recorded calls are replayed as a loop, for the kinds that train with an optimizer (None for
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
-    `diagnoses`: codes only this kind's models give, whose words speak of what it judges (a
-    scheduler, a checkpoint): on an exercise of another kind they are said as `incorrect` is.
+    `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
+    whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another
+    kind they are said as `incorrect` is.
     """
 
     name: str
@@ -47,7 +48,7 @@ class ExerciseKind:
     models: Models
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
-    diagnoses: tuple[Diagnosis, ...] = ()
+    diagnoses: tuple[Declared, ...] = ()
 
     @property
     def steps(self) -> bool:

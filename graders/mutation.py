@@ -28,6 +28,7 @@ class Edit(enum.Enum):
     MOVE_RETURN = "move the return"
     DUPLICATE_CALL = "duplicate a call"
     DROP_CLONE = "drop a .clone()"
+    PATTERN = "write it as learners do"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class Mutant:
     edit: Edit
     where: str
     source: str
+    # A pattern that is still a right answer (the same values, made another way): it must score
+    # full marks, and what it is told must be true of it.
+    right: bool = False
 
     def describe(self) -> str:
         return f"{self.edit.value}: {self.where}"
@@ -204,4 +208,106 @@ def mutants(source: str) -> list[Mutant]:
 
 
 def reference_mutants(exercise: Exercise) -> list[Mutant]:
-    return mutants(exercise.solution_code)
+    return mutants(exercise.solution_code) + patterns(exercise)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A way learners really write a line of a reference (from bug reports and forum threads):
+    `line`, a statement of the reference, becomes `written` (indented as it was). `right`: the
+    same values made another way; else a mistake. `optimizer`: only for cases of this one."""
+
+    name: str
+    line: str
+    written: str
+    right: bool
+    optimizer: str = ""
+
+
+PATTERNS = (
+    Pattern(
+        "gradients from torch.autograd.grad, put in .grad by hand",
+        "loss.backward()",
+        "import torch\n"
+        "grads = torch.autograd.grad(loss, list(model.parameters()))\n"
+        "for p, g in zip(model.parameters(), grads):\n"
+        "    p.grad = g if p.grad is None else p.grad + g",
+        right=True,
+    ),
+    Pattern(
+        "clip_grad_norm_ given a parameter generator already used up",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+        "params = model.parameters()\n"
+        "count = sum(1 for _ in params)\n"
+        "torch.nn.utils.clip_grad_norm_(params, max_norm)",
+        right=False,
+    ),
+    Pattern(
+        "the gradients clipped with a norm computed by hand",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+        "total = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))\n"
+        "scale = min(1.0, max_norm / (float(total) + 1e-06))\n"
+        "for p in model.parameters():\n"
+        "    p.grad.mul_(scale)",
+        right=True,
+    ),
+    Pattern(
+        "Adam's update written by hand",
+        "optimizer.step()",
+        "import torch\n"
+        "with torch.no_grad():\n"
+        "    for group in optimizer.param_groups:\n"
+        "        beta1, beta2 = group['betas']\n"
+        "        for p in group['params']:\n"
+        "            state = optimizer.state[p]\n"
+        "            if not state:\n"
+        "                state['step'] = torch.tensor(0.0)\n"
+        "                state['exp_avg'] = torch.zeros_like(p)\n"
+        "                state['exp_avg_sq'] = torch.zeros_like(p)\n"
+        "            state['step'] += 1\n"
+        "            t = float(state['step'])\n"
+        "            g = p.grad + group['weight_decay'] * p\n"
+        "            state['exp_avg'].mul_(beta1).add_(g, alpha=1 - beta1)\n"
+        "            state['exp_avg_sq'].mul_(beta2).addcmul_(g, g, value=1 - beta2)\n"
+        "            denom = (state['exp_avg_sq'] / (1 - beta2 ** t)).sqrt().add_(group['eps'])\n"
+        "            p.addcdiv_(state['exp_avg'], denom, value=-group['lr'] / (1 - beta1 ** t))",
+        right=True,
+        optimizer="adam",
+    ),
+    Pattern(
+        "the learner's own LambdaLR in place of the scheduler given",
+        "scheduler.step()",
+        "import torch\n"
+        "if epoch == 0:\n"
+        "    own = torch.optim.lr_scheduler.LambdaLR(\n"
+        "        optimizer, lambda e: scheduler.gamma ** (e // scheduler.step_size)\n"
+        "    )\n"
+        "own.step()",
+        right=True,
+    ),
+    Pattern(
+        "the model's parameters replaced on resume, not loaded into",
+        'model.load_state_dict(state["model"])',
+        "import torch\n"
+        'for name, value in state["model"].items():\n'
+        "    setattr(model, name, torch.nn.Parameter(value.clone()))",
+        right=False,
+    ),
+)
+
+
+def patterns(exercise: Exercise) -> list[Mutant]:
+    """The reference with each pattern that fits one of its lines written in."""
+    lines = exercise.solution_code.split("\n")
+    found = []
+    for pattern in PATTERNS:
+        if pattern.optimizer and any(c.optimizer != pattern.optimizer for c in exercise.cases):
+            continue
+        for number, line in enumerate(lines):
+            if line.strip() != pattern.line:
+                continue
+            indent = line[: len(line) - len(line.lstrip())]
+            written = [indent + part for part in pattern.written.split("\n")]
+            source = "\n".join([*lines[:number], *written, *lines[number + 1 :]])
+            found.append(Mutant(Edit.PATTERN, pattern.name, source, pattern.right))
+    return found

@@ -8,11 +8,13 @@ it runs in this process, without a sandbox, through the very judging that grades
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
 from graders import harness
+from graders.claims import CLAIMS
 from graders.diagnosis import explanations
 from graders.exercises import Exercise, Variant, for_learner
 from graders.explanation import Traces
@@ -32,6 +34,12 @@ from graders.report import GradeReport
 from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 
+# The mutant that gives clip_grad_norm_ a used-up generator (mutation.PATTERNS) makes torch warn
+# that nothing was clipped: that is the mistake it stands for, not news for the operator.
+warnings.filterwarnings(
+    "ignore", message=r"`parameters` is an empty generator", category=UserWarning
+)
+
 
 def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace], Failure | None]:
     """Trace trusted source in this process, as the sandbox would: its cases, or its failure."""
@@ -48,12 +56,42 @@ def trace_source(exercise: Exercise, source: str) -> tuple[dict[str, CaseTrace],
 
 def judge_source(exercise: Exercise, source: str) -> GradeReport:
     """Grade trusted source in this process: the same trace, parsing and judging as grade()."""
+    return told(exercise, source)[0]
+
+
+def told(exercise: Exercise, source: str) -> tuple[GradeReport, Traces]:
+    """judge_source's report, with the traces it was judged from (empty when not traced)."""
     if is_starter_source(exercise, source):
-        return not_started_report(exercise)
+        return not_started_report(exercise), {}
     traces, failure = trace_source(exercise, source)
     if failure is not None:
-        return failure_report(exercise, failure)
-    return judge(exercise, traces)
+        return failure_report(exercise, failure), traces
+    return judge(exercise, traces), traces
+
+
+def false_claims(exercise: Exercise, report: GradeReport, traces: Traces) -> tuple[list[str], int]:
+    """Every claim (`graders.claims`) said in a report whose predicate the program's own recorded
+    calls in the visible cases do not bear out, one line each; and how many claims were said.
+
+    A claim about one call must hold of some call; one about every call, of each.
+    """
+    texts = [report.feedback, *(check.message for check in report.checks)]
+    calls = [
+        record["calls"]
+        for spec in exercise.cases
+        if not spec.hidden and spec.id in traces
+        for record in traces[spec.id].records
+        if record is not None and "calls" in record
+    ]
+    problems, said = [], 0
+    for claim in CLAIMS:
+        if not any(claim.words in text for text in texts):
+            continue
+        said += 1
+        holds = all(map(claim.holds, calls)) if claim.every else any(map(claim.holds, calls))
+        if not (calls and holds):
+            problems.append(f"{exercise.id}: told {claim.words!r}, which its calls contradict")
+    return problems, said
 
 
 @dataclass(frozen=True)
@@ -62,6 +100,8 @@ class MutantVerdict:
 
     mutant: Mutant
     report: GradeReport | None
+    told: GradeReport | None = None  # what it is told, an equivalent one's too
+    traces: Traces = field(default_factory=dict)
 
 
 @dataclass
@@ -70,12 +110,16 @@ class Soundness:
 
     problems: list[str] = field(default_factory=list)
     mutants: list[MutantVerdict] = field(default_factory=list)
+    claims_checked: int = 0
 
     def survivors(self) -> list[Mutant]:
         return [
             v.mutant
             for v in self.mutants
-            if v.report is not None and v.report.score >= v.report.max_score
+            # Every check, those with no points too (a fact the code could forge teaches).
+            if v.report is not None
+            and all(c.passed for c in v.report.checks)
+            and not v.mutant.right
         ]
 
     def only_incorrect(self) -> list[Mutant]:
@@ -92,12 +136,12 @@ def judge_mutant(exercise: Exercise, mutant: Mutant) -> MutantVerdict:
     """Grade a mutant unless it is equivalent: every recorded value the same as the reference's."""
     reference = trusted_trajectories(exercise)["reference"]
     traces, failure = trace_source(exercise, mutant.source)
+    report = failure_report(exercise, failure) if failure else judge(exercise, traces)
     if failure is None and all(
         same_trace(traces[spec.id], reference[spec.id]) for spec in exercise.cases
     ):
-        return MutantVerdict(mutant, None)
-    report = failure_report(exercise, failure) if failure else judge(exercise, traces)
-    return MutantVerdict(mutant, report)
+        return MutantVerdict(mutant, None, report, traces)
+    return MutantVerdict(mutant, report, report, traces)
 
 
 def prove(exercise: Exercise) -> list[str]:
@@ -135,8 +179,17 @@ def variant_problems(exercise: Exercise) -> list[str]:
 def soundness(exercise: Exercise) -> Soundness:
     """Prove the exercise sound: its reference, starter, known bugs and mutants graded as due."""
     # Checks and kinds the grader does not know were refused when the exercise loaded.
-    problems = []
-    reference = judge_source(exercise, exercise.solution_code)
+    problems: list[str] = []
+    checked = 0
+
+    def proven(report: GradeReport, traces: Traces) -> GradeReport:
+        nonlocal checked
+        false, said = false_claims(exercise, report, traces)
+        problems.extend(false)
+        checked += said
+        return report
+
+    reference = proven(*told(exercise, exercise.solution_code))
     if reference.score != exercise.max_score or reference.diagnosis != "correct":
         failing = next((c.message for c in reference.checks if not c.passed), "")
         problems.append(
@@ -157,7 +210,7 @@ def soundness(exercise: Exercise) -> Soundness:
                 f"{exercise.max_score:g} {how} ({starter.diagnosis}), not 0 (not-started)"
             )
     for variant in exercise.variants:
-        report = judge_source(exercise, variant.source)
+        report = proven(*told(exercise, variant.source))
         differing = [
             spec.id
             for spec in exercise.cases
@@ -191,11 +244,15 @@ def soundness(exercise: Exercise) -> Soundness:
             )
         else:
             problems += _better_explained(exercise, variant, trusted)
-    found = Soundness(problems, [judge_mutant(exercise, m) for m in reference_mutants(exercise)])
+    verdicts = [judge_mutant(exercise, m) for m in reference_mutants(exercise)]
+    for verdict in verdicts:
+        if verdict.told is not None:
+            proven(verdict.told, verdict.traces)
+    found = Soundness(problems, verdicts, checked)
     for mutant in found.survivors():
         problems.append(
             f"{exercise.id}: a mutant of the reference changes what the harness records but "
-            f"scores full marks ({mutant.describe()})"
+            f"passes every check ({mutant.describe()})"
         )
     return found
 

@@ -10,8 +10,9 @@ import ast
 import functools
 import threading
 
+from graders.diagnoses import Declared
 from graders.exercises import Exercise
-from graders.feedback import explanation
+from graders.feedback import render
 from graders.judging import call_stream, same_trace
 from graders.report import Check, GradeReport
 from graders.trace import CaseTrace
@@ -78,6 +79,20 @@ def not_started_report(exercise: Exercise, output: str = "") -> GradeReport:
             Check(id=check_id, passed=False, points=0, max_points=points, message=NOT_SCORED)
             for check_id, points in exercise.checks.items()
         ],
-        feedback=f"{NOT_SCORED}\n\n{explanation('not-started', exercise)}",
+        feedback=render(NOT_SCORED, "not-started", exercise),
+        facts=NOT_SCORED,
         output=output,
     )
+
+
+# The diagnoses this module gives (graders.diagnoses).
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="not-started",
+        name="Not started",
+        words=(
+            "Nothing of the exercise is done yet, so nothing is scored. Make the changes the "
+            "exercise asks for and submit again."
+        ),
+    ),
+)

@@ -1,11 +1,14 @@
 """Alembic environment. The database URL comes from loopgrade's settings, never from a file."""
 
+from collections.abc import Collection, Mapping
 from logging.config import fileConfig
+from typing import Any
 
 from alembic import context
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 from sqlalchemy import Connection
 
-from app.db import create_db_engine
+from app.db import check_foreign_keys, create_migration_engine
 from app.settings import Settings
 from app.tables import metadata
 
@@ -35,19 +38,37 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+def check_before_commit(
+    ctx: MigrationContext,
+    step: MigrationInfo,
+    heads: Collection[Any],
+    run_args: Mapping[str, Any],
+) -> None:
+    """Each migration's foreign keys, checked inside its transaction (SQLite: not enforced
+    while migrating, app.db.create_migration_engine)."""
+    assert ctx.connection is not None
+    check_foreign_keys(ctx.connection)
+
+
 def run_on(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         # SQLite cannot ALTER most things; batch mode rebuilds the table instead.
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
+        # One transaction per migration: a failure rolls back to the last whole revision.
+        # SQLite's DDL is transactional too (Alembic assumes not).
+        transaction_per_migration=True,
+        transactional_ddl=True,
+        on_version_apply=check_before_commit,
     )
     with context.begin_transaction():
         context.run_migrations()
 
 
 def run_migrations_online() -> None:
-    engine = create_db_engine(database_url())
+    engine = create_migration_engine(database_url())
     try:
         with engine.connect() as connection:
             run_on(connection)

@@ -9,6 +9,8 @@ keys (`app/api/routes.py`) are the LMSs' and are not accepted here.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, UploadFile, status
@@ -23,7 +25,10 @@ from app.api.learner_schemas import (
     LearnerExercisesOut,
     LearnerSubmissionCreate,
     LearnerSubmissionOut,
+    PracticeCheckOut,
+    PracticeCheckResultOut,
     PracticeKitOut,
+    PracticeTraceIn,
 )
 from app.api.routes import IdempotencyKeyHeader, accepted_answer, answered, submission_out
 from app.api.schemas import ErrorOut, SubmissionAccepted
@@ -47,11 +52,15 @@ from app.web.charts import line_chart
 from app.web.events import progress_stream_response
 from app.web.sessions import client_address
 from graders.exercises import UnknownExercise, for_learner, get_exercise, list_exercises
-from graders.grading import trusted_trajectories
+from graders.grading import judge_visible_trace, trusted_trajectories
 from graders.kinds import SANDBOX_PROGRAM
 from graders.report import diagnosis_name
 
 router = APIRouter(prefix="/api/v1/me", tags=["learner"])
+
+# The harness a practice kit is for: the client ships its own copy (`python -m graders
+# client-files`) and runs it only when its digest is this one.
+HARNESS_SHA256 = hashlib.sha256(SANDBOX_PROGRAM.encode()).hexdigest()
 
 _token_errors: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorOut, "description": "No token, or an unknown, revoked or expired one."}
@@ -82,6 +91,7 @@ def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
         title=exercise.title,
         unit=assigned.unit,
         signature=exercise.signature,
+        entry_point=exercise.entry_point,
         max_score=exercise.max_score,
         state=cell.state,
         score=cell.score,
@@ -290,8 +300,9 @@ def follow_my_submission(
     responses={**_token_errors, 404: {"model": ErrorOut, "description": "No such exercise."}},
 )
 def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
-    """The exercise's harness, its visible cases and the reference's records on them, for
-    checking locally. Hidden cases never leave the server: only the server grades."""
+    """Which harness, the exercise's visible cases and the reference's records on them, for
+    checking locally with the client's own harness. Hidden cases never leave the server: only
+    the server grades."""
     try:
         # The holder's own cases: what the server grades their submissions on.
         exercise = for_learner(get_exercise(exercise_id), user_learner_key(holder.user.id))
@@ -305,14 +316,42 @@ def read_practice_kit(exercise_id: str, holder: TokenHolderDep) -> Response:
             version=exercise.version,
             kind=exercise.kind,
             entry_point=exercise.entry_point,
-            harness=harness_source(),
+            harness_sha256=HARNESS_SHA256,
             cases=[case.harness_spec() for case in visible],
             reference={case.id: reference[case.id].model_dump() for case in visible},
         )
     )
 
 
-def harness_source() -> str:
-    """The harness as the sandbox gets it: one program, every kind's recorder in it, that
-    imports nothing of ours (its `main()` runs only as a script)."""
-    return SANDBOX_PROGRAM
+@router.post(
+    "/exercises/{exercise_id}/practice-check",
+    response_model=PracticeCheckOut,
+    responses={
+        **_token_errors,
+        404: {"model": ErrorOut, "description": "No such exercise."},
+        422: {"model": ErrorOut, "description": "Not a trace."},
+    },
+)
+def check_practice_trace(
+    exercise_id: str, body: PracticeTraceIn, holder: TokenHolderDep
+) -> Response:
+    """The server's diagnosis and words for what your code recorded on the visible cases, run
+    on your computer by `loopgrade-client check`: the same judging as a grading's, on those
+    cases alone. Not a grade (the hidden cases decide one); nothing is stored."""
+    try:
+        exercise = for_learner(get_exercise(exercise_id), user_learner_key(holder.user.id))
+    except UnknownExercise:
+        raise HTTPException(404, detail=f"no exercise {exercise_id[:100]!r}") from None
+    report = judge_visible_trace(exercise, json.dumps(body.trace).encode())
+    return answered(
+        PracticeCheckOut(
+            exercise=exercise.id,
+            diagnosis=report.diagnosis,
+            diagnosis_text=diagnosis_name(report.diagnosis),
+            checks=[
+                PracticeCheckResultOut(id=check.id, passed=check.passed, message=check.message)
+                for check in report.checks
+            ],
+            feedback=report.feedback,
+        )
+    )

@@ -43,6 +43,7 @@ class ExerciseStateOut(BaseModel):
     title: str
     unit: str = Field(description="The unit it is listed under: the course's, else its own.")
     signature: str
+    entry_point: str = Field(description="The name the graded function must have.")
     max_score: float
     state: str = Field(description="not-tried, tried or solved.")
     score: float | None = Field(description="What counts; null while nothing graded counts.")
@@ -81,13 +82,43 @@ class LearnerExercisesOut(BaseModel):
 
 
 class PracticeKitOut(BaseModel):
-    """What `loopgrade-client check` runs locally: the public harness, the visible cases and
-    the reference's records on them. Never a hidden case."""
+    """What `loopgrade-client check` needs to run locally: which harness, the visible cases
+    and the reference's records on them. Never a hidden case, never code."""
 
     exercise: str
     version: str
     kind: str
     entry_point: str
-    harness: str = Field(description="The harness's Python source (needs torch).")
+    harness_sha256: str = Field(
+        description="The SHA-256 of the harness the cases are for. The client ships its own "
+        "harness and checks only when it is this one: the server sends data, never code."
+    )
     cases: list[dict[str, Any]] = Field(description="The visible cases' parameters.")
     reference: dict[str, Any] = Field(description="The reference's records, by case id.")
+
+
+class PracticeTraceIn(BaseModel):
+    """What the harness recorded on the visible cases on your computer (`loopgrade-client
+    check`): its trace as it writes it, hostile data like a sandbox's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: dict[str, Any]
+
+
+class PracticeCheckResultOut(BaseModel):
+    id: str
+    passed: bool
+    message: str
+
+
+class PracticeCheckOut(BaseModel):
+    """The server's words on the visible cases: the diagnosis, each check and the feedback a
+    grading of those cases would give. Not a grade: the hidden cases are not in it, and
+    nothing is stored."""
+
+    exercise: str
+    diagnosis: str
+    diagnosis_text: str
+    checks: list[PracticeCheckResultOut]
+    feedback: str

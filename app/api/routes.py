@@ -30,7 +30,7 @@ from app.courses.gradebook import (
     standing_of,
     standings_of,
 )
-from app.courses.hints import first_hint, hint_count
+from app.courses.hints import first_hint, hint_count, rules_for
 from app.courses.membership import NotFound, assignment_of, assignments_of
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
@@ -81,13 +81,12 @@ def _hint_fields(submission: Submission) -> dict[str, object]:
     if submission.status != SubmissionStatus.GRADED:
         return {}
     session = object_session(submission)
-    course = (
-        session.get(Course, submission.course_id)
-        if session is not None and submission.course_id
-        else None
-    )
+    if session is None:
+        return {}
+    course = session.get(Course, submission.course_id) if submission.course_id else None
+    rules = rules_for(session, submission, course)
     return {
-        "hint_count": hint_count(course, submission.exercise_id, submission.diagnosis),
+        "hint_count": hint_count(rules, submission.exercise_id, submission.diagnosis),
         "first_hint": first_hint(submission.exercise_id, submission.diagnosis),
     }
 

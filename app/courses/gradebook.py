@@ -242,26 +242,26 @@ def csv_text(value: str) -> str:
 
 
 def gradebook_csv(gradebook: Gradebook) -> str:
-    """Exactly the rows and columns shown, as CSV (scores as counted). Each exercise has two
-    columns: its counted score, and why it counts that (docs/people.md lists the columns)."""
+    """Exactly the rows and columns shown, as CSV (scores as counted).
+
+    The columns keep their order across releases, new ones at the end, so an importer that
+    reads by position keeps working: the learner, one score per exercise, the totals (as the
+    first releases wrote them), then why each exercise's score counts (docs/api.md)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
-    exercise_columns = []
-    for a in gradebook.exercises:
-        title = f"{a.exercise.title} ({a.exercise.max_score:g})"
-        exercise_columns += [title, f"{title} counted as"]
-    writer.writerow(["learner", "email", *exercise_columns, "total", "max_total"])
+    titles = [f"{a.exercise.title} ({a.exercise.max_score:g})" for a in gradebook.exercises]
+    writer.writerow(
+        ["learner", "email", *titles, "total", "max_total", *(f"{t} counted as" for t in titles)]
+    )
     for row in gradebook.rows:
-        cells = []
-        for cell in row.cells:
-            cells += [_number(cell.score), cell.counted_as or ""]
         writer.writerow(
             [
                 csv_text(row.name),
                 csv_text(row.email or ""),
-                *cells,
+                *(_number(cell.score) for cell in row.cells),
                 _number(row.total),
                 _number(row.max_total),
+                *(cell.counted_as or "" for cell in row.cells),
             ]
         )
     return out.getvalue()

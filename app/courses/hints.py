@@ -5,7 +5,8 @@ The words are the exercise's (graders/hints.py). Levels open one at a time, per 
 exercise and diagnosis (a hint opened on one submission stays open on the next with the same
 diagnosis). A course may make each next level wait for more attempts with that diagnosis, and
 may withhold the last level, the corrected lines. Practice has no course: its rules are the
-defaults.
+defaults, unless a course the learner takes sets the exercise: then the strictest of those
+courses' rules (`rules_for`), so practice never opens a level the learner's course withholds.
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
 from app.errors import AppError
-from app.models import Course, HintOpen, Submission, SubmissionStatus, User
+from app.models import (
+    Assignment,
+    Course,
+    CourseRole,
+    Enrolment,
+    HintOpen,
+    Submission,
+    SubmissionStatus,
+    User,
+)
 from graders.hints import ANCHOR_PREFIX, LEVELS, hints_for
 from graders.report import diagnosis_name
 
@@ -50,9 +61,34 @@ class HintRules:
 
 
 def rules_of(course: Course | None) -> HintRules:
+    """A course's own settings (the defaults for none): what its settings page shows."""
     if course is None:
         return HintRules()
     return HintRules(course.hint_unlock_attempts, course.hints_hide_fix, course.lesson_url)
+
+
+def rules_for(session: Session, submission: Submission, course: Course | None) -> HintRules:
+    """The rules a submission's hints follow: its course's; for practice, the strictest of the
+    courses that set the exercise to its learner (the fix withheld if any withholds it, the
+    most attempts between levels, counted in practice). Otherwise the same code submitted as
+    practice would open what the learner's course keeps back."""
+    if course is not None or submission.user_id is None:
+        return rules_of(course)
+    courses = session.scalars(
+        select(Course)
+        .join(Enrolment, Enrolment.course_id == Course.id)
+        .join(Assignment, Assignment.course_id == Course.id)
+        .where(
+            Enrolment.user_id == submission.user_id,
+            Enrolment.role == CourseRole.LEARNER,
+            Assignment.exercise_id == submission.exercise_id,
+            Assignment.removed_at.is_(None),
+        )
+    ).all()
+    return HintRules(
+        unlock_attempts=max((c.hint_unlock_attempts for c in courses), default=0),
+        hide_fix=any(c.hints_hide_fix for c in courses),
+    )
 
 
 def parse_rules(*, unlock_attempts: str, hide_fix: bool, lesson_url: str) -> HintRules:
@@ -112,6 +148,7 @@ class HintView:
     next_level: int | None  # the level the button opens, None when all are open
     attempts_needed: int  # more attempts with this diagnosis before the next level opens
     lesson_link: str  # where the lesson explains the diagnosis, "" when nowhere
+    fix_withheld: bool = False  # the corrected lines are kept back (by the learner's course)
 
     @property
     def next_unlocked(self) -> bool:
@@ -126,12 +163,12 @@ def lesson_link(rules: HintRules, exercise_page: str, lesson_anchor: str, diagno
     return f"{exercise_page}#{ANCHOR_PREFIX}{lesson_anchor}" if lesson_anchor else ""
 
 
-def hint_count(course: Course | None, exercise_id: str, diagnosis: str | None) -> int:
-    """How many levels a learner with this diagnosis may ever open in this course."""
+def hint_count(rules: HintRules, exercise_id: str, diagnosis: str | None) -> int:
+    """How many levels a learner with this diagnosis may ever open under these rules."""
     hints = hints_for(exercise_id, diagnosis or "")
     if hints is None:
         return 0
-    return len(LEVELS) - 1 if rules_of(course).hide_fix else len(LEVELS)
+    return len(LEVELS) - 1 if rules.hide_fix else len(LEVELS)
 
 
 def first_hint(exercise_id: str, diagnosis: str | None) -> str | None:
@@ -190,8 +227,8 @@ def hint_view(
     hints = hints_for(submission.exercise_id, submission.diagnosis or "")
     if hints is None:
         return None
-    rules = rules_of(course)
-    count = hint_count(course, submission.exercise_id, submission.diagnosis)
+    rules = rules_for(session, submission, course)
+    count = hint_count(rules, submission.exercise_id, submission.diagnosis)
     opened = min(_opened_levels(session, submission), count)
     next_level = opened + 1 if opened < count else None
     needed = 0
@@ -204,6 +241,7 @@ def hint_view(
         next_level=next_level,
         attempts_needed=needed,
         lesson_link=lesson_link(rules, exercise_page, hints.lesson, submission.diagnosis or ""),
+        fix_withheld=rules.hide_fix,
     )
 
 
@@ -224,8 +262,13 @@ def open_hint(
         raise HintRefused("this result has no hints: they come with a named mistake")
     if level <= len(view.opened):
         return None
-    if level == len(LEVELS) and rules_of(course).hide_fix:
-        raise HintRefused("this course does not show the corrected lines")
+    if level == len(LEVELS) and rules_for(session, submission, course).hide_fix:
+        raise HintRefused(
+            "this course does not show the corrected lines"
+            if course is not None
+            else "your course does not show the corrected lines for this exercise, so "
+            "practice does not either"
+        )
     if level != view.next_level:
         raise HintRefused("hints open one at a time, in order: open the one before first")
     if view.attempts_needed:
@@ -241,8 +284,13 @@ def open_hint(
         diagnosis=submission.diagnosis or "",
         level=level,
     )
-    session.add(opening)
-    session.flush()
+    try:
+        # Another request opening the same level at the same moment stored it first (the
+        # unique indexes of migration 0025): it is open, as asked.
+        with session.begin_nested():
+            session.add(opening)
+    except IntegrityError:
+        return None
     return opening
 
 

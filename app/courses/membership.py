@@ -13,7 +13,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.errors import AppError
@@ -125,14 +125,31 @@ class StaffChange(enum.StrEnum):
     REMOVE = "remove"
 
 
-def change_staff(session: Session, *, course: Course, user: User, change: StaffChange) -> None:
-    """Make an instructor of the course a learner of it, or take them out of it. Refused
-    (CourseError) when they are not its instructor, or are its last one."""
-    enrolment = enrolment_of(session, user, course.id)
+def change_staff(
+    session: Session, *, course: Course, user: User, change: StaffChange, by: User
+) -> None:
+    """`by` makes an instructor of the course a learner of it, or takes them out of it. Refused
+    (CourseError) when either is not its instructor, or `user` is its last one.
+
+    Two changes at once are made one after the other (`lock_course`), each reading the staff
+    as the other left it: two instructors demoting each other at the same moment cannot both
+    succeed, and a course always keeps one."""
+    lock_course(session, course.id)
+    if (
+        by.site_role != SiteRole.ADMIN
+        and _role_now(session, by, course.id) != CourseRole.INSTRUCTOR
+    ):
+        raise CourseError("you are no longer an instructor of this course: reload the page")
+    enrolment = _enrolment_now(session, user, course.id)
     if enrolment is None or enrolment.role != CourseRole.INSTRUCTOR:
         # Not begun with the email: the page's sentence would capitalise it.
         raise CourseError(f"the account {user.email} is not an instructor of this course")
-    if len(members(session, course.id, CourseRole.INSTRUCTOR)) == 1:
+    instructors = session.scalar(
+        select(func.count()).where(
+            Enrolment.course_id == course.id, Enrolment.role == CourseRole.INSTRUCTOR
+        )
+    )
+    if instructors == 1:
         raise CourseError(
             f"the course's only instructor is {user.email}: add another instructor first"
         )
@@ -141,6 +158,33 @@ def change_staff(session: Session, *, course: Course, user: User, change: StaffC
     else:
         enrolment.role = CourseRole.LEARNER
     session.flush()
+
+
+def lock_course(session: Session, course_id: str) -> None:
+    """Hold the course until this transaction ends, so that a second change to its staff waits
+    for this one's commit and then reads what it wrote. A write that changes nothing: on
+    PostgreSQL it locks the course's row; on SQLite it takes the database's write lock, which
+    SQLite keeps to the end of the transaction. Call it before reading what it guards."""
+    session.execute(
+        update(Course)
+        .where(Course.id == course_id)
+        .values(name=Course.name)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _enrolment_now(session: Session, user: User, course_id: str) -> Enrolment | None:
+    """The enrolment as the database has it now, not as this session read it earlier."""
+    return session.scalars(
+        select(Enrolment)
+        .where(Enrolment.course_id == course_id, Enrolment.user_id == user.id)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def _role_now(session: Session, user: User, course_id: str) -> CourseRole | None:
+    enrolment = _enrolment_now(session, user, course_id)
+    return CourseRole(enrolment.role) if enrolment else None
 
 
 def new_course_join_code(session: Session, course: Course) -> str:

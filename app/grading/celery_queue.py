@@ -33,7 +33,7 @@ from app.grading.queue import (
     run_grading_job,
 )
 from app.grading.state_channel import StatePublisher
-from app.lti.keys import ToolKeysUnreadable, key_sealing, prepare_tool_keys
+from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings
@@ -149,7 +149,7 @@ def run_worker(settings: Settings) -> int:
         # The worker signs the LMS score requests of its grades: a wrong key-encryption key
         # stops its start, not the first delivery.
         with sessions.begin() as session:
-            prepare_tool_keys(session, key_sealing(settings))
+            prepare_tool_keys(session, start_up_sealing(session, settings))
     except ToolKeysUnreadable as exc:
         log.error("%s", exc)
         engine.dispose()

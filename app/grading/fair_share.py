@@ -4,8 +4,9 @@ An owner is whoever the submission counts against: a signed-in user, a learner n
 key's client (an LMS submits a whole class under one key, and a class is many owners; the key
 as a whole is bounded by its rate limit), the client address of anonymous practice.
 One owner's submissions, however slow, must not hold every sandbox slot while others wait. So
-an owner has at most `max_per_owner` runs in progress (the sandbox slots: a newcomer then waits
-for one slot's turn at most), and the next submission taken is the one whose owner has the
+an owner has at most `max_per_owner` runs in progress (all the slots but one,
+app/grading/queue.owner_share: a newcomer then finds a slot kept for it, or with one slot waits
+for one turn at most), and the next submission taken is the one whose owner has the
 fewest runs in progress, then the least slot time lately (a run's whole wall time counts:
 sleeping holds a slot as computing does), then the oldest.
 """

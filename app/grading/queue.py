@@ -294,10 +294,18 @@ def compute_trusted_trajectories() -> str | None:
     return None
 
 
+def owner_share(slots: int) -> int:
+    """The most slots one owner's runs may hold at once: all but one, so that a slot is always
+    kept for somebody else (a run that only sleeps holds its slot until its wall-clock
+    backstop, and slots already taken are not given back when another owner arrives). With one
+    slot, that one: its owner's next run waits behind everyone else's."""
+    return max(1, slots - 1)
+
+
 class ThreadPoolDispatcher:
     """`worker_count` grading threads in this process, and the sweep that feeds them. A free
     thread takes the submission `FairShare` chooses, not the oldest: no owner holds more than
-    the sandbox's slots while others wait."""
+    its share of the sandbox's slots (`owner_share`)."""
 
     def __init__(
         self,
@@ -321,7 +329,7 @@ class ThreadPoolDispatcher:
         self._trusted_thread: threading.Thread | None = None
         slots = min(settings.sandbox_pool_size or settings.worker_count, settings.worker_count)
         self._fair_share = FairShare(
-            lambda ids: submission_owners(sessions, ids), max_per_owner=slots
+            lambda ids: submission_owners(sessions, ids), max_per_owner=owner_share(slots)
         )
 
     def start(self) -> None:

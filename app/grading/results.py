@@ -9,12 +9,16 @@ that no page or answer grows with what a submission made its trace say.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from app.models import Submission
+from graders.diagnoses import UnknownDiagnosis
+from graders.exercises import UnknownExercise, get_exercise
+from graders.feedback import render
 from graders.grading import MAX_OUTPUT_CHARS
 from graders.notebook import MAX_NOTICES
 from graders.report import Check, GradeReport, PlotSeries
@@ -27,6 +31,7 @@ MAX_FEEDBACK_CHARS = 6000
 # The first failure is also the feedback's start, which shows it longer.
 MAX_CHECK_MESSAGE_CHARS = 1000
 MAX_CHECKS = 12
+MAX_CLAIMS = 8
 MAX_PLOTS = 8
 # The harness sends at most 10,000 losses and an exercise takes a few dozen steps: a longer
 # series is forged. Charts draw at most a few hundred points of whatever is kept (app/charts).
@@ -46,11 +51,50 @@ def cut(text: str, max_chars: int) -> str:
     return text[: max_chars - len(note)] + note
 
 
+_FENCE = re.compile(r"^(`{3,})")
+_TICKS = re.compile(r"`+")
+
+
+def cut_markdown(text: str, max_chars: int) -> str:
+    """`cut` for markdown: never inside a code span, and a fenced block cut is closed, so that
+    the rest of the page is not rendered as code."""
+    if len(text) <= max_chars:
+        return text
+    # Room for the note and for closing a fence.
+    kept = text[: max(0, max_chars - len(f"\n… ({len(text)} more characters cut)") - 24)]
+    fence = ""
+    paragraph_start = 0
+    offset = 0
+    for line in kept.splitlines(keepends=True):
+        opened = _FENCE.match(line)
+        if fence:
+            if line.strip() and set(line.strip()) == {"`"} and len(line.strip()) >= len(fence):
+                fence = ""
+                paragraph_start = offset + len(line)
+        elif opened:
+            fence = opened.group(1)
+        offset += len(line)
+    if fence:
+        return f"{kept.rstrip(chr(10))}\n{fence}\n… ({len(text) - len(kept)} more characters cut)"
+    # Outside fences, pair the code spans' backtick runs: an opener left unpaired is cut off.
+    runs = list(_TICKS.finditer(kept, paragraph_start))
+    open_run = None
+    for run in runs:
+        if open_run is None:
+            open_run = run
+        elif len(run.group()) == len(open_run.group()):
+            open_run = None
+    if open_run is not None:
+        kept = kept[: open_run.start()]
+    kept = kept.rstrip()
+    return f"{kept}\n… ({len(text) - len(kept)} more characters cut)"
+
+
 def _bounded_check(check: Check) -> Check:
     return check.model_copy(
         update={
             "id": cut(check.id, MAX_LABEL_CHARS),
-            "message": cut(check.message, MAX_CHECK_MESSAGE_CHARS),
+            "message": cut_markdown(check.message, MAX_CHECK_MESSAGE_CHARS),
         }
     )
 
@@ -67,11 +111,27 @@ def _bounded_plot(plot: PlotSeries) -> PlotSeries:
     )
 
 
+def stored_feedback(report: GradeReport) -> dict[str, Any]:
+    """The columns a report's feedback is stored in: its facts and the keys of its claims, when
+    the words rendered from them when read (`_rendered_feedback`) are the feedback it was
+    graded with; else the feedback whole, as it was said (a report made another way)."""
+    try:
+        exercise = get_exercise(report.exercise)
+        rendered = render(report.facts, report.diagnosis, exercise, report.claims)
+    except (UnknownExercise, UnknownDiagnosis):
+        rendered = None
+    if rendered == report.feedback:
+        return {"feedback": report.facts, "feedback_claims": list(report.claims)}
+    return {"feedback": report.feedback, "feedback_claims": None}
+
+
 def bounded_report(report: GradeReport) -> GradeReport:
     """The report as it may be stored: texts, checks, plots and series cut to their caps."""
     return report.model_copy(
         update={
-            "feedback": cut(report.feedback, MAX_FEEDBACK_CHARS),
+            "feedback": cut_markdown(report.feedback, MAX_FEEDBACK_CHARS),
+            "facts": cut_markdown(report.facts, MAX_FEEDBACK_CHARS),
+            "claims": [cut(key, MAX_LABEL_CHARS) for key in report.claims[:MAX_CLAIMS]],
             "checks": [_bounded_check(check) for check in report.checks[:MAX_CHECKS]],
             "plots": [_bounded_plot(plot) for plot in report.plots[:MAX_PLOTS]],
             "output": cut(report.output, MAX_OUTPUT_CHARS),
@@ -113,6 +173,22 @@ def _stored_plot(value: Any, submission_id: str) -> PlotSeries | None:
     return None if plot is None else _bounded_plot(plot)
 
 
+def _rendered_feedback(submission: Submission) -> str:
+    """The stored facts with the words of the diagnosis and the claims, made now
+    (`graders.feedback.render`); a result stored before words were rendered when read is
+    shown as it was stored. An exercise or a code this version does not know: the facts."""
+    facts = submission.feedback or ""
+    claims = submission.feedback_claims
+    if claims is None or submission.diagnosis is None:
+        return facts
+    try:
+        exercise = get_exercise(submission.exercise_id)
+        keys = [str(key) for key in claims[:MAX_CLAIMS]] if isinstance(claims, list) else []
+        return render(cut_markdown(facts, MAX_FEEDBACK_CHARS), submission.diagnosis, exercise, keys)
+    except (UnknownExercise, UnknownDiagnosis):
+        return facts
+
+
 def shown_result(submission: Submission) -> ShownResult:
     """The stored result, with every part cut to the caps a new result is stored under.
 
@@ -134,7 +210,7 @@ def shown_result(submission: Submission) -> ShownResult:
     return ShownResult(
         feedback=None
         if submission.feedback is None
-        else cut(submission.feedback, MAX_FEEDBACK_CHARS),
+        else cut_markdown(_rendered_feedback(submission), MAX_FEEDBACK_CHARS),
         checks=checks,
         plots=plots,
         output=cut(submission.output or "", MAX_OUTPUT_CHARS),

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from app.courses.attempts import note_first_open
 from app.courses.membership import AssignedExercise
 from app.errors import AppError
-from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut
+from app.grading.results import MAX_ERROR_MESSAGE_CHARS, bounded_report, cut, stored_feedback
 from app.models import (
     ExerciseOpen,
     LatePolicy,
@@ -36,6 +36,7 @@ from app.models import (
 from app.outbox import ScoreChange, report_score_change
 from app.people.names import hidden_character
 from app.rate_limits import RateLimit, seconds_until_allowed
+from app.retry_after import DRAIN_WINDOW_SECONDS, ReturnSchedule, drain_per_second
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.report import GradeReport
 
@@ -106,8 +107,8 @@ class QueueFull(SubmissionRejected):
         self.retry_after_seconds = retry_after_seconds
 
 
-# A full queue empties at a few grades a second per worker: a short wait is the honest answer.
-QUEUE_FULL_RETRY_AFTER_SECONDS = 30
+# The return times this process hands to submissions the full queue refused.
+QUEUE_RETURNS = ReturnSchedule()
 
 
 @dataclass(frozen=True)
@@ -180,12 +181,29 @@ def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_pract
         .select_from(Submission)
         .where(Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]))
     )
-    if (waiting or 0) >= room:
-        raise QueueFull(
-            f"The graders are busy: {waiting} submissions are waiting to be graded. Yours was "
-            f"not stored; send it again in {QUEUE_FULL_RETRY_AFTER_SECONDS} s.",
-            QUEUE_FULL_RETRY_AFTER_SECONDS,
+    waiting = waiting or 0
+    if waiting >= room:
+        retry_after = QUEUE_RETURNS.retry_after_seconds(
+            ahead=waiting - room + 1, per_second=gradings_per_second(session)
         )
+        raise QueueFull(
+            f"The graders are busy: {waiting} "
+            f"{'submission is' if waiting == 1 else 'submissions are'} waiting to be graded. "
+            f"Yours was not stored; send it again in {retry_after} s.",
+            retry_after,
+        )
+
+
+def gradings_per_second(session: Session) -> float | None:
+    """How fast the queue drains: gradings stored in the last DRAIN_WINDOW_SECONDS, by every
+    worker (their `graded_at`, in the shared database); None when too few to tell."""
+    now = utc_now()
+    count, oldest = session.execute(
+        select(func.count(), func.min(Submission.graded_at)).where(
+            Submission.graded_at >= now - timedelta(seconds=DRAIN_WINDOW_SECONDS)
+        )
+    ).one()
+    return drain_per_second(count, None if oldest is None else (now - oldest).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -581,7 +599,7 @@ def record_report(
         max_score=report.max_score,
         diagnosis=report.diagnosis,
         checks=[check.model_dump(mode="json") for check in report.checks],
-        feedback=report.feedback,
+        **stored_feedback(report),
         plots=[plot.model_dump(mode="json") for plot in report.plots],
         output=report.output,
         error_message=None,

@@ -76,6 +76,27 @@ def key_sealing(settings: Settings) -> MultiFernet:
         ) from None
 
 
+def start_up_sealing(session: Session, settings: Settings) -> MultiFernet:
+    """`key_sealing` at start-up, refusing a key-encryption key file that is missing while the
+    database holds keys sealed under one: a new file would unseal none of them, and an operator
+    restoring the right file would first have to find and remove the wrong one."""
+    configured = settings.lti_key_encryption_keys.strip()
+    path = settings.data_dir / KEK_FILE_NAME
+    if not configured and not path.exists():
+        sealed = session.scalar(
+            select(LtiToolKey.kid).where(
+                ~LtiToolKey.private_key_sealed.startswith(PLAIN_PEM_PREFIX)
+            )
+        )
+        if sealed is not None:
+            raise ToolKeysUnreadable(
+                f"{path} is missing but the database holds the tool's LTI keys sealed under "
+                "it: restore that file from your backup (or set "
+                "LOOPGRADE_LTI_KEY_ENCRYPTION_KEYS to its key); no new file was written"
+            )
+    return key_sealing(settings)
+
+
 def _unreadable(kid: str) -> ToolKeysUnreadable:
     return ToolKeysUnreadable(
         f"the tool's LTI private key {kid} cannot be unsealed with the configured "

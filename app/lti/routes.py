@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.courses.membership import assignments_of, require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
+from app.hosts import public_base_url
 from app.lti import ags
 from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.framing import FrameAncestors
@@ -85,8 +86,7 @@ def install_lti(app: FastAPI, settings: Settings) -> None:
 
 def tool_url(request: Request, settings: Settings, path: str) -> str:
     """An absolute URL of this tool, as LMSs must be told it."""
-    base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
-    return base + path
+    return public_base_url(request, settings) + path
 
 
 def tool_urls(request: Request, settings: Settings) -> dict[str, str]:

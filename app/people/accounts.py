@@ -28,6 +28,7 @@ from app.models import (
     utc_now,
 )
 from app.people.names import hidden_character, normalize_display_name
+from app.people.tokens import revoke_personal_tokens
 from app.rate_limits import RateLimit, seconds_until_allowed
 from app.settings import Settings
 
@@ -343,11 +344,14 @@ def change_password(session: Session, user: User, *, current: str, new: str) -> 
 
 
 def end_sessions(session: Session, user: User, *, except_session_id: str | None = None) -> int:
-    """Sign the account out of every browser (but one); returns how many sessions ended."""
+    """Sign the account out of every browser (but one), and revoke its personal tokens: a
+    password reset or change, "sign out everywhere else" and disabling all end both, so that
+    whoever held either loses it. Returns how many sessions ended."""
     query = delete(WebSession).where(WebSession.user_id == user.id)
     if except_session_id is not None:
         query = query.where(WebSession.id != except_session_id)
     ended = session.scalars(query.returning(WebSession.id)).all()
+    revoke_personal_tokens(session, user)
     session.flush()
     return len(ended)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import quote
 
-from sqlalchemy import delete
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
@@ -27,7 +27,7 @@ from app.settings import Settings
 
 
 class TooManyResetRequests(AppError):
-    """Reset links asked for one email, or from one client address, reached the limit."""
+    """Reset links asked from one client address reached the limit."""
 
     status_code = 429
     title = "Too many reset requests"
@@ -50,18 +50,21 @@ class ResetLinkInvalid(AppError):
 
 @dataclass(frozen=True)
 class ResetLimits:
-    """Reset requests allowed within one window: for one email, and from one client address."""
+    """What bounds reset requests: the requester's (one client address, within one window),
+    never the account's, which anyone can name; and the links one account has working at once,
+    which bound the mail it gets without stopping its owner (who holds a working link)."""
 
-    per_email: RateLimit
     per_address: RateLimit
+    live_links_per_account: int
     link_max_age_seconds: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ResetLimits:
-        window = settings.password_reset_window_seconds
         return cls(
-            per_email=RateLimit(settings.password_reset_max_per_email, window),
-            per_address=RateLimit(settings.password_reset_max_per_address, window),
+            per_address=RateLimit(
+                settings.password_reset_max_per_address, settings.password_reset_window_seconds
+            ),
+            live_links_per_account=settings.password_reset_max_live_links,
             link_max_age_seconds=settings.password_reset_max_age_seconds,
         )
 
@@ -82,40 +85,54 @@ def request_password_reset(
     session: Session, *, email: str, client_address: str, limits: ResetLimits
 ) -> ResetLink | None:
     """Record a "forgot password" request; the link to mail when an enabled account has the
-    email, else None. Raises TooManyResetRequests (for any email alike) at a limit."""
+    email and fewer working links than the limit, else None. Raises TooManyResetRequests
+    (for any email alike) when the requester's address reached its limit."""
     email = normalize_email(email)[:255]
     client_address = client_address[:64]
-    longest = max(limits.per_email.window_seconds, limits.link_max_age_seconds)
+    longest = max(limits.per_address.window_seconds, limits.link_max_age_seconds)
     session.execute(
         delete(PasswordResetRequest).where(
             PasswordResetRequest.requested_at < utc_now() - timedelta(seconds=2 * longest)
         )
     )
-    brakes = [
-        (limits.per_email, PasswordResetRequest.email == email, "for this email"),
-        (
-            limits.per_address,
-            PasswordResetRequest.client_address == client_address,
-            "from your network",
-        ),
-    ]
-    for limit, condition, whose in brakes:
-        retry_after = seconds_until_allowed(
-            session, limit, PasswordResetRequest.requested_at, condition
+    retry_after = seconds_until_allowed(
+        session,
+        limits.per_address,
+        PasswordResetRequest.requested_at,
+        PasswordResetRequest.client_address == client_address,
+    )
+    if retry_after is not None:
+        raise TooManyResetRequests(
+            "Too many reset links were asked for from your network lately. Try again in "
+            f"{max(1, round(retry_after / 60))} minutes.",
+            retry_after,
         )
-        if retry_after is not None:
-            raise TooManyResetRequests(
-                f"Too many reset links were asked for {whose} lately. Try again in "
-                f"{max(1, round(retry_after / 60))} minutes.",
-                retry_after,
-            )
     user = find_user_by_email(session, email)
-    if user is None or user.disabled_at is not None:
+    if (
+        user is None
+        or user.disabled_at is not None
+        or live_reset_links(session, user) >= limits.live_links_per_account
+    ):
         session.add(PasswordResetRequest(email=email, client_address=client_address))
         session.flush()
         return None
     return issue_reset_link(
         session, user, client_address=client_address, max_age_seconds=limits.link_max_age_seconds
+    )
+
+
+def live_reset_links(session: Session, user: User) -> int:
+    """The account's reset links that still work (mailed, unused, not expired)."""
+    return (
+        session.scalar(
+            select(func.count()).where(
+                PasswordResetRequest.user_id == user.id,
+                PasswordResetRequest.token_hash.is_not(None),
+                PasswordResetRequest.used_at.is_(None),
+                PasswordResetRequest.expires_at > utc_now(),
+            )
+        )
+        or 0
     )
 
 

@@ -18,7 +18,7 @@ from typing import Annotated
 
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, func, not_, select, update
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
@@ -31,6 +31,10 @@ MAX_TOKEN_NAME_CHARS = 100
 LIFETIME_CHOICES_DAYS = (7, 30, 90, 365)
 # The tokens page says where to make a new one; every refusal names it.
 TOKENS_PAGE = "/account/tokens"
+# Live (unrevoked, unexpired) tokens one account may hold: one per computer and notebook.
+MAX_LIVE_TOKENS = 20
+# Revoked and expired tokens the page lists besides the live ones, newest first.
+MAX_DEAD_TOKENS_LISTED = 20
 
 
 class TokenError(AppError):
@@ -73,8 +77,13 @@ def create_personal_token(
         raise TokenError(
             f"a token lasts one of {', '.join(map(str, lifetime_choices_days(max_days)))} days"
         )
-    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     now = utc_now()
+    if live_token_count(session, user) >= MAX_LIVE_TOKENS:
+        raise TokenError(
+            f"you have {MAX_LIVE_TOKENS} live tokens, the most an account may hold: revoke one "
+            "you no longer use first"
+        )
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = PersonalToken(
         user_id=user.id,
         name=name,
@@ -87,15 +96,41 @@ def create_personal_token(
     return token, secret
 
 
-def tokens_of(session: Session, user: User) -> list[PersonalToken]:
-    """The user's tokens, newest first, revoked and expired ones too."""
-    return list(
-        session.scalars(
-            select(PersonalToken)
-            .where(PersonalToken.user_id == user.id)
-            .order_by(PersonalToken.created_at.desc())
-        )
+def _live(user: User) -> tuple[ColumnElement[bool], ...]:
+    return (
+        PersonalToken.user_id == user.id,
+        PersonalToken.revoked_at.is_(None),
+        PersonalToken.expires_at > utc_now(),
     )
+
+
+def live_token_count(session: Session, user: User) -> int:
+    return session.scalar(select(func.count()).where(*_live(user))) or 0
+
+
+def tokens_of(session: Session, user: User) -> list[PersonalToken]:
+    """The user's live tokens, then the newest revoked and expired ones, each newest first."""
+    newest_first = PersonalToken.created_at.desc()
+    live = session.scalars(select(PersonalToken).where(*_live(user)).order_by(newest_first))
+    dead = session.scalars(
+        select(PersonalToken)
+        .where(PersonalToken.user_id == user.id, not_(and_(*_live(user))))
+        .order_by(newest_first)
+        .limit(MAX_DEAD_TOKENS_LISTED)
+    )
+    return [*live, *dead]
+
+
+def revoke_personal_tokens(session: Session, user: User) -> int:
+    """Every live token of the user stops working at once; returns how many."""
+    revoked = session.scalars(
+        update(PersonalToken)
+        .where(*_live(user))
+        .values(revoked_at=utc_now())
+        .returning(PersonalToken.id)
+    ).all()
+    session.flush()
+    return len(revoked)
 
 
 def revoke_personal_token(session: Session, user: User, token_id: str) -> PersonalToken | None:

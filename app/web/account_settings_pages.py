@@ -37,9 +37,11 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
 DONE_NOTICES = {
     "name": "Your name is changed.",
-    "password": "Your password is changed. Every other browser is signed out.",
-    "reset": "Your new password is set. Every other browser is signed out.",
-    "signed-out": "Every other browser is signed out.",
+    "password": "Your password is changed. Every other browser is signed out, and your "
+    "personal tokens are revoked.",
+    "reset": "Your new password is set. Every other browser is signed out, and your personal "
+    "tokens are revoked.",
+    "signed-out": "Every other browser is signed out, and your personal tokens are revoked.",
 }
 
 

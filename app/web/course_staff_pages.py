@@ -38,7 +38,7 @@ def change_staff_form(
             raise CourseError("the form asked for no known change: reload the page")
         if member is None:
             raise CourseError("no such member of the course: reload the page")
-        change_staff(session, course=course, user=member, change=StaffChange(change))
+        change_staff(session, course=course, user=member, change=StaffChange(change), by=actor)
     except CourseError as exc:
         # Said by the staff list, not as the settings form's error: the settings were not
         # sent, so nothing of theirs is left unsaved.

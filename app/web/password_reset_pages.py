@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from app.db import SessionDep
 from app.errors import as_sentence
+from app.hosts import public_base_url
 from app.people.accounts import MIN_PASSWORD_CHARS, AccountError
 from app.people.mail import MailNotSent, compose, send_mail
 from app.people.recovery import (
@@ -81,7 +82,7 @@ def forgot_password_form(
             headers=exc.headers,
         )
     if link is not None:
-        url = reset_url(settings.public_url or str(request.base_url), link.token)
+        url = reset_url(public_base_url(request, settings), link.token)
         # After the response, so that its time is the same whether or not mail goes out.
         background.add_task(
             _mail_reset_link, settings, to=link.user.email, name=link.user.name, link=url

@@ -23,11 +23,13 @@ from loopgrade_client.errors import (
     NotFound,
     Offline,
     Refused,
+    ServerBusy,
     TokenRejected,
     WaitAndRetry,
 )
+from loopgrade_client.local_check import checked_kit
 
-# The largest JSON answer read (a practice kit with its harness is tens of KiB).
+# The largest JSON answer read (a practice kit is a few KiB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # One line of the progress stream (`done` carries the rendered result) and the whole stream.
 MAX_EVENT_LINE_BYTES = 1024 * 1024
@@ -36,6 +38,9 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 DEFAULT_WAIT_SECONDS = 600.0
 # A submission the connection dropped under is sent again with its Idempotency-Key this often.
 SUBMIT_ATTEMPTS = 3
+# A busy server's Retry-After is waited, and the submission sent again with its key, while the
+# waits add up to no more than this; a longer wait is the learner's to choose.
+SUBMIT_BUSY_WAIT_SECONDS = 180
 FINISHED = ("graded", "error")
 
 
@@ -91,6 +96,9 @@ class Submission:
     page_url: str
     charts_svg: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    # The hints the learner may open for the diagnosis, and the first one (markdown).
+    hint_count: int = 0
+    first_hint: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -124,7 +132,7 @@ class Submission:
             )
         optional_text = {
             name: _text(data[name], name) if data.get(name) is not None else None
-            for name in ("diagnosis", "diagnosis_text", "feedback")
+            for name in ("diagnosis", "diagnosis_text", "feedback", "first_hint")
         }
         return cls(
             id=_text(data.get("id"), "the submission's id"),
@@ -136,6 +144,7 @@ class Submission:
             page_url=_text(data.get("page_url", ""), "the page's address"),
             charts_svg=[_text(v, "a chart") for v in _list(data.get("charts_svg", []), "charts")],
             notices=[_text(v, "a notice") for v in _list(data.get("notices", []), "notices")],
+            hint_count=int(_number(data.get("hint_count"), "the hints' count") or 0),
             raw=data,
             **optional_text,
         )
@@ -185,11 +194,13 @@ class LoopgradeAPI:
     ) -> str:
         """Send code (or a `.py`/`.ipynb` file); returns the submission's id once stored.
 
-        One Idempotency-Key for all attempts: a retry after a dropped connection never makes
-        a second submission.
+        One Idempotency-Key for all attempts: a retry after a dropped connection, or after the
+        wait a busy server asked for (its Retry-After), never makes a second submission.
         """
         headers = {"Idempotency-Key": str(uuid.uuid4())}
-        for attempt in range(SUBMIT_ATTEMPTS):
+        busy_waited_seconds = 0
+        attempt = 0
+        while True:
             try:
                 if path is not None:
                     form = {"exercise": exercise, **({"course": course} if course else {})}
@@ -208,21 +219,41 @@ class LoopgradeAPI:
                     )
                 return _text(_object(answer, "the receipt").get("id"), "the submission's id")
             except Offline:
-                if attempt == SUBMIT_ATTEMPTS - 1:
+                attempt += 1
+                if attempt == SUBMIT_ATTEMPTS:
                     raise
-                time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
+                time.sleep(attempt)
+            except ServerBusy as busy:
+                wait = busy.retry_after_seconds
+                if wait is None or busy_waited_seconds + wait > SUBMIT_BUSY_WAIT_SECONDS:
+                    raise
+                time.sleep(wait)
+                busy_waited_seconds += wait
 
     def submission(self, submission_id: str) -> Submission:
         return Submission.from_json(self._json("GET", f"/api/v1/me/submissions/{submission_id}"))
 
     def practice_kit(self, exercise: str) -> dict[str, Any]:
-        kit = _object(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"), "kit")
-        for name in ("harness", "kind", "entry_point"):
-            _text(kit.get(name), name)
-        _list(kit.get("cases"), "cases")
-        _object(kit.get("reference"), "the reference")
-        return kit
+        """The exercise's visible cases and the reference's records, checked (checked_kit)."""
+        return checked_kit(self._json("GET", f"/api/v1/me/exercises/{exercise}/practice-kit"))
+
+    def practice_check(self, exercise: str, trace: dict[str, Any]) -> dict[str, Any]:
+        """The server's diagnosis and words for a trace of the visible cases (not a grade)."""
+        answer = _object(
+            self._json(
+                "POST", f"/api/v1/me/exercises/{exercise}/practice-check", json={"trace": trace}
+            ),
+            "the check",
+        )
+        for name in ("diagnosis", "diagnosis_text", "feedback"):
+            _text(answer.get(name), name)
+        for check in _list(answer.get("checks"), "checks"):
+            check = _object(check, "a check")
+            _text(check.get("id"), "a check's id")
+            _text(check.get("message"), "a check's message")
+            if not isinstance(check.get("passed"), bool):
+                raise BadAnswer("the server's answer has no pass or fail for a check")
+        return answer
 
     def wait(self, submission_id: str, *, max_seconds: float = DEFAULT_WAIT_SECONDS) -> Submission:
         """Follow the submission's progress stream until it is done; then read it."""
@@ -293,22 +324,22 @@ class LoopgradeAPI:
         code = response.status_code
         retry_after = _retry_after(response.headers.get("retry-after"))
         if code == 401:
+            # loopgrade's own detail says what to do; said once, not twice.
             return TokenRejected(
-                f"the server refused your token: {detail or 'it is not valid'}. "
-                "Run 'loopgrade-client login URL' with a new one."
+                f"the server refused your token: {detail}"
+                if detail
+                else "the server refused your token: create a new one and run "
+                "'loopgrade-client login URL' again"
             )
         if code == 404:
             return NotFound(detail or "not found")
-        if code == 429:
-            wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return WaitAndRetry(
-                f"rate limit reached: {detail or 'too many submissions'}{wait}", retry_after
-            )
-        if code == 503:
-            wait = f"; try again in {retry_after} s" if retry_after is not None else ""
-            return WaitAndRetry(
-                f"the server is busy: {detail or 'try again later'}{wait}", retry_after
-            )
+        if code in (429, 503):
+            what = "rate limit reached" if code == 429 else "the server is busy"
+            said = f"{what}: {detail or 'try again later'}"
+            # loopgrade's detail names the wait already ("... again in 30 s."): said once.
+            if retry_after is not None and f"{retry_after} s" not in said:
+                said = f"{said.rstrip('.')}; try again in {retry_after} s"
+            return (WaitAndRetry if code == 429 else ServerBusy)(said, retry_after)
         if 400 <= code < 500:
             return Refused(detail or f"the server refused the request ({code})")
         return ClientError(f"the server failed ({code}): try again later, or tell your instructor")

@@ -1,8 +1,10 @@
 """`loopgrade-client`: log in, list your exercises, submit, read a result, check locally.
 
 Exit status: 0 on success (for `submit` and `status`: full marks only; for `check`: every
-visible case matches), 1 when the code is graded below full marks or a case differs, 2 for
-every error, each said in one sentence on stderr (or as `{"error": ...}` with `--json`).
+check passes on the visible cases), 1 when the code is graded below full marks or a check
+fails, 2 for every error, each said in one sentence on stderr (or as `{"error": ...}` with
+`--json`), 3 for a submission not graded yet, 141 when the reader of the output went away
+(`| head`).
 """
 
 from __future__ import annotations
@@ -10,17 +12,26 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from loopgrade_client import report
 from loopgrade_client.api import LoopgradeAPI, Submission
-from loopgrade_client.config import Login, config_path, load_login, save_login
+from loopgrade_client.config import (
+    Login,
+    checked_server_url,
+    config_path,
+    load_login,
+    save_login,
+)
 from loopgrade_client.errors import ClientError, WaitAndRetry
-from loopgrade_client.local_check import check_locally
+from loopgrade_client.local_check import record_locally
 
-EXIT_OK, EXIT_BELOW_FULL_MARKS, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_BELOW_FULL_MARKS, EXIT_ERROR, EXIT_NOT_GRADED_YET = 0, 1, 2, 3
+# As a shell reports a program ended by SIGPIPE: what `| head` leaves of any command.
+EXIT_OUTPUT_CLOSED = 128 + 13
 SOURCE_SUFFIXES = (".py", ".ipynb")
 
 
@@ -34,9 +45,7 @@ def _api() -> LoopgradeAPI:
 
 
 def login_command(args: argparse.Namespace) -> int:
-    url = args.url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ClientError(f"{url!r} is not a web address: give it as https://host")
+    url = checked_server_url(args.url)
     token = (args.token_stdin and sys.stdin.readline().strip()) or getpass.getpass(
         f"Personal access token (create one at {url}/account/tokens): "
     ).strip()
@@ -92,6 +101,8 @@ def _show_result(submission: Submission, api: LoopgradeAPI, as_json: bool) -> in
         _print_json(submission.raw)
     else:
         print(report.as_text(submission, api.url))
+    if submission.status != "graded":
+        return EXIT_NOT_GRADED_YET  # queued, running, or to be retried after a server fault
     return EXIT_OK if submission.full_marks else EXIT_BELOW_FULL_MARKS
 
 
@@ -124,24 +135,21 @@ def check_command(args: argparse.Namespace) -> int:
         source = path.read_text(encoding="utf-8")
     with _api() as api:
         kit = api.practice_kit(args.exercise)
-    outcomes = check_locally(kit, source)
-    passed = all(outcome.passed for outcome in outcomes)
+        judged = api.practice_check(args.exercise, record_locally(kit, source))
+    passed = all(check["passed"] for check in judged["checks"])
     note = (
-        "Checked here against the visible cases only. The real grade, with the hidden cases, "
-        f"comes from the server: loopgrade-client submit {path} --exercise {args.exercise}"
+        "Checked against the visible cases only; nothing was stored. The real grade, with the "
+        f"hidden cases, comes from the server: loopgrade-client submit {path} --exercise "
+        f"{args.exercise}"
     )
     if args.json:
-        _print_json(
-            {
-                "exercise": args.exercise,
-                "cases": [outcome.__dict__ for outcome in outcomes],
-                "passed": passed,
-                "note": note,
-            }
-        )
+        _print_json({**judged, "passed": passed, "note": note})
     else:
-        for outcome in outcomes:
-            print(f"  {'ok ' if outcome.passed else 'x  '} {outcome.case}: {outcome.message}")
+        print(f"{args.exercise}, visible cases: {judged['diagnosis_text']}")
+        for check in judged["checks"]:
+            print(f"  {'ok ' if check['passed'] else 'x  '} {check['id']}: {check['message']}")
+        if judged["feedback"].strip():
+            print("", judged["feedback"].strip(), "", sep="\n")
         print(note)
     return EXIT_OK if passed else EXIT_BELOW_FULL_MARKS
 
@@ -184,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the exit
         return code
+    except BrokenPipeError:
+        # The reader went away (`| head`): no traceback, and nothing more to write to it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OUTPUT_CLOSED
     except ClientError as exc:
         if args.json:
             answer: dict[str, Any] = {"error": str(exc), "kind": type(exc).__name__}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from loopgrade_client.errors import ClientError
 
@@ -24,6 +26,39 @@ def config_path() -> Path:
     else:
         base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "loopgrade" / "client.json"
+
+
+def checked_server_url(url: str) -> str:
+    """`url` without its trailing slash, if it is https (or plain http to this computer itself);
+    else ClientError. Over plain http anyone on the way reads the token and answers as the
+    server."""
+    url = url.strip().rstrip("/")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018  (a port that is not a number raises here)
+    except ValueError:
+        raise ClientError(f"{url!r} is not a web address: give it as https://host") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ClientError(f"{url!r} is not a web address: give it as https://host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ClientError(f"{url!r} holds more than a server's address: give it as https://host")
+    if parts.scheme == "http" and not _is_loopback(host):
+        raise ClientError(
+            f"{url} is plain http: the token would cross the network readable by anyone on the "
+            "way. Use the server's https:// address (http is for this computer alone: "
+            "localhost, 127.0.0.1, ::1)"
+        )
+    return url
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -48,10 +83,12 @@ def load_login(path: Path | None = None) -> Login:
     path = path or config_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Login(url=str(data["url"]), token=str(data["token"]))
+        login = Login(url=str(data["url"]), token=str(data["token"]))
     except FileNotFoundError:
         raise ClientError("not logged in: run 'loopgrade-client login URL' first") from None
     except (ValueError, KeyError, TypeError):
         raise ClientError(
             f"{path} is not a login this client wrote: run 'loopgrade-client login URL' again"
         ) from None
+    # A login an older client kept over plain http is not used either.
+    return Login(checked_server_url(login.url), login.token)

@@ -27,6 +27,10 @@ class WaitAndRetry(ClientError):
         self.retry_after_seconds = retry_after_seconds
 
 
+class ServerBusy(WaitAndRetry):
+    """503: the server is busy and stored nothing; its Retry-After says when it expects room."""
+
+
 class Offline(ClientError):
     """The server could not be reached at all."""
 

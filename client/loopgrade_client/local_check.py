@@ -1,34 +1,93 @@
 """`loopgrade-client check`: run your code on the exercise's visible cases here, with your own
-torch, and compare what it records with the reference's records the server sent.
+torch and the harness this package ships, and record what it does, as the sandbox would. The
+server then judges that trace with its own grader (the same diagnosis and words as a grading
+of those cases). The server's practice kit is data, checked against the case schema shipped
+beside the harness; nothing the server sends is ever run.
 
-Only the visible cases ever leave the server, and only the server grades: its hidden cases and
-its diagnosis decide the score. This says whether the visible cases behave as the reference.
+Only the visible cases ever leave the server, and only the server grades: its hidden cases
+decide the score, and a check is never stored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib
+import json
 import math
 import sys
 import types
-from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
-from loopgrade_client.errors import ClientError
+from loopgrade_client.errors import BadAnswer, ClientError
 
-# Agreement with the reference: as close as float32 runs of the same steps on two machines.
-RELATIVE_TOLERANCE = 1e-4
-ABSOLUTE_TOLERANCE = 1e-6
-HARNESS_MODULE = "loopgrade_practice_harness"
-
-
-@dataclass(frozen=True)
-class CaseOutcome:
-    case: str
-    passed: bool
-    message: str
+# The harness and the schema of its cases ship inside this package, versioned with it
+# (written by `python -m graders client-files`): a server sends data only, never code.
+HARNESS_FILE = "practice_harness.py"
+CASE_SCHEMA_FILE = "practice_case_schema.json"
+# As many cases as an exercise may have (graders/exercises.py MAX_CASES).
+MAX_CASES = 64
+MAX_NAME_CHARS = 100
 
 
-def _load_harness(source: str) -> types.ModuleType:
+def _shipped(name: str) -> str:
+    return resources.files("loopgrade_client").joinpath(name).read_text(encoding="utf-8")
+
+
+def harness_sha256() -> str:
+    """The digest of the harness this client ships: the kit must be for this one."""
+    return hashlib.sha256(_shipped(HARNESS_FILE).encode()).hexdigest()
+
+
+def _matches(value: Any, schema: dict[str, Any]) -> bool:
+    """`value` against the subset of JSON Schema pydantic writes for a case's fields."""
+    if "anyOf" in schema:
+        return any(_matches(value, option) for option in schema["anyOf"])
+    kind = schema.get("type")
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "string":
+        return (
+            isinstance(value, str)
+            and schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", MAX_NAME_CHARS)
+            and ("enum" not in schema or value in schema["enum"])
+        )
+    if kind == "array":
+        items = schema.get("prefixItems", [])
+        return (
+            isinstance(value, list)
+            and schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(items))
+            and all(_matches(v, item) for v, item in zip(value, items, strict=False))
+        )
+    if kind in ("integer", "number"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if kind == "integer" and not isinstance(value, int):
+            return False
+        return (
+            math.isfinite(value)
+            and value >= schema.get("minimum", -math.inf)
+            and value <= schema.get("maximum", math.inf)
+            and value > schema.get("exclusiveMinimum", -math.inf)
+            and value < schema.get("exclusiveMaximum", math.inf)
+        )
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return (
+            isinstance(value, dict)
+            and all(name in value for name in schema.get("required", []))
+            and all(
+                name in properties and _matches(item, properties[name])
+                for name, item in value.items()
+            )
+        )
+    return False
+
+
+def _load_harness() -> types.ModuleType:
     try:
         import torch  # noqa: F401  (the harness needs it; say so plainly when it is missing)
     except ImportError:
@@ -36,67 +95,52 @@ def _load_harness(source: str) -> types.ModuleType:
             "torch is not installed here, so nothing can be checked locally: install it "
             "('pip install torch'), or submit to have the server grade it"
         ) from None
-    module = types.ModuleType(HARNESS_MODULE)
-    # The harness's dataclasses look their module up by name while the class is made.
-    sys.modules[HARNESS_MODULE] = module
-    try:
-        exec(compile(source, "harness.py", "exec"), module.__dict__)
-    finally:
-        del sys.modules[HARNESS_MODULE]
-    return module
+    return importlib.import_module(f"loopgrade_client.{HARNESS_FILE.removesuffix('.py')}")
 
 
-def _differs(mine: Any, reference: Any, where: str) -> str | None:
-    """Where the two records first differ, in words; None when they agree."""
-    if isinstance(reference, bool) or isinstance(mine, bool):
-        return None if mine == reference else f"{where}: {mine!r}, expected {reference!r}"
-    if isinstance(reference, int | float) and isinstance(mine, int | float):
-        if math.isclose(mine, reference, rel_tol=RELATIVE_TOLERANCE, abs_tol=ABSOLUTE_TOLERANCE):
-            return None
-        return f"{where}: {mine:.6g}, expected {reference:.6g}"
-    if isinstance(reference, list) and isinstance(mine, list):
-        if len(mine) != len(reference):
-            return f"{where}: {len(mine)} values, expected {len(reference)}"
-        for index, (a, b) in enumerate(zip(mine, reference, strict=True)):
-            found = _differs(a, b, f"{where}[{index}]")
-            if found:
-                return found
-        return None
-    if isinstance(reference, dict) and isinstance(mine, dict):
-        for key in reference:
-            found = _differs(mine.get(key), reference[key], f"{where}.{key}" if where else key)
-            if found:
-                return found
-        return None
-    return None if mine == reference else f"{where}: {mine!r}, expected {reference!r}"
-
-
-def check_locally(kit: dict[str, Any], source: str) -> list[CaseOutcome]:
-    """Your code on each visible case of the kit, compared with the reference's records."""
-    harness = _load_harness(kit["harness"])
-    try:
-        function = harness.load_function(source, kit["entry_point"], "submission.py")
-    except SyntaxError as exc:
-        raise ClientError(f"syntax error on line {exc.lineno}: {exc.msg}") from None
-    except LookupError:
-        raise ClientError(f"your code defines no function {kit['entry_point']!r}") from None
-    # The harness holds each kind's recorder, by the kind's name.
-    recorder = getattr(harness, "RECORDERS", {}).get(kit["kind"])
-    if recorder is None:
-        raise ClientError(f"the server's harness cannot check exercises of kind {kit['kind']!r}")
-    outcomes = []
-    for spec in kit["cases"]:
-        ran = harness.run_case(recorder, function, spec, "submission.py")
-        reference = kit["reference"].get(spec["id"], {})
-        if ran.get("error"):
-            error = ran["error"]
-            message = error.get("message") or error.get("type") or "it raised an error"
-            outcomes.append(CaseOutcome(spec["id"], False, f"your code failed: {message}"))
-            continue
-        mine = {"records": ran["records"], "final": ran["final"]}
-        expected = {"records": reference.get("records"), "final": reference.get("final")}
-        differs = _differs(mine, expected, "")
-        outcomes.append(
-            CaseOutcome(spec["id"], differs is None, differs or "matches the reference")
+def checked_kit(kit: Any) -> dict[str, Any]:
+    """The server's practice kit if it is data this client's harness can check, else
+    BadAnswer (or ClientError when the server's harness is another version)."""
+    if not isinstance(kit, dict):
+        raise BadAnswer("the server's practice kit is not a JSON object")
+    if kit.get("harness_sha256") != harness_sha256():
+        raise ClientError(
+            "this client's harness is not the server's: the server or the client was updated. "
+            "Update the client from the server's repository (pip install --upgrade ./client), "
+            "or submit to have the server grade it"
         )
-    return outcomes
+    entry_point, kind = kit.get("entry_point"), kit.get("kind")
+    if not (
+        isinstance(entry_point, str)
+        and entry_point.isidentifier()
+        and len(entry_point) <= MAX_NAME_CHARS
+    ):
+        raise BadAnswer("the server's practice kit names no function a Python file can define")
+    if not isinstance(kind, str) or len(kind) > MAX_NAME_CHARS:
+        raise BadAnswer("the server's practice kit names no kind of exercise")
+    schema = json.loads(_shipped(CASE_SCHEMA_FILE))
+    cases = kit.get("cases")
+    if not (
+        isinstance(cases, list)
+        and 0 < len(cases) <= MAX_CASES
+        and all(_matches(case, schema) for case in cases)
+    ):
+        raise BadAnswer("the server's practice kit holds cases this client cannot check")
+    return kit
+
+
+def record_locally(kit: dict[str, Any], source: str) -> dict[str, Any]:
+    """Your code on each visible case of the kit (checked_kit's), run by the harness this
+    client ships: the trace, as the sandbox would write it. What your code prints goes to
+    stderr, so that `--json` output stays JSON."""
+    harness = _load_harness()
+    recorder = harness.RECORDERS.get(kit["kind"])
+    if recorder is None:
+        raise ClientError(f"this client cannot check exercises of kind {kit['kind']!r}")
+    cases = kit["cases"]
+    with contextlib.redirect_stdout(sys.stderr):
+        loaded = harness.load_submission(source, kit["entry_point"], cases, seeded=True)
+        if isinstance(loaded, dict):  # did not load: the failure is the trace
+            return loaded
+        trace: dict[str, Any] = harness.run_cases(recorder, loaded, cases, seeded=True)
+    return trace

@@ -63,17 +63,43 @@ def submit_code(code: str, exercise: str, course: str | None = None) -> Result:
         return Result(api.wait(submission_id), api.url)
 
 
+def entry_point_of(api: LoopgradeAPI, exercise: str) -> str | None:
+    """The name the exercise's function must have; None from a server that does not say."""
+    for listed in api.exercises()["practice"]:
+        if isinstance(listed, dict) and listed.get("id") == exercise:
+            name = listed.get("entry_point")
+            return name if isinstance(name, str) and name.isidentifier() else None
+    raise ClientError(
+        f"unknown exercise {exercise!r}; nothing was sent: 'loopgrade-client exercises' lists "
+        "them, and submit(function, exercise=ID) names one"
+    )
+
+
 def submit(
     function: Callable[..., Any], exercise: str | None = None, course: str | None = None
 ) -> Result | Failure:
     """Submit a function's source (`submit(train_step)`); the exercise is named after it
-    (`train_step` is `train-step`) unless given."""
+    (`train_step` is `train-step`) unless given. The function is submitted under the name the
+    exercise expects (`train = my_loop` after it), or refused before anything is sent."""
+    name = getattr(function, "__name__", "")
+    if not callable(function) or not name.isidentifier():
+        return Failure("submit a function defined with def (not a lambda, not a class)")
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
         return Failure("the source of this function cannot be found: define it in a cell first")
+    exercise = exercise or name.replace("_", "-")
     try:
-        return submit_code(source, exercise or function.__name__.replace("_", "-"), course)
+        login = load_login()
+        with LoopgradeAPI(login.url, login.token) as api:
+            expected = entry_point_of(api, exercise)
+            if expected is not None and expected != name:
+                source += (
+                    f"\n\n# loopgrade_client.submit: {name} under the name the exercise expects.\n"
+                    f"{expected} = {name}\n"
+                )
+            submission_id = api.submit(exercise, code=source, course=course)
+            return Result(api.wait(submission_id), api.url)
     except ClientError as exc:
         return Failure(str(exc))
 

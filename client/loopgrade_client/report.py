@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 import xml.etree.ElementTree as ElementTree
 
 from loopgrade_client.api import Submission
@@ -28,6 +29,85 @@ SVG_ELEMENTS = {
 }
 MAX_CHART_CHARS = 200_000
 SVG_NAMESPACE = "{http://www.w3.org/2000/svg}"
+
+
+# The markdown the grader's words use, as the page renders feedback (app/web/rendering.py):
+# paragraphs, lists, code spans, fenced blocks and emphasis; everything else is shown as text,
+# and every character of it escaped, so no server's text becomes a tag, a link or a script.
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_LIST_ITEM = re.compile(r"^ {0,3}([-*+]|\d{1,9}[.)]) +(.*)$")
+_CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+_STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+_EMPHASIS = re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])")
+
+
+def _inline(text: str) -> str:
+    """One block's text: code spans verbatim, emphasis around the rest, all escaped."""
+    parts, at = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        parts.append(_emphasised(text[at : span.start()]))
+        code = span.group(2)
+        if code.startswith(" ") and code.endswith(" ") and code.strip():
+            code = code[1:-1]
+        parts.append(f"<code>{html.escape(code)}</code>")
+        at = span.end()
+    parts.append(_emphasised(text[at:]))
+    return "".join(parts)
+
+
+def _emphasised(text: str) -> str:
+    text = html.escape(text, quote=False)
+    text = _STRONG.sub(r"<strong>\2</strong>", text)
+    return _EMPHASIS.sub(r"<em>\2</em>", text)
+
+
+def markdown_html(markdown: str) -> str:
+    """The grader's markdown as HTML, as the page shows it (escaped throughout)."""
+    out: list[str] = []
+    paragraph: list[str] = []
+    items: list[str] = []
+    ordered = False
+
+    def close() -> None:
+        if paragraph:
+            out.append(f"<p>{_inline(' '.join(paragraph))}</p>")
+            paragraph.clear()
+        if items:
+            tag = "ol" if ordered else "ul"
+            out.append(f"<{tag}>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + f"</{tag}>")
+            items.clear()
+
+    lines = markdown.splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        fence = _FENCE.match(line)
+        if fence:
+            close()
+            marker = fence.group(1)
+            code = []
+            while index < len(lines) and not lines[index].strip().startswith(marker):
+                code.append(lines[index])
+                index += 1
+            index += 1  # the closing fence (or the end)
+            out.append(f"<pre><code>{html.escape(chr(10).join(code))}</code></pre>")
+        elif not line.strip():
+            close()
+        elif item := _LIST_ITEM.match(line):
+            numbered = item.group(1)[-1] in ".)"
+            if paragraph or (items and ordered != numbered):
+                close()
+            ordered = numbered
+            items.append(item.group(2))
+        elif items and line.startswith("  "):
+            items[-1] += " " + line.strip()
+        else:
+            if items:
+                close()
+            paragraph.append(line.strip())
+    close()
+    return "".join(out)
 
 
 def _points(value: float | None) -> str:
@@ -96,6 +176,11 @@ def safe_svg(svg: str) -> str | None:
     return svg
 
 
+def _sized(svg: str) -> str:
+    """The chart with its text at the page's size, whatever the notebook's font size."""
+    return svg.replace("<svg ", '<svg font-size="11" font-family="sans-serif" ', 1)
+
+
 def as_html(submission: Submission, server_url: str) -> str:
     """The result for a notebook: score, diagnosis, checks, feedback and the server's charts."""
     e = html.escape
@@ -111,7 +196,8 @@ def as_html(submission: Submission, server_url: str) -> str:
         rows = "".join(
             f"<tr><td>{'✓' if c.passed else '✗'}</td><td>{e(c.id)}"
             f"{' (hidden)' if c.hidden else ''}</td>"
-            f"<td>{_points(c.points)}/{_points(c.max_points)}</td><td>{e(c.message)}</td></tr>"
+            f"<td>{_points(c.points)}/{_points(c.max_points)}</td>"
+            f"<td>{_inline(c.message)}</td></tr>"
             for c in submission.checks
         )
         parts.append(
@@ -119,12 +205,30 @@ def as_html(submission: Submission, server_url: str) -> str:
             f"</thead><tbody>{rows}</tbody></table>"
         )
     if submission.feedback:
-        parts.append(f'<pre style="white-space:pre-wrap">{e(submission.feedback.strip())}</pre>')
+        parts.append(f'<div class="loopgrade-feedback">{markdown_html(submission.feedback)}</div>')
+    link = e(server_url + submission.page_url, quote=True) if _is_path(submission.page_url) else ""
+    if submission.first_hint and submission.hint_count > 0:
+        more = (
+            f" The next {'one opens' if submission.hint_count == 2 else 'ones open'} one at a "
+            f'time <a href="{link}" target="_blank" rel="noopener">on the web page</a>.'
+            if submission.hint_count > 1 and link
+            else ""
+        )
+        parts.append(
+            f"<details><summary>Show a hint (1 of {submission.hint_count})</summary>"
+            f"{markdown_html(submission.first_hint)}<p><small>{more.strip()}</small></p>"
+            "</details>"
+        )
     charts = [chart for svg in submission.charts_svg if (chart := safe_svg(svg)) is not None]
     if charts:
-        parts.append('<div class="loopgrade-charts">' + "".join(charts) + "</div>")
-    if _is_path(submission.page_url):
-        link = e(server_url + submission.page_url, quote=True)
+        # The page's chart text is 11 px (12 px titles); a notebook's own size (often 14 to
+        # 16 px) would push the labels out of the drawing.
+        parts.append(
+            '<div class="loopgrade-charts" style="display:flex;flex-wrap:wrap;gap:0.75em">'
+            + "".join(_sized(chart) for chart in charts)
+            + "</div>"
+        )
+    if link:
         parts.append(
             f'<p><a href="{link}" target="_blank" rel="noopener">See it on the web</a></p>'
         )

@@ -18,6 +18,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Case, Record, build_case, optimizer_state, type_name, values_of
@@ -53,29 +56,73 @@ def resumed_state(model: Any, optimizer: Any) -> Record:
     }
 
 
-def record_checkpoint(
-    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
-) -> Record:
-    """Train, save, resume into fresh objects, train on (run in the sandbox too: harness names,
-    train_on and resumed_state only)."""
-    save = getattr(function, "__globals__", {}).get("save")
-    if not callable(save):
-        raise NameError("name 'save' is not defined: write save(model, optimizer) beside resume")
+def saved_checkpoint(
+    save: Callable[..., Any], spec: dict[str, Any]
+) -> tuple[bytes, list[Any], str]:
+    """Train the case's model, call `save`, and write what it returned as bytes with
+    `torch.save`; then change the saved model and optimizer in place and let them go. The
+    bytes, the batches still to train on and the returned value's type are all that leaves this
+    frame: a `resume` that copies from the live objects (kept in a global, or found in a frame)
+    copies zeros (run in the sandbox too: harness names and train_on only)."""
+    import io
+
     steps = int(spec["steps"])
     case = build_case({**spec, "steps": 2 * steps})
     train_on(case, case.model, case.optimizer, case.inputs[:steps])
     state = save(case.model, case.optimizer)
-    fresh = build_case({**spec, "steps": 0, "seed": int(spec["seed"]) + 1})
-    function(fresh.model, fresh.optimizer, state)
-    records.append(resumed_state(fresh.model, fresh.optimizer))
-    for batch in case.inputs[steps:]:
-        train_on(case, fresh.model, fresh.optimizer, [batch])
+    written = io.BytesIO()
+    try:
+        torch.save(state, written)
+    except Exception as exc:
+        raise TypeError(
+            "torch.save could not write what save(model, optimizer) returned: return a dict of "
+            "state dicts, tensors and numbers"
+        ) from exc
+    with torch.no_grad():
+        for parameter in case.model.parameters():
+            parameter.zero_()
+    for kept in case.optimizer.state.values():
+        for value in kept.values():
+            if isinstance(value, torch.Tensor):
+                value.zero_()
+    case.optimizer.state.clear()
+    return written.getvalue(), case.inputs[steps:], type_name(state)
+
+
+def record_checkpoint(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """Train, save as bytes, then twice: resume a fresh pair from those bytes (read with
+    `torch.load(weights_only=True)`), train it on (run in the sandbox too: harness names,
+    saved_checkpoint, train_on and resumed_state only)."""
+    import io
+
+    save = getattr(function, "__globals__", {}).get("save")
+    if not callable(save):
+        raise NameError("name 'save' is not defined: write save(model, optimizer) beside resume")
+    checkpoint, batches, state_type = saved_checkpoint(save, spec)
+    for _ in range(2):
+        # A second pair from the same bytes must agree: `resume` reads the checkpoint it is
+        # given, nothing left over from the first.
+        fresh = build_case({**spec, "steps": 0, "seed": int(spec["seed"]) + 1})
+        try:
+            state = torch.load(io.BytesIO(checkpoint), weights_only=True)
+        except Exception as exc:
+            raise TypeError(
+                "torch.load(..., weights_only=True) could not read back what save(model, "
+                "optimizer) returned: return a dict of state dicts, tensors and numbers"
+            ) from exc
+        function(fresh.model, fresh.optimizer, state)
         records.append(resumed_state(fresh.model, fresh.optimizer))
-    return {"state_type": type_name(state)}
+        for batch in batches:
+            train_on(fresh, fresh.model, fresh.optimizer, [batch])
+            records.append(resumed_state(fresh.model, fresh.optimizer))
+    return {"state_type": state_type}
 
 
 def records_per_case(spec: CaseSpec) -> int:
-    return spec.steps + 1
+    """Two resumed pairs: after `resume`, then after each later step."""
+    return 2 * (spec.steps + 1)
 
 
 TRACE = TraceShape(
@@ -145,6 +192,15 @@ def _state_is_empty(record: Record) -> bool:
     return all(record[field] is None for field in STATE_FIELDS)
 
 
+def resumed_pairs(spec: CaseSpec, trace: CaseTrace) -> list[tuple[str, list[Record]]]:
+    """The records of each pair resumed from the checkpoint, with how a message names it."""
+    half = spec.steps + 1
+    return [
+        ("after `resume`", trace.records[:half]),
+        ("after `resume` a second time from the same checkpoint", trace.records[half:]),
+    ]
+
+
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     at = f"In {findings.where()}"
@@ -155,11 +211,19 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             "returns-dict",
             f"{at}: `save` returned a {learner.final['state_type']}, not a dict.",
         )
-    resumed = learner.records[0]
+    for when, records in resumed_pairs(spec, learner):
+        _judge_pair(findings, f"{at}, {when}", records, right)
+    return findings
+
+
+def _judge_pair(
+    findings: CaseFindings, at: str, records: list[Record], right: list[dict[str, Any]]
+) -> None:
+    resumed = records[0]
     if not _model_restored(resumed, right[0]):
         findings.fail(
             "model-restored",
-            f"{at}: after `resume` the model does not hold the saved weights: "
+            f"{at} the model does not hold the saved weights: "
             f"{difference('weight', as_tensor(resumed['weight']), right[0]['weight'])}. Load "
             "them with `model.load_state_dict(...)` into the model you were given.",
         )
@@ -167,20 +231,20 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         held = "no state" if _state_is_empty(resumed) else "another state"
         findings.fail(
             "optimizer-restored",
-            f"{at}: after `resume` the optimizer holds {held}, not the saved one: what it "
-            "keeps between steps (momentum, running averages) restarts. Save "
-            "`optimizer.state_dict()` too and load it with `optimizer.load_state_dict(...)`.",
+            f"{at} the optimizer holds {held} for the model's weight, not the "
+            "saved one. Save `optimizer.state_dict()` too and load it with "
+            "`optimizer.load_state_dict(...)`; load the weights into the model's own "
+            "parameters (`model.load_state_dict(...)`), the ones the optimizer holds.",
         )
-    for index, (record, state) in enumerate(zip(learner.records[1:], right[1:], strict=True)):
+    for index, (record, state) in enumerate(zip(records[1:], right[1:], strict=True)):
         mine = as_tensor(record["weight"])
         if not (close(mine, state["weight"]) and close_values(record["bias"], state["bias"])):
             findings.fail(
                 "training-continues",
-                f"{at}: {index + 1} step(s) after `resume`, the weights differ from training "
+                f"{at}, {index + 1} step(s) later, the weights differ from training "
                 f"without interruption: {difference('weight', mine, state['weight'])}.",
             )
             break
-    return findings
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
@@ -196,10 +260,11 @@ def checkpoint_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) ->
         if trace.error is not None or not trace.records:
             return []
         saved = uninterrupted(spec)[0]
-        if not _model_restored(trace.records[0], saved):
-            found.add("model-not-restored")
-        if not _optimizer_restored(trace.records[0], saved):
-            found.add("optimizer-state-lost")
+        for _, records in resumed_pairs(spec, trace):
+            if not _model_restored(records[0], saved):
+                found.add("model-not-restored")
+            if not _optimizer_restored(records[0], saved):
+                found.add("optimizer-state-lost")
     order: tuple[Diagnosis, ...] = ("optimizer-state-lost", "model-not-restored")
     codes = tuple(code for code in order if code in found)
     return [Explanation(codes, "checkpoint")] if codes else []
@@ -212,6 +277,68 @@ JUDGE = KindJudge(
     plots=plots,
 )
 
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="optimizer-state-lost",
+        hint=Hint(
+            where=(
+                "Look at what `save` puts in the dict, and what `resume` loads into the optimizer."
+            ),
+            what=(
+                "The optimizer's state (its momentum buffers) is not saved or not loaded, so "
+                "after a resume momentum starts again from nothing and training takes different "
+                "steps."
+            ),
+            fix="""Save and load both state dicts:
+
+```python
+def save(model, optimizer):
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+def resume(model, optimizer, state):
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+```""",
+            lesson="state-dicts",
+        ),
+        name="Optimizer state not restored",
+        words=(
+            "Your checkpoint does not bring back the optimizer's state for the model's weights: "
+            "after `resume` the optimizer holds no saved state (momentum buffers, running "
+            "averages) for them, so training does not go on as it would have. Save "
+            "`optimizer.state_dict()` with the model's, load it with "
+            "`optimizer.load_state_dict(...)`, and load the weights into the model's own "
+            "parameters (`model.load_state_dict(...)`), which the optimizer holds."
+        ),
+    ),
+    Declared(
+        code="model-not-restored",
+        hint=Hint(
+            where="Look at which model `resume` loads the saved weights into.",
+            what=(
+                "After `resume`, the model you were given does not hold the saved weights: they "
+                "were not loaded, or were loaded into another object."
+            ),
+            fix="""Load the saved weights into the model passed to `resume`:
+
+```python
+def resume(model, optimizer, state):
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+```""",
+            lesson="state-dicts",
+        ),
+        name="Model weights not restored",
+        words=(
+            "After `resume` the model you were given does not hold the saved weights. Load them "
+            "into it, `model.load_state_dict(state[...])`, rather than into a new model or a "
+            "copy."
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="checkpoint",
     summary="Saving a model and its optimizer, and resuming training from the saved state.",
@@ -219,6 +346,6 @@ KIND = ExerciseKind(
     trace=TRACE,
     judge=JUDGE,
     models=checkpoint_models,
-    sandbox_helpers=(train_on, resumed_state),
-    diagnoses=("optimizer-state-lost", "model-not-restored"),
+    sandbox_helpers=(train_on, resumed_state, saved_checkpoint),
+    diagnoses=DIAGNOSES,
 )

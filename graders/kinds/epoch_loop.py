@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
@@ -339,6 +340,97 @@ JUDGE = KindJudge(
     plots=plots,
 )
 
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="scheduler-per-batch",
+        hint=Hint(
+            where=(
+                "Look at where `scheduler.step()` sits: inside the loop over batches, or after it?"
+            ),
+            what=(
+                "The scheduler is stepped once per batch (before or after it), so the learning "
+                "rate decays once per batch instead of once per epoch, and far too fast."
+            ),
+            fix="""Step the scheduler once per epoch, after the epoch's batches:
+
+```python
+for epoch in range(epochs):
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    scheduler.step()
+```""",
+            lesson="schedule",
+        ),
+        name="Scheduler stepped every batch",
+        words=(
+            "Your loop steps the scheduler once per batch, not once per epoch: the learning "
+            "rate decays once per batch, so training slows down far sooner than the schedule "
+            "says. Call `scheduler.step()` once per epoch, after the epoch's batches."
+        ),
+    ),
+    Declared(
+        code="scheduler-before-optimizer",
+        hint=Hint(
+            where=(
+                "Look at what runs first in your loop: `scheduler.step()` or the first "
+                "`optimizer.step()`?"
+            ),
+            what=(
+                "The scheduler steps before the optimizer has taken its first step, so the "
+                "schedule's first learning rate is skipped (PyTorch warns about this order)."
+            ),
+            fix="""Step the optimizer for every batch of the epoch, then the scheduler:
+
+```python
+for x, y in batches:
+    ...
+    optimizer.step()
+scheduler.step()
+```""",
+            lesson="schedule",
+        ),
+        name="Scheduler stepped before the optimizer",
+        words=(
+            "Your loop steps the scheduler before the optimizer has stepped (PyTorch warns: "
+            '"Detected call of `lr_scheduler.step()` before `optimizer.step()`"): the '
+            "schedule's first learning rate is skipped, and training runs ahead of the "
+            "schedule. Call `scheduler.step()` at the end of each epoch, after its optimizer "
+            "steps."
+        ),
+    ),
+    Declared(
+        code="scheduler-never",
+        hint=Hint(
+            where="Look for `scheduler.step()` in your loop.",
+            what=(
+                "Nothing steps the scheduler, so the learning rate never changes from its first "
+                "value."
+            ),
+            fix="""Call `scheduler.step()` at the end of every epoch:
+
+```python
+for epoch in range(epochs):
+    for x, y in batches:
+        ...
+        optimizer.step()
+    scheduler.step()
+```""",
+            lesson="schedule",
+        ),
+        name="Scheduler never stepped",
+        words=(
+            "Your loop never steps the scheduler, so the learning rate never decays: every "
+            "epoch trains at the first one's. Call `scheduler.step()` once at the end of every "
+            "epoch."
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="epoch-loop",
     summary="A loop over epochs with a learning-rate scheduler; returns each epoch's mean loss.",
@@ -347,5 +439,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=scheduler_models,
     sandbox_helpers=(most_epoch_records,),
-    diagnoses=("scheduler-per-batch", "scheduler-before-optimizer", "scheduler-never"),
+    diagnoses=DIAGNOSES,
 )

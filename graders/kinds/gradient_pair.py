@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
@@ -79,8 +80,7 @@ CHECKS = {
     "returns-pair": "Returns a tuple of two tensors.",
     "first-is-fresh": "The first gradient is exactly one backward pass's.",
     "second-is-double": (
-        "The second gradient is twice the first, and it was shown: two backward() passes ran "
-        "with nothing cleared between them, and `.grad` holds their sum."
+        "The second gradient is two backward passes' gradient added up: twice one pass's."
     ),
     "copies": "Both are copies: clearing `.grad` afterwards does not change them.",
     "weights-unchanged": "The weights are unchanged: no optimizer step.",
@@ -283,6 +283,81 @@ def _passes(count: int) -> str:
     return {1: "one pass", 2: "two passes", 3: "three passes"}.get(count, f"{count} passes")
 
 
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="returns-live-gradient",
+        hint=Hint(
+            where=(
+                "Look at what you keep after each backward pass: the `.grad` tensor itself, or "
+                "a copy?"
+            ),
+            what=(
+                "`model.weight.grad` is one tensor that the next `backward()` adds into. "
+                "Keeping it without a copy means both values you return are the final one."
+            ),
+            fix="""```python
+first = model.weight.grad.clone()
+loss_fn(model(x), y).backward()
+second = model.weight.grad.clone()
+```""",
+        ),
+        name="Returned the live gradient",
+        words=(
+            "You returned `.grad` itself, not a copy. `.grad` is one tensor that PyTorch keeps "
+            "updating: the second `backward()` added to the very tensor you kept as the first. "
+            "Clone it (`.grad.clone()`) to keep its value at that moment."
+        ),
+    ),
+    Declared(
+        code="cleared-between-passes",
+        hint=Hint(
+            where="Look at what happens between the two backward passes.",
+            what=(
+                "Clearing the gradients between the passes hides what the exercise asks you to "
+                "show: without it the second gradient is the first one added again."
+            ),
+            fix="""Do not clear between the passes:
+
+```python
+loss_fn(model(x), y).backward()
+first = model.weight.grad.clone()
+loss_fn(model(x), y).backward()
+second = model.weight.grad.clone()
+```""",
+        ),
+        name="Cleared between passes",
+        words=(
+            "You cleared the gradients between the two passes, so the second equals the first: "
+            "nothing accumulated. The point of this exercise is to run backward twice *without* "
+            "clearing: PyTorch adds each new gradient to whatever is already in `.grad`."
+        ),
+    ),
+    Declared(
+        code="wrong-number-of-passes",
+        hint=Hint(
+            where="Count the backward passes before each value you keep.",
+            what=(
+                "The first value is the gradient after one backward pass, the second after "
+                "exactly two."
+            ),
+            fix="""```python
+loss_fn(model(x), y).backward()
+first = model.weight.grad.clone()
+loss_fn(model(x), y).backward()
+second = model.weight.grad.clone()
+```""",
+        ),
+        name="Wrong number of passes",
+        words=(
+            "Your copies were not taken after one and after two backward passes. Run "
+            "`backward()` once and copy `.grad`, then run it a second time, without clearing, "
+            "and copy again: PyTorch adds each new gradient to whatever is already in `.grad`, "
+            "so the second copy is the sum of both passes."
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="gradient-pair",
     summary="A function that returns copies of the gradient after one and after two passes.",
@@ -290,5 +365,5 @@ KIND = ExerciseKind(
     trace=TRACE,
     judge=JUDGE,
     models=demonstration_models,
-    diagnoses=("returns-live-gradient", "cleared-between-passes", "wrong-number-of-passes"),
+    diagnoses=DIAGNOSES,
 )

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
@@ -169,6 +170,51 @@ def _near_value(value: float, expected: float) -> bool:
     return close(torch.tensor([value]), torch.tensor([expected]))
 
 
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="missing-abs",
+        hint=Hint(
+            where="Look at how you add up each gradient's entries.",
+            what=(
+                "Positive and negative entries cancel in a plain sum: the magnitude is the sum "
+                "of their absolute values."
+            ),
+            fix="""```python
+total += parameter.grad.abs().sum().item()
+```""",
+        ),
+        name="Absolute value missing",
+        words=(
+            "You summed the gradients themselves, not their absolute values: positive and "
+            "negative entries cancel out. Use `.abs().sum()`."
+        ),
+    ),
+    Declared(
+        code="modifies-gradients",
+        hint=Hint(
+            where=(
+                "Look for anything that writes to `.grad`: `zero_grad()`, `zero_()`, or an "
+                "in-place operation."
+            ),
+            what=(
+                "The function must only read the gradients; it changes them, so the training "
+                "that uses them afterwards goes wrong."
+            ),
+            fix="""Read without changing (`.abs()` makes a new tensor; `.abs_()` would not):
+
+```python
+total += parameter.grad.abs().sum().item()
+```""",
+        ),
+        name="Gradients modified",
+        words=(
+            "Your function changes the gradients it measures. A function that reads `.grad` "
+            "must leave it as it was: the code that runs after it still needs it."
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="gradient-reading",
     summary="A function that reads the gradients, leaves them as they are, and returns a number.",
@@ -177,5 +223,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=magnitude_models,
     sandbox_helpers=(prepare_gradients,),
-    diagnoses=("missing-abs", "modifies-gradients"),
+    diagnoses=DIAGNOSES,
 )

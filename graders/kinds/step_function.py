@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from graders.claims import ACCUMULATED, NO_BACKWARD, RELEASED_AFTER_BACKWARD, said_calls
+from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec
 from graders.feedback import learner_text
 from graders.fitting import stepping_models
@@ -36,10 +38,12 @@ from graders.judging import (
     cleared,
     close,
     close_values,
+    constant_factor,
     difference,
     loss_and_gradients,
     plot_series,
     times,
+    versus,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
@@ -93,7 +97,10 @@ CHECKS = {
     "runs": "Every case ran to the end.",
     "weights-change": "Every call changed the weights.",
     "weights-match": "After every call the weights equal the reference loop's.",
-    "fresh-gradients": "After every call `.grad` holds this call's gradient alone, not a sum.",
+    "fresh-gradients": (
+        "After every call `.grad` holds this call's gradient alone, or was cleared after a right "
+        "step."
+    ),
     "update-uses-current-batch": "Every update is one step on this call's gradient.",
     "loss-returned": "Every call returned its loss before the update, as a float.",
     "optimizer-state": "After every call the optimizer's state equals the reference loop's.",
@@ -112,6 +119,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         at = f"In {findings.where()}, call {index + 1}"
         x, y = batch_of(data.inputs[index])
         loss, weight_grad, bias_grad = loss_and_gradients(weight, bias, x, y)
+        unclipped = weight_grad
         if spec.max_norm is not None:
             weight_grad, bias_grad = clipped(spec.max_norm, weight_grad, bias_grad)
         new_weight, new_bias = as_tensor(record["weight"]), as_tensor(record["bias"])
@@ -136,6 +144,8 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
                 (weight, bias),
                 (new_weight, new_bias),
                 (weight_grad, bias_grad),
+                unclipped,
+                record["calls"],
                 held_grad,
                 reference.records[index - 1] if index else None,
                 matched_reference,
@@ -154,8 +164,9 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         if not (holds_this_batch or cleared_after_good_step):
             findings.fail(
                 "fresh-gradients",
-                f"{at}: after the call, `.grad` does not hold this call's gradient. "
-                + _describe_gradient(record, weight_grad, held_grad),
+                f"{at}: after the call, `.grad` is not the reference's"
+                + (" (this call's gradient, clipped to `max_norm`). " if spec.max_norm else ". ")
+                + _describe_gradient(spec, record, weight_grad, unclipped, held_grad),
             )
 
         _judge_loss(findings, at, record, loss)
@@ -174,6 +185,8 @@ def _judge_update(
     before: tuple[torch.Tensor, torch.Tensor],
     after: tuple[torch.Tensor, torch.Tensor],
     gradients: tuple[torch.Tensor, torch.Tensor],
+    unclipped: torch.Tensor,
+    calls: list[str],
     held_grad: Any,
     previous: dict[str, Any] | None,
     matched_reference: bool,
@@ -195,10 +208,16 @@ def _judge_update(
     expected_weight, expected_bias = one_step(spec, before, gradients, previous)
     if close(new_weight, expected_weight) and (spec.stateful or close(new_bias, expected_bias)):
         return True
+    unclipped_weight = None
+    if spec.max_norm is not None:
+        unclipped_weight, _ = one_step(spec, before, (unclipped, gradients[1]), previous)
     findings.fail(
         "update-uses-current-batch",
-        f"{at}: the update is not one step on this call's gradient. "
-        + _describe_update(weight, new_weight, expected_weight, spec, held_grad),
+        f"{at}: your update differs from the reference's step from your weights before the "
+        "call. "
+        + _describe_update(
+            weight, new_weight, expected_weight, unclipped_weight, spec, calls, held_grad
+        ),
     )
     return False
 
@@ -230,9 +249,9 @@ def clipped(
     return weight.grad, bias.grad
 
 
-# The optimizer's state fields, in the learner's words.
+# The optimizer's state fields, in the learner's words, each after "the optimizer's".
 _STATE_NAMES = {
-    "momentum": "the momentum buffer",
+    "momentum": "momentum buffer",
     "exp_avg": "`exp_avg` (the running mean of the gradients)",
     "exp_avg_sq": "`exp_avg_sq` (the running mean of their squares)",
     "max_exp_avg_sq": "`max_exp_avg_sq`",
@@ -275,39 +294,72 @@ def _describe_update(
     weight: torch.Tensor,
     new_weight: torch.Tensor,
     expected_weight: torch.Tensor,
+    unclipped_weight: torch.Tensor | None,
     spec: CaseSpec,
+    calls: list[str],
     held_grad: Any,
 ) -> str:
-    """Say what the learner's update looks like, when it is a known kind of wrong."""
-    moved = new_weight - weight
+    """What the learner's update is, in numbers; a cause only where the recorded calls bear it
+    out (`graders.claims`)."""
+    moved, expected = new_weight - weight, expected_weight - weight
     if not bool(moved.any()):
-        return "The weights did not move: the optimizer stepped with no gradient."
+        return f"The weights did not move. The calls recorded in this call: {said_calls(calls)}."
+    if unclipped_weight is not None and close(new_weight, unclipped_weight):
+        return (
+            "It equals one step on this call's gradient as `backward()` left it, not clipped: "
+            "the reference clips it to `max_norm` first."
+        )
     if not spec.stateful and held_grad is not None:
         stale = -spec.lr * as_tensor(held_grad)
         if close(moved, stale):
             return (
-                "It is a step on the gradient `.grad` held before this call's backward(): "
-                "a stale update, made with the previous batch's gradient."
+                "It equals a step on the gradient `.grad` held before this call, the previous "
+                "call's."
             )
-        fresh = expected_weight - weight
-        if close(moved, stale + fresh):
-            return (
-                "It is a step on this call's gradient plus the one `.grad` already held: "
-                "the gradients accumulated."
+        if close(moved, stale + expected):
+            return " ".join(
+                part
+                for part in (
+                    "It equals a step on this call's gradient plus the one `.grad` held before "
+                    "the call.",
+                    ACCUMULATED.said_of(calls),
+                )
+                if part
             )
-    return "A right step gives " + difference("weight", new_weight, expected_weight) + "."
+    factor = constant_factor(moved, expected)
+    if factor is not None:
+        return f"Your update is {factor:.3g} times the reference's."
+    return versus("weight", new_weight, expected_weight, "the reference's step gives") + "."
 
 
-def _describe_gradient(record: dict[str, Any], fresh: torch.Tensor, held_grad: Any) -> str:
-    recorded = record["weight_grad"]
+def _describe_gradient(
+    spec: CaseSpec,
+    record: dict[str, Any],
+    fresh: torch.Tensor,
+    unclipped: torch.Tensor,
+    held_grad: Any,
+) -> str:
+    """What `.grad` holds after the call, in numbers; a cause only where the calls bear it out."""
+    recorded, calls = record["weight_grad"], record["calls"]
     if recorded is None:
-        return "It is `None`: no gradient was computed for this call."
-    if held_grad is not None and close(as_tensor(recorded), as_tensor(held_grad) + fresh):
-        return (
-            "It is this call's gradient plus what `.grad` held before the call: the gradients "
-            "accumulated, because nothing cleared them before backward()."
+        said = RELEASED_AFTER_BACKWARD.said_of(calls) or NO_BACKWARD.said_of(calls)
+        return f"It is `None`. {said}".rstrip()
+    mine = as_tensor(recorded)
+    if spec.max_norm is not None and close(mine, unclipped):
+        return "It holds this call's gradient as `backward()` left it, not clipped."
+    if held_grad is not None and close(mine, as_tensor(held_grad) + fresh):
+        return " ".join(
+            part
+            for part in (
+                "It is this call's gradient plus what `.grad` held before the call.",
+                ACCUMULATED.said_of(calls),
+            )
+            if part
         )
-    return difference("weight.grad", as_tensor(recorded), fresh) + "."
+    factor = constant_factor(mine, fresh)
+    if factor is not None:
+        return f"It is {factor:.3g} times the reference's."
+    return versus("weight.grad", mine, fresh, "the reference's is") + "."
 
 
 def _judge_loss(findings: CaseFindings, at: str, record: dict[str, Any], loss: float) -> None:
@@ -379,6 +431,114 @@ JUDGE = KindJudge(
     plots=plots,
 )
 
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="missing-clip",
+        hint=Hint(
+            where=(
+                "Look at `clip_grad_norm_`: where it sits among `backward()` and `step()`, and "
+                "which parameters it is given."
+            ),
+            what=(
+                "The step used gradients that were not clipped: nothing clipped them, the "
+                "clipping ran before `backward()` when `.grad` held nothing of this batch, or "
+                "it was given no parameters (a generator already used up is empty)."
+            ),
+            fix="""Clip between the backward pass and the step:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+optimizer.step()
+return loss.item()
+```""",
+        ),
+        name="Gradients not clipped before the step",
+        words=(
+            "Your steps used gradients that were not clipped to `max_norm`: each update equals "
+            "a step on the gradient as `backward()` left it. `clip_grad_norm_` clips what "
+            "`.grad` holds when it runs, of the parameters it is given: call it after "
+            "`loss.backward()`, before `optimizer.step()`, on `model.parameters()` (a generator "
+            "already used up, by an earlier loop say, is empty and clips nothing)."
+        ),
+        about="clipping",
+    ),
+    Declared(
+        code="clip-after-step",
+        hint=Hint(
+            where="Look at the order of `clip_grad_norm_` and `optimizer.step()`.",
+            what=(
+                "The clipping runs after `step()`: the step has already used the unclipped "
+                "gradients, and the clipped ones are cleared before anything uses them."
+            ),
+            fix="""Move the clipping before the step:
+
+```python
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+optimizer.step()
+```""",
+        ),
+        name="Clipped after the step",
+        words=(
+            "Your code clips the gradients after `optimizer.step()`: the step had already used "
+            "them unclipped, and the clipped ones are never used. Clip after `loss.backward()` "
+            "and before `optimizer.step()`."
+        ),
+        about="clipping",
+    ),
+    Declared(
+        code="clip-by-value",
+        hint=Hint(
+            where="Look at which clipping function you call.",
+            what=(
+                "`clip_grad_value_` cuts each gradient entry on its own, which changes the "
+                "gradient's direction; the exercise asks for the gradients scaled together so "
+                "that their joint norm is at most `max_norm`."
+            ),
+            fix="""Clip by the norm of all the gradients together:
+
+```python
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+```""",
+        ),
+        name="Clipped by value, not by norm",
+        words=(
+            "Your code clips each gradient value on its own (`clip_grad_value_`), so the "
+            "gradient changes direction and its norm is not `max_norm`. Clip by the norm of all "
+            "the gradients together: `torch.nn.utils.clip_grad_norm_(model.parameters(), "
+            "max_norm)`."
+        ),
+        about="clipping",
+    ),
+    Declared(
+        code="clip-norm-constant",
+        name="Clipped to a norm of its own",
+        words=(
+            "Your code clips the gradients by their norm, but to a `max_norm` written into the "
+            "code rather than the one your function is given: each case gives its own. Pass the "
+            "argument on: `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`."
+        ),
+        about="clipping",
+        hint=Hint(
+            where="Look at the second argument of `clip_grad_norm_`.",
+            what=(
+                "The clipping uses a number of your own, not the `max_norm` your function "
+                "receives: the cases give different ones."
+            ),
+            fix="""Clip to the `max_norm` you were given:
+
+```python
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+```""",
+        ),
+    ),
+)
+
 KIND = ExerciseKind(
     name="step-function",
     summary="A function called once per batch (or per list of micro-batches) that trains one step.",
@@ -387,4 +547,5 @@ KIND = ExerciseKind(
     judge=JUDGE,
     models=stepping_models,
     replay=PER_CALL,
+    diagnoses=DIAGNOSES,
 )

@@ -22,11 +22,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select
+from starlette.types import ASGIApp
 
+import app.health as app_health
+from app.admission import OPERATIONS_IN_FLIGHT, WAITING_PER_SLOT, AdmissionControl, Lane
 from app.db import create_db_engine, upgrade_database
 from app.main import create_app
 from app.models import Submission
+from app.retry_after import UNKNOWN_RATE_RETRY_AFTER_SECONDS
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade
 from tests.conftest import TEST_DATABASE_URL, ScopeDatabase
@@ -313,7 +318,9 @@ def test_over_capacity_writes_get_503_at_once_while_reads_and_probes_answer(
                 release.set()
             assert held.result().json() == {"held": "done"}
 
-        assert (refused.status_code, refused.headers["retry-after"]) == (503, "2")
+        # Nothing left the write lane lately: its drain rate is unknown, back within seconds.
+        assert refused.status_code == 503
+        assert 1 <= int(refused.headers["retry-after"]) <= UNKNOWN_RATE_RETRY_AFTER_SECONDS
         assert "nothing was stored" in refused.json()["detail"]
         assert page.status_code == 503
         assert page.headers["content-type"].startswith("text/html")
@@ -328,3 +335,70 @@ def test_over_capacity_writes_get_503_at_once_while_reads_and_probes_answer(
             json={"exercise": EXERCISE, "learner": "after", "code": CORRECT_CODE},
         )
         assert accepted.status_code == 202, accepted.text
+
+
+def _admission_of(app: ASGIApp) -> AdmissionControl:
+    """The app's admission control, found down its middleware stack."""
+    layer: object = app
+    while not isinstance(layer, AdmissionControl):
+        layer = layer.middleware_stack if isinstance(layer, FastAPI) else layer.app  # type: ignore[attr-defined]
+    return layer
+
+
+def test_probes_are_answered_with_their_lane_full(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test fills the operations lane itself: /metrics calls held inside until it lets each
+    go, every slot taken and the line full. /healthz is answered all the same (no slot, thread
+    or database); /readyz waits ahead of the line and is answered at the next slot freed."""
+    app = create_app(settings.model_copy(update={"admission_wait_seconds": ANSWER_BOUND_SECONDS}))
+    capacity = OPERATIONS_IN_FLIGHT
+    line = capacity * WAITING_PER_SLOT
+    held, entered = threading.Semaphore(0), threading.Semaphore(0)
+    count_from_database = app_health._count_from_database
+
+    def held_count(sessions: object) -> None:
+        entered.release()
+        assert held.acquire(timeout=ANSWER_BOUND_SECONDS)
+        count_from_database(sessions)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app_health, "_count_from_database", held_count)
+
+    async def scenario(url: str) -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with (
+            asyncio.timeout(ANSWER_BOUND_SECONDS),
+            httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT_SECONDS, limits=limits) as client,
+        ):
+            metrics = [
+                asyncio.create_task(client.get("/metrics")) for _ in range(capacity + line + 4)
+            ]
+            while sum(task.done() for task in metrics) < 4:  # the 4 beyond the line: refused
+                await asyncio.sleep(0.01)
+            for _ in range(capacity):
+                await asyncio.to_thread(entered.acquire)
+            refused = {task for task in metrics if task.done()}
+            assert [task.result().status_code for task in refused] == [503] * 4
+            for answer in (task.result() for task in refused):
+                assert 1 <= int(answer.headers["retry-after"]) <= UNKNOWN_RATE_RETRY_AFTER_SECONDS
+
+            alive = await client.get("/healthz")
+            assert (alive.status_code, alive.json()) == (200, {"status": "ok"})
+
+            ready = asyncio.create_task(client.get("/readyz"))
+            operations = _admission_of(app)._lane(Lane.OPERATIONS)
+            while not operations._first:  # /readyz is in the line, ahead of the 32
+                await asyncio.sleep(0.01)
+            held.release()  # one /metrics call ends: its slot goes to /readyz
+            answer = await ready
+            assert "checks" in answer.json(), answer.text  # readiness, not "busy"
+            answered = [task for task in metrics if task.done() and task not in refused]
+            assert len(answered) == 1, "a /metrics call in the line went before /readyz"
+
+            for _ in metrics:
+                held.release()
+            finished = await asyncio.gather(*metrics)
+            assert sorted(m.status_code for m in finished) == [200] * (capacity + line) + [503] * 4
+
+    with app_in_thread(app) as url:
+        asyncio.run(scenario(url))

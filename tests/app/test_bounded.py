@@ -150,3 +150,22 @@ def test_a_real_run_that_returns_and_prints_a_lot_makes_a_small_page(
     assert "<svg" in result.text, result.text[:2000]
     for path in (submission_path, f"{submission_path}/result", "/history", page):
         assert_small(client.get(path))
+
+
+def test_a_cut_message_never_leaves_a_code_span_or_block_open() -> None:
+    """Cut inside a fenced traceback the block is closed; inside a code span, the span is left
+    out: the rest of the page is never rendered as code."""
+    from app.grading.results import cut_markdown
+    from graders.feedback import learner_text
+
+    traceback = "Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * 200
+    message = f"Your code raised {learner_text('ValueError')}: boom\n\n" + learner_text(
+        traceback, block=True
+    )
+    cut = cut_markdown(message, 1000)
+    assert len(cut) <= 1000 and cut.endswith("more characters cut)")
+    assert cut.count("```") == 2  # the block opened, and closed before the note
+    assert cut.split("```")[-1].startswith("\n…")
+    spans = cut_markdown("word " * 150 + learner_text("x" * 900) + " after", 1000)
+    assert spans.count("`") == 0 and spans.startswith("word word")
+    assert cut_markdown("short `code`", 1000) == "short `code`"

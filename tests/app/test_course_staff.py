@@ -3,12 +3,18 @@ learner or taken out, never the last one; audited; only instructors may."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
-from sqlalchemy import select, update
+import pytest
+from sqlalchemy import event, select, update
+from sqlalchemy.orm import Session
 
 from app.audit import AuditAction
+from app.courses.membership import CourseError, StaffChange, change_staff
 from app.db import SessionFactory
-from app.models import AuditEvent, CourseRole, Enrolment, SiteRole, Submission
+from app.models import AuditEvent, Course, CourseRole, Enrolment, SiteRole, Submission, User
 from app.people.accounts import find_user_by_email
 from tests.app.people import graded, make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
@@ -127,3 +133,70 @@ def test_only_instructors_change_staff_and_need_the_csrf_token(
     stepped = change(teacher, course_id, tess, "remove")
     assert stepped.status_code == 303 and stepped.headers["location"] == "/"
     assert tess not in roles(sessions, course_id)
+
+
+SIMULTANEOUS_CHANGES = {
+    # Tess demotes Uma while Uma demotes Tess: Uma is no longer an instructor for hers.
+    "each-other": (("tess", "uma"), ("uma", "tess")),
+    # Both step down: Tess would leave the course with none.
+    "both-step-down": (("uma", "uma"), ("tess", "tess")),
+}
+REFUSED = {
+    "each-other": "you are no longer an instructor of this course: reload the page",
+    "both-step-down": "the course's only instructor is tess@example.org: add another "
+    "instructor first",
+}
+
+
+@pytest.mark.parametrize("changes", list(SIMULTANEOUS_CHANGES))
+def test_two_instructors_changing_the_staff_at_once_keep_the_course_taught(
+    sessions: SessionFactory, changes: str
+) -> None:
+    """The first change is made and held uncommitted; the second starts while it is held, and
+    the first commits only once the second is about to write (`second_writes`): so the second
+    has read the staff before the first's commit, whatever the machine's speed. Unlocked, both
+    succeeded and the course had no instructor left."""
+    ids = {
+        name: make_user(sessions, f"{name}@example.org", SiteRole.INSTRUCTOR)
+        for name in ("tess", "uma")
+    }
+    course_id = make_course(sessions, "tess@example.org")
+    with sessions.begin() as session:
+        session.add(Enrolment(course_id=course_id, user_id=ids["uma"], role=CourseRole.INSTRUCTOR))
+    (first_by, first_user), (second_by, second_user) = SIMULTANEOUS_CHANGES[changes]
+    second_writes = threading.Event()
+
+    def make_learner(session: Session, by: str, user: str) -> None:
+        change_staff(
+            session,
+            course=session.get_one(Course, course_id),
+            user=session.get_one(User, ids[user]),
+            change=StaffChange.MAKE_LEARNER,
+            by=session.get_one(User, ids[by]),
+        )
+
+    def second_change() -> str:
+        with sessions() as session:
+
+            @event.listens_for(session.connection(), "before_cursor_execute")
+            def on_write(_c: object, _cur: object, statement: str, *_: object) -> None:
+                if statement.lstrip().upper().startswith(("UPDATE", "DELETE", "INSERT")):
+                    second_writes.set()
+
+            try:
+                make_learner(session, second_by, second_user)
+            except CourseError as exc:
+                return str(exc)
+            session.commit()
+            return "done"
+
+    with sessions() as first, ThreadPoolExecutor(1) as pool:
+        make_learner(first, first_by, first_user)
+        second = pool.submit(second_change)
+        assert second_writes.wait(timeout=120), second.result()
+        first.commit()
+        said = second.result(timeout=120)
+
+    assert said == REFUSED[changes]
+    staff = roles(sessions, course_id)
+    assert staff == {ids["tess"]: CourseRole.INSTRUCTOR, ids["uma"]: CourseRole.LEARNER}

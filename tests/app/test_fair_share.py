@@ -249,3 +249,100 @@ def test_an_owner_s_next_submission_starts_only_after_its_last_one_s_release(
         assert earlier.graded_at is not None and later.started_at is not None
         assert later.started_at >= earlier.graded_at, (earlier.graded_at, later.started_at)
     assert all(row.score == row.max_score for row in ordered)
+
+
+# In a submission's code: the test's runner holds its run until the test lets it go.
+HELD = "# held by the test\n"
+
+
+class HoldingRunner:
+    """The real sandbox runner, holding each run of code marked HELD until `release`: a run
+    that only sleeps, kept in its slot as long as the test needs (no timing involved)."""
+
+    def __init__(self, runner: sandbox.Runner) -> None:
+        self._runner = runner
+        self.released = threading.Event()
+        self.holding = threading.Semaphore(0)  # one release per run held
+
+    @property
+    def name(self) -> str:
+        return self._runner.name
+
+    @property
+    def status(self) -> str:
+        return self._runner.status
+
+    def run(self, program: str, inputs: Any, limits: Any, later_input: bytes | None = None) -> Any:
+        if HELD.encode() in inputs["submission.py"]:
+            self.holding.release()
+            self.released.wait()
+        return self._runner.run(program, inputs, limits, later_input)
+
+    def close(self) -> None:
+        self._runner.close()
+
+
+@pytest.mark.parametrize("slots", [2, 1])
+@pytest.mark.parametrize("pool", [True, False], ids=["warm pool", "cold"])
+def test_one_learner_never_holds_every_slot(
+    sessions: SessionFactory, settings: Settings, slots: int, pool: bool
+) -> None:
+    """Learner A's two runs that hold their slots: with two slots, B's is graded while both
+    are still held (A's second waits, a slot being kept for others); with one slot, B's goes
+    before A's second (app/grading/queue.owner_share)."""
+    runner = HoldingRunner(
+        sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=slots)
+        if pool
+        else sandbox.open_runner("bwrap")
+    )
+    update: dict[str, Any] = {"worker_count": slots, "sandbox_pool_size": slots if pool else 0}
+    with sessions.begin() as session:
+        a1, a2 = (
+            create_submission(
+                session, exercise_id=EXERCISE, learner="learner-a", code=CORRECT_CODE + HELD + n
+            ).id
+            for n in ("# 1\n", "# 2\n")
+        )
+    started: list[str] = []
+
+    def on_state_change(submission_id: str, status: SubmissionStatus) -> None:
+        if status is SubmissionStatus.RUNNING:
+            started.append(submission_id)
+
+    dispatcher = ThreadPoolDispatcher(
+        sessions, settings.model_copy(update=update), runner=runner, on_state_change=on_state_change
+    )
+    enqueue_after_commit(sessions, dispatcher)
+    dispatcher.start()
+    try:
+        assert runner.holding.acquire(timeout=GRADING_TIMEOUT_SECONDS)  # a1 is held in its slot
+        with sessions.begin() as session:
+            b1 = create_submission(
+                session, exercise_id=EXERCISE, learner="learner-b", code=CORRECT_CODE
+            ).id
+        if slots == 2:
+            # B is graded while A's first run still holds its slot, and A's second waits.
+            wait_for(sessions, b1, SubmissionStatus.GRADED)
+            assert len(set(started) & {a1, a2}) == 1
+            assert not runner.holding.acquire(blocking=False)
+        runner.released.set()
+        for submission_id in (a1, a2, b1):
+            wait_for(sessions, submission_id, SubmissionStatus.GRADED)
+    finally:
+        runner.released.set()
+        dispatcher.stop()
+        runner.close()
+    # Whichever of A's went first, B's went next.
+    assert started[1] == b1 and sorted(started[::2]) == sorted([a1, a2]), started
+
+
+def wait_for(sessions: SessionFactory, submission_id: str, status: SubmissionStatus) -> None:
+    deadline = time.monotonic() + 2 * GRADING_TIMEOUT_SECONDS
+    while True:
+        with sessions() as session:
+            row = session.get(Submission, submission_id)
+            assert row is not None
+            if row.status == status:
+                return
+            assert time.monotonic() < deadline, (row.status, row.error_message)
+        time.sleep(0.1)

@@ -176,3 +176,47 @@ def test_the_course_withholds_the_fix_and_links_its_own_lesson(
     # The learner's own API answers the same.
     mine = client.get(f"/api/v1/me{submission}", headers=bearer(new_token(ann))).json()
     assert (mine["hint_count"], mine["first_hint"]) == (2, HINTS.levels[0])  # type: ignore[union-attr]
+
+
+def test_practice_never_opens_what_the_learners_course_withholds(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    """The same code as practice: the course's rules follow Ann there (two levels, the second
+    after one more attempt); Ben, in no course, has practice's own (all three, one at a time)."""
+    assert HINTS is not None
+    make_user(sessions, "tess@example.org")
+    ann_id = make_user(sessions, "ann@example.org")
+    ben_id = make_user(sessions, "ben@example.org")
+    course_id = make_course(sessions, "tess@example.org", "ann@example.org")
+    teacher = _client(client, "tess@example.org")
+    saved = _set_hints(teacher, course_id, hint_unlock_attempts="1", hints_hide_fix="1")
+    assert saved.status_code == 303
+
+    ann = _client(client, "ann@example.org")
+    first = f"/submissions/{graded(sessions, user_id=ann_id, course_id=None, score=3)}"
+    page = ann.get(first).text
+    assert "Show a hint (1 of 2)" in page
+    assert _open(ann, first, 1).status_code == 303
+    early = _open(ann, first, 2)
+    assert early.status_code == 422 and "opens after 1 more attempt" in early.text
+    second = f"/submissions/{graded(sessions, user_id=ann_id, course_id=None, score=3)}"
+    assert _open(ann, second, 2).status_code == 303
+    refused = _open(ann, second, 3)
+    assert refused.status_code == 422
+    assert "your course does not show the corrected lines for this exercise" in refused.text
+    page = ann.get(second).text
+    assert "That is every hint your course shows" in page and 'id="hint-3"' not in page
+    mine = client.get(f"/api/v1/me{second}", headers=bearer(new_token(ann))).json()
+    assert mine["hint_count"] == 2 and HINTS.levels[2] not in str(mine)
+
+    # The course no longer withholds it: practice opens the fix too.
+    assert _set_hints(teacher, course_id, hint_unlock_attempts="1").status_code == 303
+    third = f"/submissions/{graded(sessions, user_id=ann_id, course_id=None, score=3)}"
+    assert _open(ann, third, 3).status_code == 303
+    assert "optimizer.zero_grad()" in ann.get(third).text.split('id="hint-3"')[1]
+
+    ben = _client(client, "ben@example.org")
+    his = f"/submissions/{graded(sessions, user_id=ben_id, course_id=None, score=3)}"
+    assert "Show a hint (1 of 3)" in ben.get(his).text
+    for level in (1, 2, 3):
+        assert _open(ben, his, level).status_code == 303

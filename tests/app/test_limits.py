@@ -279,6 +279,17 @@ def test_a_full_queue_answers_503_with_retry_after_and_says_so(
         assert len(stored.all()) == 1  # a refused submission is not stored
 
 
+def test_one_waiting_submission_is_said_in_the_singular(
+    client: httpx.Client, sessions: SessionFactory, settings: Settings, auth: dict[str, str]
+) -> None:
+    settings.max_waiting_submissions = 1
+    fill_queue(sessions, 1)
+    body = {"exercise": EXERCISE, "learner": "api-learner", "code": BAD_CODE}
+    full = client.post("/api/v1/submissions", json=body, headers=auth)
+    assert full.status_code == 503
+    assert "The graders are busy: 1 submission is waiting to be graded." in full.json()["detail"]
+
+
 def test_an_ipv6_client_is_its_64_network_and_a_forged_hop_is_not_believed(
     proxied_client: httpx.Client, sessions: SessionFactory, proxied_settings: Settings
 ) -> None:

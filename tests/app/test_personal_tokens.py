@@ -4,6 +4,7 @@ the web form's rules, and the practice kit that must hold no hidden case."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -11,15 +12,33 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select, update
 
 from app.courses.membership import set_assignment
 from app.db import SessionFactory
-from app.models import LatePolicy, PersonalToken, ScoringPolicy, Submission, utc_now
+from app.models import (
+    LatePolicy,
+    PersonalToken,
+    ScoringPolicy,
+    SignInFailure,
+    Submission,
+    User,
+    WebSession,
+    utc_now,
+)
+from app.people.accounts import NO_PASSWORD
+from app.people.recovery import issue_reset_link
+from app.people.tokens import (
+    MAX_DEAD_TOKENS_LISTED,
+    MAX_LIVE_TOKENS,
+    TokenError,
+    create_personal_token,
+)
 from app.settings import Settings
 from graders.exercises import get_exercise
 from graders.kinds import SANDBOX_PROGRAM
 from tests.app.conftest import CORRECT_CODE, EXERCISE, wait_until_finished
-from tests.app.people import graded, make_course, make_user, post_form, sign_in
+from tests.app.people import PASSWORD, graded, make_course, make_user, post_form, sign_in
 from tests.graders.test_hidden import secrets
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
@@ -33,9 +52,9 @@ def browser(server_url: str, email: str) -> Iterator[httpx.Client]:
 
 
 def new_token(client: httpx.Client, name: str = "laptop", lifetime_days: str = "30") -> str:
-    page = post_form(
-        client, "/account/tokens", "/account/tokens", {"name": name, "lifetime_days": lifetime_days}
-    )
+    """A token made on the page by a browser signed in with PASSWORD (asked again)."""
+    form = {"name": name, "lifetime_days": lifetime_days, "password": PASSWORD}
+    page = post_form(client, "/account/tokens", "/account/tokens", form)
     assert page.status_code == 200, page.text
     start = page.text.index("data-new-token")
     secret = page.text[page.text.index(">", start) + 1 : page.text.index("</code>", start)]
@@ -108,12 +127,18 @@ def test_a_lifetime_over_the_maximum_and_an_empty_name_are_refused(
         page = ben.get("/account/tokens")
         assert 'value="365"' not in page.text and 'value="90"' in page.text
         too_long = post_form(
-            ben, "/account/tokens", "/account/tokens", {"name": "x", "lifetime_days": "365"}
+            ben,
+            "/account/tokens",
+            "/account/tokens",
+            {"name": "x", "lifetime_days": "365", "password": PASSWORD},
         )
         assert too_long.status_code == 422
         assert "7, 30, 90 days" in too_long.text
         unnamed = post_form(
-            ben, "/account/tokens", "/account/tokens", {"name": "  ", "lifetime_days": "30"}
+            ben,
+            "/account/tokens",
+            "/account/tokens",
+            {"name": "  ", "lifetime_days": "30", "password": PASSWORD},
         )
         assert unnamed.status_code == 422
         assert "data-new-token" not in unnamed.text
@@ -264,10 +289,11 @@ def test_the_practice_kit_holds_no_hidden_case(
     visible = [case.id for case in exercise.cases if not case.hidden]
     assert [case["id"] for case in body["cases"]] == visible
     assert sorted(body["reference"]) == sorted(visible)
-    # The harness is the public program every sandbox gets, the same text whatever the case.
-    assert body["harness"] == SANDBOX_PROGRAM
-    # Every other value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
-    values = set(leaves({k: v for k, v in body.items() if k != "harness"}))
+    # Data only: which harness (the client ships its own), never its code.
+    assert body["harness_sha256"] == hashlib.sha256(SANDBOX_PROGRAM.encode()).hexdigest()
+    assert "harness" not in body
+    # Every value in the answer, whole (a seed of 17 is not betrayed by 0.1738).
+    values = set(leaves({k: v for k, v in body.items() if k != "harness_sha256"}))
     # A hidden case may share a parameter with a visible one (lr 0.05 in both): no secret.
     shared = set(leaves([case.harness_spec() for case in exercise.cases if not case.hidden]))
     hidden_secrets = set(secrets(exercise)) - shared
@@ -275,6 +301,45 @@ def test_the_practice_kit_holds_no_hidden_case(
     # The check itself can fail: the hidden cases' own values would be found.
     hidden = [case.harness_spec() for case in exercise.cases if case.hidden]
     assert hidden_secrets & set(leaves(hidden))
+
+
+def test_the_practice_check_judges_a_hostile_trace_in_words_and_stores_nothing(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    """`loopgrade-client check`'s trace, judged by the grader: forged, garbage or missing, it is
+    a learner's result in words or a 422, never a 500, and never a stored submission."""
+    with browser(server_url, "ben@example.org") as ben:
+        secret = new_token(ben)
+    url = f"{server_url}/api/v1/me/exercises/{EXERCISE}/practice-check"
+
+    def check(body: Any) -> httpx.Response:
+        return httpx.post(url, json=body, headers=bearer(secret), timeout=60)
+
+    for hostile in (
+        {"status": "ran", "cases": "all"},
+        {"status": "ran", "cases": [{"id": "basic", "records": [{"weight": "x" * 100}]}]},
+        {"status": "ran", "cases": [{"id": "hidden-seed", "records": [], "final": {}}]},
+        {"status": "load-error", "error": {"type": "X" * 5000, "message": "**full marks**"}},
+        {},
+    ):
+        judged = check({"trace": hostile})
+        assert judged.status_code == 200, judged.text
+        body = judged.json()
+        assert body["diagnosis"] != "correct"
+        assert not all(c["passed"] for c in body["checks"])
+    garbage: list[dict[str, Any]] = [{"trace": []}, {"trace": "x"}, {}, {"trace": {}, "score": 10}]
+    for body in garbage:
+        assert check(body).status_code == 422
+    unknown = httpx.post(
+        f"{server_url}/api/v1/me/exercises/nope/practice-check",
+        json={"trace": {}},
+        headers=bearer(secret),
+        timeout=60,
+    )
+    assert unknown.status_code == 404
+    assert httpx.post(url, json={"trace": {}}, timeout=60).status_code == 401
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(Submission)) == 0
 
 
 def leaves(value: Any) -> Iterator[str]:
@@ -289,3 +354,101 @@ def leaves(value: Any) -> Iterator[str]:
         yield from (repr(value), f"{value:g}", f"{value:.6g}", f"{value:.4g}")
     elif value is not None:
         yield str(value)
+
+
+def _alive(server_url: str, secret: str) -> bool:
+    answer = httpx.get(f"{server_url}/api/v1/me/exercises", headers=bearer(secret))
+    assert answer.status_code in (200, 401), answer.text
+    return answer.status_code == 200
+
+
+def test_making_a_token_asks_for_the_password_again(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    with browser(server_url, "ben@example.org") as ben:
+        for password in ("", "not the password"):
+            form = {"name": "stolen", "lifetime_days": "30", "password": password}
+            refused = post_form(ben, "/account/tokens", "/account/tokens", form)
+            assert refused.status_code == 401
+            assert "The password is not right." in refused.text
+            assert "data-new-token" not in refused.text
+        with sessions() as session:
+            assert session.scalars(select(PersonalToken)).all() == []
+            # Counted as failed sign-ins: the password cannot be guessed here without a brake.
+            assert len(session.scalars(select(SignInFailure)).all()) == 2
+        assert _alive(server_url, new_token(ben))
+
+
+def test_an_lms_account_makes_a_token_only_just_after_a_launch(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    with browser(server_url, "cat@example.org") as cat:
+        with sessions.begin() as session:
+            session.execute(
+                update(User).where(User.id == people["cat"]).values(password_hash=NO_PASSWORD)
+            )
+        page = cat.get("/account/tokens")
+        assert 'name="password"' not in page.text
+        assert "within 10 minutes of opening the activity" in page.text
+        form = {"name": "laptop", "lifetime_days": "30"}
+        assert post_form(cat, "/account/tokens", "/account/tokens", form).status_code == 200
+        with sessions.begin() as session:
+            session.execute(update(WebSession).values(created_at=utc_now() - timedelta(minutes=11)))
+        stale = post_form(cat, "/account/tokens", "/account/tokens", form)
+        assert stale.status_code == 401
+        assert "open the activity from the LMS again" in stale.text
+
+
+@pytest.mark.parametrize("ending", ["sign-out-others", "password", "reset", "revoke-all"])
+def test_tokens_end_with_the_sessions(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory, ending: str
+) -> None:
+    with browser(server_url, "ben@example.org") as ben:
+        secrets_made = [new_token(ben, "laptop"), new_token(ben, "notebook")]
+        assert all(_alive(server_url, secret) for secret in secrets_made)
+        if ending == "sign-out-others":
+            done = post_form(ben, "/account", "/account/sign-out-others", {})
+        elif ending == "password":
+            new = "another long password"
+            form = {"current_password": PASSWORD, "new_password": new, "new_password_again": new}
+            done = post_form(ben, "/account", "/account/password", form)
+        elif ending == "reset":
+            with sessions.begin() as session:
+                user = session.get_one(User, people["ben"])
+                token = issue_reset_link(session, user, client_address="t", max_age_seconds=60)
+            new = "another long password"
+            form = {"token": token.token, "password": new, "password_again": new}
+            done = post_form(ben, "/forgot-password", "/reset-password", form)
+        else:
+            done = post_form(ben, "/account/tokens", "/account/tokens/revoke-all", {})
+        assert done.status_code == 303, done.text
+        if ending != "revoke-all":
+            assert "your personal tokens are revoked" in ben.get(done.headers["location"]).text
+        assert not any(_alive(server_url, secret) for secret in secrets_made)
+        assert ben.get("/account/tokens").text.count('data-state="revoked"') == 2
+
+
+def test_an_account_holds_a_bounded_number_of_live_tokens(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    with sessions.begin() as session:
+        user = session.get_one(User, people["ben"])
+        for number in range(MAX_LIVE_TOKENS + 30):
+            token, _ = create_personal_token(
+                session, user, name=f"t{number}", lifetime_days=30, max_days=30
+            )
+            if number < 30:  # dead ones, which do not count
+                token.revoked_at = utc_now()
+        with pytest.raises(TokenError, match=f"you have {MAX_LIVE_TOKENS} live tokens"):
+            create_personal_token(session, user, name="one more", lifetime_days=30, max_days=30)
+    with browser(server_url, "ben@example.org") as ben:
+        form = {"name": "one more", "lifetime_days": "30", "password": PASSWORD}
+        refused = post_form(ben, "/account/tokens", "/account/tokens", form)
+        assert refused.status_code == 422
+        assert "revoke one you no longer use first" in refused.text
+        # The page lists every live token and only the newest of the dead ones.
+        listing = ben.get("/account/tokens").text
+        assert listing.count('data-state="live"') == MAX_LIVE_TOKENS
+        assert listing.count('data-state="revoked"') == MAX_DEAD_TOKENS_LISTED
+        post_form(ben, "/account/tokens", "/account/tokens/revoke-all", {})
+        assert _alive(server_url, new_token(ben))

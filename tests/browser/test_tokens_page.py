@@ -26,6 +26,7 @@ def test_a_learner_creates_lists_and_revokes_a_token(
 
     page.get_by_label("Name").fill("my laptop")
     page.get_by_label("Expires after").select_option("90")
+    page.get_by_label("Your password").fill(PASSWORD)
     page.get_by_role("button", name="Create token").click()
     secret = page.locator("[data-new-token]").inner_text()
     assert secret.startswith("lgp_")

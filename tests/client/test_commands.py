@@ -95,6 +95,7 @@ def test_login_asks_for_the_token_and_keeps_it_for_the_user_alone(
     )
     assert wrong.returncode == 2
     assert "refused your token" in wrong.stderr and "not known" in wrong.stderr
+    assert wrong.stderr.count("login") == 1  # what to do, said once
     assert not (tmp_path / "other.json").exists()
 
 
@@ -212,13 +213,33 @@ def test_check_runs_the_visible_cases_here_and_says_the_grade_is_the_servers(
     correct.write_text(CORRECT_CODE)
     passed = run(installed_client, ben, "check", str(correct), "--exercise", EXERCISE)
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert "ok  basic: matches the reference" in passed.stdout
-    assert "The real grade, with the hidden cases, comes from the server" in passed.stdout
+    assert f"{EXERCISE}, visible cases: " in passed.stdout
+    assert "ok  runs: Every case ran to the end." in passed.stdout
+    assert "The real grade, with the" in passed.stdout and "nothing was stored" in passed.stdout
+
+    # The server's words for the same mistake: its diagnosis, and each visible check's sentence
+    # as the grading of the same code says it.
     buggy = tmp_path / "buggy.py"
-    buggy.write_text(MISSING_ZERO_GRAD_CODE)
+    buggy.write_text('print("hello from the learner")\n' + MISSING_ZERO_GRAD_CODE)
     failed = run(installed_client, ben, "check", str(buggy), "--exercise", EXERCISE, "--json")
-    assert failed.returncode == 1
-    outcome = json.loads(failed.stdout)
-    assert not outcome["passed"]
-    assert [case["case"] for case in outcome["cases"]] == ["basic", "stale-gradients"]
-    assert "expected" in outcome["cases"][1]["message"]
+    assert failed.returncode == 1, failed.stderr
+    checked = json.loads(failed.stdout)  # the learner's print went to stderr
+    assert "hello from the learner" in failed.stderr
+    assert not checked["passed"] and checked["diagnosis"] == "missing-zero-grad"
+    graded = json.loads(
+        run(installed_client, ben, "submit", str(buggy), "--exercise", EXERCISE, "--json").stdout
+    )
+    assert (checked["diagnosis"], checked["diagnosis_text"]) == (
+        graded["diagnosis"],
+        graded["diagnosis_text"],
+    )
+    servers = {check["id"]: check for check in graded["checks"] if not check["hidden"]}
+    for check in checked["checks"]:
+        assert check["passed"] == servers[check["id"]]["passed"]
+        assert check["message"].split(" (")[0] == servers[check["id"]]["message"].split(" (")[0]
+    assert "records[" not in failed.stdout
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def train_step(model, optimizer, loss_fn, x, y)\n    pass\n")
+    said = run(installed_client, ben, "check", str(broken), "--exercise", EXERCISE)
+    assert said.returncode == 1 and "Syntax error" in said.stdout and "Line 1" in said.stdout

@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Iterator
+from html import unescape
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jupyter_client.manager import KernelManager, start_new_kernel
+from sqlalchemy import func, select
 
+from app.db import create_db_engine, create_session_factory
+from app.models import Submission
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.client.conftest import Installed, Server
 
@@ -72,6 +76,12 @@ def test_submit_takes_a_function_object_and_says_what_is_wrong(kernel: Any) -> N
     html = html_of(execute(kernel, "import loopgrade_client\nloopgrade_client.submit(train_step)"))
     assert "✗" in html and "fresh-gradients" in html
     assert "10/10" not in html
+    # The feedback rendered as the page renders it, and the first of the hints to open.
+    feedback = html.split('class="loopgrade-feedback">')[1].split("</div>")[0]
+    assert "<code>" in feedback and "`" not in feedback and "**" not in feedback
+    assert "<summary>Show a hint (1 of 3)</summary>" in html
+    assert "The next ones open one at a time" in html
+    assert 'font-size="11"' in html  # the charts' labels at the page's size
     refused = html_of(
         execute(kernel, "loopgrade_client.submit(train_step, exercise='no-such-exercise')")
     )
@@ -79,3 +89,26 @@ def test_submit_takes_a_function_object_and_says_what_is_wrong(kernel: Any) -> N
     execute(kernel, "%load_ext loopgrade_client")
     usage = html_of(execute(kernel, textwrap.dedent("%%loopgrade\nx = 1\n")))
     assert "use it as: %%loopgrade EXERCISE" in usage
+
+
+def test_a_function_of_another_name_is_submitted_under_the_exercises_or_not_at_all(
+    kernel: Any, server: Server
+) -> None:
+    """The documented `submit(my_loop, exercise=...)`: graded as the function the exercise
+    expects; without a known exercise, refused before anything is sent."""
+    execute(kernel, MISSING_ZERO_GRAD_CODE.replace("def train_step(", "def my_step("))
+    execute(kernel, "import loopgrade_client")
+    html = html_of(execute(kernel, f"loopgrade_client.submit(my_step, exercise={EXERCISE!r})"))
+    assert "fresh-gradients" in html and "Function not found" not in html
+    stored = submissions_of(server)
+    refused = unescape(html_of(execute(kernel, "loopgrade_client.submit(my_step)")))
+    assert "unknown exercise 'my-step'; nothing was sent" in refused
+    lambdas = html_of(execute(kernel, "loopgrade_client.submit(lambda: 0, exercise='x')"))
+    assert "a function defined with def" in lambdas
+    assert submissions_of(server) == stored
+
+
+def submissions_of(server: Server) -> int:
+    sessions = create_session_factory(create_db_engine(server.database_url))
+    with sessions() as session:
+        return session.scalar(select(func.count()).select_from(Submission)) or 0

@@ -9,15 +9,16 @@ from __future__ import annotations
 import shutil
 import textwrap
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 
 from graders import grading
+from graders.diagnoses import declared, registry
 from graders.exercises import get_exercise, load_exercise
 from graders.explanation import agrees
 from graders.proving import judge_source
-from graders.report import DIAGNOSIS_NAMES, Diagnosis, GradeReport, diagnosis_name
+from graders.report import GradeReport, diagnosis_name
 from sandbox import Limits
 from tests.graders.sandbox_results import groups, harness_result
 
@@ -210,8 +211,8 @@ def test_copies_taken_after_the_wrong_passes_are_named() -> None:
 
 def test_every_diagnosis_code_has_words_and_a_line_in_the_docs() -> None:
     docs = (EXERCISES_DIR.parent / "docs" / "exercises.md").read_text()
-    for code in get_args(Diagnosis):
-        name = DIAGNOSIS_NAMES[code]
+    for code in registry():
+        name = declared(code).name
         assert name[:1].isupper() and name != code, code
         assert f"`{code}`" in docs, f"docs/exercises.md does not list {code}"
     assert diagnosis_name("step-before-backward") == "Step before backward"

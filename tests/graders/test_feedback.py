@@ -4,15 +4,15 @@ exercise's own words (its signature, checks, reference and declared bugs)."""
 from __future__ import annotations
 
 import re
-from typing import get_args
 
 import pytest
 
+from graders.diagnoses import codes
 from graders.exercises import Exercise, list_exercises
 from graders.feedback import explanation
 from graders.report import Diagnosis, diagnosis_name
 
-CODES: tuple[Diagnosis, ...] = get_args(Diagnosis)
+CODES: tuple[Diagnosis, ...] = codes()
 RENDERED = [(e, code) for e in list_exercises() for code in CODES]
 
 

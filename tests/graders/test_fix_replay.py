@@ -150,7 +150,7 @@ def test_a_mistake_only_hidden_cases_show_gets_no_fix_and_no_hidden_number() -> 
     "diagnosis", ["correct", "runtime-error", "not-started", "incorrect", "wrong-return-type"]
 )
 def test_where_no_single_fix_applies_there_is_no_line(diagnosis: str) -> None:
-    assert fix_label(diagnosis) is None  # type: ignore[arg-type]
+    assert fix_label(diagnosis) is None
 
 
 def test_a_loop_that_runs_errors_or_is_right_has_no_fixed_line() -> None:
@@ -187,7 +187,7 @@ def test_a_loop_that_runs_errors_or_is_right_has_no_fixed_line() -> None:
 def test_the_fix_changes_the_calls_where_the_mistake_is_and_nowhere_else(
     diagnosis: str, calls: list[str], iterations: int, micro: int, fixed: list[str] | None
 ) -> None:
-    assert fixed_calls(diagnosis, calls, iterations, micro) == fixed  # type: ignore[arg-type]
+    assert fixed_calls(diagnosis, calls, iterations, micro) == fixed
 
 
 def test_only_kinds_that_replay_a_loop_get_a_fix() -> None:

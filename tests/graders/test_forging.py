@@ -6,6 +6,7 @@ must not rise above what the bug earns on its own.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 from pathlib import Path
 
@@ -13,10 +14,10 @@ import pytest
 
 import sandbox
 from graders import grade
+from tests.graders.conftest import ColdGrade
 
-BUG = (
-    Path(__file__).resolve().parents[2] / "exercises/train-step/bugs/no_zero_grad.py"
-).read_text()
+EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+BUG = (EXERCISES / "train-step/bugs/no_zero_grad.py").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +115,208 @@ def test_os_exit_after_a_correct_first_step_scores_nothing(grading_runner: sandb
     )
     assert report.score == 0
     assert "before every step was checked" in report.feedback
+
+
+# -- checks decided by what the harness records in the sandbox (DESIGN.md, invariant 9) --------
+# Each forgery blinds or bypasses what the harness records. It must score no more than its
+# honest counterpart (the same code without the blinding), or fail the checks named.
+
+EVALUATE_NO_NO_GRAD = """
+def evaluate(model, loss_fn, x, y):
+    model.eval()
+    loss = loss_fn(model(x), y).item()
+    model.train()
+    return loss
+"""
+EVALUATE_NO_EVAL = (EXERCISES / "evaluate/bugs/no_eval.py").read_text()
+# What a checkpoint holding nothing earns honestly: `runs` and `returns-dict`, no other check.
+NOTHING_RESUMED = ("model-restored", "optimizer-restored", "training-continues")
+
+BLINDED: dict[str, tuple[str, str, str | tuple[str, ...]]] = {
+    "evaluate: is_grad_enabled replaced around the forward": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            model.eval()
+            real = torch.is_grad_enabled
+            torch.is_grad_enabled = lambda: False
+            try:
+                loss = loss_fn(model(x), y).item()
+            finally:
+                torch.is_grad_enabled = real
+            model.train()
+            return loss
+        """,
+        EVALUATE_NO_NO_GRAD,
+    ),
+    "evaluate: hooks cleared, dropout active in training mode": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            for module in model.modules():
+                module._forward_pre_hooks.clear()
+                module._forward_hooks.clear()
+            with torch.no_grad():
+                return loss_fn(model(x), y).item()
+        """,
+        EVALUATE_NO_EVAL,
+    ),
+    "evaluate: hooks cleared, p = 0 in training mode, a graph recorded": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            for module in model.modules():
+                module._forward_pre_hooks.clear()
+            dropout = model[2]
+            p, dropout.p = dropout.p, 0.0
+            loss = loss_fn(model(x), y).item()
+            dropout.p = p
+            return loss
+        """,
+        """
+        def evaluate(model, loss_fn, x, y):
+            dropout = model[2]
+            p, dropout.p = dropout.p, 0.0
+            loss = loss_fn(model(x), y).item()
+            dropout.p = p
+            return loss
+        """,
+    ),
+    "evaluate: the hooks called by hand in evaluation mode, the forward in training mode": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            dropout = model[2]
+            hooks = list(dropout._forward_pre_hooks.values())
+            dropout._forward_pre_hooks.clear()
+            model.eval()
+            with torch.no_grad():
+                for hook in hooks:
+                    hook(dropout, (x,))
+            model.train()
+            return loss_fn(model(x), y).item()
+        """,
+        """
+        def evaluate(model, loss_fn, x, y):
+            return loss_fn(model(x), y).item()
+        """,
+    ),
+    "resume: save returns {}, resume copies from the live pair kept in a global": (
+        "resume-training",
+        """
+        LIVE = []
+
+        def save(model, optimizer):
+            LIVE.append((model, optimizer))
+            return {}
+
+        def resume(model, optimizer, state):
+            saved_model, saved_optimizer = LIVE[-1]
+            model.load_state_dict(saved_model.state_dict())
+            optimizer.load_state_dict(saved_optimizer.state_dict())
+        """,
+        NOTHING_RESUMED,
+    ),
+    "resume: save returns {}, state dicts kept in a global": (
+        "resume-training",
+        """
+        KEPT = {}
+
+        def save(model, optimizer):
+            KEPT.update(model=model.state_dict(), optimizer=optimizer.state_dict())
+            return {}
+
+        def resume(model, optimizer, state):
+            model.load_state_dict(KEPT["model"])
+            optimizer.load_state_dict(KEPT["optimizer"])
+        """,
+        NOTHING_RESUMED,
+    ),
+    "resume: save returns {}, resume copies from the harness's frames": (
+        "resume-training",
+        """
+        import sys
+        import torch
+
+        def save(model, optimizer):
+            return {}
+
+        def resume(model, optimizer, state):
+            frame = sys._getframe(1)
+            while frame is not None:
+                for value in list(frame.f_locals.values()):
+                    other = getattr(value, "model", None)
+                    if isinstance(other, torch.nn.Linear) and other is not model:
+                        model.load_state_dict(other.state_dict())
+                        optimizer.load_state_dict(value.optimizer.state_dict())
+                        return
+                frame = frame.f_back
+        """,
+        NOTHING_RESUMED,
+    ),
+    "resume: save returns {}, resume copies from what gc finds": (
+        "resume-training",
+        """
+        import gc
+        import torch
+
+        def save(model, optimizer):
+            return {}
+
+        def resume(model, optimizer, state):
+            for value in gc.get_objects():
+                if isinstance(value, torch.optim.Optimizer) and value is not optimizer:
+                    other = value.param_groups[0]["params"][0]
+                    if other.shape == model.weight.shape and value.state:
+                        optimizer.load_state_dict(value.state_dict())
+                if isinstance(value, torch.nn.Linear) and value is not model:
+                    if value.weight.shape == model.weight.shape:
+                        model.load_state_dict(value.state_dict())
+        """,
+        NOTHING_RESUMED,
+    ),
+    "resume: save returns {}, a copy kept in the process is read once": (
+        "resume-training",
+        """
+        import copy
+
+        KEPT = []
+
+        def save(model, optimizer):
+            KEPT.append(copy.deepcopy((model.state_dict(), optimizer.state_dict())))
+            return {}
+
+        def resume(model, optimizer, state):
+            weights, moments = KEPT.pop()
+            model.load_state_dict(weights)
+            optimizer.load_state_dict(moments)
+        """,
+        NOTHING_RESUMED,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLINDED))
+def test_what_the_code_can_blind_raises_no_score(
+    name: str, grading_runner: sandbox.Runner, cold_grade: ColdGrade
+) -> None:
+    exercise, forged, honest = BLINDED[name]
+    forged = textwrap.dedent(forged)
+    for graded in (functools.partial(grade, runner=grading_runner), cold_grade):
+        report = graded(exercise, forged)
+        if isinstance(honest, str):
+            assert report.score <= graded(exercise, textwrap.dedent(honest)).score, report.feedback
+        else:
+            passed = [c.id for c in report.checks if c.passed and c.id in honest]
+            assert not passed, report.feedback
+        if "dropout active" in name:
+            eval_mode = next(c for c in report.checks if c.id == "eval-mode")
+            assert not eval_mode.passed, report.feedback

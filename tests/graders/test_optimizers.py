@@ -189,3 +189,16 @@ def test_the_second_units_bugs_are_named_in_the_warm_pool(
         assert exercise.correct in warm.feedback
     if diagnosis == "not-started":
         assert warm.score == 0
+
+
+def test_a_momentum_buffer_that_differs_is_said_in_one_phrase() -> None:
+    """SGD's momentum buffer halved after the last call: "the optimizer's momentum buffer"."""
+    exercise = get_exercise("clip-gradients")
+    spec = next(case for case in exercise.cases if case.momentum)
+    reference = trusted_trajectories(exercise)["reference"][spec.id]
+    records = [dict(record) for record in reference.records]
+    records[-1]["momentum"] = [[value * 0.5 for value in row] for row in records[-1]["momentum"]]
+    learner = reference.model_copy(update={"records": records})
+    said = judge_case(spec, learner, reference).failures["optimizer-state"]
+    assert "the optimizer's momentum buffer differs" in said
+    assert "the optimizer's the" not in said

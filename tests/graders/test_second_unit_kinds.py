@@ -33,11 +33,11 @@ def exercise(exercise_id: str) -> Exercise:
 def test_the_kinds_are_named_by_what_they_judge_and_own_their_codes() -> None:
     assert [kind_of(exercise(e)).name for e in UNIT] == ["epoch-loop", "evaluation", "checkpoint"]
     assert [exercise(e).position for e in UNIT] == [8, 9, 10]
-    owned = [code for kind in KINDS.values() for code in kind.diagnoses]
+    owned = [record.code for kind in KINDS.values() for record in kind.diagnoses]
     assert len(owned) == len(set(owned))  # no code is two kinds'
     for exercise_id in UNIT:
         for variant in exercise(exercise_id).variants:
-            assert variant.diagnosis in kind_of(exercise(exercise_id)).diagnoses
+            assert variant.diagnosis in {d.code for d in kind_of(exercise(exercise_id)).diagnoses}
     # A code of one kind is not said, in its words, of another kind's exercise.
     said = explanation("scheduler-never", exercise("evaluate"))
     assert said == explanation("incorrect", exercise("evaluate"))
@@ -219,3 +219,65 @@ def test_evaluation_that_switches_grad_off_for_good_is_told_and_does_not_leak() 
     assert failed == ["training-mode-restored"], report.feedback
     assert "gradient recording was left off" in report.feedback
     assert torch.is_grad_enabled()
+
+
+def test_a_checkpoint_torch_load_cannot_read_with_weights_only_is_a_runtime_error_saying_so(
+    grading_runner: sandbox.Runner,
+) -> None:
+    """The checkpoint travels as bytes read with weights_only=True: a module object in it is
+    refused there, and the learner is told what to return instead."""
+    source = (
+        "def save(model, optimizer):\n"
+        "    return {'model': model, 'optimizer': optimizer.state_dict()}\n\n"
+        "def resume(model, optimizer, state):\n"
+        "    model.load_state_dict(state['model'].state_dict())\n"
+        "    optimizer.load_state_dict(state['optimizer'])\n"
+    )
+    report = grade("resume-training", source, runner=grading_runner)
+    assert report.diagnosis == "runtime-error" and report.score == 0, report.feedback
+    assert "weights_only=True" in report.feedback
+    assert "return a dict of state dicts, tensors and numbers" in report.feedback
+
+
+def test_a_resume_that_reads_the_first_resumed_pair_fails_on_the_second() -> None:
+    """Each of the two fresh pairs is resumed from the same bytes; a `resume` that copies the
+    state of the last model it was given (of this case's shape), not the checkpoint, fails on
+    the second."""
+    source = (
+        "import copy\n\n"
+        "GIVEN = []\n\n"
+        "def save(model, optimizer):\n"
+        "    return {'model': model.state_dict(), 'optimizer': optimizer.state_dict()}\n\n"
+        "def resume(model, optimizer, state):\n"
+        "    if GIVEN and GIVEN[-1][0].weight.shape == model.weight.shape:\n"
+        "        state = {'model': GIVEN[-1][0].state_dict(),\n"
+        "                 'optimizer': GIVEN[-1][1].state_dict()}\n"
+        "    model.load_state_dict(state['model'])\n"
+        "    optimizer.load_state_dict(state['optimizer'])\n"
+        "    GIVEN.append((model, optimizer))\n"
+    )
+    report = judge_source(exercise("resume-training"), source)
+    restored = next(check for check in report.checks if check.id == "model-restored")
+    assert not restored.passed
+    assert "after `resume` a second time from the same checkpoint" in restored.message
+
+
+def test_eval_mode_is_decided_by_the_loss_not_by_the_forwards_seen() -> None:
+    """A forward in training mode beside the right one does not cost eval-mode: the loss
+    returned is the evaluation-mode loss. Its graph fails no-graph, which has no points."""
+    source = (
+        "import torch\n\n"
+        "def evaluate(model, loss_fn, x, y):\n"
+        "    print(model(x).shape)\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        loss = loss_fn(model(x), y).item()\n"
+        "    model.train()\n"
+        "    return loss\n"
+    )
+    evaluate = exercise("evaluate")
+    report = judge_source(evaluate, source)
+    failed = [check for check in report.checks if not check.passed]
+    assert [check.id for check in failed] == ["no-graph"], report.feedback
+    assert failed[0].max_points == 0 and report.score == evaluate.max_score
+    assert report.diagnosis == "missing-no-grad"

@@ -183,7 +183,9 @@ def test_the_traceback_shown_starts_in_the_learners_code(grading_runner: sandbox
         ("submission.py", 6, "train_step"),
         ("submission.py", 2, "forward"),
     ]
-    assert all(name == "submission.py" or "/torch/" in name for name, _, _ in files), files
+    # torch's frames are named from the package on: the server's install path is not shown.
+    assert all(name == "submission.py" or name.startswith("torch/") for name, _, _ in files)
+    assert "site-packages" not in block and "/lib/python3" not in block
     assert "main.py" not in report.feedback
     # Their lines are quoted under their frames, as for a file on disk.
     assert "    loss = loss_fn(forward(model, x), y)\n" in block

@@ -711,7 +711,9 @@ def test_check_messages_say_what_was_seen_and_what_it_means() -> None:
     )
     fresh = next(c for c in report.checks if c.id == "fresh-gradients")
     assert "case `two-micro-batches`, call 2" in fresh.message
-    assert "accumulated" in fresh.message
+    assert "this call's gradient plus what `.grad` held before the call" in fresh.message
+    # A cause, said because the recorded calls bear it out: no zero_grad() before backward().
+    assert "Nothing cleared `.grad` before this call's `backward()`" in fresh.message
 
 
 def copy_exercise(tmp_path: Path, exercise_id: str) -> Path:
@@ -828,15 +830,15 @@ def test_check_exercises_flags_a_bug_declared_under_a_name_the_models_do_not_giv
 
 
 def test_check_exercises_fails_an_exercise_with_a_surviving_mutant(tmp_path: Path) -> None:
-    """Without the loss checks, a reference that forgets to record a loss still scores full."""
+    """Without the loss checks, a reference that forgets to record a loss passes every check."""
     folder = copy_exercise(tmp_path, "fix-the-loop")
     toml = folder / "exercise.toml"
     text = toml.read_text().replace("losses-match = 3\n", "").replace("returns-list = 1\n", "")
     toml.write_text(text)
     problems = prove(load_exercise(folder))
     assert (
-        "fix-the-loop: a mutant of the reference changes what the harness records but scores "
-        "full marks (delete a statement: line 10 `losses.append(loss.item())`)"
+        "fix-the-loop: a mutant of the reference changes what the harness records but passes "
+        "every check (delete a statement: line 10 `losses.append(loss.item())`)"
     ) in problems
 
 

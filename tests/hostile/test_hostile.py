@@ -414,6 +414,57 @@ def test_forging_does_not_raise_the_score(service: Service, name: str) -> None:
     service.assert_healthy()
 
 
+# Beyond train-step: checks decided by what the harness records, blinded or bypassed
+# (docs/security.md, "What the code can blind only teaches"); the checks named must fail.
+SECOND_UNIT_FORGERIES = {
+    "evaluate-hooks-called-by-hand": (
+        "evaluate",
+        """
+        import torch
+
+        def evaluate(model, loss_fn, x, y):
+            dropout = model[2]
+            hooks = list(dropout._forward_pre_hooks.values())
+            dropout._forward_pre_hooks.clear()
+            model.eval()
+            with torch.no_grad():
+                for hook in hooks:
+                    hook(dropout, (x,))
+            model.train()
+            return loss_fn(model(x), y).item()
+        """,
+        {"loss-correct", "eval-mode"},
+    ),
+    "resume-from-the-live-pair": (
+        "resume-training",
+        """
+        LIVE = []
+
+        def save(model, optimizer):
+            LIVE.append((model, optimizer))
+            return {}
+
+        def resume(model, optimizer, state):
+            saved_model, saved_optimizer = LIVE[-1]
+            model.load_state_dict(saved_model.state_dict())
+            optimizer.load_state_dict(saved_optimizer.state_dict())
+        """,
+        {"model-restored", "optimizer-restored", "training-continues"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_UNIT_FORGERIES))
+def test_forging_a_second_unit_check(service: Service, name: str) -> None:
+    exercise, code, failing = SECOND_UNIT_FORGERIES[name]
+    body, _ = service.grade(textwrap.dedent(code), exercise=exercise)
+    assert body["status"] == "graded", (body, service.log_tail())
+    assert body["diagnosis"] != "correct", body["feedback"]
+    passed = {check["id"] for check in body["checks"] if check["passed"]}
+    assert not passed & failing, body["feedback"]
+    service.assert_healthy()
+
+
 @pytest.mark.parametrize(
     "exit_call",
     ["sys.exit(0)", "os._exit(0)", "raise SystemExit(0)"],

@@ -40,6 +40,7 @@ from app.people.accounts import create_user, find_user_by_email
 from graders.exercises import get_exercise
 from graders.grading import hidden_budget
 from tests.app.conftest import CORRECT_CODE, EXERCISE, csrf_token
+from tests.graders.test_hidden_time import released_at_a_delay
 from tests.hosts.conftest import Worker
 from tests.lti.conftest import (  # noqa: F401 (browser_client and receiver: fixtures)
     browser_client,
@@ -199,9 +200,10 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     assert "send_score_to_lms" in worker.log() and "'webhook'" in worker.log()
     assert_all_reactions(api.get("/readyz").json()["reactions"])
     # Stored, and so sent to the LMS and the webhook, only at its release: one of the coarse
-    # delays after the hidden part began (graders.grading.HiddenBudget), never sooner.
+    # delays after the hidden part began (graders.grading.HiddenBudget), or on a loaded
+    # machine a whole multiple of one, never sooner.
     began, delay = released(worker.log(), submission_id)
-    assert delay in hidden_budget(get_exercise(EXERCISE)).delays_seconds
+    assert released_at_a_delay(delay, hidden_budget(get_exercise(EXERCISE)))
     with sessions() as session:
         graded_at = session.scalars(
             select(Submission.graded_at).where(Submission.id == submission_id)
@@ -212,18 +214,23 @@ def test_every_path_that_stores_a_grade_reaches_the_lms_and_the_webhooks(
     worker.stop()
 
     # 2. `loopgrade regrade` grades it again in its own process (no broker), and the changed
-    # score (0 before, as an older grader stored it) goes to the LMS and the webhook.
+    # score (0 before, as an older grader stored it) goes to the LMS and the webhook: sent by
+    # the API host (within its outbox's poll), with its delivery settings, not by the command.
     forget_grade(sessions, submission_id)
     before = last_message_id(sessions)
     cli_env = {k: v for k, v in {**os.environ, **host_env}.items() if k != "LOOPGRADE_BROKER_URL"}
+    # An operator's shell, without the hosts' LOOPGRADE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES (the
+    # receiver is on loopback): the webhook is still delivered, by a host that allows it.
+    shell_env = {k: v for k, v in cli_env.items() if "ALLOW_PRIVATE" not in k}
     regrade = subprocess.run(
         [sys.executable, "-m", "app.cli", "regrade", "--course", event["course_id"],
          "--exercise", "train-step", "--by", INSTRUCTOR, "--reason", "grader-updated"],
-        cwd=REPO, env=cli_env, capture_output=True, text=True, timeout=WAIT_SECONDS,
+        cwd=REPO, env=shell_env, capture_output=True, text=True, timeout=WAIT_SECONDS,
     )  # fmt: skip
     assert regrade.returncode == 0, regrade.stderr
     assert "Graded 1 submissions again" in regrade.stdout, regrade.stdout
-    assert delivered(sessions, before, 2), messages_after(sessions, before)
+    assert len(messages_after(sessions, before)) == 2
+    wait_for(lambda: delivered(sessions, before, 2), "the regrade's messages, by the API host")
     by_cli = messages_after(sessions, before)
     with sessions() as session:
         (changed,) = session.scalars(select(Regrade)).all()

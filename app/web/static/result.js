@@ -2,8 +2,9 @@
 //
 // - The exercise form (data-submit-in-place) is posted in the background with its CSRF token
 //   and an Idempotency-Key (a retry after a dropped connection makes one submission); the
-//   code stays in the editor and the result appears in the panel below it. Ctrl/Cmd+Enter
-//   submits. Without JavaScript the form posts and the result page opens, as always.
+//   code stays in the editor and the result appears in the panel below it. A 503 (the server
+//   busy, nothing stored) is sent again, with the same key, after the wait its Retry-After
+//   asks for, the panel counting it down. Ctrl/Cmd+Enter submits. Without JavaScript the form posts and the result page opens, as always.
 //   The page's live region (#result-announcement) says each state, then the result's headline
 //   only (score and diagnosis); the headline takes the focus and is scrolled into view; the
 //   unit's strip and the "Next exercise" action are taken from the page fetched again.
@@ -22,6 +23,9 @@
   const POLL_MS = 500;
   const FALLBACK_POLL_MS = 3000;
   const SEND_ATTEMPTS = 3;
+  // A busy server's Retry-After is waited, and the code sent again with its key, while the
+  // waits add up to no more than this (as loopgrade-client does).
+  const BUSY_WAIT_SECONDS = 180;
 
   // --- the editor, whichever it is ----------------------------------------------------------
 
@@ -325,6 +329,16 @@
     throw lastError;
   }
 
+  // Seconds to wait before sending again, or null: only a 503 with a Retry-After in seconds
+  // that keeps the waits within BUSY_WAIT_SECONDS.
+  function busyWait(response, waitedSeconds) {
+    if (response.status !== 503) return null;
+    const header = (response.headers.get("Retry-After") || "").trim();
+    if (!/^[0-9]+$/.test(header)) return null;
+    const seconds = Math.max(1, parseInt(header, 10));
+    return waitedSeconds + seconds <= BUSY_WAIT_SECONDS ? seconds : null;
+  }
+
   async function submitInPlace() {
     if (sending || button.disabled) return;
     const editor = editorOf(textarea);
@@ -342,7 +356,21 @@
     announce("Sending your code…");
     let response;
     try {
-      response = await send(new FormData(form), newKey());
+      const key = newKey();
+      let busyWaited = 0;
+      response = await send(new FormData(form), key);
+      let wait = busyWait(response, busyWaited);
+      while (wait !== null) {
+        busyWaited += wait;
+        for (let left = wait; left > 0; left--) {
+          panelBody.replaceChildren(statusLine("The graders are busy: sending your code again in " + left + " s…", true));
+          if (left === wait) announce("The graders are busy: your code is sent again in " + wait + " seconds.");
+          await new Promise(function (resolve) { setTimeout(resolve, 1000); });
+        }
+        panelBody.replaceChildren(statusLine("Sending your code…", true));
+        response = await send(new FormData(form), key);
+        wait = busyWait(response, busyWaited);
+      }
     } catch (error) {
       sending = false;
       button.disabled = false;

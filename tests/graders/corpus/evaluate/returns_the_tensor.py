@@ -1,4 +1,4 @@
-# expect: wrong-return-type, score 10-10
+# expect: wrong-return-type, score 8-8
 import torch
 
 

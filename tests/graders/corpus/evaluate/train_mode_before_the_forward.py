@@ -1,4 +1,4 @@
-# expect: missing-eval, score 6-6
+# expect: missing-eval, score 4-4
 import torch
 
 

@@ -1,0 +1,27 @@
+-- Revision 0002: people, courses, memberships, assignments, overrides, regrades, audit.
+-- Every account's password is the one in tests/app/test_migrations_populated.py.
+INSERT INTO users (id, email, name, password_hash, site_role, created_at) VALUES ('user-admin', 'admin@school.test', 'Ada Admin', '$argon2id$v=19$m=65536,t=3,p=4$Kzj5URUvkG3U3Pon/uLdDQ$vCJJ063YapJUVq8lXXZBiiIXBtTLRBUR7VDGO8s+zyI', 'admin', '2026-10-02 08:00:00.000000');
+INSERT INTO users (id, email, name, password_hash, site_role, created_at) VALUES ('user-teacher', 'teacher@school.test', 'Tess Teacher', '$argon2id$v=19$m=65536,t=3,p=4$Kzj5URUvkG3U3Pon/uLdDQ$vCJJ063YapJUVq8lXXZBiiIXBtTLRBUR7VDGO8s+zyI', 'instructor', '2026-10-02 08:00:01.000000');
+INSERT INTO users (id, email, name, password_hash, site_role, created_at) VALUES ('user-learner-1', 'lea@school.test', 'Lea Learner', '$argon2id$v=19$m=65536,t=3,p=4$Kzj5URUvkG3U3Pon/uLdDQ$vCJJ063YapJUVq8lXXZBiiIXBtTLRBUR7VDGO8s+zyI', 'learner', '2026-10-02 08:00:02.000000');
+INSERT INTO users (id, email, name, password_hash, site_role, created_at) VALUES ('user-learner-2', 'leo@school.test', 'Leo Learner', '$argon2id$v=19$m=65536,t=3,p=4$Kzj5URUvkG3U3Pon/uLdDQ$vCJJ063YapJUVq8lXXZBiiIXBtTLRBUR7VDGO8s+zyI', 'learner', '2026-10-02 08:00:03.000000');
+INSERT INTO web_sessions (id, token_hash, user_id, csrf_token, created_at, expires_at) VALUES ('session-0002', 'c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3', 'user-learner-1', 'csrf-0002', '2026-10-02 09:00:00.000000', '2036-10-02 09:00:00.000000');
+INSERT INTO sign_in_failures (id, email, client_ip, failed_at) VALUES (1, 'leo@school.test', '198.51.100.7', '2026-10-02 09:05:00.000000');
+INSERT INTO courses (id, name, join_code, created_at, created_by_id) VALUES ('course-1', 'Training loops 101', 'JOIN0002', '2026-10-02 10:00:00.000000', 'user-teacher');
+INSERT INTO enrolments (id, course_id, user_id, role, created_at) VALUES ('enrol-teacher', 'course-1', 'user-teacher', 'instructor', '2026-10-02 10:00:00.000000');
+INSERT INTO enrolments (id, course_id, user_id, role, created_at) VALUES ('enrol-lea', 'course-1', 'user-learner-1', 'learner', '2026-10-02 10:01:00.000000');
+INSERT INTO enrolments (id, course_id, user_id, role, created_at) VALUES ('enrol-leo', 'course-1', 'user-learner-2', 'learner', '2026-10-02 10:02:00.000000');
+INSERT INTO assignments (id, course_id, exercise_id, due_at, late_policy, late_penalty_percent_per_day, scoring_policy, created_at) VALUES ('assign-fix', 'course-1', 'fix-the-loop', '2026-10-20 23:59:00.000000', 'penalty', 12.5, 'best', '2026-10-02 10:05:00.000000');
+INSERT INTO assignments (id, course_id, exercise_id, due_at, late_policy, late_penalty_percent_per_day, scoring_policy, created_at) VALUES ('assign-train', 'course-1', 'train-step', NULL, 'lock', 0, 'latest', '2026-10-02 10:06:00.000000');
+UPDATE api_keys SET course_id = 'course-1' WHERE id = 'key-0001';
+INSERT INTO submissions (id, exercise_id, exercise_version, learner, code, status, score, max_score, diagnosis, checks, feedback, plots, output, error_message, attempts, created_at, started_at, graded_at, api_key_id, user_id, course_id, upload_filename, upload_notices, override_score, override_reason, override_by_id, override_at) VALUES ('sub-0002-lea', 'fix-the-loop', 'v-0002', 'lea@school.test', 'def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+', 'graded', 10.0, 10.0, 'correct', '[{"id": "loss-decreases", "passed": true, "points": 10.0, "max_points": 10.0}]', 'Correct.', '{"loss": [1.5, 0.75]}', '', NULL, 1, '2026-10-03 09:00:00.000000', '2026-10-03 09:00:01.000000', '2026-10-03 09:00:02.000000', NULL, 'user-learner-1', 'course-1', 'loop.ipynb', '["cell 3 was skipped: it is markdown"]', NULL, NULL, NULL, NULL);
+INSERT INTO submissions (id, exercise_id, exercise_version, learner, code, status, score, max_score, diagnosis, checks, feedback, plots, output, error_message, attempts, created_at, started_at, graded_at, api_key_id, user_id, course_id, upload_filename, upload_notices, override_score, override_reason, override_by_id, override_at) VALUES ('sub-0002-leo-overridden', 'fix-the-loop', 'v-0002', 'leo@school.test', 'def train_step(model, optimizer, loss_fn, x, y):
+    return 0.0
+', 'graded', 2.25, 10.0, 'missing-backward', '[{"id": "loss-decreases", "passed": false, "points": 2.25, "max_points": 10.0}]', 'No backward.', NULL, '', NULL, 1, '2026-10-03 09:30:00.000000', '2026-10-03 09:30:01.000000', '2026-10-03 09:30:02.000000', NULL, 'user-learner-2', 'course-1', NULL, NULL, 7.75, 'Worked it out on paper in class', 'user-teacher', '2026-10-04 12:00:00.000000');
+INSERT INTO regrades (id, batch_id, submission_id, requested_by_id, requested_at, old_status, old_score, old_max_score, old_diagnosis, old_exercise_version, new_status, new_score, new_max_score, new_diagnosis, new_exercise_version, finished_at) VALUES ('regrade-0002', 'batch-0002', 'sub-0002-lea', 'user-teacher', '2026-10-05 08:00:00.000000', 'graded', 9.0, 10.0, 'incorrect', 'v-0001', 'graded', 10.0, 10.0, 'correct', 'v-0002', '2026-10-05 08:00:05.000000');
+INSERT INTO audit_events (id, at, actor_id, action, course_id, submission_id, details) VALUES (1, '2026-10-04 12:00:00.000000', 'user-teacher', 'score.override', 'course-1', 'sub-0002-leo-overridden', '{"old": 2.25, "new": 7.75}');

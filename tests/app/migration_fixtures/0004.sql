@@ -1,0 +1,2 @@
+-- Revision 0004: a submission's client address.
+INSERT INTO submissions (id, exercise_id, exercise_version, learner, code, status, score, max_score, diagnosis, checks, feedback, plots, output, error_message, attempts, created_at, started_at, graded_at, api_key_id, user_id, course_id, client_address) VALUES ('sub-0004-anon', 'train-step', 'v-0004', 'anon-0004', 'pass', 'graded', 0.0, 5.0, 'missing-function', '[]', 'No train_step.', NULL, '', NULL, 1, '2026-10-07 09:00:00.000000', '2026-10-07 09:00:01.000000', '2026-10-07 09:00:01.500000', NULL, NULL, NULL, '203.0.113.9');

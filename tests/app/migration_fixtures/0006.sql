@@ -1,0 +1,2 @@
+-- Revision 0006: a submission being graded, under a lease.
+INSERT INTO submissions (id, exercise_id, exercise_version, learner, code, status, attempts, created_at, started_at, user_id, course_id, queued_at, lease_expires_at) VALUES ('sub-0006-running', 'fix-the-loop', 'v-0006', 'leo@school.test', 'x = 6', 'running', 1, '2026-10-09 09:00:00.000000', '2026-10-09 09:00:01.000000', 'user-learner-2', 'course-1', '2026-10-09 09:00:00.000000', '2026-10-09 09:01:00.000000');

@@ -1,0 +1,2 @@
+-- Revision 0010: a resource link's line item claim.
+INSERT INTO lti_resource_links (id, platform_id, resource_link_id, lti_context_id, exercise_id, title, lineitem_url, ags_scopes, created_at, lineitem_claim, lineitem_claimed_until) VALUES ('link-0010', 'platform-1', 'canvas-link-10', 'context-1', 'train-step', 'Train step', NULL, '["https://purl.imsglobal.org/spec/lti-ags/scope/lineitem"]', '2026-10-13 08:00:00.000000', 'claim-0010', '2026-10-13 08:01:00.000000');

@@ -1,0 +1,2 @@
+-- Revision 0015: a regrade's dry run.
+INSERT INTO dry_run_grades (id, batch_id, submission_id, requested_by_id, requested_at, status, queued_at, lease_expires_at, attempts, new_score, new_max_score, new_diagnosis, new_exercise_version, finished_at) VALUES ('dry-0015', 'dry-batch-0015', 'sub-0002-lea', 'user-teacher', '2026-10-17 08:00:00.000000', 'graded', '2026-10-17 08:00:00.000000', NULL, 1, 9.5, 10.0, 'incorrect', 'v-0015', '2026-10-17 08:00:03.000000');

@@ -1,0 +1,2 @@
+-- Revision 0017: a grading's wall time.
+INSERT INTO submissions (id, exercise_id, exercise_version, learner, code, status, score, max_score, diagnosis, checks, feedback, attempts, created_at, started_at, graded_at, user_id, course_id, grading_wall_seconds) VALUES ('sub-0017-leo', 'train-step', 'v-0017', 'leo@school.test', 'x = 17', 'graded', 0.0, 5.0, 'missing-function', '[]', 'No train_step.', 1, '2026-10-18 09:00:00.000000', '2026-10-18 09:00:01.000000', '2026-10-18 09:00:01.750000', 'user-learner-2', 'course-1', 0.75);

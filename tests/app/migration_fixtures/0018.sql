@@ -1,0 +1,3 @@
+-- Revision 0018: sessions and launch tickets that keep their LMS's origin.
+INSERT INTO web_sessions (id, token_hash, user_id, csrf_token, created_at, expires_at, client_address, user_agent, lms_origin) VALUES ('session-0018', 'd0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0', 'user-learner-1', 'csrf-0018', '2026-10-19 09:00:00.000000', '2036-10-19 09:00:00.000000', '198.51.100.40', 'Chrome/140.0', 'https://canvas.school.test');
+INSERT INTO lti_launch_tickets (token_hash, user_id, target_path, created_at, expires_at, used_at, lms_origin) VALUES ('d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1', 'user-learner-1', '/courses/course-1', '2026-10-19 09:00:00.000000', '2026-10-19 09:01:00.000000', NULL, 'https://canvas.school.test');

@@ -1,0 +1,3 @@
+-- Revision 0022: an attempt limit, a timed attempt and an extension.
+INSERT INTO assignments (id, course_id, exercise_id, due_at, late_policy, late_penalty_percent_per_day, scoring_policy, created_at, max_attempts, time_limit_minutes) VALUES ('assign-adam', 'course-1', 'adam-step', '2026-11-20 23:59:00.000000', 'lock', 0, 'best', '2026-10-23 08:00:00.000000', 3, 45);
+INSERT INTO extensions (id, course_id, exercise_id, user_id, due_at, extra_attempts, extra_minutes, granted_by_id, granted_at) VALUES (1, 'course-1', 'adam-step', 'user-learner-2', '2026-11-27 23:59:00.000000', 2, 15, 'user-teacher', '2026-10-23 09:00:00.000000');

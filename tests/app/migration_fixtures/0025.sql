@@ -1,0 +1,1 @@
+-- Revision 0025: unique indexes on hint_opens; no new kind of row (its duplicates are tested in tests/app/test_hint_opens_unique.py).

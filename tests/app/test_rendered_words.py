@@ -1,0 +1,104 @@
+"""A grade stores its facts and codes; its words are rendered when it is read (DESIGN.md,
+invariant 8): rewording a diagnosis changes what every stored result says, and no grade."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from app.grading.results import shown_result, stored_feedback
+from app.models import Submission
+from graders import diagnoses
+from graders.exercises import get_exercise, judged_source
+from graders.proving import judge_source
+
+GRADERS = Path(__file__).resolve().parents[2] / "graders"
+
+
+def stored(exercise_id: str, source: str) -> tuple[Submission, str]:
+    """A submission row as record_report stores the report, and the feedback graded."""
+    report = judge_source(get_exercise(exercise_id), source)
+    row = Submission(
+        id="s",
+        exercise_id=exercise_id,
+        diagnosis=report.diagnosis,
+        checks=[],
+        plots=[],
+        output="",
+        **stored_feedback(report),
+    )
+    return row, report.feedback
+
+
+def test_a_stored_grade_holds_facts_and_codes_and_reads_as_it_was_graded() -> None:
+    exercise = get_exercise("train-step")
+    source = exercise.variants[0].source
+    row, graded = stored("train-step", source)
+    assert row.feedback_claims == []
+    assert row.feedback is not None and row.feedback in graded  # the facts alone
+    assert "PyTorch" not in row.feedback  # no word of the diagnosis is stored
+    assert shown_result(row).feedback == graded
+    right, praised = stored("train-step", exercise.solution_code)
+    assert right.feedback_claims == ["textbook-order"] and right.feedback == ""
+    assert shown_result(right).feedback == praised
+
+
+def test_rewording_a_diagnosis_rewords_every_stored_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    exercise = get_exercise("train-step")
+    row, _ = stored("train-step", exercise.variants[0].source)
+    assert row.diagnosis is not None
+    record = diagnoses.registry()[row.diagnosis]
+    reworded = dataclasses.replace(record, words="Freshly reworded.")
+    monkeypatch.setitem(diagnoses.registry(), row.diagnosis, reworded)
+    assert "Freshly reworded." in (shown_result(row).feedback or "")
+
+
+def test_a_result_stored_before_is_shown_as_it_was_stored() -> None:
+    row = Submission(
+        id="old", exercise_id="train-step", diagnosis="correct", feedback="All words, as said.",
+        feedback_claims=None, checks=[], plots=[], output="",
+    )  # fmt: skip
+    assert shown_result(row).feedback == "All words, as said."
+    unknown = Submission(
+        id="new", exercise_id="no-such-exercise", diagnosis="correct", feedback="Facts.",
+        feedback_claims=[], checks=[], plots=[], output="",
+    )  # fmt: skip
+    assert shown_result(unknown).feedback == "Facts."
+
+
+def test_words_are_not_part_of_the_judged_version() -> None:
+    source = (GRADERS / "fitting.py").read_text()
+    judged = judged_source(source)
+    words = 'words=(\n            "Your loop computes gradients but never calls `optimizer.step()`'
+    assert words in source
+    assert judged_source(source.replace(words, words.replace("Your loop", "The loop"))) == judged
+    hint = "Look for the line that changes the weights"
+    assert judged_source(source.replace(hint, "Find the line")) == judged
+    code = 'code="missing-step",'
+    assert judged_source(source.replace(code, 'code="missing-stepping",', 1)) != judged
+    claims = (GRADERS / "claims.py").read_text()
+    said = '"In every call your code cleared the gradients'
+    assert judged_source(claims.replace(said, '"In each call your code cleared the gradients')) == (
+        judged_source(claims)
+    )
+    assert judged_source(claims.replace("textbook_order,\n", "cleared_after_backward,\n")) != (
+        judged_source(claims)
+    )
+
+
+def test_a_second_mistake_is_stored_as_its_code_and_said_when_read() -> None:
+    row, graded = stored(
+        "train-step",
+        "def train_step(model, optimizer, loss_fn, x, y):\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    optimizer.step()\n"
+        "    loss.backward()\n"
+        "    return loss.item()\n",
+    )
+    assert row.diagnosis == "step-before-backward"
+    assert row.feedback_claims == ["second:missing-zero-grad"]
+    assert "second mistake" not in (row.feedback or "")
+    shown = shown_result(row).feedback or ""
+    assert shown == graded and "second mistake as well (`missing-zero-grad`)" in shown

@@ -1,0 +1,143 @@
+"""`Retry-After` for a full grading queue says when it should have room for the client: from how
+many are ahead of it and the drain rate measured from the gradings every worker stored, spread
+one drained place apart and jittered (app/retry_after.py). Nothing refused is stored.
+
+The figures are bounded from the test's own rows, never timed: the rate is read from `graded_at`
+values the test writes, and the bounds hold however long the test takes to read them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+import app.grading.submissions as submissions_module
+from app.db import SessionFactory
+from app.grading.submissions import QueueFull, SubmissionLimits, check_waiting
+from app.models import Submission, SubmissionStatus, utc_now
+from app.retry_after import (
+    DRAIN_WINDOW_SECONDS,
+    JITTER_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
+    UNKNOWN_RATE_RETRY_AFTER_SECONDS,
+    ReturnSchedule,
+)
+from tests.app.conftest import EXERCISE
+
+MAX_WAITING = 40
+LIMITS = SubmissionLimits(max_waiting=MAX_WAITING)
+# The test's gradings lie within the last GRADED_OVER_SECONDS (see rate_bounds).
+GRADED_OVER_SECONDS = 4.0
+
+
+def add_submissions(
+    sessions: SessionFactory, count: int, status: SubmissionStatus, *, over_seconds: float = 0.0
+) -> None:
+    """`count` submissions of `status`; graded ones spread over the last `over_seconds`."""
+    now = utc_now()
+    with sessions.begin() as session:
+        for n in range(count):
+            graded = status == SubmissionStatus.GRADED
+            session.add(
+                Submission(
+                    exercise_id=EXERCISE,
+                    exercise_version="v-test",
+                    learner=f"{status}-{n}",
+                    code="pass\n",
+                    status=status,
+                    attempts=0,
+                    graded_at=(
+                        now - timedelta(seconds=over_seconds * (n + 1) / count) if graded else None
+                    ),
+                )
+            )
+
+
+def refusal(sessions: SessionFactory, *, anonymous_practice: bool = False) -> QueueFull:
+    with sessions() as session, pytest.raises(QueueFull) as refused:
+        check_waiting(session, LIMITS, anonymous_practice=anonymous_practice)
+    return refused.value
+
+
+@pytest.fixture(autouse=True)
+def fresh_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's refusals are the first this process hands out."""
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", ReturnSchedule(random.Random(46)))
+
+
+def rate_bounds(graded: int) -> tuple[float, float]:
+    """The drain rate the server can measure from `graded` gradings spread over the last
+    GRADED_OVER_SECONDS, read any time before the window passes them."""
+    return graded / DRAIN_WINDOW_SECONDS, graded / GRADED_OVER_SECONDS
+
+
+def test_with_nothing_graded_lately_a_refused_client_comes_back_within_seconds(
+    sessions: SessionFactory,
+) -> None:
+    add_submissions(sessions, MAX_WAITING, SubmissionStatus.QUEUED)
+    told = {refusal(sessions).retry_after_seconds for _ in range(30)}
+    assert told <= set(range(1, UNKNOWN_RATE_RETRY_AFTER_SECONDS + 1))
+    assert len(told) > 1, "all told the same second: one wave"
+
+
+def test_retry_after_grows_with_those_ahead_and_shrinks_with_the_drain_rate(
+    sessions: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_submissions(sessions, MAX_WAITING, SubmissionStatus.QUEUED)
+    add_submissions(sessions, 8, SubmissionStatus.GRADED, over_seconds=GRADED_OVER_SECONDS)
+    slowest, fastest = rate_bounds(8)
+
+    # An API client at a full queue: one grading ahead of it.
+    first = refusal(sessions)
+    assert math.ceil(1 / fastest) <= first.retry_after_seconds
+    assert first.retry_after_seconds <= math.ceil(1 / slowest + JITTER_SECONDS)
+    assert f"send it again in {first.retry_after_seconds} s" in first.message
+
+    # Anonymous practice has half the queue: half of it must drain first.
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", ReturnSchedule(random.Random(1)))
+    ahead = MAX_WAITING - MAX_WAITING // 2 + 1
+    deep = refusal(sessions, anonymous_practice=True).retry_after_seconds
+    assert math.ceil(ahead / fastest) <= deep <= math.ceil(ahead / slowest + JITTER_SECONDS)
+    assert deep > first.retry_after_seconds
+
+    # Draining five times faster: the same place comes sooner.
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", ReturnSchedule(random.Random(1)))
+    add_submissions(sessions, 32, SubmissionStatus.GRADED, over_seconds=GRADED_OVER_SECONDS)
+    slowest, fastest = rate_bounds(40)
+    sooner = refusal(sessions, anonymous_practice=True).retry_after_seconds
+    assert math.ceil(ahead / fastest) <= sooner <= math.ceil(ahead / slowest + JITTER_SECONDS)
+    assert sooner < deep
+
+
+def test_a_class_refused_at_once_is_told_to_come_back_spread_at_the_drain_rate(
+    sessions: SessionFactory,
+) -> None:
+    add_submissions(sessions, MAX_WAITING, SubmissionStatus.QUEUED)
+    add_submissions(sessions, 8, SubmissionStatus.GRADED, over_seconds=GRADED_OVER_SECONDS)
+    slowest, fastest = rate_bounds(8)
+    told = [refusal(sessions).retry_after_seconds for _ in range(40)]
+    # The k-th refused comes back about when k gradings have drained, not all at once and
+    # never after a fixed time that outlasts the queue.
+    for k, seconds in enumerate(told, start=1):
+        assert math.ceil(k / fastest) <= seconds <= math.ceil(k / slowest + JITTER_SECONDS), k
+    assert max(told) <= MAX_RETRY_AFTER_SECONDS
+    per_second = [told.count(s) for s in set(told)]
+    assert max(per_second) < len(told) / 4, "a quarter of the class told the same second"
+    # Nothing refused was stored.
+    with sessions() as session:
+        waiting = session.scalar(
+            select(func.count())
+            .select_from(Submission)
+            .where(Submission.status == SubmissionStatus.QUEUED)
+        )
+    assert waiting == MAX_WAITING
+
+
+def test_an_empty_queue_refuses_no_one(sessions: SessionFactory) -> None:
+    add_submissions(sessions, MAX_WAITING - 1, SubmissionStatus.QUEUED)
+    with sessions() as session:
+        check_waiting(session, LIMITS, anonymous_practice=False)
