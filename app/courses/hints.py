@@ -314,7 +314,7 @@ def hint_open_counts(
 def hints_opened_by(session: Session, course_id: str, exercise_id: str) -> dict[str, list[str]]:
     """The hints each learner (by account id) opened for one exercise of a course, in words
     an instructor reads beside their name: "Gradients not cleared before backward: 2 of 3"."""
-    course = session.get(Course, course_id)
+    rules = rules_of(session.get(Course, course_id))
     rows = session.execute(
         select(HintOpen.user_id, HintOpen.diagnosis, func.max(HintOpen.level))
         .where(HintOpen.course_id == course_id, HintOpen.exercise_id == exercise_id)
@@ -323,6 +323,6 @@ def hints_opened_by(session: Session, course_id: str, exercise_id: str) -> dict[
     )
     opened: dict[str, list[str]] = {}
     for user_id, code, level in rows:
-        of = hint_count(course, exercise_id, code)
+        of = hint_count(rules, exercise_id, code)
         opened.setdefault(user_id, []).append(f"{diagnosis_name(code)}: {level} of {of or level}")
     return opened
