@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders.optimizers import OptimizerFields
 from graders.report import Diagnosis
+from graders.syntax import parse_module
 
 EXERCISES_DIR = Path(
     os.environ.get("LOOPGRADE_EXERCISES_DIR", Path(__file__).resolve().parent.parent / "exercises")
@@ -279,7 +280,7 @@ WORD_CALLS = frozenset({"Declared", "Hint", "Claim"})
 def judged_source(source: str) -> bytes:
     """A module's syntax tree without its words (`WORD_FIELDS` of `WORD_CALLS`, a Claim's
     words, docstrings): what of it can change a stored grade."""
-    tree = ast.parse(source)
+    tree = parse_module(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (

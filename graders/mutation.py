@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from graders.exercises import Exercise
+from graders.syntax import parse_module
 
 
 class Edit(enum.Enum):
@@ -189,7 +190,7 @@ EDITORS: dict[Edit, Editor] = {
 
 def mutants(source: str) -> list[Mutant]:
     """Every single-edit mutant of a source file, each different from it and from the others."""
-    original = ast.parse(source)
+    original = parse_module(source)
     seen = {ast.unparse(original)}
     found = []
     for edit, editor in EDITORS.items():

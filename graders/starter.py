@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import ast
 import functools
-import threading
 
 from graders.diagnoses import Declared
 from graders.exercises import Exercise
 from graders.feedback import render
 from graders.judging import call_stream, same_trace
 from graders.report import Check, GradeReport
+from graders.syntax import parse_module
 from graders.trace import CaseTrace
 
-# CPython 3.11's conversion of a parsed tree to Python objects keeps its recursion depth in
-# state that concurrent ast.parse calls share (SystemError "AST constructor recursion depth
-# mismatch"): grading threads parse one at a time.
-_parse_lock = threading.Lock()
 NOT_SCORED = "Not scored: your code is the starter code, or behaves exactly as it does."
 
 
@@ -30,8 +26,7 @@ NOT_SCORED = "Not scored: your code is the starter code, or behaves exactly as i
 def _code_shape(source: str) -> str | None:
     """The source's syntax tree without comments, layout and docstrings; None if unreadable."""
     try:
-        with _parse_lock:
-            tree = ast.parse(source)
+        tree = parse_module(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in ast.walk(tree):
