@@ -64,12 +64,13 @@ def test_the_migration_keeps_the_first_of_each_duplicate(tmp_path: Path) -> None
         build_populated(engine, database_url, until="0024")
         columns = "user_id, course_id, exercise_id, submission_id, diagnosis, level, opened_at"
         rows = [
-            # 1 and 2 (levels 1 and 2 of course-1) come from the fixtures; 3 repeats 1.
-            (3, "'course-1'", 1),
-            # Practice: 10 and 11 are one opening, 12 another level.
-            (10, "NULL", 1),
-            (11, "NULL", 1),
-            (12, "NULL", 2),
+            # 1 and 2 (levels 1 and 2 of course-1) come from the fixtures, and 3, which
+            # repeats 1 (0021.sql); 20 repeats 1 too.
+            (20, "'course-1'", 1),
+            # Practice: 30 and 31 are one opening, 32 another level.
+            (30, "NULL", 1),
+            (31, "NULL", 1),
+            (32, "NULL", 2),
         ]
         with engine.begin() as connection:
             for row_id, course, level in rows:
@@ -81,7 +82,7 @@ def test_the_migration_keeps_the_first_of_each_duplicate(tmp_path: Path) -> None
         upgrade_database(database_url)
         with Session(engine) as session:
             kept = session.scalars(select(HintOpen.id).order_by(HintOpen.id)).all()
-        assert kept == [1, 2, 10, 12]
+        assert kept == [1, 2, 30, 32]
         # And down again: the indexes go, the rows stay.
         command.downgrade(alembic_config(database_url), "0024")
         with Session(engine) as session:
