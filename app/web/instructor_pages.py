@@ -87,7 +87,7 @@ from app.web.review import (
 )
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from app.web.submission_view import submission_context, submission_refused
-from graders.exercises import Exercise, list_exercises
+from graders.exercises import Exercise, list_exercises, refused_exercises
 from graders.report import diagnosis_name
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -625,6 +625,8 @@ def settings_context(
         "units": in_units(assignments_of(session, course.id)),
         "instructors": members(session, course.id, CourseRole.INSTRUCTOR),
         "learner_count": len(members(session, course.id, CourseRole.LEARNER)),
+        # Exercise folders this server does not serve, with why: the operator's to fix.
+        "refused": refused_exercises(),
     }
 
 
