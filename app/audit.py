@@ -225,6 +225,11 @@ def _assignment_set(said: Said) -> str:
     return (
         f"{said.who} set {said.exercise}: {due_words}, {late}, "
         f"the {details.get('scoring_policy', 'best')} submission counts"
+        + (
+            ", the reference shown after the due date"
+            if details.get("show_solution_after_due")
+            else ""
+        )
     ) + (f" ({changed} counted score{'s' if changed != 1 else ''} changed)" if changed else "")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,11 @@ log = logging.getLogger("loopgrade")
 def build_settings(args: argparse.Namespace) -> Settings:
     """Settings from the environment; `--data-dir` wins over LOOPGRADE_DATA_DIR."""
     data_dir: Path | None = getattr(args, "data_dir", None)
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+    settings = Settings(data_dir=data_dir) if data_dir is not None else Settings()
+    # The exercises' proofs are kept in the data directory unless LOOPGRADE_PROOF_CACHE_DIR says
+    # otherwise: the grader, which reads no settings, finds the place there (graders.proving).
+    os.environ.setdefault("LOOPGRADE_PROOF_CACHE_DIR", str(settings.data_dir / "proofs"))
+    return settings
 
 
 def migrate_database(settings: Settings, *, copy_first: bool = False) -> None:

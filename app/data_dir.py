@@ -8,6 +8,7 @@ directory takes, the copy of the database taken before an upgrade, the secret ke
 | `lti_key_encryption_key` | seals the tool's LTI private keys (unless LOOPGRADE_LTI_KEY_...) |
 | `serve.lock` | held by the server serving an SQLite database |
 | `loopgrade-at-<revision>.db` | the database as it was before an upgrade from that revision |
+| `proofs/` | the exercises' proofs (graders.proving), unless LOOPGRADE_PROOF_CACHE_DIR |
 """
 
 from __future__ import annotations

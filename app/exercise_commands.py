@@ -13,14 +13,30 @@ AddDataDir = Callable[[argparse.ArgumentParser], None]
 
 def cmd_exercises_new(args: argparse.Namespace) -> int:
     from graders import exercises
-    from graders.scaffold import ScaffoldRefused, new_exercise_folder
+    from graders.scaffold import (
+        ScaffoldRefused,
+        built_in_exercises,
+        copy_exercise_folder,
+        new_exercise_folder,
+    )
 
+    if (args.like is None) == (args.kind is None):
+        known, _ = exercises.loaded_exercises()
+        where = "this folder's" if known else f"none in {exercises.EXERCISES_DIR}: the built-in"
+        raise CommandFailed(
+            "say what to start from: --like ID, a working exercise to copy (its cases, bugs and "
+            f"hints; {where} ones: {', '.join(e.id for e in known or built_in_exercises())}), "
+            "or --kind K, a blank one of that kind"
+        )
     try:
-        folder = new_exercise_folder(exercises.EXERCISES_DIR, args.id, args.kind)
+        if args.like is not None:
+            folder = copy_exercise_folder(exercises.EXERCISES_DIR, args.id, args.like)
+        else:
+            folder = new_exercise_folder(exercises.EXERCISES_DIR, args.id, args.kind)
     except ScaffoldRefused as exc:
         raise CommandFailed(str(exc)) from None
     print(
-        f"Created {folder}: fill it in (docs/authoring.md), then run 'loopgrade check-exercises', "
+        f"Created {folder}: change it (docs/authoring.md), then run 'loopgrade check-exercises', "
         "which says what is left."
     )
     return 0
@@ -97,13 +113,19 @@ def add_exercise_commands(
         dest="exercises_command", required=True, metavar="COMMAND"
     )
     new = exercises_commands.add_parser(
-        "new", help="make a new exercise folder to fill in (then run check-exercises)"
+        "new", help="a new exercise folder: a copy of a working one, or a blank one of a kind"
     )
     new.add_argument("id", help="lower-case words joined by '-', e.g. adam-step")
-    new.add_argument(
+    start = new.add_mutually_exclusive_group()
+    start.add_argument(
+        "--like",
+        metavar="ID",
+        help="copy this working exercise (its cases, bugs and hints): one of the folder's, or a "
+        "built-in one ('loopgrade exercises list')",
+    )
+    start.add_argument(
         "--kind",
-        required=True,
-        help="what is recorded and judged, e.g. step-function (docs/exercises.md lists the kinds)",
+        help="a blank exercise of this kind, e.g. step-function (docs/exercises.md lists them)",
     )
     new.set_defaults(run=cmd_exercises_new)
     listing = exercises_commands.add_parser(

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.admission import LIVENESS_PATH
 from app.settings import Settings
 
 log = logging.getLogger("loopgrade.hosts")
@@ -89,8 +90,10 @@ class AllowedHosts:
             await self.app(scope, receive, send)
             return
         host = Headers(scope=scope).get("host")
-        # No Host (HTTP/1.0): the request's address is the socket's own.
-        if host is None or self._is_ours(host, scope):
+        # No Host (HTTP/1.0): the request's address is the socket's own. A liveness probe
+        # (a load balancer's, by an internal name) is answered whatever its Host: its answer
+        # carries no link.
+        if host is None or scope["path"] == LIVENESS_PATH or self._is_ours(host, scope):
             await self.app(scope, receive, send)
             return
         where = self.public_url or "the address it was started at"

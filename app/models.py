@@ -268,6 +268,10 @@ class Assignment(Base):
     max_attempts: Mapped[int | None] = mapped_column(Integer)
     # A timed attempt: minutes from the learner's first open of the exercise (None: untimed).
     time_limit_minutes: Mapped[int | None] = mapped_column(Integer)
+    # The reference solution shown to a learner once the due date has passed for them.
+    show_solution_after_due: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
     # The course's own order and unit for it (None: the exercise's own, from exercise.toml).
     position: Mapped[int | None] = mapped_column(Integer)
     unit: Mapped[str | None] = mapped_column(String(80))

@@ -10,16 +10,23 @@ from pathlib import Path
 
 from graders.exercises import (
     CaseSpec,
+    Exercise,
     UnknownExercise,
     get_exercise,
     list_exercises,
-    refused_exercises,
+    loaded_exercises,
 )
 from graders.grading import grade
 from graders.hints import hint_problems
 from graders.kinds import SANDBOX_PROGRAM
 from graders.notebook import NotebookError, code_from_file
-from graders.proving import PROVEN_VARIANTS, soundness, variant_problems, wording_problems
+from graders.proving import (
+    PROVEN_VARIANTS,
+    keep_proof,
+    soundness,
+    variant_problems,
+    wording_problems,
+)
 from graders.report import GradeReport
 
 
@@ -72,12 +79,20 @@ def grade_file(path: Path, exercise_id: str, as_json: bool) -> int:
 
 
 def check_exercises() -> int:
-    """Prove every exercise sound; print what is wrong. 0 when all are sound, 1 otherwise."""
-    problems = [f"refused: {reason}" for reason in refused_exercises().values()]
-    problems += [f"hints: {problem}" for problem in hint_problems(list_exercises())]
-    for exercise in list_exercises():
+    """Prove every exercise sound; print what is wrong. 0 when all are sound, 1 otherwise.
+
+    Each exercise's proof is kept (graders.proving.keep_proof): a server started after it
+    serves what was proven sound without proving it again."""
+    exercises, unloadable = loaded_exercises()
+    problems = [f"refused: {reason}" for reason in unloadable.values()]
+    problems += [f"hints: {problem}" for problem in hint_problems(exercises)]
+    problems += shared_positions(exercises)
+    for exercise in exercises:
         found = soundness(exercise)
-        status = "ok" if not found.problems else f"{len(found.problems)} problem(s)"
+        # As graders.proving.prove() says them: the server refuses an exercise with the first.
+        own = found.problems + variant_problems(exercise) + wording_problems(exercise)
+        keep_proof(exercise, own)
+        status = "ok" if not own else f"{len(own)} problem(s)"
         print(f"{exercise.position}. {exercise.id} ({exercise.version}): {status}")
         equivalent = sum(v.report is None for v in found.mutants)
         print(
@@ -87,14 +102,24 @@ def check_exercises() -> int:
         print(f"   claims said and checked against the recorded calls: {found.claims_checked}")
         for mutant in found.only_incorrect():
             print(f"   diagnosed only as incorrect: {mutant.describe()}")
-        problems += wording_problems(exercise) + found.problems
         if exercise.case_seeds == "per-learner":
-            varied = variant_problems(exercise)
             print(f"   per-learner cases: proven on {PROVEN_VARIANTS} learners' seeds")
-            problems += varied
+        problems += own
     for problem in problems:
         print(f"  - {problem}")
     return 1 if problems else 0
+
+
+def shared_positions(exercises: list[Exercise]) -> list[str]:
+    """Two exercises at one position: the default order between them would be a guess."""
+    by_position: dict[int, list[str]] = {}
+    for exercise in exercises:
+        by_position.setdefault(exercise.position, []).append(exercise.folder)
+    return [
+        f"position {position}: {' and '.join(folders)} share it: give each its own place"
+        for position, folders in sorted(by_position.items())
+        if len(folders) > 1
+    ]
 
 
 # Where `client-files` writes: the client's package, which ships them (docs/client.md).

@@ -107,6 +107,7 @@ def explanations(
 MARKED: tuple[tuple[str, Diagnosis, Diagnosis], ...] = (
     ("detached_backward", "missing-backward", "loss-detached"),
     ("new_optimizer", "wrong-momentum", "optimizer-recreated"),
+    ("new_optimizer", "optimizer-state-reset", "optimizer-recreated"),
 )
 
 

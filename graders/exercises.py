@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -75,6 +76,16 @@ class CaseSpec(OptimizerFields):
     def harness_spec(self) -> dict[str, Any]:
         """What the harness needs to build the case; whether it is hidden is not its business."""
         return self.model_dump(exclude={"hidden"})
+
+
+# The case settings only some kinds read (each kind names its own: ExerciseKind.case_settings);
+# the others (the model's shape, the data, the optimizer, stale_grads, hidden) every kind reads.
+KIND_SETTINGS = frozenset(
+    {
+        "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
+        "lr_step_size", "lr_gamma",
+    }
+)  # fmt: skip
 
 
 class Variant(BaseModel):
@@ -307,13 +318,20 @@ def configuration_problem(exercise: Exercise) -> str | None:
             f"checks: {', '.join(map(repr, unknown))} is no check of kind {exercise.kind!r}: "
             f"use one of {', '.join(sorted(kind.judge.checks))}"
         )
+    for case in exercise.cases:
+        unread = sorted(case.model_fields_set & KIND_SETTINGS - kind.case_settings)
+        if unread:
+            reads = ", ".join(sorted(kind.case_settings)) or "none of them"
+            return (
+                f"cases ({case.id}): {', '.join(map(repr, unread))}: kind {kind.name!r} does "
+                f"not read it, so it would change nothing: remove it (of the settings only "
+                f"some kinds read, {kind.name!r} reads {reads})"
+            )
     return None
 
 
-@functools.cache
-def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
-    """The exercises that load, by id, and the folders refused, with why. Read once per
-    process: a folder changed, added or removed is seen at the next restart."""
+def _read() -> tuple[dict[str, Exercise], dict[str, str]]:
+    """The exercise folders that load, by id in the unit's order, and those refused, with why."""
     loaded: dict[str, tuple[Exercise, str]] = {}
     refused: dict[str, str] = {}
     for toml in sorted(EXERCISES_DIR.glob("*/exercise.toml")):
@@ -329,19 +347,61 @@ def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
             log.error("exercise folder %s refused: %s", toml.parent.name, exc)
             continue
         loaded[exercise.id] = (exercise, toml.parent.name)
-    log.info(
-        "%d exercises loaded from %s, %d folders refused; a changed folder is read at the "
-        "next restart of each server and worker",
-        len(loaded),
-        EXERCISES_DIR,
-        len(refused),
-    )
     in_order = sorted((exercise for exercise, _ in loaded.values()), key=lambda e: e.position)
     return {exercise.id: exercise for exercise in in_order}, refused
 
 
+_proving = threading.Lock()
+
+
+@functools.cache
+def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
+    """The exercises served, by id, and the folders refused, with why. Read once per process:
+    a folder changed, added or removed is seen at the next restart. A folder that loads is
+    served only once proven sound by check-exercises' own proof (graders.proving), which is
+    kept per version, so that a restart does not prove it again."""
+    # Imported here: the proof grades, and grading reads this module.
+    from graders.proving import proven_problems
+
+    with _proving:  # threads that ask at once: the later ones read the proofs the first kept
+        loaded, refused = _read()
+        refused = dict(refused)
+        served: dict[str, Exercise] = {}
+        for exercise in loaded.values():
+            try:
+                problems = proven_problems(exercise)
+            except Exception as exc:  # an exercise the grader cannot even prove: not served
+                log.exception("the proof of exercise %s stopped", exercise.id)
+                said = " ".join(str(exc).split())  # one line, as every reason
+                problems = [f"{exercise.id}: the proof stopped: {type(exc).__name__}: {said}"]
+            if problems:
+                folder = Path(exercise.folder).name
+                refused[folder] = (
+                    f"{exercise.folder}: not served, unsound ({len(problems)} problem(s): "
+                    f"loopgrade check-exercises says them all): {problems[0]}"
+                )
+                log.error("exercise folder %s refused: %s", folder, refused[folder])
+                continue
+            served[exercise.id] = exercise
+        log.info(
+            "%d exercises served from %s, %d folders refused; a changed folder is read at the "
+            "next restart of each server and worker",
+            len(served),
+            EXERCISES_DIR,
+            len(refused),
+        )
+        return served, refused
+
+
 def _all_exercises() -> dict[str, Exercise]:
     return _loaded()[0]
+
+
+def loaded_exercises() -> tuple[list[Exercise], dict[str, str]]:
+    """The folders that load, proven or not, in the unit's order, and those that do not (folder
+    -> why): for check-exercises, which proves them itself, and the scaffold."""
+    loaded, refused = _read()
+    return list(loaded.values()), dict(refused)
 
 
 def refused_exercises() -> dict[str, str]:

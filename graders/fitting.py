@@ -208,6 +208,8 @@ SCALES: tuple[tuple[Callable[[CaseSpec], float], Diagnosis], ...] = (
     (lambda s: float(s.batch_size * s.out_features * s.micro_batches), "loss-sum-not-mean"),
     (lambda s: float(s.micro_batches or 1), "wrong-loss-scaling"),
     (lambda s: 1.0 / (s.micro_batches or 1), "wrong-loss-scaling"),
+    # A mean loss divided by the batch's size again: 1/B, another scale in each case.
+    (lambda s: 1.0 / s.batch_size, "loss-divided-by-batch"),
 )
 
 
@@ -281,6 +283,9 @@ def _candidates(
         found.append(
             (replace(numbers, momentum=_constant(0.0)), "wrong-momentum", "no-momentum", "")
         )
+    if spec.optimizer in ("adam", "adamw"):
+        # SGD's momentum dropped is the model above; Adam's state is more than one number.
+        found.append((replace(numbers, fresh_state=True), "optimizer-state-reset", "fresh", ""))
     found.append(
         (replace(numbers, loss_after_update=True), "loss-after-update", "loss-after-update", "")
     )
@@ -716,6 +721,31 @@ loss = loss_fn(model(x), y)
         ),
     ),
     Declared(
+        code="loss-divided-by-batch",
+        name="Loss divided by the batch size",
+        words=(
+            "Your gradients are the correct ones divided by the batch's size, in every case: "
+            "the loss (or its gradient) was divided by the batch size, although `nn.MSELoss()` "
+            "already averages over the batch. Call `backward()` on the loss the `loss_fn` you "
+            "were given computes, as it is."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look for a division by the batch size (`len(x)`, `x.shape[0]`) of the loss.",
+            what=(
+                "`nn.MSELoss()` returns the mean over the batch already; dividing it by the "
+                "batch size again makes every step that many times too small."
+            ),
+            fix="""Take the loss as `loss_fn` returns it:
+
+```python
+loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
         code="gradients-scaled",
         name="Gradients scaled",
         words=(
@@ -811,6 +841,32 @@ optimizer.step()
             fix="""Let the optimizer step; it keeps the momentum:
 
 ```python
+optimizer.step()
+```""",
+        ),
+    ),
+    Declared(
+        code="optimizer-state-reset",
+        name="Optimizer state starts again",
+        words=(
+            "Each of your steps is the first step of an optimizer with no state: what Adam "
+            "keeps between steps (its running averages and its step count) starts again at "
+            "every call, so every update is as large as a first one. Step the `optimizer` you "
+            "were given: it keeps its state between calls."
+        ),
+        about="steps",
+        hint=Hint(
+            where="Look at where the optimizer that steps comes from, and what it remembers.",
+            what=(
+                "Adam's update depends on the running averages and the step count it keeps. "
+                "If they start again at every call, each step is a first step."
+            ),
+            fix="""Step the optimizer you are given:
+
+```python
+optimizer.zero_grad()
+loss = loss_fn(model(x), y)
+loss.backward()
 optimizer.step()
 ```""",
         ),

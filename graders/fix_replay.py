@@ -122,6 +122,7 @@ NUMBER_FIXES: dict[Diagnosis, str] = {
     "wrong-momentum": "your loop with the optimizer's momentum",
     "gradients-scaled": "your loop with gradients not scaled",
     "loss-sum-not-mean": "your loop with the mean loss, not the sum",
+    "loss-divided-by-batch": "your loop with the mean loss, not divided again",
     "wrong-loss-scaling": "your loop with the loss scaled as the lesson says",
     "loss-after-update": "your loop returning the loss before the update",
 }

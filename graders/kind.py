@@ -35,6 +35,8 @@ class ExerciseKind:
     only what that file defines, each other, and builtins. `replay` is how the learner's
     recorded calls are replayed as a loop, for the kinds that train with an optimizer (None for
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
+    `case_settings`: the case settings of `graders.exercises.KIND_SETTINGS` this kind reads; a
+    case setting another is refused when the exercise loads, not silently ignored.
     `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
     whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another
     kind they are said as `incorrect` is.
@@ -48,6 +50,7 @@ class ExerciseKind:
     models: Models
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
+    case_settings: frozenset[str] = frozenset()
     diagnoses: tuple[Declared, ...] = ()
 
     @property

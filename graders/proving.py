@@ -7,9 +7,14 @@ it runs in this process, without a sandbox, through the very judging that grades
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -33,6 +38,8 @@ from graders.optimizers import declared_optimizer
 from graders.report import GradeReport
 from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
+
+log = logging.getLogger(__name__)
 
 # The mutant that gives clip_grad_norm_ a used-up generator (mutation.PATTERNS) makes torch warn
 # that nothing was clipped: that is the mistake it stands for, not news for the operator.
@@ -146,7 +153,58 @@ def judge_mutant(exercise: Exercise, mutant: Mutant) -> MutantVerdict:
 
 def prove(exercise: Exercise) -> list[str]:
     """Every way the exercise is unsound, each said with what shows it; empty when sound."""
-    return wording_problems(exercise) + soundness(exercise).problems + variant_problems(exercise)
+    return soundness(exercise).problems + variant_problems(exercise) + wording_problems(exercise)
+
+
+def proof_cache_dir() -> Path:
+    """Where proofs are kept between runs: LOOPGRADE_PROOF_CACHE_DIR, else the data
+    directory's `proofs/` (LOOPGRADE_DATA_DIR, default `data`, as the server's settings)."""
+    chosen = os.environ.get("LOOPGRADE_PROOF_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    return Path(os.environ.get("LOOPGRADE_DATA_DIR") or "data") / "proofs"
+
+
+FOLDER = "{folder}"
+
+
+def _proof_file(exercise: Exercise) -> str:
+    """The proof's file name, from what a proof is a function of: the exercise's version (its
+    folder and the grader code that judges it), the proof's own code, and torch."""
+    digest = hashlib.sha256(f"{exercise.id}\0{exercise.version}\0{torch.__version__}".encode())
+    for module in ("proving.py", "mutation.py"):
+        digest.update(b"\0" + (Path(__file__).parent / module).read_bytes())
+    return f"{exercise.id}-{digest.hexdigest()[:32]}.json"
+
+
+def proven_problems(exercise: Exercise) -> list[str]:
+    """prove(exercise), read from the proof cache when this version was proven before (by the
+    server or by check-exercises), else proven here and kept there."""
+    path = proof_cache_dir() / _proof_file(exercise)
+    try:
+        kept = json.loads(path.read_text())
+        if isinstance(kept, list) and all(isinstance(problem, str) for problem in kept):
+            return [problem.replace(FOLDER, exercise.folder or ".") for problem in kept]
+    except (OSError, ValueError):
+        pass  # not proven yet, or a damaged file: prove again
+    problems = prove(exercise)
+    keep_proof(exercise, problems)
+    return problems
+
+
+def keep_proof(exercise: Exercise, problems: list[str]) -> None:
+    """Keep what proving this version found; a cache that cannot be written only costs time."""
+    directory = proof_cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # Written whole, then renamed: a process reading it sees the old file or the new one.
+        with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as file:
+            # The folder's place is no part of the version: a copy elsewhere reads its own.
+            here = exercise.folder or FOLDER
+            json.dump([problem.replace(here, FOLDER) for problem in problems], file)
+        os.replace(file.name, directory / _proof_file(exercise))
+    except OSError as exc:
+        log.warning("the proof of %s is not kept in %s: %s", exercise.id, directory, exc)
 
 
 def wording_problems(exercise: Exercise) -> list[str]:

@@ -68,6 +68,10 @@ class Numbers:
     times_loss: bool = False  # gradients multiplied by the loss (`loss.backward(loss)`)
     loss_after_update: bool = False
     update_by_hand: bool = False
+    # Each call's step is a new optimizer's first: its state (Adam's running averages and step
+    # count) dropped before it and after it, as an optimizer built in every call starts with
+    # none and leaves the given one with none.
+    fresh_state: bool = False
 
 
 class Unexplained(Exception):
@@ -133,7 +137,11 @@ def _run_call(loop: _Loop, ops: Sequence[str], micro: list[Any], forward: Forwar
         if op == "zero_grad":
             loop.optimizer.zero_grad()
         elif op == "step":
+            if loop.numbers.fresh_state:
+                loop.optimizer.state.clear()
             loop.optimizer.step()
+            if loop.numbers.fresh_state:
+                loop.optimizer.state.clear()
         else:
             index = len(losses)
             losses.append(pending[index] if pending else loop.loss_of(groups[index]))

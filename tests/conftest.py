@@ -43,6 +43,7 @@ from app.db import upgrade_database
 from app.grading.queue import open_grading_runner as open_grading_runner_of_settings
 from app.reactions import install_reactions
 from app.settings import Settings, sqlite_database_url, with_psycopg_driver
+from graders.exercises import list_exercises
 from graders.grading import POOL_PROGRAM
 from tests.services import (
     create_database,
@@ -54,6 +55,18 @@ from tests.services import (
 
 # Tests store grades by calling the grading functions in this process, as the server does.
 install_reactions()
+
+# The exercises' proofs (graders/proving.py), kept for every test process and every server a
+# test starts, run after run: a proof is named by all it depends on (the folder, the grader's
+# code, torch), so a kept one is as good as a new one, and each folder is proven once, not
+# once per process (some seconds each).
+os.environ.setdefault(
+    "LOOPGRADE_PROOF_CACHE_DIR", str(Path(tempfile.gettempdir()) / "loopgrade-test-proofs")
+)
+# Proven now, before any test starts a server, whose start reads the proofs: after a change of
+# the grader's code every exercise is proven afresh, for longer than a test server may take
+# to start on a loaded machine.
+list_exercises()
 
 TEST_DATABASE_URL = with_psycopg_driver(os.environ.get("LOOPGRADE_TEST_DATABASE_URL", ""))
 REQUIRE_SERVICES = bool(os.environ.get("LOOPGRADE_REQUIRE_SERVICES"))

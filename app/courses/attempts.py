@@ -3,7 +3,7 @@ misconception map and the item analysis read.
 
 A learner is an enrolled learner (by account) or a learner an API key named in the course.
 Submissions still grading are not attempts yet, and neither is the untouched starter code
-(`not-started`: it says nothing about what a learner thinks).
+(app/courses/counted.py's `is_started`: it says nothing about what a learner thinks).
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.courses.counted import is_solved
+from app.courses.counted import is_solved, is_started
 from app.courses.membership import members
 from app.models import CourseRole, ExerciseOpen, Submission, SubmissionStatus
-
-NOT_STARTED = "not-started"
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,7 @@ class Attempt:
     max_score: float
     at: datetime
     solved: bool
+    checks: tuple[tuple[str, bool], ...] = ()  # (check id, passed), in the report's order
 
     @property
     def percent(self) -> float:
@@ -57,6 +56,11 @@ def _attempt(submission: Submission) -> Attempt:
         max_score=submission.max_score or 0.0,
         at=submission.created_at,
         solved=is_solved(submission),
+        checks=tuple(
+            (str(check["id"]), bool(check.get("passed")))
+            for check in submission.checks or []
+            if isinstance(check, dict) and "id" in check
+        ),
     )
 
 
@@ -82,7 +86,7 @@ def learner_attempts(session: Session, course_id: str, exercise_id: str) -> list
         )
         .order_by(Submission.created_at, Submission.id)
     ):
-        if submission.diagnosis == NOT_STARTED:
+        if not is_started(submission):
             continue
         if submission.user_id is not None:
             user = learners.get(submission.user_id)

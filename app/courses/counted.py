@@ -10,6 +10,10 @@ API, and said in the result, the history and the submission page:
   the latest submission's value. So under "best" submitting again, or an override of an older
   attempt, never lowers the counted score; an override of the counted attempt can.
 A learner has `solved` an exercise once any submission scored full marks, late or not.
+
+A learner who sent nothing, or only the untouched starter code (graded `not-started`), has not
+started: `is_started` is that rule, and every page, statistic and filter reads it. A starter
+submission counts nothing unless an instructor overrides it (the gradebook shows "—", not 0).
 """
 
 from __future__ import annotations
@@ -22,10 +26,18 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from app.courses.membership import AssignedExercise
-from app.models import LatePolicy, ScoringPolicy, Submission, SubmissionStatus
+from app.models import Extension, LatePolicy, ScoringPolicy, Submission, SubmissionStatus
 
 State = Literal["not-tried", "tried", "solved"]
 DAY = timedelta(days=1)
+# The grader's diagnosis of the untouched starter code (graders/starter.py).
+NOT_STARTED = "not-started"
+
+
+def is_started(submission: Submission) -> bool:
+    """Whether a submission shows any work of the learner's: anything but the untouched
+    starter. One still being graded counts as started until its grade says otherwise."""
+    return submission.diagnosis != NOT_STARTED
 
 
 def late_days(created_at: datetime, due_at: datetime | None) -> int:
@@ -70,6 +82,7 @@ class Standing:
     late_by: timedelta
     late_days: int
     penalty_percent: float
+    percent_per_day: float = 0.0  # the rule's, under the penalty policy
 
 
 # Overrides to assume instead of the stored ones, by submission id (None: no override): what
@@ -86,7 +99,8 @@ def _override_of(submission: Submission, assumed: AssumedOverrides) -> float | N
 def submission_standing(
     assigned: AssignedExercise, submission: Submission, assumed: AssumedOverrides | None = None
 ) -> Standing | None:
-    """What a submission counts; None while it has no graded score."""
+    """What a submission counts; None while it has no graded score, and for the untouched
+    starter unless an instructor overrode its score (it counts nothing of itself)."""
     if submission.status != SubmissionStatus.GRADED or submission.score is None:
         return None
     due_at = assigned.due_at  # the learner's own, when an extension moved it
@@ -96,38 +110,66 @@ def submission_standing(
     override = _override_of(submission, assumed or {})
     if override is not None:
         return Standing(override, CountedAs.OVERRIDDEN, *late, 0.0)
+    if not is_started(submission):
+        return None
     if days == 0:
         return Standing(submission.score, CountedAs.GRADED, *late, 0.0)
     if assigned.assignment.late_policy == LatePolicy.LOCK:
         return Standing(0.0, CountedAs.LOCKED, *late, 100.0)
     percent = penalty_percent(assigned, days)
     value = round(submission.score * (1 - percent / 100), 4)
-    return Standing(value, CountedAs.LATE, *late, percent)
+    per_day = assigned.assignment.late_penalty_percent_per_day
+    return Standing(value, CountedAs.LATE, *late, percent, per_day)
 
 
-def _duration_words(late_by: timedelta) -> str:
-    minutes = max(1, math.ceil(late_by.total_seconds() / 60))
-    if minutes < 60:
-        return f"{minutes} min"
-    hours = math.ceil(minutes / 60)
-    if hours < 48:
-        return f"{hours} h"
-    return f"{math.ceil(hours / 24)} days"
+def span_words(seconds: float) -> str:
+    """A length of time in words, to the two largest units: "2 days, 3 hours", "5 minutes"."""
+    whole = int(abs(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+
+    def unit(count: int, name: str) -> str:
+        return f"{count} {name}{'' if count == 1 else 's'}"
+
+    if days:
+        return unit(days, "day") + (f", {unit(hours, 'hour')}" if hours else "")
+    if hours:
+        return unit(hours, "hour") + (f", {unit(minutes, 'minute')}" if minutes else "")
+    return unit(max(minutes, 1), "minute")
+
+
+def lateness_words(standing: Standing | None, max_score: float | None) -> str | None:
+    """The one wording of a late submission, on every page that shows one: late by how much,
+    the started days the rule counts, what it takes and what counts. A lock is said as a lock.
+    None when it was on time (or an instructor's override is what counts).
+
+    "Submitted 1 day, 7 hours late: 2 started days x 10% = -20% (a day counts from its first
+    minute); counts 8/10" (with a multiplication and a minus sign)."""
+    if standing is None or standing.counted_as not in (CountedAs.LATE, CountedAs.LOCKED):
+        return None
+    out_of = f"/{max_score:g}" if max_score is not None else ""
+    late = f"Submitted {span_words(standing.late_by.total_seconds())} late"
+    counts = f"counts {standing.value:g}{out_of}"
+    if standing.counted_as == CountedAs.LOCKED:
+        return f"{late}: locked, this exercise takes no late work; {counts}"
+    if not standing.percent_per_day:
+        return f"{late}: late work counts in full; {counts}"
+    days = f"{standing.late_days} started day{'' if standing.late_days == 1 else 's'}"
+    taken = f"{days} \N{MULTIPLICATION SIGN} {standing.percent_per_day:g}%"
+    if standing.late_days * standing.percent_per_day > standing.penalty_percent:
+        taken += f", capped at \N{MINUS SIGN}{standing.penalty_percent:g}%"
+    else:
+        taken += f" = \N{MINUS SIGN}{standing.penalty_percent:g}%"
+    return f"{late}: {taken} (a day counts from its first minute); {counts}"
 
 
 def standing_words(standing: Standing | None, max_score: float | None) -> str | None:
-    """Why a result counts what it counts, for the learner; None when it counts as graded:
-    "counts 8/10: submitted 2 h late, -20%"."""
-    if standing is None or standing.counted_as == CountedAs.GRADED:
-        return None
-    out_of = f"/{max_score:g}" if max_score is not None else ""
-    late = f"submitted {_duration_words(standing.late_by)} late"
-    if standing.counted_as == CountedAs.OVERRIDDEN:
+    """Why a result counts what it counts, for the learner; None when it counts as graded."""
+    if standing is not None and standing.counted_as == CountedAs.OVERRIDDEN:
+        out_of = f"/{max_score:g}" if max_score is not None else ""
         return f"overridden by your instructor to {standing.value:g}{out_of}"
-    if standing.counted_as == CountedAs.LOCKED:
-        return f"locked: {late}, after the due date, counts 0"
-    penalty = f"-{standing.penalty_percent:g}%" if standing.penalty_percent else "no penalty"
-    return f"counts {standing.value:g}{out_of}: {late}, {penalty}"
+    return lateness_words(standing, max_score)
 
 
 @dataclass(frozen=True)
@@ -138,7 +180,7 @@ class Cell:
     max_score: float
     score: float | None  # what counts; None while nothing graded counts
     state: State
-    attempts: int
+    attempts: int  # submissions sent, the starter too (the attempt limit counts them)
     pending: int  # submissions still being graded
     counted_submission_id: str | None = None
     graded_score: float | None = None  # the counted submission's score before any penalty
@@ -146,6 +188,13 @@ class Cell:
     penalty_percent: float = 0.0
     overridden: bool = False
     locked: bool = False  # what counts is a late submission under the lock policy: 0
+    standing: Standing | None = None  # what the counted submission counts, and why
+    extension: Extension | None = None  # the learner's own terms for it, when given
+
+    @property
+    def lateness(self) -> str | None:
+        """The counted submission's lateness in words (lateness_words); None when on time."""
+        return lateness_words(self.standing, self.max_score)
 
     @property
     def counted_as(self) -> CountedAs | None:
@@ -167,13 +216,16 @@ def score_cell(
     """The counted score of one learner's submissions (any order) for one exercise."""
     ordered = sorted(submissions, key=lambda s: s.created_at)
     max_score = assigned.exercise.max_score
+    started = [s for s in ordered if is_started(s)]
     state: State = (
-        "solved" if any(is_solved(s) for s in ordered) else "tried" if ordered else "not-tried"
+        "solved" if any(is_solved(s) for s in started) else "tried" if started else "not-tried"
     )
     pending = sum(
         1 for s in ordered if s.status in (SubmissionStatus.QUEUED, SubmissionStatus.RUNNING)
     )
-    base = Cell(assigned.id, max_score, None, state, len(ordered), pending)
+    base = Cell(
+        assigned.id, max_score, None, state, len(ordered), pending, extension=assigned.extension
+    )
 
     standings = [
         (standing, submission)
@@ -198,4 +250,5 @@ def score_cell(
         penalty_percent=standing.penalty_percent,
         overridden=standing.counted_as == CountedAs.OVERRIDDEN,
         locked=standing.counted_as == CountedAs.LOCKED,
+        standing=standing,
     )

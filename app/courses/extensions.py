@@ -11,7 +11,7 @@ These flush, never commit.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -113,6 +113,19 @@ def extension_change(
         score_cell(after, theirs).score,
         theirs[-1].id if theirs else None,
     )
+
+
+MAX_DAYS_LATER = 365
+
+
+def accommodation_due(assigned: AssignedExercise, days_later: int) -> datetime | None:
+    """The due date an accommodation list gives for one exercise: the course's, `days_later`
+    days later (None: the course's own, for 0 days or an undated exercise)."""
+    check_count(days_later, what="days later", least=0, most=MAX_DAYS_LATER)
+    due_at = assigned.assignment.due_at
+    if not days_later or due_at is None:
+        return None
+    return due_at + timedelta(days=days_later)
 
 
 def set_extension(

@@ -21,6 +21,7 @@ from app.courses.counted import (
     Cell,
     Standing,
     is_solved,
+    is_started,
     score_cell,
     standing_words,
     submission_standing,
@@ -50,7 +51,7 @@ SORTS = ("name", "email", "total")
 FILTERS = {
     "all": "Everyone",
     "incomplete": "Not solved everything",
-    "not-started": "Submitted nothing",
+    "not-started": "Not started (nothing sent, or only the starter)",
     "late": "Counted a late submission",
     "overridden": "Has an override",
 }
@@ -171,7 +172,7 @@ def _matches(row: LearnerRow, q: str, only: str) -> bool:
     if only == "incomplete":
         return any(cell.state != "solved" for cell in row.cells)
     if only == "not-started":
-        return all(cell.attempts == 0 for cell in row.cells)
+        return all(cell.state == "not-tried" for cell in row.cells)
     if only == "late":
         return any(cell.late_days > 0 and cell.score is not None for cell in row.cells)
     if only == "overridden":
@@ -303,6 +304,7 @@ def gradebook_json(gradebook: Gradebook) -> dict[str, Any]:
                         "overridden": cell.overridden,
                         "locked": cell.locked,
                         "counted_as": cell.counted_as,
+                        "extended": cell.extension is not None,
                         "submission": cell.counted_submission_id,
                     }
                     for cell in row.cells
@@ -312,8 +314,6 @@ def gradebook_json(gradebook: Gradebook) -> dict[str, Any]:
         ],
     }
 
-
-NOT_MISTAKES = frozenset({"correct", "not-started"})
 
 SCORE_BUCKETS = ("0%", "1-25%", "26-50%", "51-75%", "76-99%", "100%")
 
@@ -334,10 +334,11 @@ class ExerciseStats:
     assigned: AssignedExercise
     submissions: int  # graded
     pending: int
-    learners_tried: int
+    learners_tried: int  # who started (counted.is_started): the starter alone is no try
     learners_enrolled: int
     learners_solved: int  # of those enrolled
-    attempts_to_solve: list[int]  # per solver: submissions up to and including the first solve
+    # per solver: started submissions up to and including the first solve
+    attempts_to_solve: list[int]
     score_distribution: list[tuple[str, int]]  # learners' counted scores, in SCORE_BUCKETS
     # (code, submissions, learners), most common first; solves and the starter left out
     diagnoses: list[tuple[str, int, int]]
@@ -363,6 +364,8 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
     graded = [s for s in submissions if s.status == SubmissionStatus.GRADED]
     by_learner: dict[str, list[Submission]] = {}
     for submission in submissions:
+        if not is_started(submission):
+            continue
         key = f"user:{submission.user_id}" if submission.user_id else f"api:{submission.learner}"
         by_learner.setdefault(key, []).append(submission)
 
@@ -387,7 +390,7 @@ def exercise_stats(session: Session, course: Course, assigned: AssignedExercise)
     for submission in graded:
         code = submission.diagnosis or "unknown"
         # A solve is no mistake, nor is the starter code left untouched.
-        if code in NOT_MISTAKES:
+        if code == "correct" or not is_started(submission):
             continue
         counts[code] += 1
         learners.setdefault(code, set()).add(submission.user_id or submission.learner)

@@ -31,6 +31,7 @@ from app.models import (
     User,
 )
 from graders.hints import ANCHOR_PREFIX, LEVELS, hints_for
+from graders.report import diagnosis_name
 
 MAX_UNLOCK_ATTEMPTS = 20
 MAX_LESSON_URL_CHARS = 2000
@@ -308,3 +309,20 @@ def hint_open_counts(
         if 1 <= level <= len(LEVELS):
             counts.setdefault(code, [0] * len(LEVELS))[level - 1] = count
     return sorted(counts.items())
+
+
+def hints_opened_by(session: Session, course_id: str, exercise_id: str) -> dict[str, list[str]]:
+    """The hints each learner (by account id) opened for one exercise of a course, in words
+    an instructor reads beside their name: "Gradients not cleared before backward: 2 of 3"."""
+    rules = rules_of(session.get(Course, course_id))
+    rows = session.execute(
+        select(HintOpen.user_id, HintOpen.diagnosis, func.max(HintOpen.level))
+        .where(HintOpen.course_id == course_id, HintOpen.exercise_id == exercise_id)
+        .group_by(HintOpen.user_id, HintOpen.diagnosis)
+        .order_by(HintOpen.user_id, HintOpen.diagnosis)
+    )
+    opened: dict[str, list[str]] = {}
+    for user_id, code, level in rows:
+        of = hint_count(rules, exercise_id, code)
+        opened.setdefault(user_id, []).append(f"{diagnosis_name(code)}: {level} of {of or level}")
+    return opened

@@ -34,6 +34,16 @@ class AttemptRow:
 
 
 @dataclass(frozen=True)
+class CheckRate:
+    """How often one check passes: the level at which an instructor sees what to reteach."""
+
+    check_id: str
+    attempts: int  # graded attempts that ran it
+    passed_percent: float  # of those attempts
+    failing_now: int  # learners whose latest attempt fails it
+
+
+@dataclass(frozen=True)
 class ItemAnalysis:
     learners: int
     by_attempt: list[AttemptRow]
@@ -44,6 +54,7 @@ class ItemAnalysis:
     solve_hours: list[float]
     # Solvers whose first open was not recorded (before it was): timed from their first attempt.
     timed_from_first_attempt: int
+    checks: list[CheckRate]  # the least passed first
 
     @property
     def median_solve_hours(self) -> float | None:
@@ -74,6 +85,24 @@ def item_analysis(learners: list[LearnerAttempts]) -> ItemAnalysis:
         for number, made in sorted(rows.items())
     ]
 
+    runs: dict[str, list[bool]] = {}
+    failing_now: dict[str, int] = {}
+    for learner in learners:
+        for attempt in learner.attempts:
+            for check_id, passed in attempt.checks:
+                runs.setdefault(check_id, []).append(passed)
+        for check_id, passed in learner.attempts[-1].checks:
+            failing_now[check_id] = failing_now.get(check_id, 0) + (not passed)
+    checks = sorted(
+        (
+            CheckRate(
+                check_id, len(passes), 100 * sum(passes) / len(passes), failing_now.get(check_id, 0)
+            )
+            for check_id, passes in runs.items()
+        ),
+        key=lambda rate: (rate.passed_percent, -rate.attempts, rate.check_id),
+    )
+
     solve_times = [0] * len(SOLVE_TIME_BUCKETS)
     solve_hours = []
     timed_from_first_attempt = 0
@@ -101,4 +130,5 @@ def item_analysis(learners: list[LearnerAttempts]) -> ItemAnalysis:
         ],
         solve_hours=solve_hours,
         timed_from_first_attempt=timed_from_first_attempt,
+        checks=checks,
     )

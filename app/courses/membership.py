@@ -297,6 +297,16 @@ class AssignedExercise:
             return None
         return limit + (self.extension.extra_minutes if self.extension else 0)
 
+    def solution_released(self, now: datetime) -> bool:
+        """Whether the learner may read the reference solution: the course shows it after the
+        due date, and that date has passed for them. Never before the course's due date (nor
+        for an undated exercise), never while their own extended due date is still ahead."""
+        course_due = self.assignment.due_at
+        if not self.assignment.show_solution_after_due or course_due is None:
+            return False
+        own_due = self.due_at or course_due
+        return now > course_due and now > own_due
+
     @property
     def unit(self) -> str:
         """The unit the course lists it under: its own choice, else the exercise's."""
@@ -382,6 +392,7 @@ def set_assignment(
     late_policy: LatePolicy,
     late_penalty_percent_per_day: float,
     scoring_policy: ScoringPolicy,
+    show_solution_after_due: bool = False,
 ) -> Assignment | None:
     """Set (or unset) an exercise in a course with its policies; returns the row if set."""
     try:
@@ -408,6 +419,7 @@ def set_assignment(
     row.late_policy = late_policy
     row.late_penalty_percent_per_day = late_penalty_percent_per_day
     row.scoring_policy = scoring_policy
+    row.show_solution_after_due = show_solution_after_due
     session.flush()
     return row
 

@@ -166,15 +166,16 @@ def authenticate(session: Session, secret: str) -> TokenHolder:
     if token is None:
         raise TokenRefused(f"this token is not known here: {renew}")
     now = utc_now()
+    user = session.get(User, token.user_id)
+    if user is None:  # a user is never deleted while a token names them; said plainly anyway
+        raise TokenRefused(f"this token's account no longer exists: {renew}")
+    # Before revoked: disabling revokes the tokens too, and this is what the owner can act on.
+    if user.disabled_at is not None:
+        raise TokenRefused("this token's account is disabled: ask an administrator of this server")
     if token.revoked_at is not None:
         raise TokenRefused(f"this token was revoked on {_day(token.revoked_at)}: {renew}")
     if token.expires_at <= now:
         raise TokenRefused(f"this token expired on {_day(token.expires_at)}: {renew}")
-    user = session.get(User, token.user_id)
-    if user is None:  # a user is never deleted while a token names them; said plainly anyway
-        raise TokenRefused(f"this token's account no longer exists: {renew}")
-    if user.disabled_at is not None:
-        raise TokenRefused("this token's account is disabled: ask an administrator of this server")
     token.last_used_at = now
     return TokenHolder(user, token)
 

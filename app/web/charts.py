@@ -18,6 +18,7 @@ MAX_DESCRIBED_VALUES = 20
 MAX_DOTS = 60
 # Under the plot, the replayed fix's legend: two lines of its label.
 FIX_LEGEND_HEIGHT, FIX_LABEL_LINE_CHARS = 30, 44
+FIX_LEGEND_LINE_HEIGHT = 13
 
 
 def _is_drawn(value: float | None) -> bool:
@@ -68,22 +69,44 @@ def _described(values: list[float | None]) -> str:
     )
 
 
-def _fix_legend(label: str, top: int) -> str:
+MATCHES_REFERENCE = "Your fix matches the reference."
+
+
+def _fix_legend(label: str, top: int, matches: bool) -> str:
     """The replayed fix's legend entry, under the plot: its swatch, then its label in up to two
-    lines (a label is a short sentence; a phone's chart is this 320 px wide)."""
+    lines (a label is a short sentence; a phone's chart is this 320 px wide), and a third when
+    the fix's line is the reference's."""
     words, lines = label.split(), [""]
     for word in words:
         if lines[-1] and len(lines[-1]) + 1 + len(word) > FIX_LABEL_LINE_CHARS and len(lines) < 2:
             lines.append("")
         lines[-1] = f"{lines[-1]} {word}".strip()
+    if matches:
+        lines.append(MATCHES_REFERENCE)
     text = "".join(
-        f'<tspan x="{LEFT - 8}" dy="{0 if i == 0 else 13}">{escape(line)}</tspan>'
+        f'<tspan x="{LEFT - 8}" dy="{0 if i == 0 else FIX_LEGEND_LINE_HEIGHT}">'
+        f"{escape(line)}</tspan>"
         for i, line in enumerate(lines)
     )
     return (
         f'<line x1="8" y1="{top - 4}" x2="{LEFT - 14}" y2="{top - 4}" class="fixed" '
         f'stroke="#176f2c" stroke-width="2.5" stroke-dasharray="2 3"/>'
         f'<text x="{LEFT - 8}" y="{top}" class="fixed-label">{text}</text>'
+    )
+
+
+def fix_matches_reference(series: PlotSeries) -> bool:
+    """Whether the replayed fix's values are the reference's, step for step (to float noise):
+    then its dotted line lies under the reference's and the chart says so in words."""
+    if not series.fixed or len(series.fixed) != len(series.reference):
+        return False
+    return all(
+        f is not None
+        and r is not None
+        and _is_drawn(f)
+        and _is_drawn(r)
+        and math.isclose(f, r, rel_tol=1e-6, abs_tol=1e-9)
+        for f, r in zip(series.fixed, series.reference, strict=True)
     )
 
 
@@ -96,7 +119,11 @@ def line_chart(series: PlotSeries) -> str:
     """
     learner, reference = _drawn(series.learner), _drawn(series.reference)
     fixed = _drawn(series.fixed) if series.fixed and series.fixed_label else []
-    height = HEIGHT + (FIX_LEGEND_HEIGHT if fixed else 0)
+    # Equal lines draw one over the other: the dotted one would seem to be missing.
+    matches = bool(fixed) and fix_matches_reference(series)
+    height = (
+        HEIGHT + (FIX_LEGEND_HEIGHT if fixed else 0) + (FIX_LEGEND_LINE_HEIGHT if matches else 0)
+    )
     values = [v for _, v in learner + reference + fixed if v is not None and _is_drawn(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     if high - low < 1e-12:
@@ -128,6 +155,8 @@ def line_chart(series: PlotSeries) -> str:
     if fixed:
         label = series.fixed_label
         description += f" {label[:1].upper()}{label[1:]}: {_described(series.fixed)}."
+    if matches:
+        description += f" {MATCHES_REFERENCE}"
     tick_every = math.ceil(steps / MAX_TICKS)
     ticks = "".join(
         f'<text x="{x(step):.1f}" y="{HEIGHT - 10}" text-anchor="middle">{step + 1}</text>'
@@ -159,7 +188,7 @@ def line_chart(series: PlotSeries) -> str:
         + (
             f'<path d="{path(fixed)}" class="fixed" fill="none" stroke="#176f2c" '
             f'stroke-width="2.5" stroke-dasharray="2 3"/>'
-            f"{_fix_legend(series.fixed_label, HEIGHT + 8)}"
+            f"{_fix_legend(series.fixed_label, HEIGHT + 8, matches)}"
             if fixed
             else ""
         )

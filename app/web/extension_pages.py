@@ -15,6 +15,7 @@ from app.courses.extensions import (
     MAX_ATTEMPTS,
     MAX_MINUTES,
     LimitRejected,
+    accommodation_due,
     check_count,
     extension_change,
     set_extension,
@@ -40,6 +41,7 @@ DONE = {
     "limits-unchanged": "Nothing had changed: nothing was saved.",
     "extension": "Extension saved.",
     "extension-unchanged": "Nothing had changed: nothing was saved.",
+    "accommodations": "The accommodation list was saved.",
 }
 
 
@@ -240,6 +242,98 @@ def extension_form(
         )
     done = "extension" if change.changes else "extension-unchanged"
     return RedirectResponse(f"/courses/{course.id}/extensions?done={done}", status_code=303)
+
+
+@router.post("/courses/{course_id}/extensions/many", response_model=None)
+def accommodation_form(
+    request: Request,
+    course_id: str,
+    session: SessionDep,
+    viewer: CsrfViewerDep,
+    learners: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    exercises: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    days_later: Annotated[str, Form()] = "",
+    extra_attempts: Annotated[str, Form()] = "",
+    extra_minutes: Annotated[str, Form()] = "",
+    confirmed: Annotated[str, Form()] = "",
+) -> Response:
+    """An accommodation list: the same terms for many learners on many exercises (each due
+    date `days_later` than the course's), said for every pair first, saved once confirmed."""
+    user, course = instructor_course(session, viewer, course_id)
+    form = {
+        "learners": learners,
+        "exercises": exercises,
+        "days_later": days_later.strip(),
+        "extra_attempts": extra_attempts.strip(),
+        "extra_minutes": extra_minutes.strip(),
+    }
+    try:
+        if not learners or not exercises:
+            raise LimitRejected("choose at least one learner and one exercise")
+        chosen = [_learner(session, course, one) for one in dict.fromkeys(learners)]
+        assigned = {a.id: a for a in assignments_of(session, course.id)}
+        if any(one not in assigned for one in exercises):
+            raise LimitRejected("choose the course's exercises")
+        days = _count(days_later, "days later") or 0
+        attempts = _count(extra_attempts, "extra attempts") or 0
+        minutes = _count(extra_minutes, "extra minutes") or 0
+        check_count(attempts, what="extra attempts", least=0, most=MAX_ATTEMPTS)
+        check_count(minutes, what="extra minutes", least=0, most=MAX_MINUTES)
+        pairs = [
+            (who, assigned[one], accommodation_due(assigned[one], days))
+            for who in chosen
+            for one in dict.fromkeys(exercises)
+        ]
+        terms = {"extra_attempts": attempts, "extra_minutes": minutes}
+        if confirmed != "yes":
+            rows = [
+                (
+                    who,
+                    one,
+                    extension_change(
+                        session,
+                        course_id=course.id,
+                        exercise_id=one.id,
+                        learner=who,
+                        due_at=due,
+                        **terms,
+                    ),
+                )
+                for who, one, due in pairs
+            ]
+            counts = (len(chosen), len(dict.fromkeys(exercises)))
+            return _page(
+                request,
+                session,
+                viewer,
+                course,
+                many_form=form,
+                many_preview=rows,
+                many_counts=counts,
+                form={},
+            )
+        for who, one, due in pairs:
+            set_extension(
+                session,
+                course_id=course.id,
+                exercise_id=one.id,
+                learner=who,
+                due_at=due,
+                by=user,
+                **terms,
+            )
+    except (LimitRejected, CourseError) as exc:
+        return _page(
+            request,
+            session,
+            viewer,
+            course,
+            status_code=422,
+            many_error=f"Nothing was saved. {as_sentence(str(exc))}",
+            many_form=form,
+            form={},
+        )
+    return RedirectResponse(f"/courses/{course.id}/extensions?done=accommodations", status_code=303)
 
 
 def _learner(session: Session, course: Course, user_id: str) -> User:

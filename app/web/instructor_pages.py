@@ -87,7 +87,7 @@ from app.web.review import (
 )
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from app.web.submission_view import submission_context, submission_refused
-from graders.exercises import Exercise, list_exercises
+from graders.exercises import Exercise, list_exercises, refused_exercises
 from graders.report import diagnosis_name
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -575,6 +575,7 @@ class AssignmentFields:
     late_policy: str
     late_penalty_percent_per_day: str
     scoring_policy: str
+    show_solution: bool = False  # the reference, to learners whose due date has passed
     error: str = ""
 
 
@@ -597,6 +598,7 @@ def saved_fields(session: Session, course: Course) -> list[AssignmentFields]:
                 if row
                 else "0",
                 scoring_policy=row.scoring_policy if row else ScoringPolicy.BEST,
+                show_solution=row.show_solution_after_due if row else False,
             )
         )
     return rows
@@ -623,6 +625,8 @@ def settings_context(
         "units": in_units(assignments_of(session, course.id)),
         "instructors": members(session, course.id, CourseRole.INSTRUCTOR),
         "learner_count": len(members(session, course.id, CourseRole.LEARNER)),
+        # Exercise folders this server does not serve, with why: the operator's to fix.
+        "refused": refused_exercises(),
     }
 
 
@@ -663,6 +667,7 @@ def _sent_fields(
     late_policy: str,
     late_penalty_percent_per_day: str,
     scoring_policy: str,
+    show_solution: bool,
     timezone: str,
 ) -> tuple[AssignmentFields, dict[str, Any] | None]:
     """One fieldset as sent, and the values to save (None when it has an error)."""
@@ -674,6 +679,7 @@ def _sent_fields(
         late_policy,
         late_penalty_percent_per_day.strip(),
         scoring_policy,
+        show_solution,
     )
     try:
         try:
@@ -694,6 +700,7 @@ def _sent_fields(
             "late_policy": late,
             "late_penalty_percent_per_day": penalty,
             "scoring_policy": scoring,
+            "show_solution_after_due": show_solution,
         }
     except CourseError as exc:
         return replace(fields, error=as_sentence(str(exc))), None
@@ -703,7 +710,13 @@ def _sent_fields(
 def _assignment_state(row: Assignment | None) -> tuple[object, ...] | None:
     if row is None:
         return None
-    return (row.due_at, row.late_policy, row.late_penalty_percent_per_day, row.scoring_policy)
+    return (
+        row.due_at,
+        row.late_policy,
+        row.late_penalty_percent_per_day,
+        row.scoring_policy,
+        row.show_solution_after_due,
+    )
 
 
 @router.post("/courses/{course_id}/settings", response_model=None)
@@ -718,6 +731,8 @@ def settings_form(
     late_penalty_percent_per_day: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     scoring_policy: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     assigned: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    # The exercises whose reference is shown after the due date (a ticked box each).
+    show_solution: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     timezone: Annotated[str, Form()] = "",
     instructor_email: Annotated[str, Form()] = "",
     new_join_code: Annotated[str, Form()] = "",
@@ -730,7 +745,9 @@ def settings_form(
     when one has an error, none is, and the page comes back with everything as it was sent)."""
     user, course = instructor_course(session, viewer, course_id)
     columns = (exercise, due_at, late_policy, late_penalty_percent_per_day, scoring_policy)
-    sent = _sent_assignments(columns, assigned=assigned, timezone=timezone)
+    sent = _sent_assignments(
+        columns, assigned=assigned, show_solution=show_solution, timezone=timezone
+    )
     fields = [f for f, _ in sent]
     errors = [f"{f.exercise.title}: {f.error}" for f in fields if f.error]
     # A form without the hints fieldset (an older page) leaves the hint settings as they are.
@@ -801,7 +818,11 @@ def settings_form(
 
 
 def _sent_assignments(
-    columns: tuple[list[str], ...], *, assigned: list[str], timezone: str
+    columns: tuple[list[str], ...],
+    *,
+    assigned: list[str],
+    show_solution: list[str],
+    timezone: str,
 ) -> list[tuple[AssignmentFields, dict[str, Any] | None]]:
     """Each exercise's row of the form, read: its fields as sent, and its values (None when
     one has an error)."""
@@ -820,6 +841,7 @@ def _sent_assignments(
                 late_policy=late,
                 late_penalty_percent_per_day=penalty,
                 scoring_policy=scoring,
+                show_solution=exercise_id in show_solution,
                 timezone=timezone,
             )
         )
@@ -872,6 +894,7 @@ def _save_assignments(
             late_policy=row.late_policy if row else None,
             late_penalty_percent_per_day=row.late_penalty_percent_per_day if row else None,
             scoring_policy=row.scoring_policy if row else None,
+            show_solution_after_due=row.show_solution_after_due if row else None,
             counted_scores_changed=counted_changes.get(exercise_id, 0),
         )
     return changed

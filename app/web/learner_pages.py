@@ -41,7 +41,7 @@ from app.grading.submissions import (
     learner_limits,
     submissions_of,
 )
-from app.models import Course, CourseRole, Submission, User, utc_now
+from app.models import Course, CourseRole, LatePolicy, Submission, User, utc_now
 from app.settings import Settings, SettingsDep
 from app.web.kept_submissions import (
     forget_kept_submission,
@@ -148,6 +148,10 @@ def exercise_context(
         "rate_limit": limit.describe("submission") if limit and limit.count > 0 else None,
         "closed": closed,
         "limits": limits,
+        # The reference, once the course releases it to this learner (membership.py says when).
+        "solution": exercise.solution_code
+        if assigned is not None and assigned.solution_released(utc_now())
+        else None,
         "now": utc_now(),
         "max_upload_kib": settings.max_upload_bytes // 1024,
         # Practice: the courses of the learner's that set this exercise, where it would count.
@@ -170,6 +174,9 @@ def exercise_path(course: Course | None, exercise_id: str) -> str:
 class NextExercise:
     title: str
     url: str
+    # When it is locked after the learner's due date: the link says so (it can be read, not
+    # submitted to).
+    closed_since: datetime | None = None
 
 
 def _next_exercise(
@@ -182,8 +189,11 @@ def _next_exercise(
     here = ids.index(exercise.id)
     if unit[here][1].state != "solved" or here + 1 == len(unit):
         return None
-    following = unit[here + 1][0].exercise
-    return NextExercise(following.title, exercise_path(course, following.id))
+    following = unit[here + 1][0]
+    due_at = following.due_at
+    locked = following.assignment.late_policy == LatePolicy.LOCK
+    closed_since = due_at if due_at is not None and locked and utc_now() > due_at else None
+    return NextExercise(following.exercise.title, exercise_path(course, following.id), closed_since)
 
 
 def _without_title(prompt_markdown: str) -> str:
@@ -200,10 +210,12 @@ def _editable_code(
     exercise: Exercise,
     course: Course | None,
     edit: str | None,
+    practice_code: bool = False,
 ) -> dict[str, Any]:
     """What the editor opens on, as the page's context: code kept from a submission whose
-    session had ended, else a submission of the viewer's to `edit`, else their latest code
-    (draft, latest submission, starter); and what the page's draft script needs."""
+    session had ended, else a submission of the viewer's to `edit`, else (`practice_code`, in a
+    course: "Do it in <course>") their latest practice code, else their latest code (draft,
+    latest submission, starter); and what the page's draft script needs."""
     user_id = viewer.user.id if viewer.user else None
     opening = opening_code(
         session,
@@ -214,8 +226,15 @@ def _editable_code(
     )
     code, kept = opening.code, kept_submission_of(request, session)
     carried: Submission | None = None
+    carried_practice_at: datetime | None = None
     if kept is not None:
         code = kept.code
+    elif practice_code and course is not None and user_id is not None:
+        practice = opening_code(
+            session, user_id=user_id, anonymous_learner=None, course_id=None, exercise=exercise
+        )
+        if practice.saved_at is not None:  # they have practice code: not the starter
+            code, carried_practice_at = practice.code, practice.saved_at
     elif edit:
         previous = get_submission(session, edit)
         if (
@@ -233,6 +252,7 @@ def _editable_code(
         "code": code,
         "kept": kept is not None,
         "carried": carried,
+        "carried_practice_at": carried_practice_at,
         "draft": {
             "key": f"{user_id or 'anon'}:{place}:{exercise.id}",
             "url": f"/drafts/{place}/{exercise.id}" if user_id else "",
@@ -268,13 +288,17 @@ def course_exercise_page(
     settings: SettingsDep,
     viewer: ViewerDep,
     edit: str | None = None,
+    code: str = "",
 ) -> HTMLResponse:
+    """A course's exercise; `code=practice` opens the editor on the learner's practice code."""
     user = signed_in_user(viewer)
     course, role = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id, user.id)
     if role == CourseRole.LEARNER:
         note_first_open(session, course_id=course.id, exercise_id=assigned.id, user_id=user.id)
-    opening = _editable_code(request, session, viewer, assigned.exercise, course, edit)
+    opening = _editable_code(
+        request, session, viewer, assigned.exercise, course, edit, code == "practice"
+    )
     context = exercise_context(
         request, session, viewer, settings, assigned.exercise, course, assigned, opening["code"]
     )

@@ -15,7 +15,9 @@ from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
 from app.courses.attempts import learner_attempts
+from app.courses.counted import span_words
 from app.courses.gradebook import csv_text
+from app.courses.hints import hints_opened_by
 from app.courses.item_analysis import ItemAnalysis, item_analysis
 from app.courses.membership import assignment_of, assignments_of
 from app.courses.misconceptions import START, MisconceptionMap, misconception_map
@@ -23,7 +25,7 @@ from app.db import SessionDep
 from app.models import utc_now
 from app.web.charts import bar_chart, transition_chart
 from app.web.instructor_pages import instructor_course
-from app.web.rendering import csv_download, file_slug, render, span_words
+from app.web.rendering import csv_download, file_slug, render
 from app.web.sessions import ViewerDep
 from graders.report import diagnosis_name
 
@@ -37,6 +39,7 @@ class MapTable(enum.StrEnum):
     STAYS = "stays"
     STUCK = "stuck"
     ATTEMPTS = "attempts"
+    CHECKS = "checks"
 
 
 def state_name(code: str) -> str:
@@ -82,6 +85,11 @@ def _table_rows(table: MapTable, found: MisconceptionMap, items: ItemAnalysis) -
             ]
             for s in found.stuck
         ]
+    if table is MapTable.CHECKS:
+        return [["check", "attempts", "passed_percent", "learners_failing_now"]] + [
+            [csv_text(c.check_id), str(c.attempts), f"{c.passed_percent:.1f}", str(c.failing_now)]
+            for c in items.checks
+        ]
     return [["attempt", "attempts", "learners", "mean_percent", "full_marks_percent"]] + [
         [
             row.label,
@@ -118,6 +126,8 @@ def misconception_map_page(
             "exercises": assignments_of(session, course.id),
             "found": found,
             "items": items,
+            # Beside each stuck learner, the hints they opened (by account id).
+            "hints_opened": hints_opened_by(session, course.id, assigned.id),
             "tables": list(MapTable),
             "state_name": state_name,
             "duration": duration,

@@ -22,10 +22,11 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markupsafe import Markup
 
+from app.courses.counted import span_words
 from app.courses.membership import in_units
 from app.errors import AppError
 from app.settings import Settings
-from app.web.sessions import SignInRequired, Viewer, set_cookies
+from app.web.sessions import SignInRequired, Viewer, browser_name, set_cookies
 from graders.hints import ANCHOR_PREFIX
 from graders.report import diagnosis_name
 
@@ -89,23 +90,6 @@ def _when(value: datetime | None) -> Markup:
     )
 
 
-def span_words(seconds: float) -> str:
-    """A length of time in words, to the two largest units: "2 days, 3 hours", "5 minutes"."""
-    whole = int(abs(seconds))
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-
-    def unit(count: int, name: str) -> str:
-        return f"{count} {name}{'' if count == 1 else 's'}"
-
-    if days:
-        return unit(days, "day") + (f", {unit(hours, 'hour')}" if hours else "")
-    if hours:
-        return unit(hours, "hour") + (f", {unit(minutes, 'minute')}" if minutes else "")
-    return unit(max(minutes, 1), "minute")
-
-
 def countdown_words(seconds: float) -> str:
     """How long until (or since) a moment, in words: "in 2 days, 3 hours", "5 minutes ago".
 
@@ -140,6 +124,7 @@ templates.env.filters["when"] = _when
 templates.env.filters["points"] = _points
 templates.env.filters["countdown"] = _countdown
 templates.env.filters["diagnosis_name"] = diagnosis_name
+templates.env.filters["browser_name"] = browser_name
 
 
 class PageError(AppError):

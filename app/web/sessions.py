@@ -32,6 +32,41 @@ SESSION_COOKIE = "loopgrade_session"
 CSRF_COOKIE = "loopgrade_csrf"
 
 
+# A browser's User-Agent, in the order that tells them apart: Edge and Opera say "Chrome" too,
+# and Chrome says "Safari". The version is the major one; headless Chrome is Chrome.
+_BROWSERS = (
+    ("Edge", re.compile(r"\bEdg(?:e|A|iOS)?/(\d+)")),
+    ("Opera", re.compile(r"\bOPR/(\d+)")),
+    ("Samsung Internet", re.compile(r"\bSamsungBrowser/(\d+)")),
+    ("Firefox", re.compile(r"\b(?:Firefox|FxiOS)/(\d+)")),
+    ("Chrome", re.compile(r"\b(?:HeadlessChrome|Chrome|CriOS)/(\d+)")),
+    ("Safari", re.compile(r"\bVersion/(\d+)[.\d]* (?:Mobile/\S+ )?Safari/")),
+)
+_SYSTEMS = (
+    ("Android", re.compile(r"\bAndroid\b")),
+    ("iPhone", re.compile(r"\biPhone\b")),
+    ("iPad", re.compile(r"\biPad\b")),
+    ("ChromeOS", re.compile(r"\bCrOS\b")),
+    ("Windows", re.compile(r"\bWindows\b")),
+    ("macOS", re.compile(r"\bMac OS X\b")),
+    ("Linux", re.compile(r"\bLinux\b")),
+)
+
+
+def browser_name(user_agent: str | None) -> str:
+    """A signed-in browser as a person knows it, from its User-Agent: "Chrome 120 on Android";
+    "unknown browser" when it says nothing we know (the raw string is no help to a reader)."""
+    agent = user_agent or ""
+    name = next(
+        (f"{name} {found[1]}" for name, pattern in _BROWSERS if (found := pattern.search(agent))),
+        None,
+    )
+    system = next((name for name, pattern in _SYSTEMS if pattern.search(agent)), None)
+    if name is None:
+        return f"unknown browser on {system}" if system else "unknown browser"
+    return f"{name} on {system}" if system else name
+
+
 def load_secret_key(settings: Settings) -> bytes:
     """LOOPGRADE_SECRET_KEY, or a random key made once and kept in <data_dir>/secret_key."""
     if settings.secret_key:

@@ -26,7 +26,9 @@ from graders.judging import (
     CaseFindings,
     KindJudge,
     as_tensor,
+    case_data,
     close,
+    close_numbers,
     difference,
     plot_series,
     within_tolerance,
@@ -204,6 +206,15 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         )
     assert learner.final is not None
     _judge_scheduler(findings, at, spec, records, learner.final["scheduler_steps"])
+    start = case_data(spec).weight.tolist()
+    if all(close_numbers(record["weight"], start) for record in records):
+        # A rate the optimizer never applied earns nothing (scheduler.step() where
+        # optimizer.step() belongs steps the rates, and the weights never move).
+        findings.fail(
+            "learning-rates",
+            f"{at}: the weights never moved from where they started, so no optimizer step "
+            "used a learning rate.",
+        )
     for index, record in enumerate(records[:iterations]):
         if record["lr"] is None or not within_tolerance(record["lr"], right.lrs[index]):
             epoch = index // spec.steps + 1
@@ -435,6 +446,7 @@ KIND = ExerciseKind(
     name="epoch-loop",
     summary="A loop over epochs with a learning-rate scheduler; returns each epoch's mean loss.",
     record=record_epochs,
+    case_settings=frozenset({"epochs", "lr_step_size", "lr_gamma"}),
     trace=TRACE,
     judge=JUDGE,
     models=scheduler_models,

@@ -358,6 +358,7 @@ KIND = ExerciseKind(
     summary="A function that measures a model in evaluation mode, under no_grad, without "
     "training it, and leaves it in training mode.",
     record=record_evaluation,
+    case_settings=frozenset({"hidden_features", "dropout"}),
     trace=TRACE,
     judge=JUDGE,
     models=evaluation_models,

@@ -219,6 +219,7 @@ KIND = ExerciseKind(
     name="gradient-reading",
     summary="A function that reads the gradients, leaves them as they are, and returns a number.",
     record=record_reading,
+    case_settings=frozenset({"grad_state"}),
     trace=TRACE,
     judge=JUDGE,
     models=magnitude_models,

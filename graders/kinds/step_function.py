@@ -543,6 +543,7 @@ KIND = ExerciseKind(
     name="step-function",
     summary="A function called once per batch (or per list of micro-batches) that trains one step.",
     record=record_steps,
+    case_settings=frozenset({"max_norm", "micro_batches"}),
     trace=TRACE,
     judge=JUDGE,
     models=stepping_models,

@@ -199,6 +199,7 @@ KIND = ExerciseKind(
     name="training-loop",
     summary="A whole training loop over batches and epochs that returns every iteration's loss.",
     record=record_loop,
+    case_settings=frozenset({"epochs"}),
     trace=TRACE,
     judge=JUDGE,
     models=stepping_models,

@@ -11,6 +11,7 @@ from app.audit import AuditAction
 from app.db import SessionFactory
 from app.models import AuditEvent, Enrolment, SiteRole, Submission, User, WebSession
 from app.people.accounts import NO_PASSWORD, disable_user, find_user_by_email
+from app.web.sessions import browser_name
 from tests.app.people import (
     PASSWORD,
     graded,
@@ -112,18 +113,25 @@ def test_sessions_are_listed_and_the_others_signed_out(
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
     make_user(sessions, "ada@example.org")
-    here, phone = browser(client, "Desktop Firefox"), browser(client, "Phone Safari")
+    firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0"
+    safari = (
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_2 like Mac OS X) AppleWebKit/605.1.15 "
+        "(KHTML, like Gecko) Version/17.2 Mobile/15E148 Safari/604.1"
+    )
+    here, phone = browser(client, firefox), browser(client, safari)
     sign_in(here, "ada@example.org")
     sign_in(phone, "ada@example.org")
     page = here.get("/account")
-    assert "Desktop Firefox" in page.text and "Phone Safari" in page.text
+    # Named as people know them, not by the raw User-Agent.
+    assert "Firefox 121 on Linux" in page.text and "Safari 17 on iPhone" in page.text
+    assert "Mozilla/5.0" not in page.text
     assert page.text.count("(this browser)") == 1 and "127.0.0.1" in page.text
 
     done = post_form(here, "/account", "/account/sign-out-others", {})
     assert done.status_code == 303
     assert phone.get("/account").status_code == 303
     page = here.get("/account")
-    assert "Phone Safari" not in page.text and "Only this browser is signed in" in page.text
+    assert "Safari 17" not in page.text and "Only this browser is signed in" in page.text
     with sessions() as session:
         assert len(session.scalars(select(WebSession)).all()) == 1
 
@@ -274,3 +282,22 @@ def test_a_disabled_accounts_personal_token_is_refused(
         disable_user(session, user)
     refused = client.get("/api/v1/me/exercises", headers=bearer)
     assert refused.status_code == 401 and "disabled" in refused.json()["detail"]
+
+
+def test_a_signed_in_browser_is_named_as_people_know_it() -> None:
+    """The sessions table's Browser column: a name and a system, never the raw string."""
+    samples = {
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/120.0.0.0 Safari/537.36 Edg/120.0.2210.91": "Edge 120 on Windows",
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_2 like Mac OS X) AppleWebKit/605.1.15 "
+        "(KHTML, like Gecko) Version/17.2 Mobile/15E148 Safari/604.1": "Safari 17 on iPhone",
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 14.2; rv:121.0) Gecko/20100101 "
+        "Firefox/121.0": "Firefox 121 on macOS",
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "HeadlessChrome/131.0.0.0 Safari/537.36": "Chrome 131 on Linux",
+        "curl/8.5.0": "unknown browser",
+        "": "unknown browser",
+    }
+    for agent, name in samples.items():
+        assert browser_name(agent) == name, agent
+    assert browser_name(None) == "unknown browser"

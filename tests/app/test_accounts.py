@@ -167,7 +167,7 @@ def test_join_a_course_with_its_code(client: httpx.Client, sessions: SessionFact
 
     page = client.get(f"/courses/{course_id}")
     assert page.status_code == 200
-    assert page.text.count("Not tried") == len(list_exercises())
+    assert page.text.count("Not started") == len(list_exercises())
     # The unit in order.
     titles = [t for t in ("Prove it", "None is not zero", "One training step", "Accumulate", "Fix")]
     positions = [page.text.index(t) for t in titles]

@@ -92,11 +92,26 @@ def test_a_replayed_fix_is_a_third_line_with_its_legend_and_its_values_in_words(
     assert paths(svg)["fixed"].count("L") == 2
     legend = root.find(f"{SVG}text[@class='fixed-label']")
     assert legend is not None
-    assert " ".join(t.text or "" for t in legend.iter(f"{SVG}tspan")) == label
-    assert "Your loop with optimizer.zero_grad() before backward(): 3, 1, 0.5." in text_of(
-        root, "desc"
-    )
+    # Its line is the reference's, under it: the legend and the description say so.
+    lines = [t.text or "" for t in legend.iter(f"{SVG}tspan")]
+    assert " ".join(lines[:-1]) == label and lines[-1] == "Your fix matches the reference."
+    description = text_of(root, "desc")
+    assert "Your loop with optimizer.zero_grad() before backward(): 3, 1, 0.5." in description
+    assert description.endswith("Your fix matches the reference.")
     assert int(root.get("height", "0")) > HEIGHT  # room for the legend under the plot
+
+    # A fix that is not the reference says nothing of the kind.
+    apart = line_chart(
+        PlotSeries(
+            case="c",
+            label="loss",
+            learner=[3.0, 2.5, 2.4],
+            reference=[3.0, 1.0, 0.5],
+            fixed=[3.0, 1.0, 0.6],
+            fixed_label=label,
+        )
+    )
+    assert "matches the reference" not in apart
 
 
 def test_without_a_fix_the_chart_is_as_before() -> None:

@@ -149,7 +149,10 @@ def test_late_and_locked_results_say_what_they_count_and_why(
         learner="ann",
         created_at=now - timedelta(hours=1),
     )
-    expected = "counts 8/10: submitted 2 h late, -20%"
+    expected = (
+        "Submitted 2 hours late: 1 started day \N{MULTIPLICATION SIGN} 20% = \N{MINUS SIGN}20% "
+        "(a day counts from its first minute); counts 8/10"
+    )
 
     ann_client = signed_in(client, "ann@example.org")
     assert expected in text_of(ann_client.get(f"/submissions/{late}"))
@@ -174,10 +177,15 @@ def test_late_and_locked_results_say_what_they_count_and_why(
 
     # Under the lock policy the solve counts 0, and says so: not a plain green 0.
     set_policy(sessions, course_id, late_policy="lock")
-    locked = "locked: submitted 2 h late, after the due date, counts 0"
+    locked = "Submitted 2 hours late: locked, this exercise takes no late work; counts 0/10"
     assert locked in text_of(ann_client.get(f"/submissions/{late}"))
     book = teacher.get(f"/courses/{course_id}/gradebook")
-    assert "cell-locked" in book.text and "locked late" in text_of(book)
+    assert "cell-locked" in book.text
+    assert f'locked<span class="visually-hidden"> ({locked})</span>' in text_of(book)
+    assert "-100%" not in text_of(book) and "\N{MINUS SIGN}100%" not in text_of(book)
+    # Ann's page: the solve after the lock is no green "Solved" beside the 0 it counts.
+    course_page = text_of(ann_client.get(f"/courses/{course_id}"))
+    assert "Solved after the lock" in course_page and locked in course_page
     exported = list(
         csv.reader(
             io.StringIO(teacher.get(f"/courses/{course_id}/gradebook.csv?exercise={EXERCISE}").text)

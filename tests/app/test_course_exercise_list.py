@@ -175,7 +175,9 @@ def test_exercises_new_makes_a_folder_check_exercises_explains(train_step_only: 
     }  # fmt: skip
     assert (folder / "bugs" / "README.md").exists()
     listed = loopgrade("exercises", "list", env=env)
-    assert "4. my-step  step-function" in listed.stdout, listed.stdout + listed.stderr
+    # Not served until proven sound: the list says why (the reference does not train yet).
+    said = next(line for line in listed.stdout.splitlines() if line.startswith("refused: my-step"))
+    assert "not served, unsound" in said and "the reference solution scores 0/" in said, said
     for args, message in [
         (("my-step", "--kind", "step-function"), "the exercise 'my-step' exists already"),
         (("other", "--kind", "no-kind"), "'no-kind' is no kind: use one of"),
@@ -190,6 +192,57 @@ def test_exercises_new_makes_a_folder_check_exercises_explains(train_step_only: 
     assert checked.returncode == 1
     assert f"{folder}/exercise.toml: correct: missing" in checked.stdout
     assert "my-step: the reference solution scores 0/" in checked.stdout
+
+
+def test_exercises_new_like_copies_a_working_exercise(train_step_only: Path) -> None:
+    """A built-in the folder lacks, copied whole under the new id: proven sound and served."""
+    copy = train_step_only
+    env = {"LOOPGRADE_EXERCISES_DIR": str(copy)}
+    made = loopgrade("exercises", "new", "my-adam", "--like", "adam-step", env=env)
+    assert made.returncode == 0, made.stderr
+    exercises._loaded.cache_clear()  # the next command reads the folder afresh, as a process
+    source, folder = REPO_EXERCISES / "adam-step", copy / "my-adam"
+    files = sorted(p.relative_to(source) for p in source.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file()) == files
+    assert any(path.parts[0] == "bugs" for path in files)
+    for path in files:
+        if path.name != "exercise.toml":
+            assert (folder / path).read_bytes() == (source / path).read_bytes()
+    toml = (folder / "exercise.toml").read_text()
+    assert '\nid = "my-adam"\n' in toml, toml[:200]
+    assert f"position = {get_exercise_position(copy, 'train-step') + 1}\n" in toml
+    # Only the exercise's own id and place changed: its cases and bugs are adam-step's.
+    assert toml.count("\n") == (source / "exercise.toml").read_text().count("\n")
+    listed = loopgrade("exercises", "list", env=env)
+    assert "my-adam  step-function" in listed.stdout, listed.stdout + listed.stderr
+    assert "refused" not in listed.stdout
+    unknown = loopgrade("exercises", "new", "other", "--like", "no-such", env=env)
+    assert unknown.returncode == 1
+    said = unknown.stderr.splitlines()[-1]
+    assert "--like 'no-such': no such exercise; start from one of: train-step, my-adam" in said
+
+
+def test_exercises_new_in_an_empty_folder_offers_the_built_ins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "exercises"
+    empty.mkdir()
+    monkeypatch.setattr(exercises, "EXERCISES_DIR", empty)
+    exercises._loaded.cache_clear()
+    try:
+        asked = loopgrade("exercises", "new", "mine", env={"LOOPGRADE_EXERCISES_DIR": str(empty)})
+    finally:
+        exercises._loaded.cache_clear()
+    assert asked.returncode == 1
+    said = asked.stderr.splitlines()[-1]
+    assert said.startswith("loopgrade: say what to start from: --like ID"), said
+    assert f"none in {empty}: the built-in ones: " in said
+    assert all(f.name in said for f in REPO_EXERCISES.iterdir() if f.is_dir())
+    assert not any(empty.iterdir())
+
+
+def get_exercise_position(folders: Path, exercise_id: str) -> int:
+    return exercises.load_exercise(folders / exercise_id).position
 
 
 def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
@@ -262,3 +315,25 @@ def test_the_settings_page_orders_and_groups_and_says_what_was_wrong(
     assert all(list_exercises()[0].title not in column for column in header)
     max_total = header.index("max_total")
     assert [row[max_total] for row in rows] == [f"{sum(e.max_score for e in kept):g}"]
+
+
+def test_the_settings_page_names_a_folder_not_served_and_why(
+    client: httpx.Client, sessions: SessionFactory, train_step_only: Path
+) -> None:
+    """An unsound folder (its reference never clears the gradients) is in no course's list:
+    the instructor is told it exists and why it is not served, not left to wonder."""
+    shutil.copytree(REPO_EXERCISES / "adam-step", train_step_only / "adam-step")
+    solution = train_step_only / "adam-step" / "solution.py"
+    solution.write_text(solution.read_text().replace("    optimizer.zero_grad()\n", ""))
+    exercises._loaded.cache_clear()
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR)
+    course_id = make_course(sessions, "tess@example.org")
+    teacher = httpx.Client(
+        base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=True
+    )
+    sign_in(teacher, "tess@example.org")
+    page = teacher.get(f"/courses/{course_id}/settings").text
+    assert course_ids(sessions, course_id) == ["train-step"]
+    refused = page[page.index('id="refused-exercises"') :]
+    assert "<strong>adam-step</strong>: " in refused
+    assert "not served, unsound (" in refused and "the reference solution scores" in refused

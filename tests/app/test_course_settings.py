@@ -3,13 +3,17 @@ form, saved together, so a change in one part is never dropped by saving another
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import html
+import re
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from app.courses.extensions import set_extension
 from app.db import SessionFactory
-from app.models import Assignment, AuditEvent, Course, SiteRole
-from graders.exercises import list_exercises
+from app.models import Assignment, AuditEvent, Course, SiteRole, User, utc_now
+from app.people.accounts import find_user_by_email
+from graders.exercises import get_exercise, list_exercises
 from tests.app.conftest import EXERCISE
 from tests.app.people import make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
@@ -163,3 +167,59 @@ def test_an_incomplete_form_is_refused(client: httpx.Client, sessions: SessionFa
     unknown = [(k, "no-such" if (k, v) == ("exercise", EXERCISE) else v) for k, v in unknown]
     refused = post(teacher, path, unknown)
     assert refused.status_code == 422 and "no-such" in refused.text
+
+
+def test_the_reference_is_shown_after_the_due_date_never_before_nor_during_an_extension(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
+    make_user(sessions, "lee@example.org", name="Lee")
+    max_id = make_user(sessions, "max@example.org", name="Max")
+    course_id = make_course(sessions, "tess@example.org", "lee@example.org", "max@example.org")
+    teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
+    sign_in(teacher, "tess@example.org")
+    learners = {}
+    for name in ("lee", "max"):
+        learners[name] = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
+        sign_in(learners[name], f"{name}@example.org")
+    path = f"/courses/{course_id}/settings"
+    exercise_page = f"/courses/{course_id}/exercises/{EXERCISE}"
+    solution = html.escape(get_exercise(EXERCISE).solution_code.strip().splitlines()[0])
+
+    def save(due_at: str, *, show: bool) -> None:
+        form = form_of(token_of(teacher.get(path)), {EXERCISE: {"due_at": due_at}})
+        saved = post(teacher, path, [*form, *([("show_solution", EXERCISE)] if show else [])])
+        assert saved.status_code == 303, saved.text
+
+    def shown_to(name: str) -> bool:
+        page = learners[name].get(exercise_page).text
+        return 'id="solution"' in page and solution in page
+
+    # Set, with the due date ahead: the box is ticked, and nobody sees the reference yet.
+    save("2099-01-01T00:00", show=True)
+    assert re.search(r'name="show_solution" value="train-step" checked', teacher.get(path).text)
+    assert not shown_to("lee") and not shown_to("max")
+    # Undated: never.
+    save("", show=True)
+    assert not shown_to("lee")
+    # The due date passed: shown; but not to Max, whose extension still runs.
+    save("2020-01-01T00:00", show=True)
+    with sessions.begin() as session:
+        max_user, tess = session.get(User, max_id), find_user_by_email(session, "tess@example.org")
+        assert max_user is not None and tess is not None
+        set_extension(
+            session,
+            course_id=course_id,
+            exercise_id=EXERCISE,
+            learner=max_user,
+            due_at=utc_now() + timedelta(days=1),
+            extra_attempts=0,
+            extra_minutes=0,
+            by=tess,
+        )
+    assert shown_to("lee") and not shown_to("max")
+    audit = teacher.get(f"/courses/{course_id}/audit").text
+    assert "the reference shown after the due date" in audit
+    # Unticked: hidden again.
+    save("2020-01-01T00:00", show=False)
+    assert not shown_to("lee")

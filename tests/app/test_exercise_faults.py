@@ -20,8 +20,8 @@ from app.grading.submissions import create_submission
 from app.models import RegradeReason, Submission
 from app.people.accounts import create_user
 from app.settings import Settings
-from graders import grading
-from graders.exercises import get_exercise
+from graders import grading, proving
+from graders.exercises import get_exercise, load_exercise
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 from tests.servers import running_server, wait_until_ready
 
@@ -29,23 +29,38 @@ REPO_EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 
 
 def test_a_refused_folder_is_named_and_the_others_are_served(tmp_path: Path) -> None:
+    """A malformed folder, and one that loads but is unsound (a reference without zero_grad,
+    which check-exercises refuses): neither is served, and each is named with its reason."""
     folders = tmp_path / "exercises"
     shutil.copytree(REPO_EXERCISES, folders)
     toml = folders / "train-step" / "exercise.toml"
     toml.write_text(toml.read_text().replace("weights-match = 3", "weights-matches = 3"))
+    solution = folders / "adam-step" / "solution.py"
+    solution.write_text(solution.read_text().replace("    optimizer.zero_grad()\n", ""))
+    # Proven here first, as check-exercises would: the server reads the kept proof (the tests'
+    # LOOPGRADE_PROOF_CACHE_DIR), and its start stays as short as any other test server's.
+    assert proving.proven_problems(load_exercise(folders / "adam-step"))
     log_path = tmp_path / "server.log"
     env = {**os.environ, "LOOPGRADE_EXERCISES_DIR": str(folders)}
     with running_server(tmp_path / "data", log_path, env) as (_, url):
         served = httpx.get(f"{url}/api/v1/exercises").json()
         ready = wait_until_ready(url)  # the good folders' trajectories computed: ready
+        page = httpx.get(f"{url}/exercises/adam-step")
     others = sorted(
-        p.name for p in REPO_EXERCISES.iterdir() if p.is_dir() and p.name != "train-step"
+        p.name
+        for p in REPO_EXERCISES.iterdir()
+        if p.is_dir() and p.name not in {"train-step", "adam-step"}
     )
     assert sorted(e["id"] for e in served) == others
-    (reason,) = ready.json()["refused_exercises"].values()
-    assert list(ready.json()["refused_exercises"]) == ["train-step"]
-    assert "checks: 'weights-matches' is no check of kind 'step-function'" in reason
-    assert "exercise folder train-step is not served" in log_path.read_text()
+    refused = ready.json()["refused_exercises"]
+    assert sorted(refused) == ["adam-step", "train-step"]
+    assert "checks: 'weights-matches' is no check of kind 'step-function'" in refused["train-step"]
+    assert refused["adam-step"].startswith(f"{folders / 'adam-step'}: not served, unsound (")
+    assert "the reference solution scores" in refused["adam-step"]
+    assert page.status_code == 404
+    log = log_path.read_text()
+    assert "exercise folder train-step is not served" in log
+    assert "exercise folder adam-step is not served" in log
 
 
 def test_a_grade_the_exercise_cannot_judge_is_an_error_not_a_score(

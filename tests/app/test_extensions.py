@@ -10,24 +10,26 @@ import re
 from datetime import timedelta
 
 import httpx
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from app.api.keys import create_api_key
-from app.courses.membership import set_assignment
+from app.courses.membership import join_course, set_assignment
 from app.db import SessionFactory
 from app.models import (
     AuditEvent,
+    Course,
     ExerciseOpen,
     Extension,
     LatePolicy,
     ScoringPolicy,
     SiteRole,
+    User,
     utc_now,
 )
 from app.people.accounts import find_user_by_email
 from app.people.tokens import create_personal_token
 from tests.app.conftest import CORRECT_CODE, EXERCISE
-from tests.app.people import graded, make_course, make_user, post_form, sign_in
+from tests.app.people import graded, make_course, make_user, post_form, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 TEACHER, LEE = "tess@example.org", "lee@example.org"
@@ -320,3 +322,70 @@ def test_extension_form_refuses_what_is_not_a_learner_or_a_number(
     with sessions() as session:
         assert session.scalars(select(Extension)).all() == []
         assert session.scalars(select(AuditEvent)).all() == []
+
+
+def test_an_accommodation_list_gives_many_learners_terms_on_many_exercises(
+    client: httpx.Client, sessions: SessionFactory
+) -> None:
+    """Two learners, two exercises: every pair said first, saved once confirmed, audited, and
+    each extended cell marked in the gradebook; bad input saves nothing."""
+    course_id, lee = course_with_lee(sessions)
+    max_id = make_user(sessions, "max@example.org", name="Max")
+    with sessions.begin() as session:
+        course = session.get(Course, course_id)
+        user = session.get(User, max_id)
+        assert course is not None and user is not None
+        join_course(session, user=user, join_code=course.join_code)
+    set_due(sessions, course_id, hours_from_now=-2, late=LatePolicy.PENALTY)
+    other = "evaluate"
+    teacher = signed_in(client, TEACHER)
+    page = f"/courses/{course_id}/extensions"
+    data: dict[str, str | list[str]] = {
+        "learners": [lee, max_id],
+        "exercises": [EXERCISE, other],
+        "days_later": "3",
+        "extra_attempts": "2",
+        "extra_minutes": "0",
+    }
+
+    def send(**changed: str | list[str]) -> httpx.Response:
+        token = token_of(teacher.get(page))
+        return teacher.post(f"{page}/many", data={**data, **changed, "csrf_token": token})
+
+    asked = send()
+    assert asked.status_code == 200
+    said = text_of(asked)
+    assert "Give these terms to 2 learners on 2 exercises?" in said
+    rows = asked.text.split('class="data compact cards accommodation-changes"', 1)[1]
+    assert rows.split("</table>", 1)[0].count('<tr><th scope="row"') == 4
+    with sessions() as session:
+        assert session.scalars(select(Extension)).all() == []  # not saved before confirmed
+
+    saved = send(confirmed="yes")
+    assert saved.status_code == 303 and saved.headers["location"].endswith("done=accommodations")
+    with sessions() as session:
+        given = session.scalars(select(Extension)).all()
+        assert {(e.user_id, e.exercise_id) for e in given} == {
+            (who, one) for who in (lee, max_id) for one in (EXERCISE, other)
+        }
+        assert {e.extra_attempts for e in given} == {2}
+        dated = next(e for e in given if e.exercise_id == EXERCISE)
+        assert dated.due_at is not None and dated.due_at > utc_now() + timedelta(days=2)
+        # Audited where something changed: the dated exercise (an undated one with no attempt
+        # limit changes nothing for them, yet their terms are kept for it).
+        assert session.scalar(select(func.count()).select_from(AuditEvent)) == 2
+    book = teacher.get(f"/courses/{course_id}/gradebook").text
+    assert book.count('class="tag tag-extended"') == 4
+    assert "their own terms: due " in book and "2 more attempts" in book
+
+    # A learner not in the course, or a number that is none: 422, nothing saved or changed.
+    bad_forms: list[dict[str, str | list[str]]] = [
+        {"learners": ["nobody"]},
+        {"days_later": "many"},
+        {"exercises": []},
+    ]
+    for bad in bad_forms:
+        refused = send(**bad, confirmed="yes")
+        assert refused.status_code == 422 and "Nothing was saved." in text_of(refused)
+    with sessions() as session:
+        assert len(session.scalars(select(Extension)).all()) == 4

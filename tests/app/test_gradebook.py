@@ -25,6 +25,7 @@ from app.models import (
     SubmissionStatus,
     utc_now,
 )
+from app.people.accounts import find_user_by_email
 from graders.exercises import get_exercise, list_exercises
 from graders.proving import judge_source
 from tests.app.conftest import (
@@ -96,6 +97,41 @@ def test_best_latest_late_penalty_lock_and_override() -> None:
     queued = Submission(exercise_id=EXERCISE, status="queued", created_at=DUE)
     assert score_cell(assigned(), [queued]).state == "tried"
     assert score_cell(assigned(), [queued]).score is None
+
+
+def test_lateness_is_worded_one_way() -> None:
+    """How late, the started days the rule counts, what it takes, what counts; a lock as a lock."""
+    late = submission(10, DUE + timedelta(hours=31))
+    words = score_cell(assigned(), [late]).lateness
+    assert words == (
+        "Submitted 1 day, 7 hours late: 2 started days \N{MULTIPLICATION SIGN} 10% = "
+        "\N{MINUS SIGN}20% (a day counts from its first minute); counts 8/10"
+    )
+    capped = score_cell(assigned(late_penalty_percent_per_day=60), [late]).lateness
+    cap = "2 started days \N{MULTIPLICATION SIGN} 60%, capped at \N{MINUS SIGN}100%"
+    assert capped is not None and cap in capped
+    assert capped.endswith("; counts 0/10")
+    free = score_cell(assigned(late_penalty_percent_per_day=0), [late]).lateness
+    assert free == "Submitted 1 day, 7 hours late: late work counts in full; counts 10/10"
+    locked = score_cell(assigned(late_policy="lock"), [late]).lateness
+    assert locked == (
+        "Submitted 1 day, 7 hours late: locked, this exercise takes no late work; counts 0/10"
+    )
+    assert score_cell(assigned(), [submission(10, DUE)]).lateness is None  # on time
+
+
+def test_the_untouched_starter_is_not_a_start() -> None:
+    """Only the starter sent: not started, and nothing counts (not 0); under "latest" a starter
+    sent after real work leaves that work counting. An override of it counts."""
+    starter = submission(0, DUE - timedelta(hours=2), diagnosis="not-started")
+    cell = score_cell(assigned(), [starter, starter])
+    assert (cell.state, cell.score, cell.counted_submission_id) == ("not-tried", None, None)
+    assert cell.attempts == 2  # sent, as the attempt limit counts them
+    work = submission(4, DUE - timedelta(hours=3), diagnosis="missing-zero-grad")
+    latest = score_cell(assigned(scoring_policy="latest"), [work, starter])
+    assert (latest.state, latest.score) == ("tried", 4)
+    overridden = submission(0, DUE, diagnosis="not-started", override_score=5.0)
+    assert score_cell(assigned(), [overridden]).score == 5.0
 
 
 def make_class(sessions: SessionFactory) -> str:
@@ -196,10 +232,10 @@ def test_statistics_of_an_exercise(client: httpx.Client, sessions: SessionFactor
     assert page.status_code == 200
     figures = dict(re.findall(r"<dt>(.*?)</dt><dd>([^<]*)", page.text))
     assert figures["Submissions graded"].strip() == "7"
-    assert figures["Learners who tried"].strip() == "4"
+    assert figures["Learners who started"].strip() == "4"
     # Ann, of the 4 enrolled (Cat never tried; lms-learner-9 tried but is not enrolled).
     assert figures["Solved"].startswith("25%")
-    assert "1 of the 4 learners enrolled, not of those who tried" in page.text
+    assert "1 of the 4 learners enrolled, not of those who started" in page.text
     assert figures["Attempts to solve"].startswith("median 2")
     # The diagnoses chart, most common first, with an accessible description; no solve in it.
     mistakes = page.text.split('id="diag-heading"', 1)[1].split("</section>", 1)[0]
@@ -217,24 +253,42 @@ def test_starter_submissions_are_no_mistake_of_the_class(
     exercise = get_exercise(EXERCISE)
     starter = judge_source(exercise, exercise.starter_code)  # the grader's own verdict
     assert starter.diagnosis == "not-started"
-    for index in range(3):
+    starters = [f"lms-learner-{index}" for index in range(3)] + ["ann@example.org"]
+    for index, learner in enumerate(starters):
         graded(
             sessions,
-            user_id=None,
+            user_id=None if learner.startswith("lms") else user_id_of(sessions, learner),
             course_id=course_id,
             score=starter.score,
-            learner=f"lms-learner-{index}",
+            learner=learner,
             diagnosis=starter.diagnosis,
             code=exercise.starter_code,
+            # Ann's starter comes before her two tries: it is not an attempt to solve.
+            created_at=utc_now() - timedelta(hours=1, minutes=index),
         )
     teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "teacher@example.org")
     page = teacher.get(f"/courses/{course_id}/exercises/{EXERCISE}/stats")
     figures = dict(re.findall(r"<dt>(.*?)</dt><dd>([^<]*)", page.text))
-    assert figures["Submissions graded"].strip() == "10"  # graded, and counted as such
+    assert figures["Submissions graded"].strip() == "11"  # graded, and counted as such
+    assert figures["Learners who started"].strip() == "4"  # Ann, Ben, =Dan, lms-learner-9
+    assert figures["Attempts to solve"].startswith("median 2")  # Ann: 3, then 10
     mistakes = page.text.split('id="diag-heading"', 1)[1].split("</section>", 1)[0]
     assert "Gradients not cleared before backward: 6" in mistakes
     assert "Not started" not in mistakes and "not-started" not in mistakes
+    # The starter-only learners are not started: "—" in the gradebook, in the filter.
+    book = teacher.get(f"/courses/{course_id}/gradebook?exercise={EXERCISE}&only=not-started")
+    assert {row[0] for row in table_rows(book.text)} == {"Cat"} | {
+        f"lms-learner-{i}" for i in range(3)
+    }
+    assert book.text.count('<span class="hint" aria-label="not started">—</span>') == 4
+
+
+def user_id_of(sessions: SessionFactory, email: str) -> str:
+    with sessions.begin() as session:
+        user = find_user_by_email(session, email)
+        assert user is not None
+        return user.id
 
 
 def wait_for(condition: object, what: str) -> None:

@@ -55,6 +55,10 @@ def test_a_forged_host_with_a_matching_origin_is_refused_and_mails_nothing(
     # Every page alike, with a port or without, and a host name hidden behind user info.
     for host in ("evil.example:80", "EVIL.example", "evil.example@127.0.0.1", "127.0.0.1 x"):
         assert client.get("/", headers={"Host": host}).status_code == 400, host
+    # A load balancer's liveness probe names the server by an internal name: answered.
+    probe = client.get("/healthz", headers={"Host": "10.0.0.7:8000"})
+    assert (probe.status_code, probe.json()) == (200, {"status": "ok"})
+    assert client.get("/readyz", headers={"Host": "evil.example"}).status_code == 400
     assert client.get("/api/v1/exercises", headers={"Host": "evil.example"}).json() == {
         "detail": "This server does not answer to the host “evil.example”. "
         "Open it at the address it was started at."

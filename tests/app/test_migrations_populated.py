@@ -45,7 +45,11 @@ KEK = "kPn3JZqXhH0b2cQb5n6o0tQy0a2cE1pQy5mZ3v8pR1s="
 
 # What a migration removes or renames on purpose.
 # 0011: unfinished LTI logins are deleted (they live minutes; the new column has no value).
-DELETED_ROWS = {"lti_login_states": {("state-0005",), ("state-0008",)}}
+# 0025: a hint level opened twice at once keeps its first opening.
+DELETED_ROWS: dict[str, set[tuple[Any, ...]]] = {
+    "lti_login_states": {("state-0005",), ("state-0008",)},
+    "hint_opens": {(3,)},
+}
 # 0008: the tool's private keys are sealed in place, under a new name.
 RENAMED_COLUMNS = {("lti_tool_keys", "private_key_pem"): "private_key_sealed"}
 
@@ -222,5 +226,31 @@ def test_sqlite_foreign_keys_are_checked_before_a_migration_commits(tmp_path: Pa
         with pytest.raises(MigrationFailed, match="1 rows would point at rows that do not exist"):
             upgrade_database(database_url)
         assert database_revision(engine) == "0022"
+    finally:
+        engine.dispose()
+
+
+def test_a_populated_database_downgrades_to_an_older_release(tmp_path: Path) -> None:
+    """Back to 0010 (the head of d686a88): what the later migrations added goes with them, the
+    rows that were there before stay (docs/operations.md#upgrade)."""
+    database_url = Settings(data_dir=tmp_path).database_url
+    engine = create_db_engine(database_url)
+    try:
+        expected = build_populated(engine, database_url, until="head")
+        command.downgrade(alembic_config(database_url), "0010")
+        assert database_revision(engine) == "0010"
+        with engine.connect() as connection:
+            found = every_row(connection, {"users", "submissions", "courses", "assignments"})
+        assert {key[0] for key in found["users"]} == {"user-admin", "user-teacher"} | {
+            f"user-learner-{n}" for n in (1, 2, 3)
+        }
+        assert all(row["password_hash"] == fixture_hash() for row in found["users"].values())
+        for key, row in found["submissions"].items():
+            old = expected["submissions"][key]
+            assert (row["score"], row["override_score"]) == (old["score"], old["override_score"])
+        assert len(found["submissions"]) == len(expected["submissions"])
+        # And up again (what the downgrade dropped stays dropped: a token's submissions forget it).
+        upgrade_database(database_url)
+        assert database_revision(engine) == head_revision()
     finally:
         engine.dispose()

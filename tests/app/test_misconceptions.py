@@ -16,7 +16,7 @@ from app.courses.attempts import Attempt, LearnerAttempts
 from app.courses.item_analysis import item_analysis
 from app.courses.misconceptions import START, misconception_map
 from app.db import SessionFactory
-from app.models import ExerciseOpen, utc_now
+from app.models import ExerciseOpen, Submission, utc_now
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.app.people import graded, make_course, make_user, sign_in
 from tests.app.test_gradebook import wait_for
@@ -137,6 +137,24 @@ def test_item_analysis_by_attempt_histograms_and_time_to_solve() -> None:
     assert [r.label for r in rows][-1] == "10+" and rows[-1].attempts == 5
 
 
+def test_item_analysis_has_each_checks_pass_rate_least_passed_first() -> None:
+    def tried(key: str, *runs: tuple[tuple[str, bool], ...]) -> LearnerAttempts:
+        made = [
+            Attempt(f"{key}{i}", "incorrect", 0, 10.0, NOW - timedelta(hours=5 - i), False, checks)
+            for i, checks in enumerate(runs)
+        ]
+        return LearnerAttempts(key, key.title(), "", made, None)
+
+    eve = tried("eve", (("runs", True), ("clears", False)), (("runs", True), ("clears", True)))
+    fin = tried("fin", (("runs", True), ("clears", False)))
+    rates = {r.check_id: r for r in item_analysis([eve, fin]).checks}
+    assert [r.check_id for r in item_analysis([eve, fin]).checks] == ["clears", "runs"]
+    assert rates["clears"].attempts == 3
+    assert rates["clears"].passed_percent == pytest.approx(100 / 3)
+    assert rates["clears"].failing_now == 1  # Fin, at his latest attempt; Eve passes it now
+    assert (rates["runs"].passed_percent, rates["runs"].failing_now) == (100, 0)
+
+
 def _class(sessions: SessionFactory) -> str:
     make_user(sessions, "teacher@example.org")
     make_user(sessions, "ann@example.org", name="Ann")
@@ -187,6 +205,28 @@ def test_a_learner_graded_three_times_on_one_mistake_is_on_the_map_and_stuck(
     assert re.search(r'href="/submissions/[0-9a-f-]{36}">Gradients not cleared', stuck)
     assert "Start to Gradients not cleared before backward: 1" in page.text  # the chart's words
     assert 'role="img"' in page.text
+
+    # Beside her name, what the instructor can do: an extension, the hints she opened, a mail.
+    with sessions() as session:
+        ann_id, latest = session.execute(
+            select(Submission.user_id, Submission.id).order_by(Submission.created_at.desc())
+        ).first()  # type: ignore[misc]
+    assert "Hints opened</th>" in page.text and ">none</td>" in stuck
+    token = re.search(r'name="csrf_token" value="([^"]+)"', ann.get(f"/submissions/{latest}").text)
+    assert token is not None
+    ann.post(f"/submissions/{latest}/hints", data={"level": "1", "csrf_token": token[1]})
+    stuck = teacher.get(map_path).text.split('id="stuck-heading"', 1)[1].split("</section>", 1)[0]
+    assert "Gradients not cleared before backward: 1 of 3" in stuck
+    assert (
+        f'href="/courses/{course_id}/extensions?learner={ann_id}&amp;exercise={EXERCISE}' in stuck
+    )
+    assert 'href="mailto:ann%40example.org?subject=' in stuck
+    # Item analysis: each check's pass rate, the least passed first.
+    rates = page.text.split('class="data compact cards check-rates"', 1)[1].split("</table>", 1)[0]
+    assert re.search(r"<code>[\w-]+</code></th><td[^>]*>3</td>\s*<td[^>]*>0%</td>", rates)
+    checks_csv = teacher.get(f"{map_path}.csv?table=checks").text.splitlines()
+    assert checks_csv[0] == "check,attempts,passed_percent,learners_failing_now"
+    assert checks_csv[1].endswith(",3,0.0,1")
 
 
 def test_map_pages_and_csv_for_instructors_only(

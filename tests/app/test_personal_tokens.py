@@ -330,6 +330,16 @@ def test_the_practice_check_judges_a_hostile_trace_in_words_and_stores_nothing(
     garbage: list[dict[str, Any]] = [{"trace": []}, {"trace": "x"}, {}, {"trace": {}, "score": 10}]
     for body in garbage:
         assert check(body).status_code == 422
+    deep = '{"trace": {"status": "ran", "cases": ' + "[" * 5000 + "]" * 5000 + "}}"
+    nested = httpx.post(
+        url,
+        content=deep,
+        headers={**bearer(secret), "Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert nested.status_code == 400
+    huge = {"trace": {"status": "ran", "cases": [{"id": "basic", "records": [{"x": 1}] * 200000}]}}
+    assert check(huge).status_code == 413
     unknown = httpx.post(
         f"{server_url}/api/v1/me/exercises/nope/practice-check",
         json={"trace": {}},

@@ -58,17 +58,23 @@ def test_every_page_marks_practice_and_points_to_the_course(
     assert "practice counts in no course and no gradebook" in practice
     item = practice.split(f'href="/exercises/{EXERCISE}"', 1)[1].split("</li>", 1)[0]
     assert "Practice:</span>" in item and "Solved" in item.split("Counts in", 1)[0]
-    # Beside it, the course where it counts, and that it is not tried there.
+    # Beside it, the course where it counts, and that it is not started there.
     assert f'Counts in <a href="{course_exercise}">Deep Learning 101</a>' in item
-    assert "Not tried" in item.split("Counts in", 1)[1]
+    assert "Not started" in item.split("Counts in", 1)[1]
 
     page = _text(lee.get(f"/exercises/{EXERCISE}"))
     assert "Practice</span></h1>" in page
     assert "counts in no course and no gradebook" in page
     steer = page.split('class="panel notice course-steer"', 1)[1].split("</p>", 1)[0]
     assert "You are enrolled in <strong>Deep Learning 101</strong>" in steer
-    assert "(not tried there)" in steer
-    assert f'<a class="button" href="{course_exercise}">Do it in Deep Learning 101</a>' in steer
+    assert "(not started there)" in steer
+    do_it = f"{course_exercise}?code=practice"
+    assert f'<a class="button" href="{do_it}">Do it in Deep Learning 101</a>' in steer
+    # It opens the course's exercise on Lee's practice code, not on the starter.
+    there = lee.get(do_it)
+    editor = re.search(r'<textarea id="code"[^>]*>(.*?)</textarea>', there.text, re.S)
+    assert editor is not None and html.unescape(editor[1]).strip() == CORRECT_CODE.strip()
+    assert "not submitted in Deep Learning 101 yet" in _text(there)
 
     result = _text(lee.get(f"/submissions/{practice_id}/result"))
     assert "Practice: counts in no course" in result

@@ -114,7 +114,9 @@ def test_the_account_page(
     expect(page.get_by_label("Shown to your instructors")).to_have_value("Owner Renamed")
 
     page.get_by_role("button", name="Sign out everywhere else").click()
-    expect(page.locator("#account-notice")).to_have_text("Every other browser is signed out.")
+    expect(page.locator("#account-notice")).to_have_text(
+        "Every other browser is signed out, and your personal tokens are revoked."
+    )
     expect(page.locator("#sessions tbody tr")).to_have_count(1)
     expect(page.locator("#sessions")).to_contain_text("(this browser)")
     other.goto("/account")

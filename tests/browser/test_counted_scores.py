@@ -23,7 +23,10 @@ from tests.browser.conftest import (
 )
 
 TEACHER = "tess@example.edu"
-LATE_WORDS = "counts 8/10: submitted 2 h late, -20%"
+LATE_WORDS = (
+    "Submitted 2 hours late: 1 started day \N{MULTIPLICATION SIGN} 20% = \N{MINUS SIGN}20% "
+    "(a day counts from its first minute); counts 8/10"
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,7 @@ def test_an_override_of_an_older_attempt_says_the_solve_still_counts(
     ask_to_override(page, "7", "partial credit")
     confirm = page.locator(".confirm-override")
     expect(confirm.get_by_role("heading")).to_have_text("Override this score to 7?")
+    expect(confirm.get_by_role("heading")).to_be_focused()  # not <body>
     expect(confirm).to_contain_text(
         "This does not change the counted score: a better attempt counts (10)."
     )
@@ -87,7 +91,9 @@ def test_an_override_of_an_older_attempt_says_the_solve_still_counts(
         'td[data-label^="One training step"]'
     )
     expect(ben_cell).to_contain_text("8")
-    expect(ben_cell.locator(".tag")).to_have_text("late \N{MINUS SIGN}20%")
+    # The tag marks it; the one wording of lateness is its title and what a screen reader says.
+    expect(ben_cell.locator(".tag")).to_have_text(f"late \N{MINUS SIGN}20% ({LATE_WORDS})")
+    expect(ben_cell.locator(".tag")).to_have_attribute("title", LATE_WORDS)
     page.goto(f"/courses/{course['course']}/audit")
     expect(page.locator(".audit-log li").first).to_contain_text(
         "score 3 → 7: “partial credit”; the counted score stays 10."

@@ -219,8 +219,14 @@ def test_desktop_one_page_loop(
 
     # A syntax error: said at once with its line, the line marked, nothing stored.
     write_code(page, SYNTAX_ERROR_ON_LINE_2)
-    page.keyboard.press("Control+Enter")
+    # From the keyboard: Tab to Submit, Enter. The message takes the focus (not <body>) and is
+    # said once: no alert beside it, and the editor's mark has words of its own.
+    page.get_by_role("button", name="Submit for grading").focus()
+    page.keyboard.press("Enter")
     expect(page.locator("#form-error")).to_contain_text("Syntax error on line 2")
+    expect(page.locator("#form-error")).to_be_focused()
+    assert page.locator("#form-error").get_attribute("role") is None
+    expect(page.locator("#code-marks")).not_to_contain_text("Syntax error")
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "2")
     expect(page.locator(".cm-marked-line")).to_have_count(1)
     expect(page.locator(".cm-marked-line")).to_contain_text("loss = (1 +")
@@ -230,7 +236,7 @@ def test_desktop_one_page_loop(
     # Ctrl+Enter submits in the background: queued, running with its seconds, then the
     # result in place, the code still in the editor, the page never left.
     this_exercise = page.locator("#unit-strip li.current .state")
-    expect(this_exercise).to_have_text("○ Not tried")
+    expect(this_exercise).to_have_text("○ Not started")
     page.evaluate("window.stayedOnThePage = true")
     write_code(page, RAISES_ON_LINE_6)
     page.keyboard.press("Control+Enter")

@@ -59,7 +59,7 @@ def course_id(module_sessions: SessionFactory) -> str:
 def give_extension(page: Page, learner_name: str, new_due: str) -> None:
     """From the extensions page (learner chosen or not), through the confirmation."""
     page.get_by_label("Learner", exact=True).select_option(label=f"{learner_name} ({LEARNER})")
-    page.get_by_label("Exercise").select_option(value=EXERCISE)
+    page.get_by_label("Exercise", exact=True).select_option(value=EXERCISE)
     page.get_by_label("Their due date").fill(new_due)
     page.get_by_role("button", name="Review the change…").click()
 
@@ -80,11 +80,14 @@ def test_desktop_extension_from_the_gradebook_and_a_limit(
     give_extension(page, "Lee Learner", new_due)
     confirm = page.locator(".confirm-extension")
     expect(confirm).to_contain_text("The learner's counted score changes from 5 to 10.")
+    # The page lands on the question, not on <body>; then on what was done.
+    expect(page.locator("#confirm-extension-heading")).to_be_focused()
     expect(confirm.locator(".extension-changes li")).to_have_count(1)
     assert_accessible_basics(page)
     screenshot(page, "desktop-extension-confirm")
     page.get_by_role("button", name="Confirm extension").click()
     expect(page.locator("p.notice")).to_have_text("Extension saved.")
+    expect(page.locator("p.notice")).to_be_focused()
     expect(page.locator(".extensions-given tbody tr")).to_have_count(1)
     expect(page.locator(".extensions-given tbody th")).to_have_text("Lee Learner")
 
@@ -124,7 +127,7 @@ def test_framed_by_another_origin(
         teacher.goto(f"{lms_origin}/frame?src=/courses/{course_id}/extensions")
         frame = teacher.frame_locator("iframe")
         frame.get_by_label("Learner", exact=True).select_option(label=f"Max Other ({OTHER})")
-        frame.get_by_label("Exercise").select_option(value=EXERCISE)
+        frame.get_by_label("Exercise", exact=True).select_option(value=EXERCISE)
         later = (utc_now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
         frame.get_by_label("Their due date").fill(later)
         frame.get_by_role("button", name="Review the change…").click()

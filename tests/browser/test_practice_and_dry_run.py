@@ -80,7 +80,11 @@ def test_desktop_practice_is_said_and_leads_to_the_course(
 
     page.goto(f"/exercises/{EXERCISE}")
     page.locator(".course-steer").get_by_role("link", name=f"Do it in {COURSE}").click()
-    page.wait_for_url(f"{base_url}/courses/{course_id}/exercises/{EXERCISE}")
+    page.wait_for_url(f"{base_url}/courses/{course_id}/exercises/{EXERCISE}?code=practice")
+    # On the practice code just solved, not on the starter.
+    page.wait_for_function("() => window.loopgradeEditor")
+    assert page.evaluate("() => window.loopgradeEditor.getValue()").strip() == CORRECT_CODE.strip()
+    expect(page.locator("#carried-notice")).to_contain_text(f"not submitted in {COURSE} yet")
     page.context.close()
 
 
@@ -89,7 +93,7 @@ def test_phone_practice_notice(browser: Browser, base_url: str, course_id: str) 
     page.goto(f"/exercises/{EXERCISE}")
     expect(page.locator(".course-steer")).to_be_visible()
     expect(page.locator(".course-steer").get_by_role("link")).to_have_attribute(
-        "href", f"/courses/{course_id}/exercises/{EXERCISE}"
+        "href", f"/courses/{course_id}/exercises/{EXERCISE}?code=practice"
     )
     assert_accessible_basics(page)
     screenshot(page, "phone-practice-notice")
@@ -143,7 +147,9 @@ def test_framed_by_another_origin(
         # The course's exercise: no practice mark, no notice.
         expect(frame.locator("h1 .practice-tag")).to_have_count(0)
         expect(frame.locator(".course-steer")).to_have_count(0)
-        assert learner.frames[1].url == f"{base_url}/courses/{course_id}/exercises/{EXERCISE}"
+        assert learner.frames[1].url == (
+            f"{base_url}/courses/{course_id}/exercises/{EXERCISE}?code=practice"
+        )
 
         teacher.goto(
             f"{lms_origin}/frame?src=/courses/{course_id}/exercises/{EXERCISE}/regrade?which=all"

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import sandbox
-from graders import exercises, grade, grading
-from graders.exercises import get_exercise, list_exercises, refused_exercises
+from graders import exercises, grade, grading, proving
+from graders.cli import check_exercises
+from graders.exercises import get_exercise, list_exercises, loaded_exercises, refused_exercises
 from graders.grading import GraderFault
 from graders.kinds import KINDS, step_function
 from tests.app.conftest import CORRECT_CODE
@@ -87,15 +88,16 @@ def test_two_folders_with_one_id_load_one_and_refuse_the_other(folders: Path) ->
 def test_a_change_of_the_kind_module_is_a_new_version(
     folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Results graded by the old judge are marked for regrade: the version covers its code."""
-    before = {e.id: e.version for e in list_exercises()}
+    """Results graded by the old judge are marked for regrade: the version covers its code.
+    (The folders as they load: the proof of a new version is not the point here.)"""
+    before = {e.id: e.version for e in loaded_exercises()[0]}
     module = sys.modules[step_function.__name__]
     changed = tmp_path / "step_function.py"
-    changed.write_text(Path(str(module.__file__)).read_text() + "\n# judged differently\n")
+    changed.write_text(Path(str(module.__file__)).read_text() + "\nJUDGED_DIFFERENTLY = True\n")
     monkeypatch.setattr(module, "__file__", str(changed))
     exercises._loaded.cache_clear()
-    after = {e.id: e.version for e in list_exercises()}
-    stepping = {e.id for e in list_exercises() if e.kind == "step-function"}
+    after = {e.id: e.version for e in loaded_exercises()[0]}
+    stepping = {e.id for e in loaded_exercises()[0] if e.kind == "step-function"}
     assert {"train-step", "accumulate-microbatches"} <= stepping < set(before)
     assert {id_ for id_ in before if before[id_] != after[id_]} == stepping
 
@@ -105,7 +107,7 @@ def test_a_change_of_a_shared_judging_module_is_a_new_version_of_every_exercise(
 ) -> None:
     """The replay, the fitting, the harness... judge every exercise: a change of one marks every
     result for regrade; a change of the command line (no part of a grade) marks none."""
-    before = {e.id: e.version for e in list_exercises()}
+    before = {e.id: e.version for e in loaded_exercises()[0]}
     copy = tmp_path / "graders"
     copy.mkdir()
     for path in exercises.GRADERS_DIR.glob("*.py"):
@@ -113,10 +115,12 @@ def test_a_change_of_a_shared_judging_module_is_a_new_version_of_every_exercise(
     monkeypatch.setattr(exercises, "GRADERS_DIR", copy)
     (copy / "cli.py").write_text((copy / "cli.py").read_text() + "\n# said differently\n")
     exercises._loaded.cache_clear()
-    assert {e.id: e.version for e in list_exercises()} == before
-    (copy / "replay.py").write_text((copy / "replay.py").read_text() + "\n# judged differently\n")
+    assert {e.id: e.version for e in loaded_exercises()[0]} == before
+    (copy / "replay.py").write_text(
+        (copy / "replay.py").read_text() + "\nJUDGED_DIFFERENTLY = True\n"
+    )
     exercises._loaded.cache_clear()
-    after = {e.id: e.version for e in list_exercises()}
+    after = {e.id: e.version for e in loaded_exercises()[0]}
     assert after.keys() == before.keys() == set(ALL_IDS)
     assert all(after[id_] != before[id_] for id_ in before)
 
@@ -145,3 +149,94 @@ def test_a_fault_of_the_exercise_is_the_grader_s_not_the_learner_s(
             grade("train-step", CORRECT_CODE, SHARED_LIMITS, runner)
     finally:
         runner.close()
+
+
+# A setting of each kind's own, on a case of a kind that does not read it.
+SETTING_OF_ANOTHER_KIND = {
+    "step-function": ("train-step", "epochs = 2"),
+    "training-loop": ("fix-the-loop", "max_norm = 0.5"),
+    "gradient-pair": ("prove-accumulation", 'grad_state = "none"'),
+    "gradient-reading": ("grad-magnitude", "hidden_features = 16"),
+    "epoch-loop": ("scheduler-epochs", "dropout = 0.3"),
+    "evaluation": ("evaluate", "lr_gamma = 0.1"),
+    "checkpoint": ("resume-training", "micro_batches = 2"),
+}
+
+
+def test_every_kind_is_tried_with_a_setting_of_another() -> None:
+    assert set(SETTING_OF_ANOTHER_KIND) == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(SETTING_OF_ANOTHER_KIND))
+def test_a_setting_the_kind_does_not_read_refuses_the_folder_with_the_kind(
+    folders: Path, kind: str
+) -> None:
+    """Silently ignored, it would grade a case other than the one its author declared."""
+    folder, setting = SETTING_OF_ANOTHER_KIND[kind]
+    toml = folders / folder / "exercise.toml"
+    assert f'kind = "{kind}"' in toml.read_text()
+    toml.write_text(toml.read_text().replace("[[cases]]\n", f"[[cases]]\n{setting}\n", 1))
+    reason = refused_exercises()[folder]
+    name = setting.split(" = ")[0]
+    assert f"{name!r}: kind {kind!r} does not read it" in reason, reason
+    assert "remove it" in reason and "\n" not in reason
+    assert folder not in {e.id for e in list_exercises()}
+
+
+def test_a_folder_whose_reference_the_proof_refuses_is_not_served(folders: Path) -> None:
+    """A reference without zero_grad defines wrong numbers as right: graded against, a correct
+    submission would fail and the bug pass. The server refuses it as check-exercises does."""
+    solution = folders / "train-step" / "solution.py"
+    solution.write_text(solution.read_text().replace("    optimizer.zero_grad()\n", ""))
+    assert "zero_grad" not in solution.read_text()
+    reason = refused_exercises()["train-step"]
+    assert reason.startswith(f"{folders / 'train-step'}: not served, unsound ("), reason
+    assert "the reference solution scores" in reason and "\n" not in reason
+    assert "check-exercises" in reason
+    assert "train-step" not in {e.id for e in list_exercises()}
+    with pytest.raises(exercises.UnknownExercise):
+        grade("train-step", CORRECT_CODE)
+
+
+def test_check_exercises_counts_every_problem_and_names_a_shared_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exercise missing its `correct` words is not `ok`, its count is the lines said under
+    it, and two exercises at one place are named (the default order between them a guess)."""
+    copy = tmp_path / "exercises"
+    shutil.copytree(REPO_EXERCISES / "train-step", copy / "train-step")
+    shutil.copytree(REPO_EXERCISES / "train-step", copy / "train-step-again")
+    toml = copy / "train-step-again" / "exercise.toml"
+    text = toml.read_text().replace('id = "train-step"', 'id = "train-step-again"', 1)
+    toml.write_text("\n".join(line for line in text.splitlines() if not line.startswith("correct")))
+    monkeypatch.setattr(exercises, "EXERCISES_DIR", copy)
+    assert check_exercises() == 1
+    said = capsys.readouterr().out
+    position = get_exercise("train-step").position
+    assert f"{position}. train-step (" in said and ": ok\n" in said
+    assert f"{position}. train-step-again (" in said and "): 1 problem(s)\n" in said, said
+    problems = [line for line in said.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 2, said
+    assert f"{copy / 'train-step-again'}/exercise.toml: correct: missing" in said
+    assert (
+        f"position {position}: {copy / 'train-step'} and {copy / 'train-step-again'} share it"
+        in said
+    )
+
+
+def test_a_proof_that_stops_refuses_its_folder_not_the_server(
+    folders: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = proving.proven_problems
+
+    def stopping(exercise: exercises.Exercise) -> list[str]:
+        if exercise.id == "train-step":
+            raise RuntimeError("the proof broke\non two lines")
+        return original(exercise)
+
+    monkeypatch.setattr(proving, "proven_problems", stopping)
+    reason = refused_exercises()["train-step"]
+    assert reason.endswith(
+        "train-step: the proof stopped: RuntimeError: the proof broke on two lines"
+    )
+    assert [e.id for e in list_exercises()] == [e for e in ALL_IDS if e != "train-step"]

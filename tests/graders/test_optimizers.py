@@ -18,6 +18,7 @@ from graders.harness import build_case, optimizer_state
 from graders.judging import batch_of, case_data, loss_and_gradients
 from graders.kinds.step_function import judge_case, one_step
 from graders.optimizers import declared_optimizer
+from graders.proving import judge_source
 from tests.graders.conftest import SHARED_LIMITS
 
 
@@ -189,6 +190,26 @@ def test_the_second_units_bugs_are_named_in_the_warm_pool(
         assert exercise.correct in warm.feedback
     if diagnosis == "not-started":
         assert warm.score == 0
+
+
+def test_an_adam_built_anew_every_call_is_optimizer_recreated() -> None:
+    """Every update is a new Adam's first step (its averages and step count start again), not
+    the given Adam's: the model of a state that starts again fits, and the harness saw an
+    optimizer made of the weight, so it is named optimizer-recreated, with words true of Adam."""
+    source = (
+        "import torch\n\n"
+        "def train_step(model, optimizer, loss_fn, x, y):\n"
+        "    mine = torch.optim.Adam(model.parameters(), lr=optimizer.param_groups[0]['lr'])\n"
+        "    mine.zero_grad()\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    loss.backward()\n"
+        "    mine.step()\n"
+        "    return loss.item()\n"
+    )
+    report = judge_source(get_exercise("adam-step"), source)
+    assert report.diagnosis == "optimizer-recreated", report.feedback
+    assert "Adam's running averages and step count" in report.feedback
+    assert "plain SGD" not in report.feedback
 
 
 def test_a_momentum_buffer_that_differs_is_said_in_one_phrase() -> None:

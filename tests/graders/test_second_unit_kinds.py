@@ -284,3 +284,26 @@ def test_eval_mode_is_decided_by_the_loss_not_by_the_forwards_seen() -> None:
     assert [check.id for check in failed] == ["no-graph"], report.feedback
     assert failed[0].max_points == 0 and report.score == evaluate.max_score
     assert report.diagnosis == "missing-no-grad"
+
+
+def test_a_schedule_whose_rates_never_moved_the_weights_earns_no_rate_points() -> None:
+    """scheduler.step() where optimizer.step() belongs: the schedule's rates change, but no
+    step applies them, so learning-rates fails with the weights' own words."""
+    source = (
+        "def train(model, optimizer, scheduler, loss_fn, batches, epochs):\n"
+        "    means = []\n"
+        "    for epoch in range(epochs):\n"
+        "        total = 0.0\n"
+        "        for x, y in batches:\n"
+        "            optimizer.zero_grad()\n"
+        "            loss = loss_fn(model(x), y)\n"
+        "            loss.backward()\n"
+        "            scheduler.step()\n"
+        "            total += loss.item()\n"
+        "        means.append(total / len(batches))\n"
+        "    return means\n"
+    )
+    report = judge_source(exercise("scheduler-epochs"), source)
+    rates = next(check for check in report.checks if check.id == "learning-rates")
+    assert not rates.passed and rates.points == 0
+    assert "the weights never moved from where they started" in rates.message

@@ -16,6 +16,7 @@ import sandbox
 from graders import grade
 from graders.exercises import get_exercise
 from graders.grading import HIDDEN_FAILURES
+from graders.proving import judge_source
 
 EXERCISE = get_exercise("train-step")
 FULL = EXERCISE.max_score
@@ -267,3 +268,22 @@ def test_plots_cover_visible_cases_only(grading_runner: sandbox.Runner) -> None:
     assert cases == {c.id for c in EXERCISE.cases if not c.hidden}
     loss = next(p for p in report.plots if p.label == "loss")
     assert len(loss.learner) == len(loss.reference) >= 3
+
+
+def test_a_mean_loss_divided_by_the_batch_size_again_is_named_for_it() -> None:
+    """A scale of 1/B is another constant in each case (batches of 8 and 5 visible, 16 and 4
+    hidden): fitted as a function of the case, not as one number, and told as that."""
+    report = judge_source(
+        EXERCISE,
+        code("""
+            def train_step(model, optimizer, loss_fn, x, y):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y) / len(x)
+                loss.backward()
+                optimizer.step()
+                return loss.item() * len(x)
+        """),
+    )
+    assert report.diagnosis == "loss-divided-by-batch", report.feedback
+    assert report.score < FULL
+    assert "divided by the batch's size, in every case" in report.feedback

@@ -6,31 +6,35 @@
 // without JavaScript the submission page's refresh brings them.
 "use strict";
 (function () {
-  // Hints for a result that came in after the page opened: on the submission page in the
-  // placeholder left for them, on the exercise page under the result shown in place.
+  // Hints for a result that came in after the page opened: on the submission page and on the
+  // exercise page (the result shown in place), in the result's own place for them, right
+  // after its feedback (_result.html's .result-next-steps).
   document.addEventListener("loopgrade:updated", function (event) {
     const section = event.detail;
     if (!section) return;
-    const pending = document.querySelector("#hints[data-hints-pending]");
+    const pending = document.querySelector("[data-hints-pending]");
     const ownPage = section.id === "live-result" && section.querySelector(".result-link a");
     if (pending && section.dataset.finished === "true") {
-      pending.removeAttribute("data-hints-pending");
-      bringHints(location.pathname, function (fresh) { pending.replaceWith(fresh); });
+      pending.remove();
+      bringHints(location.pathname, function (fresh) { placeHints(section, fresh); });
     } else if (ownPage) {
-      bringHints(ownPage.getAttribute("href"), function (fresh) {
-        const shown = document.getElementById("hints");
-        if (shown) shown.remove();
-        ownPage.parentNode.before(fresh);
-      });
+      bringHints(ownPage.getAttribute("href"), function (fresh) { placeHints(section, fresh); });
     }
   });
+
+  function placeHints(section, fresh) {
+    const shown = document.getElementById("hints");
+    if (shown) shown.remove();
+    const slot = section.querySelector(".result-next-steps");
+    if (slot) slot.prepend(fresh);
+  }
 
   function bringHints(url, place) {
     fetch(url, { cache: "no-store", credentials: "same-origin" })
       .then(function (response) { return response.text(); })
       .then(function (html) {
         const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("hints");
-        if (fresh && !fresh.hasAttribute("data-hints-pending")) place(fresh);
+        if (fresh) place(fresh);
       })
       .catch(function () { /* the result's own page shows them */ });
   }

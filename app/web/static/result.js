@@ -259,6 +259,9 @@
   const errorBox = document.getElementById("form-error");
   const panel = document.getElementById("live-result");
   const panelBody = panel.querySelector(".live-result-body");
+  // "Next exercise": in the result, right after its feedback and hints, once one is shown;
+  // back in its own place while the next submission is sent and graded.
+  const nextExercise = document.getElementById("next-exercise");
   let sending = false;
   let stopFollowing = null;
   let plainPost = false;
@@ -348,6 +351,7 @@
     if (stopFollowing) stopFollowing();  // the panel is this submission's now
     stopFollowing = null;
     panel.hidden = false;
+    if (nextExercise) panel.after(nextExercise);
     panelBody.replaceChildren(statusLine("Sending your code…", true));
     announce("Sending your code…");
     let response;
@@ -374,6 +378,7 @@
       panel.hidden = true;
       announce("");
       showError("Your code could not be sent: the server did not answer. It is still in the editor; try again.");
+      errorBox.focus();
       return;
     }
     const type = response.headers.get("content-type") || "";
@@ -397,8 +402,10 @@
       panel.hidden = true;
       announce("");
       showError(answer.detail || "The submission was not accepted.");
-      if (answer.line) mark(editor, answer.line, answer.detail);
-      else editor.focus();
+      // The message takes the focus and is said once, as focused; the editor's mark has words
+      // of its own (its live region would say the message a second time).
+      if (answer.line) mark(editor, answer.line, "The message above the editor is about this line");
+      errorBox.focus();
       return;
     }
     // Accepted: the learner may edit and submit again while this one is graded.
@@ -422,6 +429,8 @@
       a.textContent = "This result on its own page";
       link.appendChild(a);
       panelBody.replaceChildren(fresh, link);
+      const nextSteps = panelBody.querySelector(".result-next-steps");
+      if (nextSteps && nextExercise) nextSteps.append(nextExercise);
       document.dispatchEvent(new CustomEvent("loopgrade:updated", { detail: panel }));
       if (done.line) mark(editor, done.line, "Your code failed on this line");
       const headline = announceHeadline(panelBody);
