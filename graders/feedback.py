@@ -115,7 +115,8 @@ def explanation(code: str, exercise: Exercise) -> str:
 
 
 # Keys of what a grade says besides its diagnosis, with a diagnosis's code after the colon.
-SECOND, OTHER = "second", "other"
+SECOND, OTHER, SEE_CHECK = "second", "other", "check"
+SEE_CHECK_WORDS = "The first check that fails is `{check}`."
 ANOTHER_FIT = "Another explanation fits your numbers and your calls just as well (`{code}`): "
 SAID_WITH_CODE = {
     SECOND: "Your code makes a second mistake as well (`{code}`): ",
@@ -136,6 +137,8 @@ def render(facts: str, diagnosis: str, exercise: Exercise, keys: Sequence[str] =
         said = claim(key)
         if said is not None:
             parts.append(said.words)
+        elif kind == SEE_CHECK and code:
+            parts.append(SEE_CHECK_WORDS.format(check=code))
         elif kind in SAID_WITH_CODE and code in registry():
             parts.append(SAID_WITH_CODE[kind].format(code=code) + explanation(code, exercise))
     return "\n\n".join(part for part in parts if part)

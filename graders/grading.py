@@ -28,7 +28,7 @@ from graders.claims import TEXTBOOK_ORDER
 from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
 from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
-from graders.feedback import error_concept, learner_text, render
+from graders.feedback import SEE_CHECK, error_concept, learner_text, render
 from graders.fix_replay import with_fix
 from graders.judging import check
 from graders.kinds import SANDBOX_PROGRAM, kind_of
@@ -718,10 +718,14 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         for check_id, points in exercise.checks.items()
     ]
     verdict = diagnose(exercise, traces, trusted, checks)
-    first_failure = next((c.message for c in checks if not c.passed), None)
+    first_failure = next((c.id for c in checks if not c.passed), None)
     claims = praised_calls(exercise, traces) if verdict.diagnosis == "correct" else []
+    if first_failure is not None and verdict.diagnosis == "incorrect":
+        # No diagnosis explains it: the feedback points at the check, which says what differs
+        # (said once, in the checks table, not repeated here).
+        claims.insert(0, f"{SEE_CHECK}:{first_failure}")
     claims += verdict.said
-    facts = "\n\n".join(part for part in (first_failure, verdict.note) if part)
+    facts = verdict.note
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases

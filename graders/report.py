@@ -80,14 +80,15 @@ class GradeReport(BaseModel):
     feedback: str = Field(description="Markdown explanation in the words of the lesson.")
     facts: str = Field(
         default="",
-        description="What the grader found in this submission, in numbers (the first failing "
-        "check, what a fitted model showed): the feedback is these facts with the words of the "
+        description="What the grader found in this submission, in numbers (what a fitted "
+        "model showed, a failed run's error): the feedback is these facts with the words of the "
         "diagnosis and of the claims, rendered when read.",
     )
     claims: list[str] = Field(
         default=[],
         description="What else is said, by key: the claims that held (graders.claims), a "
-        "second mistake (`second:CODE`), another diagnosis that fits (`other:CODE`).",
+        "second mistake (`second:CODE`), another diagnosis that fits (`other:CODE`), the "
+        "first failing check when no diagnosis explains it (`check:ID`).",
     )
     plots: list[PlotSeries] = []
     output: str = Field(default="", description="What the code printed in the visible cases.")

@@ -74,8 +74,8 @@ def not_started_report(exercise: Exercise, output: str = "") -> GradeReport:
             Check(id=check_id, passed=False, points=0, max_points=points, message=NOT_SCORED)
             for check_id, points in exercise.checks.items()
         ],
-        feedback=render(NOT_SCORED, "not-started", exercise),
-        facts=NOT_SCORED,
+        # The checks say NOT_SCORED; the feedback says why, once.
+        feedback=render("", "not-started", exercise),
         output=output,
     )
 

@@ -6,6 +6,7 @@ sandbox); the corpus (test_corpus.py) does the same through the real sandbox.
 
 from __future__ import annotations
 
+import runpy
 import shutil
 import textwrap
 from pathlib import Path
@@ -123,9 +124,14 @@ def test_what_no_model_explains_is_incorrect_and_says_what_first_went_wrong() ->
     )
     assert report.diagnosis == "incorrect"
     assert report.other_diagnoses == []
+    # What differs is said once, by the check; the feedback points at it.
+    first = report.checks[[c.passed for c in report.checks].index(False)]
+    assert first.id == "weights-match"
     assert "In case `basic`, call 1: your weights differ from the reference loop's" in (
-        report.feedback
+        first.message
     )
+    assert first.message not in report.feedback
+    assert "The first check that fails is `weights-match`." in report.feedback
 
 
 def test_two_mistakes_in_one_loop_are_both_named() -> None:
@@ -211,10 +217,13 @@ def test_copies_taken_after_the_wrong_passes_are_named() -> None:
 
 def test_every_diagnosis_code_has_words_and_a_line_in_the_docs() -> None:
     docs = (EXERCISES_DIR.parent / "docs" / "exercises.md").read_text()
+    made = runpy.run_path(str(EXERCISES_DIR.parent / "scripts" / "diagnosis_codes.py"))
+    # The committed table is the one made from the declarations: run the script after a change.
+    assert made["with_table"](docs) == docs
     for code in registry():
         name = declared(code).name
         assert name[:1].isupper() and name != code, code
-        assert f"`{code}`" in docs, f"docs/exercises.md does not list {code}"
+        assert f"| `{code}` | {name} |" in docs, f"docs/exercises.md does not list {code}"
     assert diagnosis_name("step-before-backward") == "Step before backward"
     # A code from a newer version (a stored row, say) is shown as it is, not dropped.
     assert diagnosis_name("some-new-code") == "some-new-code"

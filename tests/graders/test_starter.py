@@ -47,7 +47,8 @@ def test_a_starter_edited_without_changing_what_it_does_earns_nothing(exercise: 
     assert failure is None and traces  # it ran, and its trajectory is the starter's
     report = judge_source(exercise, edited)
     assert (report.score, report.diagnosis) == (0, "not-started"), report.feedback
-    assert NOT_SCORED in report.feedback
+    assert NOT_SCORED not in report.feedback  # said once, by the checks
+    assert all(c.message == NOT_SCORED for c in report.checks)
 
 
 def test_a_tuple_of_placeholders_holds_no_copies() -> None:
