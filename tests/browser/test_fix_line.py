@@ -35,7 +35,10 @@ def assert_fix_drawn(page: Page, result: Locator) -> None:
     expect(legend).to_be_visible()
     # Its label in up to two lines (tspans) under the plot.
     lines = legend.evaluate("e => [...e.querySelectorAll('tspan')].map(t => t.textContent)")
-    assert " ".join(lines) == "your loop with optimizer.zero_grad() before backward()"
+    # This fix is the reference's loop: the label says so, the dotted line lying on its line.
+    assert " ".join(lines) == (
+        "your loop with optimizer.zero_grad() before backward() Your fix matches the reference."
+    )
     assert SAID in (chart.locator("desc").text_content() or "")
     expect(result.locator(".charts figcaption")).to_contain_text(
         "dotted: your own loop replayed with only its mistake fixed"
