@@ -5,7 +5,8 @@ report = grade("train-step", source)   # a GradeReport
 graded = grade_with_release("train-step", source)   # and when it may be shown (the server's)
 """
 
-from graders.grading import Graded, grade, grade_with_release
+from graders.grade_by_id import grade, grade_with_release
+from graders.grading import Graded
 from graders.report import Check, GradeReport
 
 __all__ = ["Check", "GradeReport", "Graded", "grade", "grade_with_release"]

@@ -8,15 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from graders.exercises import (
-    CaseSpec,
-    Exercise,
-    UnknownExercise,
-    get_exercise,
-    list_exercises,
-    loaded_exercises,
-)
-from graders.grading import grade
+from graders.exercise import CaseSpec, Exercise
+from graders.exercises import UnknownExercise, get_exercise, list_exercises, loaded_exercises
+from graders.grade_by_id import grade
 from graders.hints import hint_problems
 from graders.kinds import SANDBOX_PROGRAM
 from graders.notebook import NotebookError, code_from_file

@@ -8,12 +8,13 @@ and `wrong-return-type` in `graders.diagnosis`, `not-started` in `graders.starte
 models' codes in `graders.fitting`, and each kind's own codes in its module under
 `graders/kinds` (`ExerciseKind.diagnoses`). Everything else derives from these records: the
 names pages show (`graders.report.diagnosis_name`), the feedback's words
-(`graders.feedback.explanation`), the shared hints (`graders.hints`), the codes
+(`graders.feedback.diagnosis_words`), the shared hints (`graders.hints`), the codes
 `exercise.toml` and `hints.toml` may name, and the list in docs/exercises.md.
 
-`registry()` collects them once and refuses, loudly, a code declared twice or a record with a
-piece missing; `declared(code)` raises `UnknownDiagnosis` for a code nobody declared, so a typo
-fails where it is made, never as a silently missing sentence.
+`install` registers them once (`graders.grading` does, as the package loads) and refuses,
+loudly, a code declared twice or a record with a piece missing; `declared(code)` raises
+`UnknownDiagnosis` for a code nobody declared, so a typo fails where it is made, never as a
+silently missing sentence.
 
 Words are not judged: `graders.exercises` leaves the text fields of these records out of an
 exercise's version (`WORD_FIELDS`), so rewording a diagnosis marks no result for regrade.
@@ -21,9 +22,8 @@ exercise's version (`WORD_FIELDS`), so rewording a diagnosis marks no result for
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -105,21 +105,24 @@ def _checked(records: list[Declared]) -> dict[str, Declared]:
     return found
 
 
-@functools.cache
+# Filled once, by `install`, from the modules that declare them: they sit above this one
+# (each imports the report, whose codes are checked here), so this one imports none of them.
+_REGISTRY: dict[str, Declared] = {}
+
+
+def install(records: Iterable[Declared]) -> None:
+    """Register every declared diagnosis, in the order of the modules that declare them; done
+    once, by `graders.grading` (the module that imports them all) as the package loads."""
+    if _REGISTRY:
+        raise DiagnosisDeclarationError("the diagnoses are installed already")
+    _REGISTRY.update(_checked(list(records)))
+
+
 def registry() -> dict[str, Declared]:
     """Every declared diagnosis by code, in the order of the modules that declare them."""
-    # Imported here: these modules import the report, which names codes through this one.
-    from graders import diagnosis, fitting, grading, starter
-    from graders.kinds import KINDS
-
-    records = [
-        *diagnosis.DECLARED,
-        *grading.DECLARED,
-        *starter.DECLARED,
-        *fitting.DECLARED,
-        *(record for kind in KINDS.values() for record in kind.diagnoses),
-    ]
-    return _checked(records)
+    if not _REGISTRY:
+        raise DiagnosisDeclarationError("no diagnosis installed: import graders first")
+    return _REGISTRY
 
 
 def declared(code: str) -> Declared:
@@ -136,10 +139,3 @@ def declared(code: str) -> Declared:
 def codes() -> tuple[str, ...]:
     """Every declared code."""
     return tuple(registry())
-
-
-def owner(code: str) -> str:
-    """The kind whose module declares `code`, "" for a code every kind may give."""
-    from graders.kinds import KINDS
-
-    return next((k.name for k in KINDS.values() if any(d.code == code for d in k.diagnoses)), "")

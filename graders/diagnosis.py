@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graders.diagnoses import Declared, Hint
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 from graders.explanation import (
     RETURN_FIELDS,
     TYPE_FIELDS,

@@ -1,4 +1,6 @@
-"""Exercises as data: one folder each under `exercises/`, read from `exercise.toml`.
+"""Exercises as data: one folder each under `exercises/`, read from `exercise.toml`, checked
+against the kinds, and served once proven sound (`graders.proving`). What an exercise is, is
+`graders.exercise`.
 
 A folder whose configuration is wrong (a check, kind or diagnosis code the grader does not
 know, a missing field) is refused when exercises load, with a one-line reason that names the
@@ -17,12 +19,12 @@ import sys
 import threading
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from graders.optimizers import OptimizerFields
-from graders.report import Diagnosis
+from graders.exercise import KIND_SETTINGS, Exercise
+from graders.kinds import KINDS, kind_of
+from graders.proving import proven_problems
 from graders.syntax import parse_module
 
 EXERCISES_DIR = Path(
@@ -30,125 +32,11 @@ EXERCISES_DIR = Path(
 )
 
 
-# Bounds on an exercise's cases. The hidden ones reach the harness as one later input, which a
-# pipe holds whole (sandbox.supervise.LATER_INPUT_MAX_BYTES): so many cases at their largest
-# fit in it with room to spare (tests/graders/test_unit.py), and an exercise cannot be loaded
-# that would fail every grading.
-MAX_CASES = 64
-MAX_CASE_ID_CHARS = 48
-
-
 log = logging.getLogger(__name__)
 
 
 class UnknownExercise(KeyError):
     """No exercise has this id."""
-
-
-class CaseSpec(OptimizerFields):
-    """One fixed-seed problem; `hidden` cases show the learner only the check and its message.
-
-    Its optimizer and the optimizer's settings are the fields of `OptimizerFields`.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    id: str = Field(min_length=1, max_length=MAX_CASE_ID_CHARS)
-    seed: int = Field(ge=0, lt=2**32)
-    in_features: int = Field(ge=1, le=64)
-    out_features: int = Field(ge=1, le=64)
-    batch_size: int = Field(ge=1, le=256)
-    steps: int = Field(ge=1, le=50, description="Calls of the function, or batches per epoch.")
-    stale_grads: bool = False
-    micro_batches: int = Field(default=0, ge=0, le=16, description="Micro-batches per call.")
-    epochs: int = Field(default=0, ge=0, le=20, description="Epochs, for whole-loop cases.")
-    max_norm: float | None = Field(
-        default=None, gt=0, description="Passed to the function as its last argument."
-    )
-    grad_state: Literal["present", "none", "zeros", "mixed"] = "present"
-    # The `evaluation` kind's model: Linear, BatchNorm1d, ReLU, Dropout(p), Linear.
-    hidden_features: int = Field(default=8, ge=1, le=64, description="Width of the hidden layer.")
-    dropout: float = Field(default=0.5, gt=0, lt=1, description="The dropout layer's p.")
-    # The `epoch-loop` kind's scheduler: StepLR(optimizer, lr_step_size, lr_gamma).
-    lr_step_size: int = Field(default=1, ge=1, le=20, description="Epochs per decay.")
-    lr_gamma: float = Field(default=0.5, gt=0, lt=1, description="The decay of each step.")
-    hidden: bool = False
-
-    def harness_spec(self) -> dict[str, Any]:
-        """What the harness needs to build the case; whether it is hidden is not its business."""
-        return self.model_dump(exclude={"hidden"})
-
-
-# The case settings only some kinds read (each kind names its own: ExerciseKind.case_settings);
-# the others (the model's shape, the data, the optimizer, stale_grads, hidden) every kind reads.
-KIND_SETTINGS = frozenset(
-    {
-        "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
-        "lr_step_size", "lr_gamma",
-    }
-)  # fmt: skip
-
-
-class Variant(BaseModel):
-    """A known buggy loop, the diagnosis it must get, and the call order one step of it makes."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    id: str
-    file: str
-    diagnosis: Diagnosis
-    calls: list[str] = Field(default_factory=list)
-    note: str = Field(default="", description="Said to a learner whose code behaves like this.")
-    source: str
-
-
-MAX_UNIT_CHARS = 80
-MAX_CORRECT_CHARS = 600
-
-
-class Exercise(BaseModel):
-    """Everything about one exercise: what the learner sees and what the grader checks."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    title: str
-    position: int = Field(description="Place in the course's default order, from 1.")
-    unit: str = Field(
-        default="", max_length=MAX_UNIT_CHARS, description="The unit it is listed under."
-    )
-    correct: str = Field(
-        default="",
-        max_length=MAX_CORRECT_CHARS,
-        description="What a learner whose every check passed is told their code does "
-        "(check-exercises requires it).",
-    )
-    case_seeds: Literal["fixed", "per-learner"] = Field(
-        default="fixed",
-        description="per-learner: each learner's visible cases get seeds of their own "
-        "(for_learner); hidden cases stay as declared.",
-    )
-    kind: str = Field(description="A kind registered in graders.kinds.KINDS.")
-    entry_point: str
-    signature: str
-    prompt_markdown: str
-    starter_code: str
-    solution_code: str
-    checks: dict[str, float]
-    cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
-    variants: list[Variant]
-    version: str = Field(
-        description="Content hash of the folder and of the grader code that judges it."
-    )
-    folder: str = Field(default="", description="Where it was read from, for messages.")
-    solution_file: str = "solution.py"
-    learner_variant: str = Field(
-        default="", description="Set by for_learner: which learner's seeds the cases carry."
-    )
-
-    @property
-    def max_score(self) -> float:
-        return sum(self.checks.values())
 
 
 def _judged_toml(content: bytes) -> bytes:
@@ -258,8 +146,6 @@ def _judged_version(exercise: Exercise) -> str:
     """The folder's hash with the source of the grader code that judges it (its kind's module and
     the shared judging modules): a change of any makes a new version, so results graded before
     are marked for regrade."""
-    from graders.kinds import kind_of
-
     module = sys.modules[kind_of(exercise).record.__module__]
     shared = sorted(p for p in GRADERS_DIR.glob("*.py") if p.name not in NOT_JUDGING)
     digest = hashlib.sha256(exercise.version.encode() + b"\0")
@@ -307,9 +193,6 @@ def judged_source(source: str) -> bytes:
 def configuration_problem(exercise: Exercise) -> str | None:
     """What in the exercise the grader cannot judge (a kind it does not know, a check its kind
     does not make), said as the field and what to do; None when all is known."""
-    # Imported here: the kinds' modules import this one (for CaseSpec and Exercise).
-    from graders.kinds import KINDS
-
     kind = KINDS.get(exercise.kind)
     if kind is None:
         return f"kind: {exercise.kind!r} is no kind: use one of {', '.join(sorted(KINDS))}"
@@ -361,9 +244,6 @@ def _loaded() -> tuple[dict[str, Exercise], dict[str, str]]:
     a folder changed, added or removed is seen at the next restart. A folder that loads is
     served only once proven sound by check-exercises' own proof (graders.proving), which is
     kept per version, so that a restart does not prove it again."""
-    # Imported here: the proof grades, and grading reads this module.
-    from graders.proving import proven_problems
-
     with _proving:  # threads that ask at once: the later ones read the proofs the first kept
         loaded, refused = _read()
         refused = dict(refused)
@@ -421,30 +301,3 @@ def get_exercise(exercise_id: str) -> Exercise:
         return _all_exercises()[exercise_id]
     except KeyError:
         raise UnknownExercise(exercise_id) from None
-
-
-def for_learner(exercise: Exercise, learner_key: str | None) -> Exercise:
-    """The exercise as this learner is graded on it: with `case_seeds = "per-learner"`, each
-    visible case's seed is drawn from (exercise, learner, case), so two learners see different
-    numbers and one learner the same ones every time (a regrade included). Hidden cases, and
-    every case of a fixed exercise or of an anonymous learner (None), stay as declared.
-
-    The version is unchanged (it says which files judged the result); `learner_variant` tells
-    the grader's caches one learner's cases from another's.
-    """
-    if exercise.case_seeds == "fixed" or learner_key is None:
-        return exercise
-    cases = [
-        case
-        if case.hidden
-        else case.model_copy(update={"seed": variant_seed(exercise.id, learner_key, case.id)})
-        for case in exercise.cases
-    ]
-    variant = hashlib.sha256(f"{exercise.id}\0{learner_key}".encode()).hexdigest()[:16]
-    return exercise.model_copy(update={"cases": cases, "learner_variant": variant})
-
-
-def variant_seed(exercise_id: str, learner_key: str, case_id: str) -> int:
-    """A case seed drawn from (exercise, learner, case): stable, and in CaseSpec's range."""
-    digest = hashlib.sha256(f"case-seed\0{exercise_id}\0{learner_key}\0{case_id}".encode())
-    return int.from_bytes(digest.digest()[:8], "big") % 2**32

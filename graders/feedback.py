@@ -2,49 +2,17 @@
 
 Feedback and check messages are markdown in the server's voice. Whatever the learner's code
 chose (an exception's type and message, a traceback, a line of their code, a type name) goes
-into them only through `learner_text`, which shows it verbatim as code.
+into them only through `graders.quoting.learner_text`, which shows it verbatim as code.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Sequence
 
-from graders.diagnoses import declared, owner, registry
-from graders.exercises import Exercise
-
-# Bidirectional overrides and isolates reorder what is shown around them; other invisible
-# format characters hide text. Neither belongs in quoted code.
-_INVISIBLE = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def learner_text(text: str, *, block: bool = False) -> str:
-    """Learner-controlled text as markdown that shows it verbatim, never interpreted.
-
-    Inline, a code span; with `block`, a fenced code block (for a traceback or a line of code).
-    The fence is longer than any run of backticks in the text, so nothing inside can close it,
-    and markdown renderers escape HTML inside code. Control and bidi characters are replaced
-    by U+FFFD so that what is shown is what is there.
-    """
-    cleaned = "".join(
-        "\ufffd"
-        if ch in _INVISIBLE or (unicodedata.category(ch) == "Cc" and ch not in "\n\t")
-        else ch
-        for ch in text
-    )
-    longest = max((len(run) for run in re.findall(r"`+", cleaned)), default=0)
-    if block:
-        fence = "`" * max(3, longest + 1)
-        # On lines of its own wherever it is placed: a fence may interrupt a paragraph.
-        return f"\n{fence}text\n{cleaned.rstrip(chr(10))}\n{fence}\n"
-    fence = "`" * (longest + 1)
-    flat = " ".join(cleaned.split("\n"))
-    # A span that starts or ends with a backtick or a space (or is blank) is padded with a
-    # space at each end, which the renderer strips again.
-    padded = f" {flat} " if not flat.strip(" ") or flat[0] in " `" or flat[-1] in " `" else flat
-    return f"{fence}{padded}{fence}"
-
+from graders.claims import claim
+from graders.diagnoses import declared, registry
+from graders.exercise import Exercise
+from graders.kinds import kind_of, owner
 
 ORDER = "The order is always: **zero, backward, step** — in that order, every iteration."
 
@@ -79,7 +47,7 @@ def error_concept(message: str) -> str:
     return next((words for said, words in ERROR_CONCEPTS.items() if said in message), "")
 
 
-def explanation(code: str, exercise: Exercise) -> str:
+def diagnosis_words(code: str, exercise: Exercise) -> str:
     """What a diagnosis means, in its declared words that are true of this exercise
     (`graders.diagnoses`).
 
@@ -87,9 +55,6 @@ def explanation(code: str, exercise: Exercise) -> str:
     kind owns (only a declared bug could give one), is said as `incorrect` is: nothing false is
     said of the learner's code. Raises UnknownDiagnosis for a code nobody declared.
     """
-    # Imported here: the kinds' modules use this one's learner_text.
-    from graders.kinds import kind_of
-
     kind = kind_of(exercise)
     present = {
         "steps": kind.steps,
@@ -129,9 +94,7 @@ def render(facts: str, diagnosis: str, exercise: Exercise, keys: Sequence[str] =
     a second mistake or another fit (`second:CODE`, `other:CODE`) and of each claim that held
     (`graders.claims`); a key this version does not know is left out. Made when the grade is
     read, so rewording a diagnosis changes no stored grade."""
-    from graders.claims import claim  # the claims' module is a leaf; this keeps it one
-
-    parts = [facts, explanation(diagnosis, exercise)]
+    parts = [facts, diagnosis_words(diagnosis, exercise)]
     for key in keys:
         kind, _, code = key.partition(":")
         said = claim(key)
@@ -140,5 +103,5 @@ def render(facts: str, diagnosis: str, exercise: Exercise, keys: Sequence[str] =
         elif kind == SEE_CHECK and code:
             parts.append(SEE_CHECK_WORDS.format(check=code))
         elif kind in SAID_WITH_CODE and code in registry():
-            parts.append(SAID_WITH_CODE[kind].format(code=code) + explanation(code, exercise))
+            parts.append(SAID_WITH_CODE[kind].format(code=code) + diagnosis_words(code, exercise))
     return "\n\n".join(part for part in parts if part)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from graders.diagnoses import Declared, Hint
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces, agrees, same_numbers
 from graders.judging import as_tensor, call_stream, case_data
 from graders.kind import ExerciseKind

@@ -18,7 +18,7 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.explanation import same_numbers
 from graders.fitting import MAX_CALLS_PER_ITERATION, order_mistakes
 from graders.judging import call_stream, same_trace, within_tolerance

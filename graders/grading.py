@@ -23,15 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sandbox
-from graders import harness
+from graders import diagnoses, diagnosis, fitting, harness, starter
 from graders.claims import TEXTBOOK_ORDER
 from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
-from graders.exercises import CaseSpec, Exercise, for_learner, get_exercise
-from graders.feedback import SEE_CHECK, error_concept, learner_text, render
+from graders.exercise import CaseSpec, Exercise
+from graders.feedback import SEE_CHECK, error_concept, render
 from graders.fix_replay import with_fix
 from graders.judging import check
-from graders.kinds import SANDBOX_PROGRAM, kind_of
+from graders.kinds import KINDS, SANDBOX_PROGRAM, kind_of
+from graders.quoting import learner_text
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
 from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
@@ -226,34 +227,17 @@ class Failure:
     message: str
 
 
-def grade(
-    exercise_id: str,
-    source: str,
-    limits: Limits | None = None,
-    runner: Runner | None = None,
-    learner_key: str | None = None,
-) -> GradeReport:
-    """grade_with_release()'s report, for a caller that shows it to nobody else (the CLI)."""
-    return grade_with_release(exercise_id, source, limits, runner, learner_key).report
-
-
-def grade_with_release(
-    exercise_id: str,
-    source: str,
-    limits: Limits | None = None,
-    runner: Runner | None = None,
-    learner_key: str | None = None,
+def grade_exercise(
+    exercise: Exercise, source: str, limits: Limits | None = None, runner: Runner | None = None
 ) -> Graded:
-    """Grade one submission of an exercise; learner mistakes are reports, never exceptions.
+    """Grade one submission of an exercise as this learner is graded on it
+    (`graders.exercise.for_learner`); learner mistakes are reports, never exceptions.
 
     `runner` is the server's (opened once at start-up); without one, a cold runner is chosen
-    from the environment. `learner_key` names whose cases a per-learner exercise is graded on
-    (graders.exercises.for_learner): the same key gives the same cases, a regrade included.
-    Raises graders.exercises.UnknownExercise, GraderFault when the exercise or the grader is
-    at fault, and sandbox.SandboxUnavailable when this host cannot
-    run untrusted code safely (server faults, not the learner's).
+    from the environment. Raises GraderFault when the exercise or the grader is at fault, and
+    sandbox.SandboxUnavailable when this host cannot run untrusted code safely (server faults,
+    not the learner's).
     """
-    exercise = for_learner(get_exercise(exercise_id), learner_key)
     if is_starter_source(exercise, source):
         return Graded(not_started_report(exercise), time.monotonic())
     budget = hidden_budget(exercise)
@@ -923,4 +907,16 @@ optimizer.step()
 ```""",
         ),
     ),
+)
+
+# Every diagnosis, in the order of the modules that declare them, registered once as the package
+# loads: this module imports all of them, and the registry (below them all) imports none.
+diagnoses.install(
+    [
+        *diagnosis.DECLARED,
+        *DECLARED,
+        *starter.DECLARED,
+        *fitting.DECLARED,
+        *(record for kind in KINDS.values() for record in kind.diagnoses),
+    ]
 )

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.diagnoses import registry
-from graders.exercises import Exercise, list_exercises
+from graders.exercise import Exercise
+from graders.exercises import list_exercises
 
 HINTS_FILE = "hints.toml"
 # The levels, in the order a learner opens them; `fix` is the one a course may withhold.

@@ -15,7 +15,7 @@ import numpy
 import torch
 
 from graders import harness
-from graders.exercises import CaseSpec
+from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.trace import CaseTrace
 

@@ -17,7 +17,7 @@ from graders.judging import KindJudge
 from graders.trace import TraceShape
 
 if TYPE_CHECKING:
-    from graders.exercises import Exercise
+    from graders.exercise import Exercise
     from graders.explanation import Explanation, Traces
     from graders.replay import Replay
 
@@ -35,7 +35,7 @@ class ExerciseKind:
     only what that file defines, each other, and builtins. `replay` is how the learner's
     recorded calls are replayed as a loop, for the kinds that train with an optimizer (None for
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
-    `case_settings`: the case settings of `graders.exercises.KIND_SETTINGS` this kind reads; a
+    `case_settings`: the case settings of `graders.exercise.KIND_SETTINGS` this kind reads; a
     case setting another is refused when the exercise loads, not silently ignored.
     `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
     whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another

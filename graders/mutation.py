@@ -16,7 +16,7 @@ import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 from graders.syntax import parse_module
 
 

@@ -21,7 +21,7 @@ import torch
 from graders import harness
 from graders.claims import CLAIMS
 from graders.diagnosis import explanations
-from graders.exercises import Exercise, Variant, for_learner
+from graders.exercise import Exercise, Variant, for_learner
 from graders.explanation import Traces
 from graders.grading import (
     Failure,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from graders import harness
-from graders.exercises import CaseSpec
+from graders.exercise import CaseSpec
 from graders.judging import call_stream
 from graders.trace import CaseTrace
 

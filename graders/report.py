@@ -6,11 +6,11 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from graders.diagnoses import UnknownDiagnosis, declared, registry
+
 
 def _declared_code(code: str) -> str:
     """A code some module declares (graders.diagnoses); a typo is refused where it is made."""
-    from graders.diagnoses import UnknownDiagnosis, declared  # they import this module
-
     try:
         declared(code)
     except UnknownDiagnosis as exc:
@@ -25,8 +25,6 @@ Diagnosis = Annotated[str, AfterValidator(_declared_code)]
 
 def diagnosis_name(code: str) -> str:
     """The words for a diagnosis code; a code this version does not know is shown as it is."""
-    from graders.diagnoses import registry
-
     record = registry().get(code)
     return code if record is None else record.name
 

@@ -15,7 +15,8 @@ import re
 import shutil
 from pathlib import Path
 
-from graders.exercises import Exercise, ExerciseRefused, load_exercise, loaded_exercises
+from graders.exercise import Exercise
+from graders.exercises import ExerciseRefused, load_exercise, loaded_exercises
 
 EXERCISE_ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 MAX_ID_CHARS = 100  # Submission.exercise_id

@@ -10,7 +10,7 @@ import ast
 import functools
 
 from graders.diagnoses import Declared
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 from graders.feedback import render
 from graders.judging import call_stream, same_trace
 from graders.report import Check, GradeReport

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders import harness
-from graders.exercises import CaseSpec
+from graders.exercise import CaseSpec
 
 ShortText = Annotated[str, Field(max_length=4000)]
 # Field by field, a record is checked against what its kind records (`check_cases`).

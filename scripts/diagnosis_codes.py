@@ -24,7 +24,8 @@ ABOUT = {
 
 def table() -> str:
     """One row per declared code, in the order of the modules that declare them."""
-    from graders.diagnoses import owner, registry
+    from graders.diagnoses import registry
+    from graders.kinds import owner
 
     rows = ["| code | name | given on |", "| --- | --- | --- |"]
     for code, record in registry().items():

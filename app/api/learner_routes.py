@@ -51,7 +51,8 @@ from app.settings import Settings, SettingsDep
 from app.web.charts import line_chart
 from app.web.events import progress_stream_response
 from app.web.sessions import client_address
-from graders.exercises import UnknownExercise, for_learner, get_exercise, list_exercises
+from graders.exercise import for_learner
+from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.grading import judge_visible_trace, trusted_trajectories
 from graders.kinds import SANDBOX_PROGRAM
 from graders.report import diagnosis_name

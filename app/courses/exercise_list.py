@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 from app.audit import AuditAction, record_event
 from app.courses.membership import CourseError, assignments_of, remove_assignment
 from app.models import Assignment, Course, User
-from graders.exercises import MAX_UNIT_CHARS, UnknownExercise, get_exercise
+from graders.exercise import MAX_UNIT_CHARS
+from graders.exercises import UnknownExercise, get_exercise
 
 
 def _row(session: Session, course: Course, exercise_id: str) -> Assignment | None:

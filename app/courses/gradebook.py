@@ -45,7 +45,8 @@ from app.models import (
     SubmissionStatus,
     User,
 )
-from graders.exercises import Exercise, UnknownExercise, get_exercise
+from graders.exercise import Exercise
+from graders.exercises import UnknownExercise, get_exercise
 
 SORTS = ("name", "email", "total")
 FILTERS = {

@@ -30,7 +30,8 @@ from app.models import (
     User,
     utc_now,
 )
-from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
+from graders.exercise import Exercise
+from graders.exercises import UnknownExercise, get_exercise, list_exercises
 
 # No 0/O or 1/I/L: join codes are read aloud and copied from slides.
 JOIN_CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.grading.submissions import SubmissionRejected, check_code, submissions_of
 from app.models import Draft, KeptSubmission, utc_now
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 
 # Long enough to find a password and sign in again; the browser's own copy outlives it.
 KEPT_SUBMISSION_SECONDS = 24 * 3600

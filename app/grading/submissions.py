@@ -430,7 +430,7 @@ class GradingJob:
     learner_key: str | None = None
 
 
-# Whose cases a per-learner exercise grades a submission on (graders.exercises.for_learner):
+# Whose cases a per-learner exercise grades a submission on (graders.exercise.for_learner):
 # read from the stored owner at every claim, so a regrade gets the same cases. Anonymous
 # practice has no learner to vary for: the declared cases.
 LEARNER_KEY: ColumnElement[str | None] = case(

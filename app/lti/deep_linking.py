@@ -21,7 +21,7 @@ from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
 from app.lti.launch import DL_CLAIM, LTI_CLAIM, LTI_VERSION, ValidatedLaunch
 from app.lti.provisioning import EXERCISE_PARAMETER
 from app.web.sessions import sign, unsign
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 
 MAX_DATA_CHARS = 4096
 # Time to pick an exercise; a copied request URL is useless to anyone after it, and before it

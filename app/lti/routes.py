@@ -54,7 +54,7 @@ from app.web.sessions import (
     signed_in_user,
     start_session,
 )
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 
 router = APIRouter(include_in_schema=False)
 

@@ -87,7 +87,8 @@ from app.web.review import (
 )
 from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, signed_in_user
 from app.web.submission_view import submission_context, submission_refused
-from graders.exercises import Exercise, list_exercises, refused_exercises
+from graders.exercise import Exercise
+from graders.exercises import list_exercises, refused_exercises
 from graders.report import diagnosis_name
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)

@@ -60,7 +60,8 @@ from app.web.sessions import (
     signed_in_user,
 )
 from app.web.submission_view import result_context, submission_context, viewable_submission
-from graders.exercises import Exercise, UnknownExercise, get_exercise, list_exercises
+from graders.exercise import Exercise
+from graders.exercises import UnknownExercise, get_exercise, list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

@@ -22,7 +22,8 @@ from app.web.charts import line_chart
 from app.web.rendering import PageError, render
 from app.web.review import review_context
 from app.web.sessions import Viewer, anonymous_learner
-from graders.exercises import Exercise, UnknownExercise, get_exercise
+from graders.exercise import Exercise
+from graders.exercises import UnknownExercise, get_exercise
 from graders.grading import failure_line
 
 FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}

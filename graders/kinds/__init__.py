@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graders import harness
-from graders.exercises import Exercise
+from graders.exercise import Exercise
 from graders.kind import ExerciseKind
 from graders.kinds import (
     checkpoint,
@@ -119,3 +119,8 @@ SANDBOX_PROGRAM = _sandbox_program(KINDS.values())
 def kind_of(exercise: Exercise) -> ExerciseKind:
     """The kind of an exercise (that loaded: an unknown kind was refused then)."""
     return KINDS[exercise.kind]
+
+
+def owner(code: str) -> str:
+    """The kind whose module declares the diagnosis `code`, "" for a code every kind may give."""
+    return next((k.name for k in KINDS.values() if any(d.code == code for d in k.diagnoses)), "")

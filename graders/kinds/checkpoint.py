@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from graders.diagnoses import Declared, Hint
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Case, Record, build_case, optimizer_state, type_name, values_of
 from graders.judging import (

@@ -18,9 +18,8 @@ from typing import Any
 import torch
 
 from graders.diagnoses import Declared, Hint
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
-from graders.feedback import learner_text
 from graders.harness import CallRecorder, Record, build_case, number_of, type_name, values_of
 from graders.judging import (
     CaseFindings,
@@ -34,6 +33,7 @@ from graders.judging import (
     within_tolerance,
 )
 from graders.kind import ExerciseKind
+from graders.quoting import learner_text
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import CaseTrace, TraceShape
 

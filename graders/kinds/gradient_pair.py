@@ -13,9 +13,8 @@ from typing import Any
 import torch
 
 from graders.diagnoses import Declared, Hint
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
-from graders.feedback import learner_text
 from graders.harness import CallRecorder, Record, build_case, parameters_of, type_name, values_of
 from graders.judging import (
     CaseFindings,
@@ -32,6 +31,7 @@ from graders.judging import (
     times,
 )
 from graders.kind import ExerciseKind
+from graders.quoting import learner_text
 from graders.report import PlotSeries
 from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 

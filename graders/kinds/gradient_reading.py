@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from graders.diagnoses import Declared, Hint
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
-from graders.feedback import learner_text
 from graders.harness import Case, Record, build_case, number_of, parameters_of, type_name
 from graders.judging import CaseFindings, KindJudge, close, same_value, within_tolerance
 from graders.kind import ExerciseKind
+from graders.quoting import learner_text
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 

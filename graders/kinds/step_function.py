@@ -17,8 +17,7 @@ import torch
 
 from graders.claims import ACCUMULATED, NO_BACKWARD, RELEASED_AFTER_BACKWARD, said_calls
 from graders.diagnoses import Declared, Hint
-from graders.exercises import CaseSpec
-from graders.feedback import learner_text
+from graders.exercise import CaseSpec
 from graders.fitting import stepping_models
 from graders.harness import (
     CallRecorder,
@@ -48,6 +47,7 @@ from graders.judging import (
 )
 from graders.kind import ExerciseKind
 from graders.optimizers import STATE_FIELDS, declared_optimizer, load_state
+from graders.quoting import learner_text
 from graders.replay import PER_CALL
 from graders.report import PlotSeries
 from graders.trace import PARAMETERS, CaseTrace, TraceShape

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graders.exercises import CaseSpec
-from graders.feedback import learner_text
+from graders.exercise import CaseSpec
 from graders.fitting import stepping_models
 from graders.harness import (
     MAX_TYPE_NAME_CHARS,
@@ -32,6 +31,7 @@ from graders.judging import (
     within_tolerance,
 )
 from graders.kind import ExerciseKind
+from graders.quoting import learner_text
 from graders.replay import WHOLE_LOOP
 from graders.report import PlotSeries
 from graders.trace import PARAMETERS, CaseTrace, TraceShape

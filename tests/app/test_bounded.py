@@ -156,7 +156,7 @@ def test_a_cut_message_never_leaves_a_code_span_or_block_open() -> None:
     """Cut inside a fenced traceback the block is closed; inside a code span, the span is left
     out: the rest of the page is never rendered as code."""
     from app.grading.results import cut_markdown
-    from graders.feedback import learner_text
+    from graders.quoting import learner_text
 
     traceback = "Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * 200
     message = f"Your code raised {learner_text('ValueError')}: boom\n\n" + learner_text(

@@ -20,7 +20,7 @@ from app.grading.submissions import create_submission
 from app.models import RegradeReason, Submission
 from app.people.accounts import create_user
 from app.settings import Settings
-from graders import grading, proving
+from graders import grade_by_id, proving
 from graders.exercises import get_exercise, load_exercise
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 from tests.servers import running_server, wait_until_ready
@@ -78,7 +78,7 @@ def test_a_grade_the_exercise_cannot_judge_is_an_error_not_a_score(
             "version": f"{exercise.version}-no-such-check",
         }
     )
-    monkeypatch.setattr(grading, "get_exercise", lambda _id: broken)
+    monkeypatch.setattr(grade_by_id, "get_exercise", lambda _id: broken)
     with sessions.begin() as session:
         submission_id = create_submission(
             session, exercise_id=EXERCISE, learner="a", code=CORRECT_CODE

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from graders import harness
-from graders.exercises import CaseSpec, Exercise
+from graders.exercise import CaseSpec, Exercise
 from graders.kinds import kind_of
 from sandbox import RunResult
 

@@ -35,7 +35,7 @@ from graders.diagnoses import (
 )
 from graders.exercises import EXERCISES_DIR, ExerciseRefused, get_exercise, load_exercise
 from graders.explanation import Explanation
-from graders.feedback import explanation
+from graders.feedback import diagnosis_words
 from graders.hints import hints_for
 from graders.judging import constant_factor, versus
 from graders.proving import false_claims, judge_source, told
@@ -156,31 +156,31 @@ def test_a_declared_hint_links_its_lesson_only_where_the_prompt_has_it() -> None
 
 def test_words_that_were_false_on_real_mistakes_are_not_said() -> None:
     train_step, accumulate = get_exercise("train-step"), get_exercise("accumulate-microbatches")
-    incorrect = explanation("incorrect", train_step)
+    incorrect = diagnosis_words("incorrect", train_step)
     assert "checks below" in incorrect and "above" not in incorrect
     assert "results differ" not in incorrect
     # The lesson's order closes what is about the order only.
     assert "zero, backward, step" not in incorrect
-    assert "zero, backward, step" not in explanation("correct", get_exercise("clip-gradients"))
-    assert "zero, backward, step" in explanation("missing-zero-grad", train_step)
+    assert "zero, backward, step" not in diagnosis_words("correct", get_exercise("clip-gradients"))
+    assert "zero, backward, step" in diagnosis_words("missing-zero-grad", train_step)
     # Adam's step is the same for any gradient scale: "every step is N times too large" is not.
-    assert "too large" not in explanation("wrong-loss-scaling", accumulate)
+    assert "too large" not in diagnosis_words("wrong-loss-scaling", accumulate)
     # The factor of a summed loss is the batch's size or its number of values.
-    assert "number of values times" not in explanation("loss-sum-not-mean", train_step)
+    assert "number of values times" not in diagnosis_words("loss-sum-not-mean", train_step)
     # An optimizer made anew loses Adam's state as well as SGD's momentum.
-    recreated = explanation("optimizer-recreated", get_exercise("adam-step"))
+    recreated = diagnosis_words("optimizer-recreated", get_exercise("adam-step"))
     assert "plain SGD step" not in recreated and "Adam's running averages" in recreated
     # Micro-batches: each extra step may use another micro-batch's gradient.
-    assert "same gradients again" not in explanation("step-twice", accumulate)
+    assert "same gradients again" not in diagnosis_words("step-twice", accumulate)
     # A scheduler stepped before each batch is stepped once per batch, not "after" it.
-    assert "after every batch" not in explanation(
+    assert "after every batch" not in diagnosis_words(
         "scheduler-per-batch", get_exercise("scheduler-epochs")
     )
     hints = hints_for("train-step", "runtime-error")
     assert hints is not None and "last line of the traceback" not in hints.levels[0]
     assert "first frame in your code" in hints.levels[0]
     # clip_grad_norm_ called in its place on a used-up generator: the words allow it.
-    assert "used up" in explanation("missing-clip", get_exercise("clip-gradients"))
+    assert "used up" in diagnosis_words("missing-clip", get_exercise("clip-gradients"))
 
 
 # --- the examples, judged -----------------------------------------------------------
@@ -352,7 +352,7 @@ def test_two_equal_gradients_are_not_told_the_second_is_twice_the_first() -> Non
 
 def test_hand_written_adam_is_not_told_it_steps_adam() -> None:
     exercise = get_exercise("adam-step")
-    assert "steps Adam once" not in explanation("correct", exercise)
+    assert "steps Adam once" not in diagnosis_words("correct", exercise)
 
 
 @pytest.mark.parametrize("exercise_id", ["train-step", "clip-gradients", "fix-the-loop"])

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import sandbox
-from graders import exercises, grade, grading, proving
+from graders import exercises, grade, grade_by_id, proving
 from graders.cli import check_exercises
+from graders.exercise import Exercise
 from graders.exercises import get_exercise, list_exercises, loaded_exercises, refused_exercises
 from graders.grading import GraderFault
 from graders.kinds import KINDS, step_function
@@ -142,7 +143,7 @@ def test_a_fault_of_the_exercise_is_the_grader_s_not_the_learner_s(
     # A check its kind does not make, as a folder changed after it was loaded would have.
     exercise = get_exercise("train-step")
     broken = exercise.model_copy(update={"checks": {**exercise.checks, "no-such-check": 1.0}})
-    monkeypatch.setattr(grading, "get_exercise", lambda _id: broken)
+    monkeypatch.setattr(grade_by_id, "get_exercise", lambda _id: broken)
     runner = sandbox.open_runner("bwrap")
     try:
         with pytest.raises(GraderFault, match="cannot judge its own reference: KeyError"):
@@ -229,12 +230,12 @@ def test_a_proof_that_stops_refuses_its_folder_not_the_server(
 ) -> None:
     original = proving.proven_problems
 
-    def stopping(exercise: exercises.Exercise) -> list[str]:
+    def stopping(exercise: Exercise) -> list[str]:
         if exercise.id == "train-step":
             raise RuntimeError("the proof broke\non two lines")
         return original(exercise)
 
-    monkeypatch.setattr(proving, "proven_problems", stopping)
+    monkeypatch.setattr(exercises, "proven_problems", stopping)
     reason = refused_exercises()["train-step"]
     assert reason.endswith(
         "train-step: the proof stopped: RuntimeError: the proof broke on two lines"

@@ -18,7 +18,7 @@ import sandbox
 from graders import grade, grading
 from graders.diagnoses import registry
 from graders.exercises import get_exercise, list_exercises
-from graders.feedback import explanation
+from graders.feedback import diagnosis_words
 from graders.report import GradeReport
 from tests.graders.conftest import SHARED_LIMITS
 
@@ -89,7 +89,7 @@ def test_every_submission_is_graded_right(
         return
     # A check with no points (a fact the code could forge) fails too, losing nothing.
     assert report.score < report.max_score or not all(c.passed for c in report.checks)
-    assert explanation(report.diagnosis, get_exercise(entry.exercise)) in report.feedback
+    assert diagnosis_words(report.diagnosis, get_exercise(entry.exercise)) in report.feedback
     first_failure = next(c for c in report.checks if not c.passed)
     # Each point is said once: the checks table says what differs, the feedback names the
     # diagnosis or, with none, points at the first failing check.

@@ -8,8 +8,9 @@ import re
 import pytest
 
 from graders.diagnoses import codes
-from graders.exercises import Exercise, list_exercises
-from graders.feedback import explanation
+from graders.exercise import Exercise
+from graders.exercises import list_exercises
+from graders.feedback import diagnosis_words
 from graders.report import Diagnosis, diagnosis_name
 
 CODES: tuple[Diagnosis, ...] = codes()
@@ -24,7 +25,7 @@ def calls_in(source: str) -> set[str]:
     ("exercise", "code"), RENDERED, ids=lambda v: v.id if isinstance(v, Exercise) else v
 )
 def test_every_diagnosis_is_true_of_every_exercise(exercise: Exercise, code: Diagnosis) -> None:
-    text = explanation(code, exercise)
+    text = diagnosis_words(code, exercise)
     assert text
     parameters = exercise.signature.split("(", 1)[1].split(")", 1)[0]
     if "optimizer" not in parameters:  # prove-accumulation forbids a step; grad-magnitude reads
@@ -44,7 +45,7 @@ def test_a_suggested_order_is_the_whole_order() -> None:
     """Backward then step, without clearing, is a known bug of fix-the-loop: the fix for a step
     taken before backward says all three."""
     fix_the_loop = next(e for e in list_exercises() if e.id == "fix-the-loop")
-    text = explanation("step-before-backward", fix_the_loop)
+    text = diagnosis_words("step-before-backward", fix_the_loop)
     assert "Clear the gradients, call `loss.backward()`, and only then `optimizer.step()`" in text
 
 
@@ -55,4 +56,4 @@ def test_the_name_of_a_late_clear_is_true_when_zero_grad_runs_after_the_step() -
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
 def test_a_wrong_return_type_is_told_with_the_exercises_own_signature(exercise: Exercise) -> None:
-    assert exercise.signature in explanation("wrong-return-type", exercise)
+    assert exercise.signature in diagnosis_words("wrong-return-type", exercise)

@@ -22,7 +22,8 @@ import pytest
 
 import sandbox
 from graders import grade
-from graders.exercises import CaseSpec, Exercise, get_exercise
+from graders.exercise import CaseSpec, Exercise
+from graders.exercises import get_exercise
 from graders.grading import (
     GRADING_LIMITS,
     HIDDEN_FAILURES,

@@ -17,8 +17,9 @@ import pytest
 
 import sandbox
 from graders import grade
-from graders.exercises import Exercise, get_exercise
-from graders.feedback import explanation
+from graders.exercise import Exercise
+from graders.exercises import get_exercise
+from graders.feedback import diagnosis_words
 from graders.judging import case_data
 from graders.proving import judge_source
 from graders.report import GradeReport
@@ -314,7 +315,7 @@ def assert_no_hidden_number(exercise: Exercise, report: GradeReport) -> None:
     # may be a word in it: "momentum"); the codes are from a fixed set.
     feedback = report.feedback
     for code in [report.diagnosis, *report.other_diagnoses]:
-        feedback = feedback.replace(explanation(code, exercise), "")
+        feedback = feedback.replace(diagnosis_words(code, exercise), "")
     shown = report.model_copy(update={"feedback": feedback})
     assert_no_hidden_text(
         exercise,

@@ -21,6 +21,7 @@ import pytest
 
 import sandbox
 from graders.exercises import get_exercise
+from graders.grade_by_id import grade_with_release
 from graders.grading import (
     GRADING_LIMITS,
     HIDDEN_CPU_FLOOR_SECONDS,
@@ -29,7 +30,6 @@ from graders.grading import (
     POOL_PROGRAM,
     RELEASE_DELAYS,
     HiddenBudget,
-    grade_with_release,
     hidden_budget,
 )
 from sandbox import Limits, RunResult

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graders.exercises import EXERCISES_DIR, Exercise, list_exercises, load_exercise
+from graders.exercise import Exercise
+from graders.exercises import EXERCISES_DIR, list_exercises, load_exercise
 from graders.hints import LEVELS, HintsRefused, hint_problems, hints_for, read_hints_file
 from graders.kinds import kind_of
 

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graders.exercises import Exercise, list_exercises
+from graders.exercise import Exercise
+from graders.exercises import list_exercises
 from graders.grading import GRADING_LIMITS, grade_runs, judge, trusted_trajectories
 from graders.judging import within_tolerance
 from graders.report import GradeReport

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from graders.exercises import get_exercise
-from graders.feedback import learner_text
 from graders.grading import GRADING_LIMITS, grade_runs
 from graders.proving import judge_source
+from graders.quoting import learner_text
 from tests.graders.sandbox_results import groups, harness_result
 
 # Both the app's renderer (no raw HTML) and one that would pass HTML through.

@@ -12,7 +12,8 @@ import torch
 
 import sandbox
 from graders import grade
-from graders.exercises import EXERCISES_DIR, CaseSpec, ExerciseRefused, get_exercise, load_exercise
+from graders.exercise import CaseSpec
+from graders.exercises import EXERCISES_DIR, ExerciseRefused, get_exercise, load_exercise
 from graders.grading import trusted_trajectories
 from graders.harness import build_case, optimizer_state
 from graders.judging import batch_of, case_data, loss_and_gradients

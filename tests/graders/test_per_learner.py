@@ -17,7 +17,8 @@ import pytest
 
 import sandbox
 from graders import exercises, grade
-from graders.exercises import for_learner, get_exercise, list_exercises, variant_seed
+from graders.exercise import Exercise, for_learner, variant_seed
+from graders.exercises import get_exercise, list_exercises
 from graders.proving import judge_source, prove, wording_problems
 from graders.report import GradeReport
 
@@ -97,7 +98,7 @@ def test_check_exercises_proves_a_per_learner_exercise_on_several_learners(
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
 def test_a_correct_submission_is_told_what_this_exercise_asked(
-    exercise: exercises.Exercise,
+    exercise: Exercise,
 ) -> None:
     report = judge_source(exercise, exercise.solution_code)
     assert report.diagnosis == "correct"

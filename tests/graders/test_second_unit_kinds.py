@@ -17,8 +17,9 @@ from torch import nn
 
 import sandbox
 from graders import grade
-from graders.exercises import CaseSpec, Exercise, get_exercise
-from graders.feedback import explanation
+from graders.exercise import CaseSpec, Exercise
+from graders.exercises import get_exercise
+from graders.feedback import diagnosis_words
 from graders.harness import build_case
 from graders.kinds import KINDS, checkpoint, epoch_loop, evaluation, kind_of
 from graders.proving import judge_source
@@ -39,8 +40,8 @@ def test_the_kinds_are_named_by_what_they_judge_and_own_their_codes() -> None:
         for variant in exercise(exercise_id).variants:
             assert variant.diagnosis in {d.code for d in kind_of(exercise(exercise_id)).diagnoses}
     # A code of one kind is not said, in its words, of another kind's exercise.
-    said = explanation("scheduler-never", exercise("evaluate"))
-    assert said == explanation("incorrect", exercise("evaluate"))
+    said = diagnosis_words("scheduler-never", exercise("evaluate"))
+    assert said == diagnosis_words("incorrect", exercise("evaluate"))
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ import ast
 
 import pytest
 
-from graders.exercises import Exercise, list_exercises
+from graders.exercise import Exercise
+from graders.exercises import list_exercises
 from graders.proving import judge_source, trace_source
 from graders.starter import NOT_SCORED, is_starter_source
 

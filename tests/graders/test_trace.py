@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from graders.exercises import CaseSpec, get_exercise
+from graders.exercise import CaseSpec
+from graders.exercises import get_exercise
 from graders.kinds import step_function, training_loop
 from graders.trace import (
     MAX_MAGNITUDE,

@@ -18,14 +18,8 @@ import pytest
 
 import sandbox
 from graders import grade
-from graders.exercises import (
-    MAX_CASE_ID_CHARS,
-    MAX_CASES,
-    CaseSpec,
-    Exercise,
-    list_exercises,
-    load_exercise,
-)
+from graders.exercise import MAX_CASE_ID_CHARS, MAX_CASES, CaseSpec, Exercise
+from graders.exercises import list_exercises, load_exercise
 from graders.mutation import Edit, reference_mutants
 from graders.proving import judge_source, prove
 from sandbox.supervise import LATER_INPUT_MAX_BYTES
