@@ -81,6 +81,10 @@ class SubmissionStatus(enum.StrEnum):
     ERROR = "error"
 
 
+# The statuses a submission ends in: nothing changes it after, but a regrade.
+FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
+
+
 class SiteRole(enum.StrEnum):
     """What a user may do across the site: an admin everything, an instructor create courses."""
 

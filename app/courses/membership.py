@@ -383,6 +383,13 @@ def assignment_of(
     raise NotFound(f"This course does not set the exercise “{exercise_id}”.")
 
 
+def check_late_penalty(percent_per_day: float) -> None:
+    """CourseError unless the late penalty is a percentage per day, from 0 to 100 (a NaN or an
+    infinity is not)."""
+    if not 0 <= percent_per_day <= 100:
+        raise CourseError("the late penalty is a percentage per day, from 0 to 100")
+
+
 def set_assignment(
     session: Session,
     *,
@@ -400,8 +407,7 @@ def set_assignment(
         get_exercise(exercise_id)
     except UnknownExercise:
         raise CourseError(f"there is no exercise {exercise_id!r}") from None
-    if not 0 <= late_penalty_percent_per_day <= 100:
-        raise CourseError("the late penalty is a percentage per day, from 0 to 100")
+    check_late_penalty(late_penalty_percent_per_day)
     row = session.scalars(
         select(Assignment).where(
             Assignment.course_id == course_id, Assignment.exercise_id == exercise_id

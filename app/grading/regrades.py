@@ -16,6 +16,7 @@ from app.audit import AuditAction, record_event
 from app.errors import AppError
 from app.grading.submissions import queue_for_grading
 from app.models import (
+    FINISHED,
     Regrade,
     RegradeReason,
     Submission,
@@ -25,8 +26,6 @@ from app.models import (
     utc_now,
 )
 from graders.exercises import get_exercise
-
-FINISHED = (SubmissionStatus.GRADED, SubmissionStatus.ERROR)
 
 
 class RegradeRejected(AppError, ValueError):

@@ -38,11 +38,11 @@ from sqlalchemy import func, select
 
 from app.db import SessionDep, SessionFactory
 from app.errors import AppError
-from app.models import Submission, SubmissionStatus, utc_now
+from app.models import FINISHED, Submission, SubmissionStatus, utc_now
 from app.settings import Settings
 from app.web.rendering import templates
 from app.web.sessions import ViewerDep, client_address
-from app.web.submission_view import FINISHED, result_context, viewable_submission
+from app.web.submission_view import result_context, viewable_submission
 
 router = APIRouter(include_in_schema=False)
 

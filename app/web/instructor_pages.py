@@ -5,7 +5,6 @@ A learner of the course gets 403 on every one of them; anyone not in the course,
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -41,6 +40,7 @@ from app.courses.membership import (
     add_instructor,
     assignment_of,
     assignments_of,
+    check_late_penalty,
     in_units,
     members,
     new_course_join_code,
@@ -689,8 +689,7 @@ def _sent_fields(
             raise CourseError(
                 f"the late penalty {late_penalty_percent_per_day.strip()!r} is not a number"
             ) from None
-        if not math.isfinite(penalty) or not 0 <= penalty <= 100:
-            raise CourseError("the late penalty is a percentage per day, from 0 to 100")
+        check_late_penalty(penalty)
         try:
             late, scoring = LatePolicy(late_policy), ScoringPolicy(scoring_policy)
         except ValueError:

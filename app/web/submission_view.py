@@ -17,7 +17,7 @@ from app.courses.practice import courses_setting
 from app.grading.regrades import changed_by_regrade
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
-from app.models import Course, CourseRole, Submission, SubmissionStatus
+from app.models import FINISHED, Course, CourseRole, Submission, SubmissionStatus
 from app.web.charts import line_chart
 from app.web.rendering import PageError, render
 from app.web.review import review_context
@@ -25,9 +25,6 @@ from app.web.sessions import Viewer, anonymous_learner
 from graders.exercise import Exercise
 from graders.exercises import UnknownExercise, get_exercise
 from graders.grading import failure_line
-
-FINISHED = {SubmissionStatus.GRADED, SubmissionStatus.ERROR}
-
 
 NO_SUBMISSION = "There is no submission with this id, or it is not yours to see."
 
