@@ -594,8 +594,9 @@ CORRECT_STYLES["clip-gradients"] = {
 }
 
 
-# The same update from one backward() over every micro-batch at once: the numbers are right, but
-# nothing accumulated, which is what the exercise asks for (and what saves the memory).
+# The same update from one backward() over every micro-batch at once: nothing accumulated, but
+# the values are the accumulated ones, and values decide (DESIGN.md, invariant 9: the calls a
+# harness records are the code's to forge).
 NOT_ACCUMULATING = {
     "stack the losses": """
         import torch
@@ -633,13 +634,10 @@ NOT_ACCUMULATING = {
 
 
 @pytest.mark.parametrize("style", sorted(NOT_ACCUMULATING))
-def test_one_backward_over_all_micro_batches_loses_the_accumulation_points(style: str) -> None:
+def test_one_backward_over_all_micro_batches_is_judged_by_its_values(style: str) -> None:
     exercise = next(e for e in list_exercises() if e.id == "accumulate-microbatches")
     report = judge_source(exercise, code(NOT_ACCUMULATING[style]))
-    failed = [c for c in report.checks if not c.passed]
-    assert [c.id for c in failed] == ["update-uses-current-batch"], report.feedback
-    assert "ran backward() once" in failed[0].message
-    assert report.score == exercise.max_score - exercise.checks["update-uses-current-batch"]
+    assert report.score == exercise.max_score and report.diagnosis == "correct", report.feedback
 
 
 CORRECT_STYLES["sgd-momentum-by-hand"] = {
