@@ -23,6 +23,7 @@ from graders.kinds import (
     evaluation,
     gradient_pair,
     gradient_reading,
+    optimizer_by_hand,
     step_function,
     training_loop,
 )
@@ -86,6 +87,7 @@ _DECLARED = (
     epoch_loop.KIND,
     evaluation.KIND,
     checkpoint.KIND,
+    optimizer_by_hand.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

@@ -1,0 +1,96 @@
+"""The kinds of the third unit, "a whole training loop": `optimizer-by-hand`
+(sgd-momentum-by-hand).
+
+Each kind's reference, which the grader computes itself outside the sandbox, equals what torch
+computes by the ordinary means (a real `torch.optim.SGD`); each known bug is graded through the
+warm pool with its declared diagnosis.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sandbox
+from graders import grade
+from graders.exercises import CaseSpec, get_exercise
+from graders.feedback import explanation
+from graders.harness import build_case
+from graders.kinds import kind_of, optimizer_by_hand
+from graders.proving import judge_source
+
+UNIT = ("sgd-momentum-by-hand",)
+
+
+def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() -> None:
+    for exercise_id in UNIT:
+        exercise = get_exercise(exercise_id)
+        assert exercise.unit == "Unit 3: a whole training loop"
+        owned = {d.code for d in kind_of(exercise).diagnoses}
+        for variant in exercise.variants:
+            assert variant.diagnosis in owned | {"grad-none-error"}
+    # A code of this unit's kinds is said as `incorrect` on another kind's exercise.
+    evaluate = get_exercise("evaluate")
+    assert explanation("parameter-rebound", evaluate) == explanation("incorrect", evaluate)
+
+
+# --- optimizer-by-hand -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", get_exercise("sgd-momentum-by-hand").cases, ids=lambda s: s.id)
+def test_each_hand_step_is_judged_against_a_real_sgd(spec: CaseSpec) -> None:
+    """The grader's step from the reference's own states is torch.optim.SGD's, call after call,
+    with the bias skipped on every second call; and the momentum shows in the velocities."""
+    case = build_case(spec.harness_spec())
+    optimizer = torch.optim.SGD(
+        case.model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay
+    )
+    before = None
+    for call in range(spec.steps):
+        optimizer_by_hand.gradients_for_call(case, call)
+        assert (case.model.bias.grad is None) == (call % 2 == 1)
+        optimizer.step()
+        want, _, bias_grad = optimizer_by_hand.one_step(spec, call, before)
+        assert (bias_grad is None) == (call % 2 == 1)
+        assert torch.allclose(want["weight"], case.model.weight.detach(), atol=1e-6)
+        assert torch.allclose(want["bias"], case.model.bias.detach(), atol=1e-6)
+        buffer = optimizer.state[case.model.weight]["momentum_buffer"]
+        assert torch.allclose(want["weight_velocity"], buffer, atol=1e-6)
+        before = {name: value.tolist() for name, value in want.items()}
+    assert spec.momentum > 0
+
+
+def test_a_hand_step_told_where_its_one_mistake_is() -> None:
+    """A velocity rebound keeps every weight step right from where it starts: only the velocities
+    fail, in the first call, with the learner's argument named."""
+    exercise = get_exercise("sgd-momentum-by-hand")
+    bug = next(v for v in exercise.variants if v.id == "rebinds-velocity")
+    report = judge_source(exercise, bug.source)
+    failed = {c.id: c.message for c in report.checks if not c.passed}
+    assert list(failed) == ["velocities-match"]
+    assert "call 1: after the call, `velocities[0]" in failed["velocities-match"]
+    assert report.diagnosis == "velocity-rebound"
+
+
+SUBMISSIONS = [
+    (exercise_id, variant.id, variant.source, variant.diagnosis)
+    for exercise_id in UNIT
+    for variant in get_exercise(exercise_id).variants
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "name", "source", "diagnosis"),
+    SUBMISSIONS,
+    ids=[f"{e}/{n}" for e, n, _, _ in SUBMISSIONS],
+)
+def test_the_warm_pool_grades_each_known_bug_with_its_diagnosis(
+    exercise_id: str,
+    name: str,
+    source: str,
+    diagnosis: str,
+    grading_runner: sandbox.Runner,
+) -> None:
+    report = grade(exercise_id, source, runner=grading_runner)
+    assert report.diagnosis == diagnosis, report.feedback
+    assert report.score < get_exercise(exercise_id).max_score
