@@ -163,6 +163,9 @@ WORD_FIELDS = frozenset(
 WORD_CALLS = frozenset({"Declared", "Hint", "Claim"})
 
 
+# Cached by the module's text: each exercise's version reads the same judging modules, and a
+# process loads every exercise (twice at a server's start: its threads ask at once).
+@functools.cache
 def judged_source(source: str) -> bytes:
     """A module's syntax tree without its words (`WORD_FIELDS` of `WORD_CALLS`, a Claim's
     words, docstrings): what of it can change a stored grade."""
