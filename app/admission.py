@@ -38,10 +38,9 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.lti.framing import FRAME_ANCESTORS_RELOADS
+from app.integrations.framing import FRAME_ANCESTORS_RELOADS
 from app.retry_after import DrainMeter, ReturnSchedule
 from app.settings import Settings
-from app.web.events import STREAM_READ_THREADS
 
 # Requests that may wait for a slot, per slot of the lane; beyond them a 503 comes at once.
 WAITING_PER_SLOT = 8
@@ -60,6 +59,11 @@ MAX_OPEN_CONNECTIONS = 4096
 LISTEN_BACKLOG = 2048
 KEEP_ALIVE_SECONDS = 5
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+# Threads the progress streams' database reads may take at once (app/web/events.py): a slow
+# database then holds these, not the threads every other request needs (anyio's default pool
+# of 40). Counted here, as each takes a connection of the pool.
+STREAM_READ_THREADS = 4
 
 
 class Lane(enum.StrEnum):

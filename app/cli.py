@@ -123,7 +123,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.api.keys import create_api_key
+    from app.api_keys import create_api_key
     from app.courses.membership import find_course
 
     with database_session(build_settings(args)) as session:
@@ -165,7 +165,7 @@ def _course_of(session: Session, id_or_join_code: str) -> tuple[str, str]:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from app.api.keys import keys_of_course
+    from app.api_keys import keys_of_course
 
     with database_session(build_settings(args)) as session:
         course_id = _course_of(session, args.course)[0] if args.course else None
@@ -176,7 +176,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from app.api.keys import revoke_api_key
+    from app.api_keys import revoke_api_key
     from app.models import ApiKey
 
     with database_session(build_settings(args)) as session:

@@ -70,11 +70,11 @@ def migrate_database(settings: Settings, *, copy_first: bool = False) -> None:
 
 def check_tool_keys(settings: Settings) -> None:
     """The start-up checks of the database's companions, one sentence each: the tool's LTI keys
-    sealed and readable (app.lti.keys.prepare_tool_keys; a wrong or missing key-encryption key
-    stops the start; the app's start-up checks the same, for other ASGI servers) and a lost
-    secret key (a warning)."""
+    sealed and readable (app.integrations.keys.prepare_tool_keys; a wrong or missing
+    key-encryption key stops the start; the app's start-up checks the same, for other ASGI
+    servers) and a lost secret key (a warning)."""
     from app.data_dir import warn_if_secret_key_lost
-    from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
+    from app.integrations.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 
     try:
         with database_session(settings) as session:

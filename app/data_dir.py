@@ -25,14 +25,14 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from app.lti.keys import KEK_FILE_NAME
+from app.integrations.keys import KEK_FILE_NAME
 from app.models import User
 from app.settings import Settings
 
 log = logging.getLogger("loopgrade")
 
 DATABASE_FILE = "loopgrade.db"
-SECRET_KEY_FILE = "secret_key"  # app.web.sessions.load_secret_key makes it
+SECRET_KEY_FILE = "secret_key"  # app.access.load_secret_key makes it
 # Every file a data directory needs besides the database, in a backup too.
 KEY_FILES = (SECRET_KEY_FILE, KEK_FILE_NAME)
 LOCK_FILE = "serve.lock"

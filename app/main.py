@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import health
+from app.access import load_secret_key
 from app.admission import AdmissionControl, RequestCapacity
 from app.api import learner_routes as learner_api_routes
 from app.api import routes as api_routes
@@ -41,11 +42,12 @@ from app.grading.dispatch import create_dispatcher
 from app.grading.queue import Dispatcher, enqueue_after_commit, open_grading_runner
 from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.hosts import AllowedHosts, PublicUrlRequired, public_url_problem
-from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
+from app.integrations.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 from app.lti.routes import install_lti
 from app.operations import redact_access_logs
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
+from app.rendering import error_page, install_sign_in_redirect
 from app.settings import Settings
 from app.web import (
     account_pages,
@@ -56,16 +58,17 @@ from app.web import (
     events,
     exercise_list_pages,
     extension_pages,
-    instructor_pages,
+    gradebook_pages,
     integration_pages,
     learner_pages,
     misconception_pages,
     password_reset_pages,
+    regrade_pages,
+    settings_pages,
+    submission_review_pages,
     token_pages,
 )
 from app.web.events import ProgressStreams
-from app.web.rendering import error_page, install_sign_in_redirect
-from app.web.sessions import load_secret_key
 from graders.exercises import refused_exercises
 from sandbox import Runner
 
@@ -266,7 +269,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(learner_pages.router)
     app.include_router(events.router)
     app.include_router(draft_api.router)
-    app.include_router(instructor_pages.router)
+    app.include_router(gradebook_pages.router)
+    app.include_router(submission_review_pages.router)
+    app.include_router(regrade_pages.router)
+    app.include_router(settings_pages.router)
     app.include_router(course_staff_pages.router)
     app.include_router(extension_pages.router)
     app.include_router(exercise_list_pages.router)

@@ -14,7 +14,7 @@ import threading
 from typing import NamedTuple
 
 from app import outbox
-from app.lti import ags, webhooks
+from app.integrations import ags, webhooks
 
 # In the transaction of each change, in this order: the learner's counted score to the LMS
 # (AGS), then, for a grade, an event for each of the course's webhooks.

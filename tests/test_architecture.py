@@ -95,3 +95,42 @@ def test_lower_layers_do_not_import_higher_ones(package: str) -> None:
         if name.split(".")[0] in forbidden
     ]
     assert back_arrows == []
+
+
+# app/'s surfaces: how a request arrives. They import domains, never each other; a domain (any
+# other module of app/, but the two that assemble everything) imports no surface.
+SURFACES = ("app.web", "app.api", "app.lti")
+ASSEMBLY = frozenset({"app.main", "app.cli"})
+# The one arrow left: the API's progress stream is the page's (app/web/events.py renders the
+# result it ends with); it goes when the stream takes its last message from below the surfaces.
+NOT_YET_BELOW = frozenset({"app.api.learner_routes -> app.web.events"})
+
+
+def surface_of(module: str) -> str | None:
+    return next((s for s in SURFACES if module == s or module.startswith(s + ".")), None)
+
+
+def is_page(module: str) -> bool:
+    return surface_of(module) == "app.web" and module.endswith("_pages")
+
+
+def test_surfaces_do_not_import_each_other_and_domains_import_no_surface() -> None:
+    crossings = {
+        f"{module} -> {target}"
+        for module, targets in import_graph("app").items()
+        for target in targets
+        if module not in ASSEMBLY
+        and surface_of(target) is not None
+        and surface_of(target) != surface_of(module)
+    }
+    assert crossings == NOT_YET_BELOW, "what two surfaces share goes below them (app/access.py)"
+
+
+def test_a_page_imports_no_other_page() -> None:
+    graph = import_graph("app")
+    assert [
+        f"{module} -> {target}"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if is_page(module) and is_page(target)
+    ] == []

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.access import client_address
 from app.api.learner_schemas import (
     CourseExercisesOut,
     ExerciseStateOut,
@@ -33,6 +34,7 @@ from app.api.learner_schemas import (
 )
 from app.api.routes import IdempotencyKeyHeader, accepted_answer, answered, submission_out
 from app.api.schemas import ErrorOut, SubmissionAccepted
+from app.charts import line_chart
 from app.courses.counted import Cell, Standing
 from app.courses.gradebook import learner_cells, practice_assignment, standing_of, standings_of
 from app.courses.membership import (
@@ -44,14 +46,13 @@ from app.courses.membership import (
 )
 from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
+from app.grading.jobs import user_learner_key
 from app.grading.results import shown_result
-from app.grading.submissions import get_submission, user_learner_key
+from app.grading.submissions import get_submission
 from app.models import Submission, utc_now
 from app.people.tokens import TokenHolder, TokenHolderDep
 from app.settings import Settings, SettingsDep
-from app.web.charts import line_chart
 from app.web.events import progress_stream_response
-from app.web.sessions import client_address
 from graders.exercise import for_learner
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.grading import judge_visible_trace, trusted_trajectories

@@ -14,7 +14,6 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
-from app.api.keys import ApiKeyDep
 from app.api.schemas import (
     ErrorOut,
     ExerciseOut,
@@ -22,6 +21,7 @@ from app.api.schemas import (
     SubmissionCreate,
     SubmissionOut,
 )
+from app.api_keys import ApiKeyDep
 from app.courses.counted import Standing
 from app.courses.gradebook import (
     FILTERS,

@@ -33,7 +33,7 @@ from app.grading.queue import (
     run_grading_job,
 )
 from app.grading.state_channel import StatePublisher
-from app.lti.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
+from app.integrations.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 from app.outbox import OutboxDelivery
 from app.reactions import install_reactions, installed_reactions
 from app.settings import Settings

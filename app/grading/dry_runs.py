@@ -22,8 +22,9 @@ from app.audit import AuditAction, record_event
 from app.courses.counted import Cell, score_cell
 from app.courses.membership import AssignedExercise, extensions_of
 from app.db import SessionFactory
+from app.grading.jobs import LEARNER_KEY
 from app.grading.regrades import submissions_to_regrade
-from app.grading.submissions import LEARNER_KEY, queue_for_grading
+from app.grading.submissions import queue_for_grading
 from app.models import DryRunGrade, Submission, SubmissionStatus, User, new_id, utc_now
 from app.settings import Settings
 from graders.exercises import get_exercise

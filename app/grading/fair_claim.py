@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.grading.fair_share import OWNER
-from app.grading.submissions import GradingJob, claim_submission
+from app.grading.jobs import GradingJob, claim_submission
 from app.models import Submission, SubmissionStatus, utc_now
 
 # Slot time older than this no longer counts against its owner.

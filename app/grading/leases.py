@@ -16,12 +16,7 @@ from datetime import timedelta
 
 from app.db import SessionFactory
 from app.grading.dry_runs import requeue_dry_runs
-from app.grading.submissions import (
-    GradingJob,
-    renew_lease,
-    requeue_expired_leases,
-    requeue_waiting,
-)
+from app.grading.jobs import GradingJob, renew_lease, requeue_expired_leases, requeue_waiting
 from app.models import utc_now
 from app.settings import Settings
 

@@ -27,15 +27,15 @@ from app.db import SessionFactory, on_commit
 from app.grading.dry_runs import row_id_of, run_dry_run_job
 from app.grading.fair_claim import claim_fairest_submission
 from app.grading.fair_share import FairShare, Taken, submission_owners
-from app.grading.leases import LeaseSweeper, lease_renewed, sweep
-from app.grading.submissions import (
-    SUBMISSIONS_TO_GRADE,
+from app.grading.jobs import (
     GradingJob,
     claim_submission,
     record_error,
     record_report,
     release_claim,
 )
+from app.grading.leases import LeaseSweeper, lease_renewed, sweep
+from app.grading.submissions import SUBMISSIONS_TO_GRADE
 from app.models import SubmissionStatus, utc_now
 from app.operations import SERVER_ERROR, logging_submission, record_grade
 from app.settings import Settings

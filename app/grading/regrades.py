@@ -2,7 +2,7 @@
 
 `request_regrade` and `request_exercise_regrade` put submissions back in the queue, each with
 a Regrade row holding its result before; the worker fills in the result after
-(submissions.record_report). The caller enqueues the returned ids after its commit.
+(jobs.record_report). The caller enqueues the returned ids after its commit.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 def cmd_platforms_add(args: argparse.Namespace) -> int:
     from app.cli_support import CommandFailed, build_settings, database_session
-    from app.lti.platforms import PlatformError, add_platform, deployments_of
+    from app.integrations.platforms import PlatformError, add_platform, deployments_of
 
     try:
         with database_session(build_settings(args)) as session:
@@ -35,7 +35,7 @@ def cmd_platforms_add(args: argparse.Namespace) -> int:
 
 def cmd_platforms_list(args: argparse.Namespace) -> int:
     from app.cli_support import build_settings, database_session
-    from app.lti.platforms import deployments_of, list_platforms
+    from app.integrations.platforms import deployments_of, list_platforms
 
     with database_session(build_settings(args)) as session:
         platforms = list_platforms(session)
@@ -53,7 +53,7 @@ def cmd_platforms_list(args: argparse.Namespace) -> int:
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
     from app.cli_support import build_settings, check_tool_keys, database_session
-    from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
+    from app.integrations.keys import KEY_RETENTION, key_sealing, rotate_tool_key
 
     settings = build_settings(args)
     # A new key sealed under a KEK that does not unseal the others would split the keys.
@@ -72,11 +72,11 @@ def cmd_lineitems(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
     from app.cli_support import CommandFailed, build_settings, check_tool_keys, database_session
-    from app.lti.ags_client import AccessTokens
-    from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-    from app.lti.keys import key_sealing
-    from app.lti.line_items import list_line_items
-    from app.lti.models import LtiContext
+    from app.integrations.ags_client import AccessTokens
+    from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+    from app.integrations.keys import key_sealing
+    from app.integrations.line_items import list_line_items
+    from app.integrations.models import LtiContext
 
     settings = build_settings(args)
     check_tool_keys(settings)
@@ -99,10 +99,10 @@ def cmd_lineitems(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     from app.cli_support import CommandFailed, build_settings, check_tool_keys, database_session
-    from app.lti.ags_client import AccessTokens
-    from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-    from app.lti.keys import key_sealing
-    from app.lti.line_items import reconcile_course
+    from app.integrations.ags_client import AccessTokens
+    from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+    from app.integrations.keys import key_sealing
+    from app.integrations.line_items import reconcile_course
 
     settings = build_settings(args)
     check_tool_keys(settings)

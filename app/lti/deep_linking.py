@@ -17,10 +17,10 @@ from typing import Any
 from cryptography.fernet import MultiFernet
 from sqlalchemy.orm import Session
 
-from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
-from app.lti.launch import DL_CLAIM, LTI_CLAIM, LTI_VERSION, ValidatedLaunch
-from app.lti.provisioning import EXERCISE_PARAMETER
-from app.web.sessions import sign, unsign
+from app.access import sign, unsign
+from app.integrations.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
+from app.integrations.launch import DL_CLAIM, LTI_CLAIM, LTI_VERSION, ValidatedLaunch
+from app.integrations.provisioning import EXERCISE_PARAMETER
 from graders.exercise import Exercise
 
 MAX_DATA_CHARS = 4096

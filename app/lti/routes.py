@@ -16,14 +16,22 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import ChoiceLoader, FileSystemLoader
 from sqlalchemy.orm import Session
 
+from app.access import (
+    CsrfViewerDep,
+    ViewerDep,
+    client_address,
+    get_secret_key,
+    safe_next,
+    signed_in_user,
+    start_session,
+)
 from app.courses.membership import assignments_of, require_instructor, require_member
 from app.db import SessionDep, keep_on_error_response
 from app.hosts import public_base_url
-from app.lti import ags
-from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
-from app.lti.framing import FrameAncestors
-from app.lti.keys import key_sealing, published_keys, tool_jwks
-from app.lti.launch import (
+from app.integrations import ags
+from app.integrations.framing import FrameAncestors
+from app.integrations.keys import key_sealing, published_keys, tool_jwks
+from app.integrations.launch import (
     LaunchRejected,
     LoginLimits,
     MessageType,
@@ -32,28 +40,20 @@ from app.lti.launch import (
     storage_key,
     validate_launch,
 )
-from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink
-from app.lti.platforms import PlatformKeyCache, deployments_of, list_platforms
-from app.lti.provisioning import provision
+from app.integrations.models import LtiContext, LtiPlatform, LtiResourceLink
+from app.integrations.platforms import PlatformKeyCache, deployments_of, list_platforms
+from app.integrations.provisioning import provision
+from app.lti.deep_linking import DeepLinkRequest, deep_link_request, deep_link_response_jwt
 from app.lti.tickets import create_ticket, redeem_ticket, set_framed_session_cookie
 from app.models import CourseRole, User
-from app.settings import Settings, SettingsDep
-from app.web.rendering import (
+from app.rendering import (
     PAGE_HEADERS,
     PageError,
     error_page,
     render,
-    safe_next,
     templates,
 )
-from app.web.sessions import (
-    CsrfViewerDep,
-    ViewerDep,
-    client_address,
-    get_secret_key,
-    signed_in_user,
-    start_session,
-)
+from app.settings import Settings, SettingsDep
 from graders.exercise import Exercise
 
 router = APIRouter(include_in_schema=False)

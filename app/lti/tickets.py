@@ -17,11 +17,11 @@ from fastapi import Request, Response
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
-from app.lti.models import LtiLaunchTicket
-from app.lti.platforms import is_loopback_host
+from app.access import SESSION_COOKIE, get_secret_key, sign
+from app.integrations.models import LtiLaunchTicket
+from app.integrations.platforms import is_loopback_host
 from app.models import User, utc_now
 from app.settings import Settings
-from app.web.sessions import SESSION_COOKIE, get_secret_key, sign
 
 TICKET_LIFETIME = timedelta(minutes=5)
 

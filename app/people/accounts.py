@@ -315,7 +315,7 @@ def sign_in(
     return user
 
 
-# What an account made by an LMS launch has instead of a hash (app.lti.provisioning): no
+# What an account made by an LMS launch has instead of a hash (app.integrations.provisioning): no
 # password matches it until its owner sets one through a reset link.
 NO_PASSWORD = "!lti"
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
 from app.courses.membership import CourseError
-from app.lti.models import LtiLaunchTicket, LtiUser
+from app.integrations.models import LtiLaunchTicket, LtiUser
 from app.models import (
     Course,
     CourseRole,

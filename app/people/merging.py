@@ -17,7 +17,7 @@ from sqlalchemy import Update, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from app.audit import AuditAction, record_event
-from app.lti.models import LtiUser
+from app.integrations.models import LtiUser
 from app.models import (
     CourseRole,
     DiagnosisReport,

@@ -8,12 +8,26 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.access import (
+    CsrfViewerDep,
+    ViewerDep,
+    anonymous_learner,
+    clear_session_cookie,
+    client_address,
+    end_session,
+    had_session,
+    is_known_browser,
+    safe_next,
+    set_forget_drafts_cookie,
+    signed_in_response,
+    signed_in_user,
+)
 from app.courses.gradebook import practice_cells
 from app.courses.membership import CourseError, courses_of, create_course, join_course
 from app.courses.practice import courses_setting
 from app.db import SessionDep
 from app.errors import as_sentence
-from app.models import SiteRole, User
+from app.models import SiteRole
 from app.people.accounts import (
     MIN_PASSWORD_CHARS,
     AccountDisabled,
@@ -27,38 +41,11 @@ from app.people.accounts import (
     sign_in,
     sign_up,
 )
+from app.rendering import render
 from app.settings import SettingsDep
-from app.web.rendering import render, safe_next
-from app.web.sessions import (
-    CsrfViewerDep,
-    ViewerDep,
-    anonymous_learner,
-    clear_session_cookie,
-    client_address,
-    end_session,
-    had_session,
-    is_known_browser,
-    set_forget_drafts_cookie,
-    set_known_browser_cookie,
-    set_session_cookie,
-    signed_in_user,
-    start_session,
-)
 from graders.exercises import list_exercises
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
-
-
-def signed_in_response(
-    request: Request, settings: SettingsDep, session: SessionDep, user: User, target: str
-) -> Response:
-    _, token = start_session(
-        session, user, request, max_age_seconds=settings.session_max_age_seconds
-    )
-    response = RedirectResponse(safe_next(target), status_code=303)
-    set_session_cookie(response, request, settings, token)
-    set_known_browser_cookie(response, request, settings, user.email)
-    return response
 
 
 def home_context(request: Request, session: SessionDep, viewer: ViewerDep) -> dict[str, object]:

@@ -8,6 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.access import (
+    CsrfViewerDep,
+    Viewer,
+    ViewerDep,
+    clear_session_cookie,
+    set_forget_drafts_cookie,
+    signed_in_user,
+)
 from app.courses.membership import CourseError
 from app.db import SessionDep
 from app.errors import as_sentence
@@ -22,16 +30,8 @@ from app.people.accounts import (
     live_sessions,
 )
 from app.people.deletion import courses_only_taught_by, delete_account
+from app.rendering import render
 from app.settings import SettingsDep
-from app.web.rendering import render
-from app.web.sessions import (
-    CsrfViewerDep,
-    Viewer,
-    ViewerDep,
-    clear_session_cookie,
-    set_forget_drafts_cookie,
-    signed_in_user,
-)
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

@@ -1,6 +1,6 @@
 """A course's staff, changed by its instructors from the settings page: an instructor made a
 learner, or taken out of the course (never the last one). Adding one is part of the settings
-form (`app.web.instructor_pages`)."""
+form (`app.web.settings_pages`)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.access import CsrfViewerDep, instructor_course
 from app.audit import AuditAction, record_event
 from app.courses.membership import CourseError, StaffChange, change_staff
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import User
-from app.web.instructor_pages import instructor_course, settings_context
-from app.web.rendering import render
-from app.web.sessions import CsrfViewerDep
+from app.rendering import render
+from app.web.course_settings import settings_context
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
+from app.access import CsrfViewerDep, signed_in_user
 from app.courses.diagnosis_reports import ReportRejected, report_diagnosis
 from app.courses.hints import HintRefused, open_hint
 from app.db import SessionDep
 from app.models import Course
-from app.web.sessions import CsrfViewerDep, signed_in_user
 from app.web.submission_view import submission_refused, viewable_submission
 
 router = APIRouter(include_in_schema=False)

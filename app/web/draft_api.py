@@ -13,6 +13,11 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from app.access import (
+    CsrfHeaderViewerDep,
+    Viewer,
+    ViewerDep,
+)
 from app.courses.membership import assignment_of, require_member
 from app.db import SessionDep
 from app.grading.drafts import (
@@ -21,13 +26,8 @@ from app.grading.drafts import (
 )
 from app.grading.submissions import SubmissionRejected
 from app.models import Draft, User
+from app.rendering import PageError
 from app.settings import SettingsDep
-from app.web.rendering import PageError
-from app.web.sessions import (
-    CsrfHeaderViewerDep,
-    Viewer,
-    ViewerDep,
-)
 from graders.exercises import UnknownExercise, get_exercise
 
 router = APIRouter(prefix="/drafts", include_in_schema=False)

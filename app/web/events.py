@@ -36,19 +36,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import func, select
 
+from app.access import ViewerDep, client_address
+from app.admission import STREAM_READ_THREADS
 from app.db import SessionDep, SessionFactory
 from app.errors import AppError
 from app.models import FINISHED, Submission, SubmissionStatus, utc_now
+from app.rendering import templates
 from app.settings import Settings
-from app.web.rendering import templates
-from app.web.sessions import ViewerDep, client_address
 from app.web.submission_view import result_context, viewable_submission
 
 router = APIRouter(include_in_schema=False)
-
-# Threads the streams' database reads may take at once: a slow database then holds these,
-# not the threads every other request needs (anyio's default pool of 40).
-STREAM_READ_THREADS = 4
 
 
 class ProgressEvent(enum.StrEnum):

@@ -10,13 +10,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.access import CsrfViewerDep, instructor_course
 from app.courses.exercise_list import save_exercise_list
 from app.courses.membership import CourseError
 from app.db import SessionDep
 from app.errors import as_sentence
-from app.web.instructor_pages import instructor_course, settings_context
-from app.web.rendering import render
-from app.web.sessions import CsrfViewerDep
+from app.rendering import render
+from app.web.course_settings import settings_context
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

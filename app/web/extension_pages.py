@@ -11,6 +11,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.access import CsrfViewerDep, Viewer, ViewerDep, instructor_course
 from app.courses.extensions import (
     MAX_ATTEMPTS,
     MAX_MINUTES,
@@ -30,9 +31,8 @@ from app.courses.membership import (
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import Course, CourseRole, User
-from app.web.instructor_pages import instructor_course, parse_due
-from app.web.rendering import PageError, render
-from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep
+from app.rendering import PageError, render
+from app.web.course_settings import parse_due
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

@@ -12,11 +12,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.api.keys import create_api_key, keys_of_course, revoke_api_key
+from app.access import CsrfViewerDep, Viewer, ViewerDep, instructor_course
+from app.api_keys import create_api_key, keys_of_course, revoke_api_key
 from app.db import SessionDep
-from app.lti.ags import LTI_ROSTER_KIND, LTI_SCORE_KIND, request_roster_sync
-from app.lti.models import LtiContext, LtiResourceLink, Webhook
-from app.lti.webhooks import (
+from app.integrations.ags import LTI_ROSTER_KIND, LTI_SCORE_KIND, request_roster_sync
+from app.integrations.models import LtiContext, LtiResourceLink, Webhook
+from app.integrations.webhooks import (
     WEBHOOK_KIND,
     WebhookError,
     create_webhook,
@@ -26,10 +27,8 @@ from app.lti.webhooks import (
 )
 from app.models import ApiKey, Course, OutboxMessage, OutboxStatus
 from app.outbox import add_to_outbox, retry_outbox_message
+from app.rendering import PageError, render
 from app.settings import SettingsDep
-from app.web.instructor_pages import instructor_course
-from app.web.rendering import PageError, render
-from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

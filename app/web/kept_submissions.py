@@ -14,16 +14,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.grading.drafts import (
-    KEPT_SUBMISSION_SECONDS,
-    discard_kept_submission,
-    find_kept_submission,
-    keep_submission,
-)
-from app.grading.submissions import SubmissionRejected
-from app.models import KeptSubmission
-from app.settings import Settings
-from app.web.sessions import (
+from app.access import (
     CsrfRejected,
     Viewer,
     client_address,
@@ -35,6 +26,15 @@ from app.web.sessions import (
     sign,
     unsign,
 )
+from app.grading.drafts import (
+    KEPT_SUBMISSION_SECONDS,
+    discard_kept_submission,
+    find_kept_submission,
+    keep_submission,
+)
+from app.grading.submissions import SubmissionRejected
+from app.models import KeptSubmission
+from app.settings import Settings
 
 KEPT_COOKIE = "loopgrade_kept"
 

@@ -18,6 +18,15 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.access import (
+    LEARNER_COOKIE,
+    SignInRequired,
+    Viewer,
+    ViewerDep,
+    anonymous_learner,
+    client_address,
+    signed_in_user,
+)
 from app.courses.attempts import note_first_open
 from app.courses.gradebook import learner_cells, practice_assignment, progress_of, standings_of
 from app.courses.membership import (
@@ -42,23 +51,14 @@ from app.grading.submissions import (
     submissions_of,
 )
 from app.models import Course, CourseRole, Submission, User, utc_now
+from app.rendering import PageError, render
 from app.settings import Settings, SettingsDep
 from app.web.kept_submissions import (
     forget_kept_submission,
     keep_if_session_ended,
     kept_submission_of,
 )
-from app.web.rendering import PageError, render
 from app.web.review import review_position
-from app.web.sessions import (
-    LEARNER_COOKIE,
-    SignInRequired,
-    Viewer,
-    ViewerDep,
-    anonymous_learner,
-    client_address,
-    signed_in_user,
-)
 from app.web.submission_view import result_context, submission_context, viewable_submission
 from graders.exercise import Exercise
 from graders.exercises import UnknownExercise, get_exercise, list_exercises

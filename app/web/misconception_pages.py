@@ -14,6 +14,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
+from app.access import ViewerDep, instructor_course
+from app.charts import bar_chart, transition_chart
 from app.courses.attempts import learner_attempts
 from app.courses.counted import span_words
 from app.courses.gradebook import csv_text
@@ -23,10 +25,7 @@ from app.courses.membership import assignment_of, assignments_of
 from app.courses.misconceptions import START, MisconceptionMap, misconception_map
 from app.db import SessionDep
 from app.models import utc_now
-from app.web.charts import bar_chart, transition_chart
-from app.web.instructor_pages import instructor_course
-from app.web.rendering import csv_download, file_slug, render
-from app.web.sessions import ViewerDep
+from app.rendering import csv_download, file_slug, render
 from graders.report import diagnosis_name
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
+from app.access import CsrfViewerDep, ViewerDep, client_address, signed_in_response
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.hosts import public_base_url
@@ -27,10 +28,8 @@ from app.people.recovery import (
     reset_password,
     reset_url,
 )
+from app.rendering import render
 from app.settings import Settings, SettingsDep
-from app.web.account_pages import signed_in_response
-from app.web.rendering import render
-from app.web.sessions import CsrfViewerDep, ViewerDep, client_address
 
 log = logging.getLogger("loopgrade.accounts")
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)

@@ -9,6 +9,8 @@ from fastapi.responses import Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
+from app.access import Viewer, anonymous_learner
+from app.charts import line_chart
 from app.courses.diagnosis_reports import report_of
 from app.courses.gradebook import standing_of
 from app.courses.hints import hint_view
@@ -18,10 +20,8 @@ from app.grading.regrades import changed_by_regrade
 from app.grading.results import failure_said, shown_result
 from app.grading.submissions import get_submission
 from app.models import FINISHED, Course, CourseRole, Submission, SubmissionStatus
-from app.web.charts import line_chart
-from app.web.rendering import PageError, render
+from app.rendering import PageError, render
 from app.web.review import review_context
-from app.web.sessions import Viewer, anonymous_learner
 from graders.exercise import Exercise
 from graders.exercises import UnknownExercise, get_exercise
 from graders.grading import failure_line

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.access import CsrfViewerDep, Viewer, ViewerDep, client_address, signed_in_user
 from app.db import SessionDep
 from app.errors import AppError, as_sentence
 from app.hosts import public_base_url
@@ -35,9 +36,8 @@ from app.people.tokens import (
     revoke_personal_tokens,
     tokens_of,
 )
+from app.rendering import PageError, render
 from app.settings import Settings, SettingsDep
-from app.web.rendering import PageError, render
-from app.web.sessions import CsrfViewerDep, Viewer, ViewerDep, client_address, signed_in_user
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 

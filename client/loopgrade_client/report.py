@@ -31,7 +31,7 @@ MAX_CHART_CHARS = 200_000
 SVG_NAMESPACE = "{http://www.w3.org/2000/svg}"
 
 
-# The markdown the grader's words use, as the page renders feedback (app/web/rendering.py):
+# The markdown the grader's words use, as the page renders feedback (app/rendering.py):
 # paragraphs, lists, code spans, fenced blocks and emphasis; everything else is shown as text,
 # and every character of it escaped, so no server's text becomes a tag, a link or a script.
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")

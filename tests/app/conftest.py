@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 import app.cli
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory
 from app.main import create_app
 from app.settings import Settings

@@ -7,11 +7,11 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from app.access import browser_name
 from app.audit import AuditAction
 from app.db import SessionFactory
 from app.models import AuditEvent, Enrolment, SiteRole, Submission, User, WebSession
 from app.people.accounts import NO_PASSWORD, disable_user, find_user_by_email
-from app.web.sessions import browser_name
 from tests.app.people import (
     PASSWORD,
     graded,

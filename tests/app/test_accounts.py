@@ -8,10 +8,10 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import select, update
 
+from app.access import FORGET_DRAFTS_COOKIE, SESSION_COOKIE
 from app.db import SessionFactory
 from app.models import SignInFailure, SiteRole, User, WebSession, utc_now
 from app.settings import Settings
-from app.web.sessions import FORGET_DRAFTS_COOKIE, SESSION_COOKIE
 from graders.exercises import list_exercises
 from tests.app.people import PASSWORD, make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
@@ -202,7 +202,7 @@ def test_only_instructors_and_admins_create_courses(
 
 
 def test_after_sign_in_only_a_path_on_this_site() -> None:
-    from app.web.rendering import safe_next
+    from app.access import safe_next
 
     assert safe_next("/courses/abc/gradebook?sort=total") == "/courses/abc/gradebook?sort=total"
     for target in (

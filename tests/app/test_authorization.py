@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.models import Assignment, Course, SiteRole, utc_now
 from app.settings import Settings

@@ -14,14 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.access import load_secret_key
 from app.cli_support import CommandFailed, check_tool_keys
 from app.data_dir import hold_serve_lock, sqlite_path
 from app.db import SessionFactory, create_db_engine, create_session_factory
-from app.lti.keys import KEK_FILE_NAME, key_sealing, rotate_tool_key
+from app.integrations.keys import KEK_FILE_NAME, key_sealing, rotate_tool_key
 from app.main import create_app
 from app.models import Submission
 from app.settings import Settings
-from app.web.sessions import load_secret_key
 from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade, loopgrade_process
 from tests.app.people import PASSWORD, graded, make_course, make_user, sign_in
 from tests.app.test_migrations_populated import build_populated

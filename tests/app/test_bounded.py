@@ -13,7 +13,7 @@ import time
 import httpx
 from sqlalchemy import update
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.grading.results import MAX_SERIES_POINTS
 from app.models import SiteRole, Submission

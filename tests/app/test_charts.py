@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 
+from app.charts import HEIGHT, MAX_DRAWN_POINTS, line_chart
 from app.grading.results import MAX_FIXED_LABEL_CHARS, MAX_SERIES_POINTS, _stored_plot
-from app.web.charts import HEIGHT, MAX_DRAWN_POINTS, line_chart
 from graders.report import PlotSeries
 
 SVG = "{http://www.w3.org/2000/svg}"

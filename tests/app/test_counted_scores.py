@@ -12,7 +12,7 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import select
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.models import Assignment, AuditEvent, SiteRole, Submission, utc_now
 from tests.app.conftest import EXERCISE

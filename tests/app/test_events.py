@@ -17,13 +17,14 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from app.access import LEARNER_COOKIE
 from app.db import SessionFactory
+from app.grading.jobs import claim_submission, record_error
 from app.grading.queue import run_grading_job
-from app.grading.submissions import claim_submission, create_submission, record_error
+from app.grading.submissions import create_submission
 from app.main import create_app
 from app.settings import Settings
 from app.web.events import ProgressStreams
-from app.web.sessions import LEARNER_COOKIE
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.servers import app_in_thread, uvicorn_in_thread
 

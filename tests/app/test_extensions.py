@@ -12,7 +12,7 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import func, select, update
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.courses.membership import join_course, set_assignment
 from app.db import SessionFactory
 from app.models import (

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 import sandbox
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.grading.fair_share import FairShare, OwnerKind, Taken, submission_owners
 from app.grading.queue import ThreadPoolDispatcher, enqueue_after_commit

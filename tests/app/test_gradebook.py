@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import httpx
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.courses.counted import score_cell
 from app.courses.membership import AssignedExercise
 from app.db import SessionFactory

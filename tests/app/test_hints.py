@@ -10,7 +10,7 @@ import time
 import httpx
 from sqlalchemy import select
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.models import AuditEvent, HintOpen
 from graders.hints import hints_for

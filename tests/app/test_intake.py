@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select, update
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.grading.intake import CodeSyntaxError, check_syntax
 from app.models import IdempotencyKey, KeptSubmission, Submission, WebSession, utc_now

@@ -13,7 +13,7 @@ from sqlalchemy import update
 
 from app.db import SessionFactory
 from app.models import Assignment, SiteRole, utc_now
-from app.web.rendering import countdown_words
+from app.rendering import countdown_words
 from graders.exercises import list_exercises
 from tests.app.conftest import EXERCISE
 from tests.app.people import graded, make_course, make_user, sign_in

@@ -14,7 +14,7 @@ import httpx
 
 from app.db import SessionFactory
 from app.models import SiteRole
-from app.web.rendering import templates
+from app.rendering import templates
 from tests.app.conftest import EXERCISE, GRADING_TIMEOUT_SECONDS
 from tests.app.people import make_course, make_user, sign_in, token_of
 

@@ -13,10 +13,10 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import select, update
 
+from app.access import KNOWN_BROWSER_COOKIE, SESSION_COOKIE
 from app.db import SessionFactory
 from app.models import SignInFailure, SignUp, Submission, SubmissionStatus, User, utc_now
 from app.settings import Settings
-from app.web.sessions import KNOWN_BROWSER_COOKIE, SESSION_COOKIE
 from tests.app.conftest import EXERCISE, csrf_token
 from tests.app.people import PASSWORD, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS

@@ -30,8 +30,8 @@ from app.db import (
     head_revision,
     upgrade_database,
 )
-from app.lti.keys import prepare_tool_keys, private_key
-from app.lti.models import LtiToolKey
+from app.integrations.keys import prepare_tool_keys, private_key
+from app.integrations.models import LtiToolKey
 from app.models import User
 from app.people.accounts import verify_password
 from app.settings import Settings

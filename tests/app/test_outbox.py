@@ -17,12 +17,8 @@ from sqlalchemy.orm import Session
 
 from app import outbox
 from app.db import SessionFactory
-from app.grading.submissions import (
-    GradingJob,
-    claim_submission,
-    create_submission,
-    record_report,
-)
+from app.grading.jobs import GradingJob, claim_submission, record_report
+from app.grading.submissions import create_submission
 from app.models import OutboxMessage, OutboxStatus, Submission
 from app.outbox import (
     DeliveryDeferred,

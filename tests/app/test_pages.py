@@ -10,10 +10,10 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from app.access import LEARNER_COOKIE
 from app.db import SessionFactory
 from app.models import Submission, SubmissionStatus, utc_now
 from app.settings import Settings
-from app.web.sessions import LEARNER_COOKIE
 from graders.exercises import get_exercise, list_exercises
 from tests.app.conftest import (
     CORRECT_CODE,

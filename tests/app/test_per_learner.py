@@ -14,9 +14,9 @@ from sqlalchemy import select, update
 from app.db import SessionFactory
 from app.grading.dry_runs import _claim as claim_dry_run
 from app.grading.dry_runs import request_dry_run
+from app.grading.jobs import claim_submission
 from app.grading.queue import run_grading_job
 from app.grading.regrades import request_regrade
-from app.grading.submissions import claim_submission
 from app.models import DryRunGrade, RegradeReason, SiteRole, Submission, SubmissionStatus, User
 from app.settings import Settings
 from graders import exercises

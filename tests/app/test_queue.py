@@ -14,17 +14,17 @@ import pytest
 
 import sandbox
 from app.db import SessionFactory
-from app.grading.leases import lease_renewed, sweep
-from app.grading.queue import GradingOutcome, ThreadPoolDispatcher, run_grading_job
-from app.grading.submissions import (
+from app.grading.jobs import (
     GradingJob,
     claim_submission,
-    create_submission,
     record_report,
     renew_lease,
     requeue_expired_leases,
     requeue_waiting,
 )
+from app.grading.leases import lease_renewed, sweep
+from app.grading.queue import GradingOutcome, ThreadPoolDispatcher, run_grading_job
+from app.grading.submissions import create_submission
 from app.models import Submission, SubmissionStatus, utc_now
 from app.settings import Settings
 from graders.exercises import get_exercise

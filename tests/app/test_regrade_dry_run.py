@@ -12,7 +12,7 @@ import httpx
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.webhooks import create_webhook
+from app.integrations.webhooks import create_webhook
 from app.models import (
     AuditEvent,
     DryRunGrade,

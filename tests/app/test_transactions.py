@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 from app.db import SessionDep, SessionFactory, create_db_engine, create_session_factory
 from app.errors import AppError
 from app.grading.drafts import save_draft
+from app.grading.jobs import requeue_waiting
 from app.grading.queue import enqueue_after_commit
-from app.grading.submissions import create_submission, requeue_waiting
+from app.grading.submissions import create_submission
 from app.main import create_app
 from app.models import Submission, User
 from app.people.accounts import create_user

@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 from app.audit import AuditAction
 from app.db import SessionFactory
-from app.lti.models import LtiUser
-from app.lti.platforms import add_platform
+from app.integrations.models import LtiUser
+from app.integrations.platforms import add_platform
 from app.models import (
     AuditEvent,
     Draft,

@@ -19,8 +19,8 @@ from fastapi.responses import HTMLResponse
 from playwright.sync_api import Browser, Frame, Page, ViewportSize, sync_playwright
 
 from app.db import SessionFactory, create_db_engine, create_session_factory
-from app.lti.framing import CACHE_SECONDS
-from app.lti.platforms import add_platform
+from app.integrations.framing import CACHE_SECONDS
+from app.integrations.platforms import add_platform
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import REPO

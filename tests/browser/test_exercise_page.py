@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from app.db import SessionFactory
 from app.grading.queue import run_grading_job
-from app.lti.models import LtiPlatform
+from app.integrations.models import LtiPlatform
 from app.main import create_app
 from app.models import Submission, SubmissionStatus
 from app.settings import Settings

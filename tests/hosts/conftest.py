@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.settings import Settings

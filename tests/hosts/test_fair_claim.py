@@ -12,7 +12,8 @@ from sqlalchemy import update
 
 from app.db import SessionFactory
 from app.grading.fair_claim import claim_fairest_submission
-from app.grading.submissions import GradingJob, create_submission
+from app.grading.jobs import GradingJob
+from app.grading.submissions import create_submission
 from app.models import Submission, SubmissionStatus, utc_now
 from tests.app.conftest import CORRECT_CODE, EXERCISE
 from tests.hosts.conftest import Worker

@@ -21,7 +21,7 @@ import httpx
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
-from app.api.keys import create_api_key
+from app.api_keys import create_api_key
 from app.db import SessionFactory, create_db_engine, create_session_factory, upgrade_database
 from app.main import create_app
 from app.models import Submission

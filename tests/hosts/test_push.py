@@ -22,9 +22,10 @@ import pytest
 import redis
 
 from app.db import SessionFactory
+from app.grading.jobs import claim_submission, record_error
 from app.grading.queue import GradingOutcome, run_grading_job
 from app.grading.state_channel import StatePublisher, state_channel
-from app.grading.submissions import claim_submission, create_submission, record_error
+from app.grading.submissions import create_submission
 from app.models import SubmissionStatus
 from app.settings import Settings
 from tests.app.conftest import EXERCISE, csrf_token

@@ -26,7 +26,7 @@ from sqlalchemy import select, update
 
 from app.courses.overrides import set_override
 from app.db import SessionFactory
-from app.lti.platforms import add_platform
+from app.integrations.platforms import add_platform
 from app.models import (
     OutboxMessage,
     OutboxStatus,

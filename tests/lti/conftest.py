@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory, create_db_engine, create_session_factory
-from app.lti.models import LtiContext
-from app.lti.platforms import add_platform
-from app.lti.webhooks import create_webhook
+from app.integrations.models import LtiContext
+from app.integrations.platforms import add_platform
+from app.integrations.webhooks import create_webhook
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import migrated_database

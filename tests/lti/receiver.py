@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from app.lti.webhooks import SIGNATURE_HEADER
+from app.integrations.webhooks import SIGNATURE_HEADER
 
 REPLAY_WINDOW_SECONDS = 300
 

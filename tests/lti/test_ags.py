@@ -11,11 +11,11 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.ags import DeliveryOutcome, deliver_score, score_message, sync_roster
-from app.lti.ags_client import SCORE_SCOPE, AccessTokens, service_request, service_url
-from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-from app.lti.keys import key_sealing
-from app.lti.models import LtiContext, LtiPlatform, LtiUser
+from app.integrations.ags import DeliveryOutcome, deliver_score, score_message, sync_roster
+from app.integrations.ags_client import SCORE_SCOPE, AccessTokens, service_request, service_url
+from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+from app.integrations.keys import key_sealing
+from app.integrations.models import LtiContext, LtiPlatform, LtiUser
 from app.models import CourseRole, Enrolment, Submission, User
 from app.settings import Settings
 from tests.app.people import graded

@@ -7,7 +7,7 @@ import httpx
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.models import LtiUser
+from app.integrations.models import LtiUser
 from app.models import User
 from app.people.accounts import disable_user
 from tests.lti.conftest import Launch

@@ -26,8 +26,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.models import LtiLoginState
-from app.lti.platforms import add_platform
+from app.integrations.models import LtiLoginState
+from app.integrations.platforms import add_platform
 from tests.app.conftest import CORRECT_CODE
 from tests.browser.conftest import (
     CHROMIUM,

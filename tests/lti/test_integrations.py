@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from app.db import SessionFactory
-from app.lti import webhooks
-from app.lti.webhooks import create_webhook
+from app.integrations import webhooks
+from app.integrations.webhooks import create_webhook
 from app.models import SiteRole
 from app.settings import Settings
 from tests.app.conftest import loopgrade

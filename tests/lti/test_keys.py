@@ -14,7 +14,7 @@ from joserfc.jwk import RSAKey
 from sqlalchemy import text
 
 from app.db import SessionFactory, alembic_config, create_db_engine
-from app.lti.keys import KEK_FILE_NAME, ToolKeysUnreadable, key_sealing
+from app.integrations.keys import KEK_FILE_NAME, ToolKeysUnreadable, key_sealing
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import loopgrade

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.launch import LaunchCheck
-from app.lti.models import LtiPlatform, LtiResourceLink, LtiUser
-from app.lti.provisioning import LIS
+from app.integrations.launch import LaunchCheck
+from app.integrations.models import LtiPlatform, LtiResourceLink, LtiUser
+from app.integrations.provisioning import LIS
 from app.models import Course, CourseRole, Enrolment, User, WebSession
 from tests.lti.conftest import LEEWAY_SECONDS, Launch, form_fields
 from tests.lti.fake_platform import LTI, FakePlatform, follow_login, new_key

@@ -12,17 +12,17 @@ import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.ags import DeliveryOutcome, deliver_lti_score, deliver_score
-from app.lti.ags_client import AccessTokens
-from app.lti.keys import key_sealing
-from app.lti.line_items import (
+from app.integrations.ags import DeliveryOutcome, deliver_lti_score, deliver_score
+from app.integrations.ags_client import AccessTokens
+from app.integrations.keys import key_sealing
+from app.integrations.line_items import (
     LINE_ITEM_CLAIM_SECONDS,
     LINE_ITEM_TAG,
     create_line_item,
     list_line_items,
     read_results,
 )
-from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
+from app.integrations.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import utc_now
 from app.outbox import DeliveryDeferred
 from app.settings import Settings

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.db import SessionFactory
-from app.lti.models import LtiLoginState
+from app.integrations.models import LtiLoginState
 from app.models import utc_now
 from app.settings import Settings
 from tests.conftest import migrated_database

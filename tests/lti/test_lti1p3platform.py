@@ -24,7 +24,7 @@ from lti1p3platform.registration import Registration
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.platforms import add_platform
+from app.integrations.platforms import add_platform
 from app.models import Submission
 from tests.app.conftest import CORRECT_CODE
 from tests.lti.conftest import form_fields

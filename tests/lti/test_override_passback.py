@@ -10,10 +10,10 @@ from app.courses.extensions import set_extension
 from app.courses.membership import set_assignment
 from app.courses.overrides import CountedChange, set_override
 from app.db import SessionFactory
-from app.lti.ags import LTI_SCORE_KIND, deliver_score
-from app.lti.ags_client import AccessTokens
-from app.lti.keys import key_sealing
-from app.lti.models import LtiContext, LtiUser
+from app.integrations.ags import LTI_SCORE_KIND, deliver_score
+from app.integrations.ags_client import AccessTokens
+from app.integrations.keys import key_sealing
+from app.integrations.models import LtiContext, LtiUser
 from app.models import (
     LatePolicy,
     OutboxMessage,

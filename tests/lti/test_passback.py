@@ -55,7 +55,7 @@ def test_a_score_survives_a_crash_mid_post_and_a_platform_failing_twice(
     with app_in_thread(platform.app()) as platform_url, app_in_thread(receiver.app()) as hooks:
         platform.url = platform_url
         receiver.url = f"{hooks}/hook"
-        from app.lti.platforms import add_platform
+        from app.integrations.platforms import add_platform
 
         with sessions.begin() as session:
             add_platform(session, **platform.registration())

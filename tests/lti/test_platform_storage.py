@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 
 from app.db import SessionFactory
-from app.lti.launch import LaunchCheck
-from app.lti.models import LtiLoginState
+from app.integrations.launch import LaunchCheck
+from app.integrations.models import LtiLoginState
 from tests.lti.conftest import form_fields
 from tests.lti.fake_platform import FakePlatform
 from tests.lti.test_launch import assert_refused, enter

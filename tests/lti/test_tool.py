@@ -12,16 +12,16 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import select
 
+from app.access import load_secret_key, sign
 from app.courses.exercise_list import remove_exercise
 from app.courses.membership import find_course
 from app.db import SessionFactory
+from app.integrations.keys import KEY_RETENTION, key_sealing, rotate_tool_key
+from app.integrations.models import LtiContext, LtiPlatform, LtiToolKey, LtiUser
 from app.lti.deep_linking import DeepLinkRequest
-from app.lti.keys import KEY_RETENTION, key_sealing, rotate_tool_key
-from app.lti.models import LtiContext, LtiPlatform, LtiToolKey, LtiUser
 from app.models import SiteRole, User, utc_now
 from app.people.accounts import create_user
 from app.settings import Settings
-from app.web.sessions import load_secret_key, sign
 from graders.exercises import list_exercises
 from tests.app.conftest import loopgrade
 from tests.lti.conftest import Launch, form_fields

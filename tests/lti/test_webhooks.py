@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from app.db import SessionFactory
-from app.lti import webhooks
-from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-from app.lti.webhooks import (
+from app.integrations import webhooks
+from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+from app.integrations.webhooks import (
     IPAddress,
     WebhookError,
     check_webhook_url,

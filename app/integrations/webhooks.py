@@ -24,8 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import SessionFactory
-from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-from app.lti.models import Webhook
+from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+from app.integrations.models import Webhook
 from app.models import Submission, utc_now
 from app.outbox import PermanentFailure, add_to_outbox
 from app.settings import Settings

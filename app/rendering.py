@@ -22,15 +22,15 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markupsafe import Markup
 
+from app.access import SignInRequired, Viewer, browser_name, set_cookies
 from app.courses.counted import span_words
 from app.courses.membership import in_units
 from app.errors import AppError
 from app.settings import Settings
-from app.web.sessions import SignInRequired, Viewer, browser_name, set_cookies
 from graders.hints import ANCHOR_PREFIX
 from graders.report import diagnosis_name
 
-templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "web" / "templates")
 # Exercise prompts, written by the course's authors. Raw HTML is shown as text even there.
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
 
@@ -209,13 +209,3 @@ def install_sign_in_redirect(app: FastAPI) -> None:
     async def on_sign_in_required(request: Request, exc: SignInRequired) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/sign-in?next={quote(target, safe='')}", status_code=303)
-
-
-def safe_next(target: str | None) -> str:
-    """Where to go after signing in: only a path on this site (no //host or scheme)."""
-    # Browsers drop tabs and newlines from URLs, so "/\t/evil.example" would become "//evil...".
-    if any(c.isspace() or ord(c) < 32 for c in target or ""):
-        return "/"
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    return target

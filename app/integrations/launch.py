@@ -27,8 +27,8 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.errors import AppError
-from app.lti.models import LtiDeployment, LtiLoginState, LtiPlatform
-from app.lti.platforms import PlatformKeyCache, PlatformKeysUnavailable, find_platform
+from app.integrations.models import LtiDeployment, LtiLoginState, LtiPlatform
+from app.integrations.platforms import PlatformKeyCache, PlatformKeysUnavailable, find_platform
 from app.models import utc_now
 from app.rate_limits import RateLimit, seconds_until_allowed
 from app.settings import Settings

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db import SessionFactory
-from app.lti.models import LtiPlatform
+from app.integrations.models import LtiPlatform
 
 CACHE_SECONDS = 10.0
 # Threads, and so database connections, the reload of the origins takes at once.

@@ -1,4 +1,8 @@
-"""Signed-in browsers: server-side sessions in signed cookies, and CSRF tokens for every form.
+"""Request plumbing below the surfaces (app/web, app/api, app/lti): who is viewing, signed in
+by a server-side session in a signed cookie; CSRF tokens for every form; where a sign-in may
+send the browser; and the permission checks pages share (`instructor_course`,
+`reviewable_submission`). One idea, who a request is and what it may do, in one module below
+every surface, so that no surface imports another for it.
 
 The session cookie holds a random token and its HMAC; the database keeps only the token's
 SHA-256, the user and the session's CSRF token, so signing out (deleting the row) ends it
@@ -20,13 +24,16 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Form, Header, Request, Response
+from fastapi.responses import RedirectResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.courses.membership import Forbidden, NotFound, require_instructor
 from app.db import SessionDep
 from app.errors import AppError
-from app.models import User, WebSession, utc_now
-from app.settings import Settings
+from app.grading.submissions import get_submission
+from app.models import Course, Submission, User, WebSession, utc_now
+from app.settings import Settings, SettingsDep
 
 SESSION_COOKIE = "loopgrade_session"
 CSRF_COOKIE = "loopgrade_csrf"
@@ -378,3 +385,53 @@ def signed_in_user(viewer: ViewerDep) -> User:
     if viewer.user is None:
         raise SignInRequired()
     return viewer.user
+
+
+def instructor_course(session: Session, viewer: Viewer, course_id: str) -> tuple[User, Course]:
+    user = signed_in_user(viewer)
+    return user, require_instructor(session, user, course_id)
+
+
+def reviewable_submission(
+    session: Session, viewer: Viewer, submission_id: str
+) -> tuple[User, Submission]:
+    """A submission of a course the viewer teaches (a learner's own is 403 here, others 404)."""
+    user = signed_in_user(viewer)
+    submission = get_submission(session, submission_id)
+    if submission is None:
+        raise NotFound("There is no submission with this id.")
+    if user.is_admin:
+        return user, submission
+    if submission.course_id is None:
+        if submission.user_id == user.id:
+            raise Forbidden("Only a course's instructors can change a score.")
+        raise NotFound("There is no submission with this id, or it is not yours to see.")
+    try:
+        require_instructor(session, user, submission.course_id)
+    except NotFound:
+        if submission.user_id == user.id:
+            raise Forbidden("Only a course's instructors can change a score.") from None
+        raise NotFound("There is no submission with this id, or it is not yours to see.") from None
+    return user, submission
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after signing in: only a path on this site (no //host or scheme)."""
+    # Browsers drop tabs and newlines from URLs, so "/\t/evil.example" would become "//evil...".
+    if any(c.isspace() or ord(c) < 32 for c in target or ""):
+        return "/"
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def signed_in_response(
+    request: Request, settings: SettingsDep, session: SessionDep, user: User, target: str
+) -> Response:
+    _, token = start_session(
+        session, user, request, max_age_seconds=settings.session_max_age_seconds
+    )
+    response = RedirectResponse(safe_next(target), status_code=303)
+    set_session_cookie(response, request, settings, token)
+    set_known_browser_cookie(response, request, settings, user.email)
+    return response

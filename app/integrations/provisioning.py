@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.courses.membership import enrolment_of, new_join_code
-from app.lti.launch import AGS_ENDPOINT_CLAIM, NRPS_CLAIM, MessageType, ValidatedLaunch
-from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
+from app.integrations.launch import AGS_ENDPOINT_CLAIM, NRPS_CLAIM, MessageType, ValidatedLaunch
+from app.integrations.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Assignment, Course, CourseRole, Enrolment, SiteRole, User
 from app.people.accounts import NO_PASSWORD, find_user_by_email
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
@@ -195,7 +195,7 @@ MAX_FRAME_ORIGINS = 20
 def _named_origins(launch: ValidatedLaunch) -> list[str]:
     """The origins a signed launch names for the platform's pages, the page it returns to
     first (Canvas frames from the school's domain, which it names there)."""
-    from app.lti.framing import origin_of
+    from app.integrations.framing import origin_of
 
     presentation = launch.claim("launch_presentation")
     tool_platform = launch.claim("tool_platform")
@@ -209,7 +209,7 @@ def _named_origins(launch: ValidatedLaunch) -> list[str]:
 def lms_page_origin(launch: ValidatedLaunch) -> str:
     """The origin of the LMS page that framed this launch, as well as it is known: the one
     the launch names, else that of the platform's sign-in (its auth URL)."""
-    from app.lti.framing import origin_of
+    from app.integrations.framing import origin_of
 
     named = _named_origins(launch)
     return named[0] if named else origin_of(launch.platform.auth_url) or ""

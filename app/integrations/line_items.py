@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from app.courses.gradebook import learner_cells
 from app.courses.membership import assignment_of
-from app.lti.ags_client import (
+from app.integrations.ags_client import (
     AGS_SCOPE,
     HTTP_TIMEOUT_SECONDS,
     LINEITEM_SCOPE,
@@ -35,8 +35,8 @@ from app.lti.ags_client import (
     raise_for_reply,
     service_url,
 )
-from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
+from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+from app.integrations.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import User, utc_now
 from graders.exercises import get_exercise
 

@@ -50,7 +50,7 @@ class LtiToolKey(Base):
 
     kid: Mapped[str] = mapped_column(String(64), primary_key=True)
     # The PKCS#8 PEM sealed (Fernet) under the key-encryption key, which is kept outside the
-    # database (app/lti/keys.py). It signs client assertions and deep-linking responses.
+    # database (app/integrations/keys.py). It signs client assertions and deep-linking responses.
     private_key_sealed: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -126,7 +126,7 @@ class LtiResourceLink(Base):
     lineitem_url: Mapped[str | None] = mapped_column(String(1000))
     ags_scopes: Mapped[list[str] | None] = mapped_column(JSON)
     # While a delivery makes the line item of a link that came without one: its random token
-    # and when the claim lapses (its holder is presumed dead then). app/lti/line_items.py.
+    # and when the claim lapses (its holder is presumed dead then). app/integrations/line_items.py.
     lineitem_claim: Mapped[str | None] = mapped_column(String(32))
     lineitem_claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

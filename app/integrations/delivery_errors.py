@@ -1,7 +1,7 @@
 """How a delivery to another server fails: refused for good, or unavailable for now.
 
-The LMS calls (app/lti/ags_client.py) and the webhooks (app/lti/webhooks.py) both raise these;
-the outbox retries the second and gives up on the first.
+The LMS calls (app/integrations/ags_client.py) and the webhooks (app/integrations/webhooks.py)
+both raise these; the outbox retries the second and gives up on the first.
 """
 
 from __future__ import annotations

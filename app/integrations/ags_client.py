@@ -1,7 +1,8 @@
 """Calling an LTI platform's services (AGS, NRPS): access tokens, the checked service URL, a
 call, its paged lists, and what an answer means (retry, or refused).
 
-Scores (app/lti/ags.py) and line items (app/lti/line_items.py) both sit on this module.
+Scores (app/integrations/ags.py) and line items (app/integrations/line_items.py) both sit on
+this module.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import httpx
 from cryptography.fernet import MultiFernet
 from sqlalchemy.orm import Session
 
-from app.lti.delivery_errors import PlatformRefused, PlatformUnavailable
-from app.lti.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
-from app.lti.models import LtiPlatform
-from app.lti.webhooks import pinned_request
+from app.integrations.delivery_errors import PlatformRefused, PlatformUnavailable
+from app.integrations.keys import SIGNED_TOKEN_LIFETIME, sign_jwt
+from app.integrations.models import LtiPlatform
+from app.integrations.webhooks import pinned_request
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from joserfc.jwk import RSAKey
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from app.lti.models import LtiToolKey
+from app.integrations.models import LtiToolKey
 from app.models import utc_now
 from app.settings import Settings
 

@@ -20,7 +20,7 @@ from joserfc.jwk import KeySet
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.lti.models import LtiDeployment, LtiPlatform
+from app.integrations.models import LtiDeployment, LtiPlatform
 
 MAX_JWKS_BYTES = 256 * 1024
 HTTP_TIMEOUT_SECONDS = 10.0

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from app.courses.gradebook import learner_cells
 from app.courses.membership import assignment_of
 from app.db import SessionFactory
-from app.lti.ags_client import (
+from app.integrations.ags_client import (
     LINEITEM_SCOPE,
     MEMBERSHIP_MEDIA_TYPE,
     NRPS_SCOPE,
@@ -35,10 +35,10 @@ from app.lti.ags_client import (
     raise_for_reply,
     service_url,
 )
-from app.lti.delivery_errors import PlatformRefused
-from app.lti.keys import key_sealing
-from app.lti.line_items import ensure_line_item
-from app.lti.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
+from app.integrations.delivery_errors import PlatformRefused
+from app.integrations.keys import key_sealing
+from app.integrations.line_items import ensure_line_item
+from app.integrations.models import LtiContext, LtiPlatform, LtiResourceLink, LtiUser
 from app.models import Enrolment, Submission, utc_now
 from app.outbox import DeliveryDeferred, PermanentFailure, add_to_outbox
 from app.settings import Settings
@@ -152,7 +152,7 @@ def sync_roster(
     session: Session, sealing: MultiFernet, tokens: AccessTokens, context: LtiContext
 ) -> RosterSync:
     """Enrol every member the platform lists (NRPS), with their role; follows rel="next"."""
-    from app.lti.provisioning import course_role_of, enrol, lti_account
+    from app.integrations.provisioning import course_role_of, enrol, lti_account
 
     if context.memberships_url is None:
         raise PlatformRefused("the platform offers no roster (Names and Role service) here")
