@@ -1,6 +1,9 @@
 """The `loopgrade` command: serve, worker, migrate, users, courses, keys, regrade, grade,
 check-exercises, exercises.
 
+One idea over 400 lines: the command's parser and its subcommands, each a thin call of the
+domain.
+
 Each command imports what it needs: `keys` and `migrate` should not pay for importing torch.
 """
 

@@ -1,4 +1,8 @@
-"""The FastAPI application: `create_app(settings)`."""
+"""The FastAPI application: `create_app(settings)`.
+
+One idea over 400 lines: the assembly of the application, where every router, middleware and
+start-up check meets.
+"""
 
 from __future__ import annotations
 

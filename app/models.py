@@ -1,5 +1,8 @@
 """Database tables. The submission row is also the grading job's record.
 
+Kept whole: app/'s tables in one module, which the migrations compare against (with
+app/integrations/models.py).
+
 People: users (a site role), their web sessions, courses with enrolments (a course role) and
 assignments (due date, late and scoring policy). Every change an instructor makes to a score
 (an override, a regrade) leaves an audit event.

@@ -1,4 +1,7 @@
-"""Server configuration: one `Settings` object, read from `LOOPGRADE_*` environment variables."""
+"""Server configuration: one `Settings` object, read from `LOOPGRADE_*` environment variables.
+
+One object by design: every setting, its check and its words in one `Settings`, built once.
+"""
 
 from __future__ import annotations
 

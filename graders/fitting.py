@@ -1,5 +1,8 @@
 """Fitting models of the update to a stepping loop's trajectory (the kinds with a `Replay`).
 
+One idea over 400 lines: the models of the update fitted to a stepping loop, and the order of
+the mistakes they name.
+
 A model is the learner's own recorded calls replayed as a trusted loop (`graders.replay`),
 first with the optimizer's numbers, then with one number fitted on the first case those do not
 explain. When a replay explains every case, its calls name the mistakes (`order_mistakes`).

@@ -1,5 +1,8 @@
 """grade(exercise, source): run the learner's code in the sandbox, judge it outside.
 
+One idea over 400 lines: one run of the learner's code judged, from the sandbox's result to the
+report.
+
 The sandbox returns a trace: untrusted numbers. Every verdict is made here, by comparing those
 numbers with trajectories that this process computes itself from the same fixed-seed cases:
 the reference solution's and those of the known buggy loops. Nothing the sandbox says about

@@ -1,5 +1,7 @@
 """The in-sandbox harness: builds each case, calls the learner's function, records what happened.
 
+Kept whole: it is shipped into the sandbox as one program, so it imports nothing of ours.
+
 The same functions serve twice. Inside the sandbox, `main()` runs the learner's code and writes
 the trace to the result channel (fd 3): everything in it is untrusted. Outside, the grader calls
 `run_case` with the reference solution and the known buggy loops to get trusted trajectories.

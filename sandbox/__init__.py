@@ -29,14 +29,16 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any
 
-from sandbox import bwrap, probes
-from sandbox import docker as docker_backend
 from sandbox import pool as pool_module
+from sandbox.backends import BACKENDS, Backend
+from sandbox.bwrap import BwrapRunner
+from sandbox.docker import DockerRunner
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
+from sandbox.runner import Runner
 from sandbox.supervise import check_request
 
 __all__ = [
@@ -56,83 +58,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-BACKENDS = ("bwrap", "docker")  # in the order `auto` tries them
-
-
-class Runner(Protocol):
-    """Runs programs in sandboxes of one backend, chosen and probed once."""
-
-    @property
-    def name(self) -> str:
-        """The backend: bwrap or docker."""
-
-    @property
-    def status(self) -> str:
-        """One line for logs and status pages: the backend, and the pool's state."""
-
-    def run(
-        self,
-        program: str,
-        inputs: Mapping[str, bytes],
-        limits: Limits,
-        later_input: bytes | None = None,
-    ) -> RunResult:
-        """Run Python source `program` in a fresh sandbox, with each input at /sandbox/<name>,
-        and `later_input` on its stdin once it asks for it (sandbox/supervise.py).
-
-        Raises ValueError for a bad input name, limit or later input, SandboxError when the
-        sandbox itself fails. A learner's failure (an exception, a limit hit) is a RunResult,
-        never an exception.
-        """
-
-    def close(self) -> None:
-        """Stop what the runner keeps running (a pool's zygotes)."""
-
-
-@dataclass(frozen=True)
-class BwrapRunner:
-    binary: str
-    name: str = "bwrap"
-
-    @property
-    def status(self) -> str:
-        return f"bwrap ({self.binary}), a cold sandbox per run"
-
-    def run(
-        self,
-        program: str,
-        inputs: Mapping[str, bytes],
-        limits: Limits,
-        later_input: bytes | None = None,
-    ) -> RunResult:
-        return bwrap.run_program(self.binary, program, inputs, limits, later_input)
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class DockerRunner:
-    settings: docker_backend.DockerSettings
-    name: str = "docker"
-
-    @property
-    def status(self) -> str:
-        return f"docker ({self.settings.image}), a cold container per run"
-
-    def run(
-        self,
-        program: str,
-        inputs: Mapping[str, bytes],
-        limits: Limits,
-        later_input: bytes | None = None,
-    ) -> RunResult:
-        check_request(program, inputs, limits)
-        return docker_backend.run_program(self.settings, program, inputs, limits, later_input)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -192,17 +117,13 @@ def open_runner(
     Raises SandboxUnavailable when no backend works. A pool that cannot start is logged, and
     the runner runs cold.
     """
-    cold = _cold_runner(backend)
+    chosen, cold = _cold_runner(backend)
     if pool is None or pool_size == 0:
         return cold
     from sandbox import seccomp
 
     try:
-        outer: pool_module.Outer = (
-            pool_module.BwrapOuter(cold.binary)
-            if isinstance(cold, BwrapRunner)
-            else docker_backend.ContainerOuter(cold.settings)
-        )
+        outer = chosen.pool_outer(cold)
     except SandboxUnavailable as error:
         log.warning("sandbox: %s; every run is cold", error)
         return cold
@@ -229,13 +150,13 @@ def run(
 ) -> RunResult:
     """Run `program` on a cold runner chosen from the environment now (the CLI's, the tests')."""
     check_request(program, inputs, limits)
-    runner = _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
+    _, runner = _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))
     return runner.run(program, inputs, limits, later_input)
 
 
 def backend_name() -> str:
     """The backend run() uses here; raises SandboxUnavailable if none works."""
-    return _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto")).name
+    return _cold_runner(os.environ.get("LOOPGRADE_SANDBOX", "auto"))[1].name
 
 
 def check_available() -> None:
@@ -243,7 +164,9 @@ def check_available() -> None:
     backend_name()
 
 
-def _cold_runner(setting: str) -> BwrapRunner | DockerRunner:
+def _cold_runner(setting: str) -> tuple[Backend[Any], Runner]:
+    """The backend `setting` names (auto: the first in BACKENDS that works here) and its cold
+    runner."""
     if setting not in ("auto", *BACKENDS):
         raise SandboxUnavailable(
             f"LOOPGRADE_SANDBOX={setting!r} is not a sandbox backend: use one of "
@@ -252,13 +175,7 @@ def _cold_runner(setting: str) -> BwrapRunner | DockerRunner:
     failures = []
     for name in BACKENDS if setting == "auto" else (setting,):
         try:
-            if name == "bwrap":
-                binary = probes.bwrap_binary()
-                probes.probe_bwrap(binary)
-                return BwrapRunner(binary)
-            settings = docker_backend.DockerSettings.from_environment()
-            probes.probe_docker(settings)
-            return DockerRunner(settings)
+            return BACKENDS[name], BACKENDS[name].open()
         except SandboxUnavailable as error:
             if setting != "auto":
                 raise

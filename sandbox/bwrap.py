@@ -1,5 +1,7 @@
 """The bubblewrap backend: a fresh sandbox per run, supervised from outside it.
 
+One idea over 400 lines: a cold bubblewrap run, from the launcher to its result.
+
     result = run_program("/usr/bin/bwrap", source, {"cases.json": data}, Limits())
 
 This module (inside the server) spawns sandbox/launcher.py, which execs bwrap. bwrap's child
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox import host_view, seccomp, uids
@@ -516,3 +519,25 @@ def _readable(fd: int, timeout_seconds: float) -> bool:
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         return bool(selector.select(max(0.0, timeout_seconds)))
+
+
+@dataclass(frozen=True)
+class BwrapRunner:
+    binary: str
+    name: str = "bwrap"
+
+    @property
+    def status(self) -> str:
+        return f"bwrap ({self.binary}), a cold sandbox per run"
+
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: Limits,
+        later_input: bytes | None = None,
+    ) -> RunResult:
+        return run_program(self.binary, program, inputs, limits, later_input)
+
+    def close(self) -> None:
+        pass

@@ -1,5 +1,7 @@
 """Cgroups for one run or one warm pool slot: memory, pids, CPU accounting, a one-core CPU cap.
 
+Kept whole: one interface over both cgroup hierarchies is what this module is for.
+
     groups = RunCgroups.create("loopgrade-2000000007", limits, pids_max=17)
     groups.attach(pid)                           # the sandbox's first process, before it runs
     groups.cpu_seconds(), groups.oom_kills(), groups.peak_memory_bytes(), ...

@@ -1,5 +1,8 @@
 """The docker backend: one fresh container per run, from the grading runtime image.
 
+One backend, one module: the docker backend's cold runs and its pool's slot containers share its
+engine calls and settings.
+
     settings = DockerSettings.from_environment()
     result = run_program(settings, source, {"cases.json": data}, Limits())
 
@@ -871,3 +874,26 @@ def _number(value: object) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return -1.0
+
+
+@dataclass(frozen=True)
+class DockerRunner:
+    settings: DockerSettings
+    name: str = "docker"
+
+    @property
+    def status(self) -> str:
+        return f"docker ({self.settings.image}), a cold container per run"
+
+    def run(
+        self,
+        program: str,
+        inputs: Mapping[str, bytes],
+        limits: Limits,
+        later_input: bytes | None = None,
+    ) -> RunResult:
+        check_request(program, inputs, limits)
+        return run_program(self.settings, program, inputs, limits, later_input)
+
+    def close(self) -> None:
+        pass

@@ -1,24 +1,27 @@
 """The warm pool: slots of forked, isolated children from zygotes that imported torch once.
 
+One idea over 400 lines: the pool and its slots; each backend's outer sandbox for them is in
+that backend's module.
+
     pool = Pool(BwrapOuter(bwrap_binary), program, warm_up_inputs, seccomp_filter, size=2)
     pool.start()                                 # SandboxUnavailable if no slot starts
     result = pool.run_program(inputs, limits)    # the same RunResult as a cold run
 
 A slot is one zygote (sandbox/zygote.py) inside its own outer sandbox, which holds it in the
-slot's cgroups: a bubblewrap sandbox started like a cold run's (BwrapOuter: its own leased host
-uid, no network, read-only root, cgroups made here), or a long-lived container of the grading
-image (sandbox.docker.ContainerOuter: the same uid lease, the container's own cgroups). A server
-that is not root leases no uid: its slots run as its own uid, each zygote in a user namespace of
-its own as a cold run of that server is, in cgroups it makes in its own group where the host
-delegated that group to it (sandbox/cgroups.py; docs/security.md says what each host gets). Either
-way every job the zygote forks is born in the slot's cgroups: memory, pids and a one-core CPU
-cap per slot, without joining a cgroup per job. A slot runs one job at a time; the server
-supervises it from outside exactly as a cold run (pipes read and capped, limits polled, wall
-clock, SIGKILL of the whole tree) and waits until nothing but the zygote is left in the slot's
-cgroups before the next job. A job is made ready (pipes, inputs) before a slot is free; with
-every slot busy it waits in line, and the thread that ends a slot's job begins the first one
-waiting there at once. A zygote that dies is started again; a job that finds no slot able to
-start fails with SandboxError.
+slot's cgroups: a bubblewrap sandbox started like a cold run's (sandbox.bwrap_pool.BwrapOuter:
+its own leased host uid, no network, read-only root, cgroups made here), or a long-lived
+container of the grading image (sandbox.docker.ContainerOuter: the same uid lease, the
+container's own cgroups). A server that is not root leases no uid: its slots run as its own uid,
+each zygote in a user namespace of its own as a cold run of that server is, in cgroups it makes
+in its own group where the host delegated that group to it (sandbox/cgroups.py; docs/security.md
+says what each host gets). Either way every job the zygote forks is born in the slot's cgroups:
+memory, pids and a one-core CPU cap per slot, without joining a cgroup per job. A slot runs one
+job at a time; the server supervises it from outside exactly as a cold run (pipes read and
+capped, limits polled, wall clock, SIGKILL of the whole tree) and waits until nothing but the
+zygote is left in the slot's cgroups before the next job. A job is made ready (pipes, inputs)
+before a slot is free; with every slot busy it waits in line, and the thread that ends a slot's
+job begins the first one waiting there at once. A zygote that dies is started again; a job that
+finds no slot able to start fails with SandboxError.
 
 The zygote runs one program only (the one it warmed up); the caller runs any other cold.
 """
@@ -35,24 +38,20 @@ import os
 import resource
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from sandbox import bwrap, host_view, uids
-from sandbox.cgroups import RunCgroups, group_name
+from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 from sandbox.result import RunResult
 from sandbox.supervise import (
     ENVIRONMENT,
     SANDBOX_DIR,
-    SCRATCH_DIR,
     TEARDOWN_TIMEOUT_SECONDS,
     Channel,
     Supervisor,
@@ -92,7 +91,8 @@ class StartedZygote(Protocol):
 
 
 class Outer(Protocol):
-    """How a pool's slots get their outer sandbox: BwrapOuter, or sandbox.docker.ContainerOuter."""
+    """How a pool's slots get their outer sandbox: sandbox.bwrap_pool.BwrapOuter, or
+    sandbox.docker.ContainerOuter (sandbox.backends names each backend's)."""
 
     name: str
 
@@ -549,122 +549,6 @@ class Pool:
         self.outer.close()
 
 
-class BwrapOuter:
-    """Slots in bubblewrap sandboxes started like a cold run's, in cgroups made for each slot."""
-
-    name = "bwrap"
-
-    def __init__(self, bwrap_binary: str) -> None:
-        self.bwrap_binary = bwrap_binary
-        # bwrap dies with the thread that spawned it (--die-with-parent), and a grading thread
-        # may end before the zygote should: they are all spawned from this one.
-        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
-
-    def start(
-        self, index: int, uid: int, files: Mapping[str, bytes], config: dict[str, object]
-    ) -> _BwrapZygote:
-        name = group_name("loopgrade-pool", uid if os.geteuid() == 0 else None)
-        try:
-            cgroups = RunCgroups.create(name, ZYGOTE_LIMITS, pids_max=4096)
-        except OSError as error:
-            raise SandboxUnavailable(f"the warm pool needs cgroups: {error}") from error
-        zygote = _BwrapZygote(cgroups)
-        try:
-            zygote.start(self, index, uid, files, config)
-        except BaseException:
-            zygote.stop()
-            raise
-        return zygote
-
-    def close(self) -> None:
-        self.spawner.shutdown()
-
-
-class _BwrapZygote:
-    """A zygote in its bubblewrap sandbox (StartedZygote)."""
-
-    def __init__(self, cgroups: RunCgroups) -> None:
-        self.cgroups = cgroups
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # replaced at start
-        self.zygote_pid = 0
-        self.zygote_pidfd = -1
-
-    def start(
-        self,
-        outer: BwrapOuter,
-        index: int,
-        uid: int,
-        files: Mapping[str, bytes],
-        config: dict[str, object],
-    ) -> None:
-        file_fds = [bwrap.memfd(data) for data in files.values()]
-        self.control.close()
-        self.control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        log_r, log_w = os.pipe()
-        info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()
-        as_root = os.geteuid() == 0
-        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], bwrap.python_binds(as_root))
-        # The zygote makes namespaces for every job, and each job loads the filter itself: no
-        # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
-        args.remove("--disable-userns")
-        del args[args.index("--seccomp") : args.index("--seccomp") + 2]
-        under_scratch = [p for p in bwrap._python_dirs() if p.startswith(f"{SCRATCH_DIR}/")]
-        config = {**config, "control_fd": CONTROL_FD, "kept_under_scratch": under_scratch}
-        args = [
-            *args[: args.index("--") + 1],
-            sys.executable,
-            "-I",
-            ZYGOTE_PATH,
-            json.dumps(config),
-        ]
-        moves = [[zygote_end.fileno(), CONTROL_FD], [info_w, bwrap.INFO_FD],
-                 [block_r, bwrap.BLOCK_FD]]  # fmt: skip
-        moves += [[fd, number] for number, fd in enumerate(file_fds, start=bwrap.FIRST_FILE_FD)]
-        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=as_root)
-        launch = bwrap.launcher_config(
-            outer.bwrap_binary, args, moves, uid if as_root else None, rlimits
-        )
-        try:
-            self.proc = outer.spawner.submit(
-                subprocess.Popen,
-                [sys.executable, "-I", "-S", str(bwrap.LAUNCHER), json.dumps(launch)],
-                stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w,
-                pass_fds=[fd for fd, _ in moves], start_new_session=True,
-                env={"LANG": "C.UTF-8"},
-            ).result()  # fmt: skip
-        finally:
-            for fd in [log_w, info_w, block_r, *file_fds]:
-                os.close(fd)
-            zygote_end.close()
-        threading.Thread(target=_log_lines, args=(log_r, index), daemon=True).start()
-        try:
-            # The slot's start budget, not a cold run's set-up time: on a loaded (or emulated)
-            # machine bubblewrap's set-up alone has taken over ten seconds.
-            self.zygote_pid = bwrap.read_child_pid(info_r, START_TIMEOUT_SECONDS)
-            self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
-            self.cgroups.attach(self.zygote_pid)
-            if not as_root:
-                bwrap.set_rlimits_inside(self.zygote_pid, rlimits)
-            os.write(block_w, b"go")
-        finally:
-            os.close(info_r)
-            os.close(block_w)
-
-    def stop(self) -> None:
-        self.control.close()
-        self.cgroups.remove(TEARDOWN_TIMEOUT_SECONDS)
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(TEARDOWN_TIMEOUT_SECONDS)
-            self.proc = None
-        if self.zygote_pidfd >= 0:
-            os.close(self.zygote_pidfd)
-            self.zygote_pidfd = -1
-
-
 def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
     """A job's rlimits; memory is the slot cgroup's to cap (torch maps ~700 MB of address space)."""
     # A backstop: the supervisor holds the job's CPU, set-up apart, to its caps.
@@ -679,13 +563,6 @@ def _job_rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
         resource.RLIMIT_NPROC: (processes, processes),
         resource.RLIMIT_CORE: (0, 0),
     }
-
-
-def _log_lines(fd: int, index: int) -> None:
-    """Log what a zygote (or bubblewrap around it) prints: only its own failures."""
-    with open(fd, "rb") as stream:
-        for line in stream:
-            log_zygote_line(index, line)
 
 
 def log_zygote_line(index: int, line: bytes) -> None:

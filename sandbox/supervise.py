@@ -1,5 +1,8 @@
 """Holding one run to its limits: the part of supervising that every backend shares.
 
+Kept whole: what every backend shares of holding a run to its limits, so that no backend holds
+one otherwise.
+
     supervisor = Supervisor(limits)
     supervisor.start_clock()        # when the backend starts the program
     supervisor.watch(process)       # until the program has ended and its output is in

@@ -1,5 +1,7 @@
 """Scores under a course's policies: the gradebook, its CSV and JSON, per-exercise statistics.
 
+One idea over 400 lines: scores under a course's policies, in each form they are read.
+
 What counts of a learner's submissions is app/courses/counted.py's one rule.
 """
 

@@ -1,5 +1,7 @@
 """Courses: join codes, enrolments and roles, assignments with their policies, who may see what.
 
+One idea over 400 lines: who belongs to a course, in which role, and what it assigns them.
+
 These flush, never commit.
 """
 

@@ -1,5 +1,8 @@
 """Grading jobs and how they reach a worker: threads in this process, or Celery on many hosts.
 
+One idea over 400 lines: the way of a job from the commit that queued it to a worker's stored
+result.
+
 A job is only a submission id; the submission row is the job's record. Jobs are handed over
 by an `on_commit` hook once the transaction that queued them commits
 (`submissions.queue_for_grading`), and `run_grading_job` may run any number of times for one

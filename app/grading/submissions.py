@@ -1,5 +1,8 @@
 """Submissions: the rules of intake (limits, open, code), creating one, and reading them. These
 flush, never commit; grading one is app/grading/jobs.py.
+
+One idea over 400 lines: what a submission must meet to be accepted (size, text, open, attempts,
+rate, the queue's room), and its row.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """LTI 1.3 login and launch: the OIDC third-party-initiated login, and the checks on the
 platform's id_token before anything in it is believed.
 
+One idea over 400 lines: the checks a launch passes before anything in it is believed.
+
 Every refusal is a `LaunchRejected` naming the check that failed, what was wrong, and what the
 operator (or the platform's administrator) should change. State and nonce live in the
 database, not in a cookie: a cross-site iframe often keeps no cookie at all.

@@ -2,6 +2,9 @@
 came without (a link placed by hand, not through Deep Linking), lists them, and reads their
 results back so an instructor can see where the LMS and loopgrade disagree.
 
+One idea over 400 lines: the line items of a course's AGS container, from listing them to
+reading their results back.
+
 Per the Assignment and Grade Services spec: the container (`lineitems` in the launch's AGS
 claim) is read with `Accept: application/vnd.ims.lis.v2.lineitemcontainer+json` and filtered
 by `resource_link_id`, `resource_id`, `tag` and `limit`; a POST to it with

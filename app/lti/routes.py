@@ -1,5 +1,8 @@
 """The tool's LTI addresses: login, launch, JWKS, configuration, and the pages after a launch.
 
+One idea over 400 lines: the tool's fixed LTI addresses, which operators paste into their
+platforms.
+
 Operators paste these, so they do not move: `GET|POST /lti/login`, `POST /lti/launch`,
 `GET /lti/jwks` (also `/.well-known/jwks.json`), `GET /lti/config`, and `/lti/admin`.
 """

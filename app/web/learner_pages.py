@@ -1,5 +1,7 @@
 """The learner's pages: a course's home, an exercise (editor, upload), a result, the history.
 
+One page family over 400 lines: what a learner opens, from a course's home to a result.
+
 Practice works without a course, for anyone: a visitor who is not signed in is an anonymous
 learner kept in a cookie. Every submission page is for its learner, the instructors of its
 course and site admins only; to anyone else it does not exist (404).

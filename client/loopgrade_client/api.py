@@ -1,5 +1,7 @@
 """The learner's API of a loopgrade server (`/api/v1/me`), over httpx.
 
+One idea over 400 lines: every call of the learner's API, each with the reading of its answer.
+
 Every answer is read as untrusted: bodies are capped, JSON is checked for the types used, and
 anything else becomes a `BadAnswer` with a sentence, never a traceback. Results are waited for
 on the submission's progress stream (server-sent events), not by polling.

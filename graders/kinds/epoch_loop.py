@@ -1,6 +1,8 @@
 """The `epoch-loop` kind: a loop over epochs with a learning-rate scheduler,
 `train(model, optimizer, scheduler, loss_fn, batches, epochs)`, returning each epoch's mean loss.
 
+One kind, one module (graders/kinds): its recorder, its judge and its models stay together.
+
 The scheduler is `StepLR(optimizer, lr_step_size, lr_gamma)`: it must step once per epoch,
 after the epoch's optimizer steps. The harness records, at every optimizer step, the learning
 rate it read and how many scheduler steps came before it, then the weights after it. The checks

@@ -1,5 +1,7 @@
 """The `step-function` kind: a function called once per batch that zeroes, backpropagates and steps.
 
+One kind, one module (graders/kinds): its recorder, its judge and its models stay together.
+
 Its cases give it one batch a call (`train_step(model, optimizer, loss_fn, x, y)`), or a list of
 equal-size micro-batches a call (`micro_batches`), whose single update must equal one step on
 their concatenation. The harness records the state after each call. What decides a check is

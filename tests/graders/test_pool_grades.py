@@ -22,6 +22,7 @@ import sandbox
 from graders import grade
 from graders.exercises import get_exercise, list_exercises
 from graders.grading import POOL_PROGRAM, trusted_trajectories
+from sandbox.backends import BACKENDS
 from tests.graders.conftest import SHARED_LIMITS, ColdGrade
 from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason
 
@@ -76,7 +77,7 @@ def cold_and_warm_programs() -> list[tuple[str, str, str]]:
     return found
 
 
-@pytest.fixture(scope="module", params=["bwrap", "docker"])
+@pytest.fixture(scope="module", params=list(BACKENDS))
 def warm(request: pytest.FixtureRequest) -> Iterator[sandbox.Runner]:
     """A warm pool in bubblewrap (the session's grading_runner), and one in the docker
     backend's slot containers. Never a cold fallback: the comparison is against a pool."""

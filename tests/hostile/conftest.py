@@ -31,6 +31,7 @@ from sqlalchemy import select
 import sandbox
 from app.db import create_db_engine
 from app.models import Submission
+from sandbox import backends as sandbox_backends
 from tests.conftest import ScopeDatabase
 from tests.servers import HTTP_TIMEOUT_SECONDS, running_server
 
@@ -41,7 +42,9 @@ CORRECT_CODE = (REPO / "exercises" / EXERCISE / "solution.py").read_text()
 HONEST_BUG_CODE = (REPO / "exercises" / EXERCISE / "bugs" / "no_zero_grad.py").read_text()
 # bwrap-pool: the bwrap backend with a warm pool in front, which grades the harness;
 # docker-pool: the same pool, its slots in containers of the docker backend.
-BACKENDS = ("bwrap", "bwrap-pool", "docker", "docker-pool")
+BACKENDS = tuple(
+    name for backend in sandbox_backends.BACKENDS for name in (backend, f"{backend}-pool")
+)
 # The tests of what a backend's outer layer holds: its cgroups, files, network and processes.
 OUTER_LAYER = {
     "test_fork_bomb",

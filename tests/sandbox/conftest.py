@@ -17,7 +17,7 @@ import pyseccomp
 import pytest
 
 import sandbox
-from sandbox import Limits, RunResult, cgroups, run
+from sandbox import Limits, RunResult, backends, cgroups, run
 from sandbox import docker as docker_backend
 
 # Small, so that hitting a limit is quick. The wall timeout is generous because other runs may
@@ -36,7 +36,7 @@ FAST = Limits(
 )
 # How a sandboxed program's command line ends, whichever interpreter the backend has.
 SANDBOX_ARGV = [b"-I", b"/sandbox/main.py"]
-BACKENDS = ("bwrap", "docker")
+BACKENDS = tuple(backends.BACKENDS)
 RT_SIGTIMEDWAIT = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "rt_sigtimedwait")
 
 

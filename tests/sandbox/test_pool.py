@@ -39,8 +39,10 @@ import pytest
 import sandbox
 from sandbox import Limits, PoolProgram, RunResult, SandboxUnavailable, bwrap, cgroups, seccomp
 from sandbox import docker as docker_backend
+from sandbox.backends import BACKENDS
+from sandbox.bwrap_pool import BwrapOuter
 from sandbox.cgroups import own_path
-from sandbox.pool import START_TIMEOUT_SECONDS, BwrapOuter, Pool
+from sandbox.pool import START_TIMEOUT_SECONDS, Pool
 from sandbox.supervise import ENVIRONMENT
 from tests.sandbox.conftest import POOL_NEEDS_GROUPS, docker_unavailable_reason, fast
 
@@ -65,7 +67,7 @@ LIMITS = fast(wall_timeout_seconds=20.0)
 REPORT = "import os, json\ndef report(value):\n    os.write(3, json.dumps(value).encode())\n"
 
 
-OUTERS = ("bwrap", "docker")  # the pool's outer sandboxes, by the backend that fronts them
+OUTERS = tuple(BACKENDS)  # the pool's outer sandboxes, by the backend that fronts them
 BWRAP_ONLY = pytest.mark.parametrize("runner", ["bwrap"], indirect=True)
 
 
