@@ -849,7 +849,7 @@ for p in model.parameters():
         name="Time limit reached",
         words=(
             "Your code ran out of time. What this exercise asks takes milliseconds on a tiny "
-            "`nn.Linear`: look for a loop that never ends or a call that waits."
+            "model: look for a loop that never ends or a call that waits."
         ),
         hint=Hint(
             where="Look at every loop: does each one end?",
@@ -868,7 +868,7 @@ for p in model.parameters():
         name="Memory limit reached",
         words=(
             "Your code used more memory than it may. What this exercise asks needs almost none "
-            "on a tiny `nn.Linear`: look for a tensor or list that grows without bound."
+            "on a tiny model: look for a tensor or list that grows without bound."
         ),
         hint=Hint(
             where="Look at what your code keeps from one iteration to the next.",

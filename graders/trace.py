@@ -17,12 +17,14 @@ learner's failure, never the server's.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders import harness
@@ -42,13 +44,31 @@ MAX_MAGNITUDE = 1e15
 
 # What each field of a record holds: its type, and for tensors their shape.
 #   matrix: out x in floats; vector: out floats; `?` allows None; number: a float or None;
-#   text: a short string; calls: names from CALLS; numbers: a list of floats (or None).
-PARAMETERS = {
-    "weight": "matrix",
-    "bias": "vector",
-    "weight_grad": "matrix?",
-    "bias_grad": "vector?",
-}
+#   text: a short string; calls: names from CALLS; numbers: a list of floats (or None);
+#   tensor:2x3: nested lists of floats of that shape; first: one of the first parameter's shape.
+# `parameters` stands for every parameter of the case's model (`graders.harness.parameters_of`):
+# one field a parameter (its name, a tensor of its shape) and one its gradient (`name_grad`).
+PARAMETERS = {"parameters": "parameters"}
+
+
+@functools.cache
+def parameter_shapes(spec: CaseSpec) -> dict[str, tuple[int, ...]]:
+    """The shape of each parameter of the case's model, by name."""
+    model = harness.build_model(spec.harness_spec(), torch.Generator())
+    return {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
+
+
+def record_fields(fields: dict[str, str], spec: CaseSpec) -> dict[str, str]:
+    """A kind's record fields with `parameters` and `first` spelled out for this case's model."""
+    shapes = {name: "tensor:" + "x".join(map(str, shape)) for name, shape in
+              parameter_shapes(spec).items()}  # fmt: skip
+    first = next(iter(shapes.values()))
+    spelled = {
+        name: kind.replace("first", first) for name, kind in fields.items() if name != "parameters"
+    }
+    if "parameters" not in fields:
+        return spelled
+    return spelled | shapes | {f"{name}_grad": f"{kind}?" for name, kind in shapes.items()}
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,7 @@ def check_cases(trace: Ran, shape: TraceShape, specs: list[CaseSpec]) -> None:
 def _check_record(
     record: dict[str, Any], shape: TraceShape, fields: dict[str, str], spec: CaseSpec, at: str
 ) -> None:
+    fields = record_fields(fields, spec)
     if set(record) != set(fields):
         raise InvalidTrace(f"case {spec.id}: a record has fields {sorted(record)}")
     for name, kind in fields.items():
@@ -204,6 +225,16 @@ def _is_float(value: Any) -> bool:
     return isinstance(value, float)
 
 
+def _of_shape(value: Any, shape: list[int]) -> bool:
+    if not shape:
+        return _is_float(value)
+    return (
+        isinstance(value, list)
+        and len(value) == shape[0]
+        and all(_of_shape(item, shape[1:]) for item in value)
+    )
+
+
 def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
     if kind.endswith("?"):
         return value is None or _fits(value, kind[:-1], shape, spec)
@@ -225,6 +256,8 @@ def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
             and len(value) == spec.out_features
             and all(map(_is_float, value))
         )
+    if kind.startswith("tensor:"):
+        return _of_shape(value, [int(size) for size in kind[7:].split("x") if size])
     if kind == "number":
         return value is None or _is_float(value)
     if kind == "text":

@@ -21,7 +21,15 @@ from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
-from graders.harness import CallRecorder, Record, build_case, number_of, type_name, values_of
+from graders.harness import (
+    CallRecorder,
+    Record,
+    build_case,
+    first_parameter,
+    number_of,
+    type_name,
+    values_of,
+)
 from graders.judging import (
     CaseFindings,
     KindJudge,
@@ -156,7 +164,7 @@ def replay_epochs(spec: CaseSpec, counts: Sequence[int]) -> Replayed:
         loss.backward()
         optimizer.step()
         lrs.append(float(group["lr"]))
-        weights.append(model.weight.detach().clone())
+        weights.append(first_parameter(model).detach().clone())
         losses.append(loss.item())
     means = [
         sum(losses[start : start + spec.steps]) / spec.steps

@@ -26,8 +26,10 @@ from graders.judging import (
     CaseFindings,
     KindJudge,
     as_tensor,
+    case_data,
     close,
     difference,
+    first_difference,
     plot_series,
     within_tolerance,
 )
@@ -108,20 +110,21 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             f"{at}: your loop stepped {counted} times; {spec.epochs} epochs of {spec.steps} "
             f"batches step {iterations} times.",
         )
+    names = list(case_data(spec).parameters)
     for epoch in range(spec.epochs):
         last = (epoch + 1) * spec.steps - 1
-        expected = as_tensor(reference.records[last]["weight"])
         if last >= steps:
             findings.fail(
                 "epoch-weights-match", f"{at}: epoch {epoch + 1} never finished its steps."
             )
             break
-        mine = as_tensor(learner.records[last]["weight"])
-        if not close(mine, expected):
+        mine = {name: as_tensor(learner.records[last][name]) for name in names}
+        expected = {name: as_tensor(reference.records[last][name]) for name in names}
+        if not all(close(mine[name], expected[name]) for name in names):
             findings.fail(
                 "epoch-weights-match",
                 f"{at}: after epoch {epoch + 1} your weights differ from the reference "
-                f"loop's: {difference('weight', mine, expected)}.",
+                f"loop's: {difference(*first_difference(mine, expected))}.",
             )
             break
     assert learner.final is not None and reference.final is not None
@@ -199,7 +202,7 @@ KIND = ExerciseKind(
     name="training-loop",
     summary="A whole training loop over batches and epochs that returns every iteration's loss.",
     record=record_loop,
-    case_settings=frozenset({"epochs"}),
+    case_settings=frozenset({"epochs", "model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=stepping_models,
