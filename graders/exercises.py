@@ -104,6 +104,9 @@ class CaseSpec(OptimizerFields):
     # targets, or cross-entropy on integer classes (out_features of them).
     model: ModelSpec = ModelSpec()
     loss: Literal["mse", "cross-entropy"] = "mse"
+    # The whole-loop kinds over a dataset (`dataloader-epoch`): so many examples, in batches of
+    # `batch_size`, the last one short when it does not divide them.
+    examples: int = Field(default=0, ge=0, le=1024, description="Examples in the dataset.")
     hidden: bool = False
 
     @model_validator(mode="after")
@@ -134,7 +137,7 @@ class CaseSpec(OptimizerFields):
 KIND_SETTINGS = frozenset(
     {
         "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
-        "lr_step_size", "lr_gamma", "model", "loss",
+        "lr_step_size", "lr_gamma", "model", "loss", "examples",
     }
 )  # fmt: skip
 
@@ -327,6 +330,9 @@ WORD_FIELDS = frozenset(
 WORD_CALLS = frozenset({"Declared", "Hint", "Claim"})
 
 
+# Cached by the module's text: each exercise's version reads the same judging modules, and a
+# process loads every exercise (twice at a server's start: its threads ask at once).
+@functools.cache
 def judged_source(source: str) -> bytes:
     """A module's syntax tree without its words (`WORD_FIELDS` of `WORD_CALLS`, a Claim's
     words, docstrings): what of it can change a stored grade."""

@@ -45,10 +45,13 @@ MAX_MAGNITUDE = 1e15
 # What each field of a record holds: its type, and for tensors their shape.
 #   matrix: out x in floats; vector: out floats; `?` allows None; number: a float or None;
 #   text: a short string; calls: names from CALLS; numbers: a list of floats (or None);
-#   tensor:2x3: nested lists of floats of that shape; first: one of the first parameter's shape.
-# `parameters` stands for every parameter of the case's model (`graders.harness.parameters_of`):
-# one field a parameter (its name, a tensor of its shape) and one its gradient (`name_grad`).
-PARAMETERS = {"parameters": "parameters"}
+#   tensor:2x3: nested lists of floats of that shape; first: one of the first parameter's shape;
+#   parameters: a model's parameters flattened, as many as `TraceShape.parameter_count`.
+# `NAMED_PARAMETERS` stands for every parameter of the case's declared model
+# (`graders.harness.parameters_of`): one field a parameter (its name, a tensor of its shape) and
+# one its gradient (`name_grad`).
+NAMED = "named-parameters"
+PARAMETERS = {"named_parameters": NAMED}
 
 
 @functools.cache
@@ -59,14 +62,18 @@ def parameter_shapes(spec: CaseSpec) -> dict[str, tuple[int, ...]]:
 
 
 def record_fields(fields: dict[str, str], spec: CaseSpec) -> dict[str, str]:
-    """A kind's record fields with `parameters` and `first` spelled out for this case's model."""
+    """A kind's record fields with `PARAMETERS` and `first` spelled out for this case's model."""
+    if not any(kind == NAMED or kind.startswith("first") for kind in fields.values()):
+        return fields
     shapes = {name: "tensor:" + "x".join(map(str, shape)) for name, shape in
               parameter_shapes(spec).items()}  # fmt: skip
     first = next(iter(shapes.values()))
     spelled = {
-        name: kind.replace("first", first) for name, kind in fields.items() if name != "parameters"
+        name: first + kind[5:] if kind.startswith("first") else kind
+        for name, kind in fields.items()
+        if kind != NAMED
     }
-    if "parameters" not in fields:
+    if NAMED not in fields.values():
         return spelled
     return spelled | shapes | {f"{name}_grad": f"{kind}?" for name, kind in shapes.items()}
 
@@ -80,6 +87,9 @@ class TraceShape:
     final_fields: dict[str, str] | None
     most_records: Callable[[CaseSpec], int]
     exact: bool = True
+    # For a model beyond nn.Linear: how many numbers a `parameters` field holds (every
+    # parameter flattened, `harness.flat_parameters`).
+    parameter_count: Callable[[CaseSpec], int] | None = None
 
 
 def one_record_per_case(spec: CaseSpec) -> int:
@@ -258,6 +268,13 @@ def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
         )
     if kind.startswith("tensor:"):
         return _of_shape(value, [int(size) for size in kind[7:].split("x") if size])
+    if kind == "parameters":
+        return (
+            shape.parameter_count is not None
+            and isinstance(value, list)
+            and len(value) == shape.parameter_count(spec)
+            and all(map(_is_float, value))
+        )
     if kind == "number":
         return value is None or _is_float(value)
     if kind == "text":

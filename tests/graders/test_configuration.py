@@ -166,6 +166,8 @@ SETTING_OF_ANOTHER_KIND = {
     "epoch-loop": ("scheduler-epochs", "dropout = 0.3"),
     "evaluation": ("evaluate", "lr_gamma = 0.1"),
     "checkpoint": ("resume-training", "micro_batches = 2"),
+    "optimizer-by-hand": ("sgd-momentum-by-hand", "examples = 10"),
+    "dataloader-epoch": ("mlp-epoch", "max_norm = 0.5"),
 }
 
 
@@ -196,6 +198,8 @@ FIXED_MODEL = {
     "epoch-loop": ("scheduler-epochs", 'model = {kind = "mlp", hidden = [4]}'),
     "evaluation": ("evaluate", 'loss = "mse"'),
     "checkpoint": ("resume-training", 'model = {kind = "linear"}'),
+    "optimizer-by-hand": ("sgd-momentum-by-hand", 'model = {kind = "mlp", hidden = [4]}'),
+    "dataloader-epoch": ("mlp-epoch", 'loss = "mse"'),
 }
 
 
