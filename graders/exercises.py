@@ -60,11 +60,13 @@ class ModelSpec(BaseModel):
 
     kind: Literal["linear", "mlp"] = "linear"
     hidden: tuple[int, ...] = Field(default=(), max_length=2, description="Hidden widths.")
-    activation: Literal["relu", "tanh", "sigmoid"] = "relu"
+    activation: Literal["relu", "tanh", "sigmoid"] | None = Field(
+        default=None, description="An mlp's, between its layers; relu when not given."
+    )
 
     @model_validator(mode="after")
     def _fits_its_kind(self) -> Self:
-        if self.kind == "linear" and (self.hidden or "activation" in self.model_fields_set):
+        if self.kind == "linear" and (self.hidden or self.activation is not None):
             raise ValueError("a linear model has no hidden layers nor activation: remove them")
         if self.kind == "mlp" and not self.hidden:
             raise ValueError("an mlp needs hidden widths, e.g. hidden = [8]")

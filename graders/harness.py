@@ -90,7 +90,7 @@ def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
     else:
         widths = [in_features, *(int(w) for w in declared["hidden"]), out_features]
         layers = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
-        activation = ACTIVATIONS[declared.get("activation", "relu")]
+        activation = ACTIVATIONS[declared.get("activation") or "relu"]
         between: list[nn.Module] = []
         for layer in layers:
             between += [layer, activation()]
