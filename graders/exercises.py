@@ -130,8 +130,20 @@ class CaseSpec(OptimizerFields):
         return self.out_features if self.loss == "mse" else 1
 
     def harness_spec(self) -> dict[str, Any]:
-        """What the harness needs to build the case; whether it is hidden is not its business."""
-        return self.model_dump(exclude={"hidden"})
+        """What the harness needs to build the case; whether it is hidden is not its business.
+
+        The settings the harness reads with their defaults (`OMITTED_AT_DEFAULT`) are left out
+        when at them: the hidden cases' later input stays within what a pipe holds."""
+        spec = self.model_dump(exclude={"hidden"})
+        for name in OMITTED_AT_DEFAULT:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                del spec[name]
+        return spec
+
+
+# Read by the harness with their defaults when absent (`spec.get`): a case at the default
+# carries none of them.
+OMITTED_AT_DEFAULT = ("model", "loss", "examples")
 
 
 # The case settings only some kinds read (each kind names its own: ExerciseKind.case_settings);
