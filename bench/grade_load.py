@@ -348,8 +348,11 @@ class Independent:
     correct: int = 0
     correct_late: int = 0  # correct, released after its hidden part's first delay
     # The server's and its sandboxes' CPU over the class, its refusals and retries included,
-    # per grading (--class: what sizing needs, docs/operations.md).
+    # per grading (--class: what sizing needs, docs/operations.md); and the server process's
+    # own share of it (its HTTP, database, supervising and judging: the sandboxes' is the rest).
     cpu_seconds_per_grading: float = 0.0
+    server_cpu_seconds_per_grading: float = 0.0
+    load_average: float = 0.0  # the machine's, 1 minute, as the class began
 
 
 def idle_seconds(started: float, spans: list[tuple[float, float]]) -> float:
@@ -591,11 +594,17 @@ def measure_classes(
         delays = first_delays()
         classes = []
         for size in sizes:
+            load_average = os.getloadavg()[0]
             cpu_before = tree_cpu_seconds(process.pid)
+            server_before = process_cpu_seconds(process.pid)
             seen = independent_clients(
                 client, list(itertools.islice(itertools.cycle(load), size)), [log], delays
             )
             seen.cpu_seconds_per_grading = (tree_cpu_seconds(process.pid) - cpu_before) / size
+            seen.server_cpu_seconds_per_grading = (
+                process_cpu_seconds(process.pid) - server_before
+            ) / size
+            seen.load_average = load_average
             classes.append(seen)
         return classes
 
@@ -655,7 +664,9 @@ def measure_celery_classes(size: int, hosts: int, worker_count: int | None) -> l
                 warm_up(client)
                 jobs = list(itertools.islice(itertools.cycle(load), size))
                 logs = [log, *sorted(root.glob("host-*.log"))]
+                load_average = os.getloadavg()[0]
                 classes.append(independent_clients(client, jobs, logs, delays))
+                classes[-1].load_average = load_average
             return classes
     finally:
         for name_ in shared:
@@ -681,7 +692,11 @@ def wait_ready(logs: list[Path]) -> None:
 
 def class_rows(seen: Independent) -> list[tuple[str, str]]:
     cpu = f"{seen.cpu_seconds_per_grading:.3f}" if seen.cpu_seconds_per_grading else "-"
+    server_cpu = (
+        f"{seen.server_cpu_seconds_per_grading:.3f}" if seen.server_cpu_seconds_per_grading else "-"
+    )
     return [
+        ("  load average as it began", f"{seen.load_average:.1f}" if seen.load_average else "-"),
         ("  202 / 503 at once", f"{seen.accepted_at_once} / {seen.refused_at_once}"),
         ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
         ("  retries after 503", str(seen.retries)),
@@ -690,6 +705,7 @@ def class_rows(seen: Independent) -> list[tuple[str, str]]:
         ("  graders idle s", f"{seen.idle_seconds:.1f}"),
         ("  correct released late", f"{seen.correct_late} of {seen.correct}"),
         ("  CPU s per grading, all in", cpu),  # --class only
+        ("    of which the server process", server_cpu),
     ]
 
 
