@@ -578,6 +578,12 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
     return Failure("grad-none-error" if error.grad_none else "runtime-error", where)
 
 
+# A failed run is said once, in the feedback (its facts: the failure's message, which the page
+# also reads for the line to mark); the checks only say they were not made.
+RUN_FAILED = "The run did not finish: the feedback says where and why."
+NOT_CHECKED = "Not checked: the run failed before its values could be judged."
+
+
 def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> GradeReport:
     """Score 0: the checks could not be made."""
     checks = [
@@ -586,11 +592,7 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
             passed=False,
             points=0,
             max_points=points,
-            message=(
-                failure.message
-                if check_id == "runs"
-                else "Not checked: the run failed before its values could be judged."
-            ),
+            message=RUN_FAILED if check_id == "runs" else NOT_CHECKED,
         )
         for check_id, points in exercise.checks.items()
     ]

@@ -307,6 +307,13 @@ def soundness(exercise: Exercise) -> Soundness:
         if verdict.told is not None:
             proven(verdict.told, verdict.traces)
     found = Soundness(problems, verdicts, checked)
+    for verdict in verdicts:
+        told_it = verdict.told
+        if verdict.mutant.right and told_it is not None and told_it.score < exercise.max_score:
+            problems.append(
+                f"{exercise.id}: a right way of writing the reference scores {told_it.score:g}/"
+                f"{exercise.max_score:g} ({verdict.mutant.describe()})"
+            )
     for mutant in found.survivors():
         problems.append(
             f"{exercise.id}: a mutant of the reference changes what the harness records but "

@@ -19,7 +19,7 @@ from app.models import Submission
 from graders.diagnoses import UnknownDiagnosis
 from graders.exercises import UnknownExercise, get_exercise
 from graders.feedback import render
-from graders.grading import MAX_OUTPUT_CHARS
+from graders.grading import MAX_OUTPUT_CHARS, RUN_FAILED
 from graders.notebook import MAX_NOTICES
 from graders.report import Check, GradeReport, PlotSeries
 
@@ -187,6 +187,16 @@ def _rendered_feedback(submission: Submission) -> str:
         return render(cut_markdown(facts, MAX_FEEDBACK_CHARS), submission.diagnosis, exercise, keys)
     except (UnknownExercise, UnknownDiagnosis):
         return facts
+
+
+def failure_said(submission: Submission) -> str:
+    """What a failed run's result says of the failure, in the grader's words: its feedback's
+    facts (`graders.grading.failure_report`); for a result stored before a failure was said
+    once, the `runs` check's message, which held it."""
+    runs = next((c.get("message") for c in submission.checks or [] if c.get("id") == "runs"), None)
+    if isinstance(runs, str) and runs != RUN_FAILED:
+        return runs
+    return submission.feedback or ""
 
 
 def shown_result(submission: Submission) -> ShownResult:

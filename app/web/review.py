@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.audit import events
 from app.grading.queue import grading_limits
 from app.grading.regrades import regrades_of
+from app.grading.results import failure_said
 from app.models import DiagnosisReport, RegradeReason, Submission, User
 from app.settings import Settings
 from graders.exercises import UnknownExercise, get_exercise
@@ -36,9 +37,7 @@ def sandbox_limits(settings: Settings, submission: Submission) -> list[SandboxLi
     """The caps each sandbox run had (as configured now), and which one this submission hit."""
     limits = grading_limits(settings) or GRADING_LIMITS
     hit = LIMIT_DIAGNOSES.get(submission.diagnosis or "")
-    runs_message = next(
-        (c.get("message", "") for c in submission.checks or [] if c.get("id") == "runs"), ""
-    )
+    runs_message = failure_said(submission)
     return [
         SandboxLimit(
             "time (wall-clock or CPU)",

@@ -15,7 +15,7 @@ from app.courses.hints import hint_view
 from app.courses.membership import can_view_submission, course_role
 from app.courses.practice import courses_setting
 from app.grading.regrades import changed_by_regrade
-from app.grading.results import shown_result
+from app.grading.results import failure_said, shown_result
 from app.grading.submissions import get_submission
 from app.models import Course, CourseRole, Submission, SubmissionStatus
 from app.web.charts import line_chart
@@ -60,7 +60,9 @@ def result_context(session: Session, submission: Submission) -> dict[str, Any]:
         "standing": standing,
         "counted_words": counted_words,
         # The line a syntax error or an exception names, marked in the code shown.
-        "error_line": failure_line(runs.message, submission.code) if runs else None,
+        "error_line": failure_line(failure_said(submission), submission.code)
+        if runs is not None and not runs.passed
+        else None,
         # line_chart escapes every text it puts in the SVG.
         "charts": [Markup(line_chart(plot)) for plot in shown.plots],
         "in_courses": in_courses,

@@ -3,10 +3,12 @@
 
 The scheduler is `StepLR(optimizer, lr_step_size, lr_gamma)`: it must step once per epoch,
 after the epoch's optimizer steps. The harness records, at every optimizer step, the learning
-rate it used and how many scheduler steps came before it, then the weights after it. The grader
-replays the loop itself (`replay_epochs`), outside the sandbox, from those scheduler counts: the
-reference is the replay with one scheduler step after each epoch, and a learner whose numbers
-equal the replay of their own counts is told what their counts say.
+rate it read and how many scheduler steps came before it, then the weights after it. The checks
+read each step's learning rate from the weights' update (`applied_steps`), never from those
+readings, which the code could change (a scheduler of the learner's own making steps no given
+scheduler and is right). The grader replays the loop itself (`replay_epochs`), outside the
+sandbox: the reference is the replay with one scheduler step after each epoch, and a learner
+whose numbers equal the replay of their own scheduler counts is told what their counts say.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from graders.judging import (
     close,
     close_numbers,
     difference,
+    loss_and_gradients,
     plot_series,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
+from graders.optimizers import declared_optimizer
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import CaseTrace, TraceShape
 
@@ -179,8 +183,14 @@ def expected(spec: CaseSpec) -> Replayed:
 CHECKS = {
     "runs": "Every case ran to the end.",
     "step-count": "The optimizer steps once per batch, every epoch.",
-    "scheduler-steps": "The scheduler steps once per epoch, after the epoch's optimizer steps.",
-    "learning-rates": "Every optimizer step uses the learning rate the schedule gives its epoch.",
+    "scheduler-steps": (
+        "The learning rate your steps applied changes only between epochs, where the schedule "
+        "changes it."
+    ),
+    "learning-rates": (
+        "Every optimizer step moved the weights by a step at the learning rate the schedule "
+        "gives its epoch."
+    ),
     "epoch-weights-match": "After every epoch the weights equal the reference loop's.",
     "losses-match": "The returned mean losses equal the reference loop's, epoch by epoch.",
     "returns-list": "Returns a list with one float, the mean loss, per epoch.",
@@ -205,25 +215,20 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             f"{spec.steps} batches step {iterations} times.",
         )
     assert learner.final is not None
-    _judge_scheduler(findings, at, spec, records, learner.final["scheduler_steps"])
     start = case_data(spec).weight.tolist()
     if all(close_numbers(record["weight"], start) for record in records):
         # A rate the optimizer never applied earns nothing (scheduler.step() where
         # optimizer.step() belongs steps the rates, and the weights never move).
-        findings.fail(
-            "learning-rates",
-            f"{at}: the weights never moved from where they started, so no optimizer step "
-            "used a learning rate.",
-        )
-    for index, record in enumerate(records[:iterations]):
-        if record["lr"] is None or not within_tolerance(record["lr"], right.lrs[index]):
-            epoch = index // spec.steps + 1
+        for check in ("learning-rates", "scheduler-steps"):
             findings.fail(
-                "learning-rates",
-                f"{at}: optimizer step {index + 1} (epoch {epoch}) used a learning rate of "
-                f"{record['lr']:.6g}; the schedule gives epoch {epoch} {right.lrs[index]:.6g}.",
+                check,
+                f"{at}: the weights never moved from where they started, so no optimizer step "
+                "used a learning rate.",
             )
-            break
+    else:
+        steps = applied_steps(spec, records[:iterations])
+        _judge_rates(findings, at, spec, steps, right.lrs)
+        _judge_schedule(findings, at, spec, steps, right.lrs)
     for epoch in range(spec.epochs):
         last = (epoch + 1) * spec.steps - 1
         if last >= len(records):
@@ -243,22 +248,138 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     return findings
 
 
-def _judge_scheduler(
-    findings: CaseFindings, at: str, spec: CaseSpec, records: list[Record], total: float
+class AppliedStep:
+    """One optimizer step of the learner's, as its update shows it: the update from their weights
+    before the step, and the declared optimizer's update at a learning rate of 1 from there, on
+    that batch's gradient (computed here). `rate` is the learning rate that turns the second
+    into the first, None when no rate does (the update is no step on that gradient)."""
+
+    def __init__(self, before: torch.Tensor, after: torch.Tensor, unit: torch.Tensor) -> None:
+        self.before, self.after, self.unit = before, after, unit
+        moved, direction = after - before, unit - before
+        rate = float(moved @ direction / (direction @ direction)) if direction.any() else None
+        self.rate = rate if rate is not None and self.took(rate) else None
+
+    def took(self, lr: float) -> bool:
+        """Is the update one step at this learning rate?"""
+        return close(self.after, self.before + lr * (self.unit - self.before))
+
+
+def applied_steps(spec: CaseSpec, records: Sequence[Record]) -> list[AppliedStep]:
+    """Each recorded optimizer step, read from the weights (invariant 9: the learning rate the
+    harness read from the optimizer before the step is the code's to change; the weights'
+    update is what the rate did).
+
+    The declared optimizer runs here at a rate of 1 from the learner's weights before each step,
+    on the gradient at those weights: its state (SGD's momentum, Adam's averages) depends on
+    the gradients alone, never on the rate, so any rate scales its update and nothing else.
+    """
+    data = case_data(spec)
+    weight, bias = data.weight.clone(), data.bias.clone()
+    probe = [weight.clone(), bias.clone()]
+    optimizer = declared_optimizer(spec, probe)
+    for group in optimizer.param_groups:
+        group["lr"] = 1.0
+    steps = []
+    for index, record in enumerate(records):
+        x, y = data.inputs[index % spec.steps]
+        _, weight_grad, bias_grad = loss_and_gradients(weight, bias, x, y)
+        with torch.no_grad():
+            probe[0].copy_(weight)
+            probe[1].copy_(bias)
+        probe[0].grad, probe[1].grad = weight_grad, bias_grad
+        optimizer.step()
+        new_weight, new_bias = as_tensor(record["weight"]), as_tensor(record["bias"])
+        steps.append(
+            AppliedStep(
+                torch.cat([weight.flatten(), bias.flatten()]),
+                torch.cat([new_weight.flatten(), new_bias.flatten()]),
+                torch.cat([probe[0].detach().flatten(), probe[1].detach().flatten()]),
+            )
+        )
+        weight, bias = new_weight, new_bias
+    return steps
+
+
+def _judge_rates(
+    findings: CaseFindings,
+    at: str,
+    spec: CaseSpec,
+    steps: list[AppliedStep],
+    rates: list[float],
 ) -> None:
-    counts = [record["scheduler_steps"] for record in records]
-    if counts and counts[0] > 0:
+    """Every step whose update is a step on its batch's gradient took the schedule's rate for
+    its epoch; a step that is no such step at any rate is the weights' check, not this one,
+    unless no step at all is one."""
+    if not any(step.rate is not None for step in steps):
+        for check in ("learning-rates", "scheduler-steps"):
+            findings.fail(
+                check,
+                f"{at}: no update of your loop is a step of {spec.describe_optimizer()} on its "
+                "batch's gradient from your weights before it, at any learning rate, so no "
+                "rate can be read from the weights.",
+            )
+        return
+    for index, (step, lr) in enumerate(zip(steps, rates, strict=False)):
+        if step.rate is not None and not step.took(lr):
+            epoch = index // spec.steps + 1
+            findings.fail(
+                "learning-rates",
+                f"{at}: optimizer step {index + 1} (epoch {epoch}) moved the weights by a step "
+                f"at a learning rate of {step.rate:.4g}; the schedule gives epoch {epoch} "
+                f"{lr:.4g}.",
+            )
+            return
+
+
+def _same_rate(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-2 * max(abs(a), abs(b)) + 1e-12
+
+
+def _judge_schedule(
+    findings: CaseFindings,
+    at: str,
+    spec: CaseSpec,
+    steps: list[AppliedStep],
+    rates: list[float],
+) -> None:
+    """When the rate changes, read from the weights: the first epoch at the schedule's first
+    rate, and a change between two steps exactly where StepLR stepped once after each epoch
+    makes one. The rates' values are learning-rates'; this is their timing."""
+    first = steps[0].rate if steps else None
+    if first is not None and not steps[0].took(rates[0]):
         findings.fail(
             "scheduler-steps",
-            f"{at}: the scheduler stepped before the first optimizer step (PyTorch warns of "
-            "this): the schedule's first learning rate is skipped.",
+            f"{at}: optimizer step 1 moved the weights by a step at a learning rate of "
+            f"{first:.4g}; the schedule's first rate is {rates[0]:.4g}.",
         )
-    elif total != spec.epochs or counts != right_counts(spec)[: len(counts)]:
-        findings.fail(
-            "scheduler-steps",
-            f"{at}: the scheduler stepped {int(total)} times in {spec.epochs} epochs; step it "
-            "once per epoch, after the epoch's last optimizer step.",
-        )
+        return
+    for index in range(1, min(len(steps), len(rates))):
+        earlier, later = steps[index - 1].rate, steps[index].rate
+        if earlier is None or later is None:
+            continue
+        changed, due = not _same_rate(earlier, later), rates[index - 1] != rates[index]
+        if changed != due:
+            epochs = (index - 1) // spec.steps + 1, index // spec.steps + 1
+            where = (
+                f"epoch {epochs[0]}"
+                if epochs[0] == epochs[1]
+                else f"epochs {epochs[0]} and {epochs[1]}"
+            )
+            mine = (
+                f"went from {earlier:.4g} to {later:.4g}" if changed else f"stayed at {later:.4g}"
+            )
+            theirs = (
+                f"the schedule changes it there, from {rates[index - 1]:.4g} to {rates[index]:.4g}"
+                if due
+                else f"the schedule keeps it at {rates[index]:.4g} there"
+            )
+            findings.fail(
+                "scheduler-steps",
+                f"{at}: between optimizer steps {index} and {index + 1} ({where}) the learning "
+                f"rate your steps applied {mine}; {theirs}.",
+            )
+            return
 
 
 def _judge_losses(

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from app.grading.results import shown_result, stored_feedback
+from app.grading.results import failure_said, shown_result, stored_feedback
 from app.models import Submission
 from graders import diagnoses
 from graders.exercises import get_exercise, judged_source
+from graders.grading import RUN_FAILED, failure_line
 from graders.proving import judge_source
 
 GRADERS = Path(__file__).resolve().parents[2] / "graders"
@@ -102,3 +103,29 @@ def test_a_second_mistake_is_stored_as_its_code_and_said_when_read() -> None:
     assert "second mistake" not in (row.feedback or "")
     shown = shown_result(row).feedback or ""
     assert shown == graded and "second mistake as well (`missing-zero-grad`)" in shown
+
+
+def test_a_failed_run_is_said_once_and_its_line_is_read_from_the_feedback() -> None:
+    source = (
+        "def train_step(model, optimizer, loss_fn, x, y):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    raise ValueError('stopped on purpose')\n"
+    )
+    row, graded = stored("train-step", source)
+    report = judge_source(get_exercise("train-step"), source)
+    row.checks = [check.model_dump(mode="json") for check in report.checks]
+    runs = next(check for check in report.checks if check.id == "runs")
+    assert report.diagnosis == "runtime-error" and "line 6 of your code" in graded
+    assert runs.message == RUN_FAILED and "stopped on purpose" not in runs.message
+    assert failure_line(failure_said(row), source) == 6
+    # A result stored when the runs check held the failure reads it from there.
+    old = Submission(
+        id="old", exercise_id="train-step", diagnosis="runtime-error", feedback="Whole words.",
+        feedback_claims=None, output="", plots=[],
+        checks=[{"id": "runs", "passed": False, "points": 0, "max_points": 1,
+                 "message": "Your code raised `E` (line 3 of your code): `m`"}],
+    )  # fmt: skip
+    assert failure_line(failure_said(old), source) == 3

@@ -392,3 +392,109 @@ def test_rewording_the_correct_sentence_keeps_the_version(tmp_path: Path) -> Non
     assert load_exercise(folder).version == before
     toml.write_text(toml.read_text().replace("lr = ", "lr = 0.5 * 0 + ", 0) + "\n")
     assert load_exercise(folder).version == before  # a blank line changes nothing judged
+
+
+# --- verdicts from what the code did to the values (invariant 9) ---------------------------
+
+
+def test_micro_batches_accumulated_with_autograd_grad_score_full_marks() -> None:
+    """Gradients from `torch.autograd.grad`, added into `.grad` by hand, micro-batch by
+    micro-batch: no `backward()` is recorded, and every value is the accumulated one."""
+    exercise = get_exercise("accumulate-microbatches")
+    source = code(
+        """
+        import torch
+
+        def accumulated_step(model, optimizer, loss_fn, micro_batches):
+            weights = list(model.parameters())
+            for w in weights:
+                w.grad = None
+            mean = 0.0
+            for inputs, targets in micro_batches:
+                part = loss_fn(model(inputs), targets) / len(micro_batches)
+                for w, g in zip(weights, torch.autograd.grad(part, weights)):
+                    w.grad = g.clone() if w.grad is None else w.grad + g
+                mean += part.item()
+            optimizer.step()
+            return mean
+        """
+    )
+    report = judge_source(exercise, source)
+    assert report.score == exercise.max_score and report.diagnosis == "correct", failing(report)
+    assert "backward()" not in report.feedback
+
+
+def _epoch_loop(schedule: str) -> str:
+    """A scheduler-epochs loop that sets each epoch's rate itself (`schedule` is an expression
+    of `epoch`, `base` and the given scheduler) and never steps the scheduler it is given."""
+    return code(
+        f"""
+        def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+            base = optimizer.param_groups[0]["lr"]
+            means = []
+            for epoch in range(epochs):
+                for group in optimizer.param_groups:
+                    group["lr"] = {schedule}
+                total = 0.0
+                for inputs, targets in batches:
+                    optimizer.zero_grad()
+                    loss = loss_fn(model(inputs), targets)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                means.append(total / len(batches))
+            return means
+        """
+    )
+
+
+def test_a_schedule_of_the_learners_own_making_is_judged_by_the_rates_its_steps_applied() -> None:
+    exercise = get_exercise("scheduler-epochs")
+    own = _epoch_loop("base * scheduler.gamma ** (epoch // scheduler.step_size)")
+    report = judge_source(exercise, own)
+    assert report.score == exercise.max_score and report.diagnosis == "correct", failing(report)
+
+
+def test_a_wrong_decay_at_the_right_time_fails_the_rates_not_their_timing() -> None:
+    """Each epoch's rate a third of the last: it changes where StepLR's does (scheduler-steps
+    passes) but not by its factor, and the message gives the rate read from the weights."""
+    exercise = get_exercise("scheduler-epochs")
+    report = judge_source(
+        exercise, _epoch_loop("base * (scheduler.gamma / 3) ** (epoch // scheduler.step_size)")
+    )
+    failed = failing(report)
+    assert "scheduler-steps" not in failed and "learning-rates" in failed, failed
+    # halving: lr 0.1, StepLR's gamma 0.5 every epoch; this loop's second epoch runs at 0.1/6.
+    assert (
+        "optimizer step 4 (epoch 2) moved the weights by a step at a learning rate of 0.01667"
+        in (failed["learning-rates"])
+    )
+    assert "the schedule gives epoch 2 0.05" in failed["learning-rates"]
+
+
+def test_the_rates_are_read_from_what_the_steps_did_not_from_the_optimizer() -> None:
+    """The optimizer holds the schedule's rate when each step begins (what the harness reads
+    there), but the steps on a doubled loss move the weights as twice that rate would."""
+    exercise = get_exercise("scheduler-epochs")
+    source = code(
+        """
+        import torch
+
+        def train(model, optimizer, scheduler, loss_fn, batches, epochs):
+            means = []
+            for epoch in range(epochs):
+                total = 0.0
+                for inputs, targets in batches:
+                    optimizer.zero_grad()
+                    loss = loss_fn(model(inputs), targets)
+                    (2 * loss).backward()
+                    optimizer.step()
+                    total += loss.item()
+                scheduler.step()
+                means.append(total / len(batches))
+            return means
+        """
+    )
+    report = judge_source(exercise, source)
+    failed = failing(report)
+    assert "learning-rates" in failed and "a learning rate of 0.2;" in failed["learning-rates"]

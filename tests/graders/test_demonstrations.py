@@ -143,55 +143,10 @@ FORGED_DEMOS = {
             return first, model.weight.grad.clone()
     """,
 }
-# One backward() over the concatenated batch, made to look like one per micro-batch.
-FORGED_ACCUMULATIONS = {
-    "autograd.grad per micro-batch": """
-        def accumulated_step(model, optimizer, loss_fn, micro_batches):
-            optimizer.zero_grad()
-            for x, y in micro_batches[1:]:
-                torch.autograd.grad(loss_fn(model(x), y), [model.weight])
-            x = torch.cat([x for x, _ in micro_batches])
-            y = torch.cat([y for _, y in micro_batches])
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.item()
-    """,
-    "the hooks called by hand per micro-batch": """
-        def accumulated_step(model, optimizer, loss_fn, micro_batches):
-            optimizer.zero_grad()
-            x = torch.cat([x for x, _ in micro_batches])
-            y = torch.cat([y for _, y in micro_batches])
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            for _ in micro_batches[1:]:
-                for hook in list(model.weight._backward_hooks.values()):
-                    hook(model.weight.grad)
-                for hook in list(model.weight._post_accumulate_grad_hooks.values()):
-                    hook(model.weight)
-            optimizer.step()
-            return loss.item()
-    """,
-    "zero-loss passes per micro-batch": """
-        def accumulated_step(model, optimizer, loss_fn, micro_batches):
-            optimizer.zero_grad()
-            for x, y in micro_batches[1:]:
-                (0.0 * loss_fn(model(x), y)).backward()
-            x = torch.cat([x for x, _ in micro_batches])
-            y = torch.cat([y for _, y in micro_batches])
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.item()
-    """,
-}
-FORGERIES = [("prove-accumulation", name, body) for name, body in FORGED_DEMOS.items()] + [
-    ("accumulate-microbatches", name, body) for name, body in FORGED_ACCUMULATIONS.items()
-]
-DEMONSTRATION_CHECK = {
-    "prove-accumulation": "second-is-double",
-    "accumulate-microbatches": "update-uses-current-batch",
-}
+# accumulate-microbatches is judged by its values alone (one backward() on the concatenated batch
+# gives them: tests/graders/test_unit.py), so forging its calls gains nothing there.
+FORGERIES = [("prove-accumulation", name, body) for name, body in FORGED_DEMOS.items()]
+DEMONSTRATION_CHECK = {"prove-accumulation": "second-is-double"}
 
 
 def forged_source(body: str) -> str:

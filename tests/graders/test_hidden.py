@@ -26,6 +26,7 @@ from graders.exercises import CaseSpec, Exercise, get_exercise
 from graders.grading import (
     GRADING_LIMITS,
     HIDDEN_FAILURES,
+    RUN_FAILED,
     _run,
     grade_runs,
     trusted_trajectories,
@@ -209,7 +210,9 @@ def test_no_channel_from_the_hidden_run_reaches_the_report(channel: str) -> None
     assert report.score < TRAIN_STEP.max_score
     failing = [c for c in report.checks if not c.passed]
     fixed = set(HIDDEN_FAILURES.values()) | {HIDDEN_CHECK_FAILURE}
-    assert failing[0].message in fixed, failing[0].message
+    # A failed run is said once, in the feedback's facts; its runs check only points there.
+    said = report.facts if failing[0].message == RUN_FAILED else failing[0].message
+    assert said in fixed, said
 
 
 def test_a_loop_that_steps_as_often_as_a_hidden_seed_is_not_counted_aloud() -> None:
@@ -344,7 +347,7 @@ def test_hostile_code_in_the_sandbox_cannot_send_the_hidden_cases_back(
     report = grade("train-step", source, limits=SANDBOX_LIMITS, runner=grading_runner)
     assert report.diagnosis == diagnosis, report.feedback
     assert_conceals(TRAIN_STEP, report)
-    assert report.checks[0].message == HIDDEN_FAILURES[diagnosis]
+    assert report.facts == HIDDEN_FAILURES[diagnosis]
 
 
 @pytest.mark.parametrize("name", sorted(ASKS))
@@ -385,4 +388,4 @@ def test_code_that_does_not_load_is_run_once_and_told_as_a_visible_failure(
     assert json.loads(run.payload)["status"] != "ran"
     report = grade("train-step", source, limits=SANDBOX_LIMITS, runner=grading_runner)
     assert report.diagnosis == diagnosis, report.feedback
-    assert report.checks[0].message not in HIDDEN_FAILURES.values()
+    assert report.facts not in HIDDEN_FAILURES.values()

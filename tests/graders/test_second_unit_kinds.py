@@ -46,7 +46,7 @@ def test_the_kinds_are_named_by_what_they_judge_and_own_their_codes() -> None:
 @pytest.mark.parametrize(
     ("exercise_id", "words"),
     [
-        ("scheduler-epochs", "the scheduler once per epoch"),
+        ("scheduler-epochs", "at the learning rate the schedule gives each epoch"),
         ("evaluate", "in evaluation mode"),
         ("resume-training", "training went on exactly"),
     ],
