@@ -105,10 +105,21 @@ BACKENDS = {  # name: (LOOPGRADE_SANDBOX, pool size or None for the settings' de
 WARM = ("pool", "docker-pool")
 
 
-def mixed_load() -> list[tuple[str, str]]:
-    """(exercise, code): per exercise its solution, its bugs and the failing submissions."""
+def exercise_ids(checkout: Path = REPO) -> set[str]:
+    """The exercises a checkout has (its folders with an exercise.toml)."""
+    return {
+        path.name
+        for path in (checkout / "exercises").iterdir()
+        if (path / "exercise.toml").exists()
+    }
+
+
+def mixed_load(exercises: set[str] | None = None) -> list[tuple[str, str]]:
+    """(exercise, code): per exercise (this tree's, or those of `exercises`) its solution, its
+    bugs and the failing submissions."""
     load = []
-    for folder in sorted(path for path in EXERCISES.iterdir() if (path / "exercise.toml").exists()):
+    for name in sorted(exercise_ids() if exercises is None else exercise_ids() & exercises):
+        folder = EXERCISES / name
         codes = [(folder / "solution.py").read_text()]
         codes += [path.read_text() for path in sorted(folder.glob("bugs/*.py"))]
         load += [(folder.name, code) for code in codes + FAILING]
@@ -446,10 +457,11 @@ def stamp(value: object) -> float:
     return datetime.fromisoformat(str(value)).timestamp()
 
 
-def warm_up(client: Client) -> list[tuple[str, float]]:
-    """Grade one submission of every exercise, so that each one's trusted trajectories are
-    computed once, as on a server that has run a while; their locations and POST times."""
-    load = mixed_load()
+def warm_up(client: Client, load: list[tuple[str, str]] | None = None) -> list[tuple[str, float]]:
+    """Grade one submission of every exercise (of `load`), so that each one's trusted
+    trajectories are computed once, as on a server that has run a while; their locations and
+    POST times."""
+    load = load or mixed_load()
     warm = [client.submit(exercise, code) for exercise, code in load[:: len(load) // 5 or 1]]
     client.wait_all(warm, 900)
     return warm
@@ -582,15 +594,18 @@ def measure(
 
 
 def measure_classes(
-    checkout: Path, sizes: list[int], worker_count: int | None, queue_cap: int | None
+    checkout: Path,
+    sizes: list[int],
+    worker_count: int | None,
+    queue_cap: int | None,
+    load: list[tuple[str, str]],
 ) -> list[Independent]:
     """A class of each size at one deadline, in turn, on the warm pool of `checkout`'s code with
     the settings' queue cap (or `queue_cap`): each client once, resent after its Retry-After."""
-    load = mixed_load()
     backend, pool_size = BACKENDS["pool"]
     with server(backend, pool_size, worker_count, checkout, queue_cap) as (process, url, key, log):
         client = Client(url, key)
-        warm_up(client)
+        warm_up(client, load)
         delays = first_delays()
         classes = []
         for size in sizes:
@@ -714,10 +729,14 @@ def main_classes(args: argparse.Namespace) -> None:
     trees = {"this tree": REPO}
     if args.against:
         trees = {f"{args.against.name}": args.against, **trees}
+    # The same load on every tree: the exercises they all have.
+    load = mixed_load(set.intersection(*(exercise_ids(checkout) for checkout in trees.values())))
     results: dict[str, list[Independent]] = {}
     for name, checkout in trees.items():
         print(f"{name}: classes of {args.classes} ...", file=sys.stderr)
-        results[name] = measure_classes(checkout, args.classes, args.worker_count, args.queue_cap)
+        results[name] = measure_classes(
+            checkout, args.classes, args.worker_count, args.queue_cap, load
+        )
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'':28}" + "".join(f"{name:>16}" for name in results))
     for index, size in enumerate(args.classes):
