@@ -19,6 +19,7 @@ from graders.exercises import Exercise
 from graders.kind import ExerciseKind
 from graders.kinds import (
     checkpoint,
+    dataloader_epoch,
     epoch_loop,
     evaluation,
     gradient_pair,
@@ -88,6 +89,7 @@ _DECLARED = (
     evaluation.KIND,
     checkpoint.KIND,
     optimizer_by_hand.KIND,
+    dataloader_epoch.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

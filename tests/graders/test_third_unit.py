@@ -1,5 +1,5 @@
-"""The kinds of the third unit, "a whole training loop": `optimizer-by-hand`
-(sgd-momentum-by-hand).
+"""The kinds of the third unit, "a whole training loop": `dataloader-epoch` (mlp-epoch) and
+`optimizer-by-hand` (sgd-momentum-by-hand).
 
 Each kind's reference, which the grader computes itself outside the sandbox, equals what torch
 computes by the ordinary means (a real `torch.optim.SGD`); each known bug is graded through the
@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 import sandbox
 from graders import grade
 from graders.exercises import CaseSpec, get_exercise
 from graders.feedback import explanation
+from graders.grading import trusted_trajectories
 from graders.harness import build_case
-from graders.kinds import kind_of, optimizer_by_hand
+from graders.kinds import dataloader_epoch, kind_of, optimizer_by_hand
 from graders.proving import judge_source
 
-UNIT = ("sgd-momentum-by-hand",)
+UNIT = ("mlp-epoch", "sgd-momentum-by-hand")
 
 
 def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() -> None:
@@ -28,10 +30,58 @@ def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() 
         assert exercise.unit == "Unit 3: a whole training loop"
         owned = {d.code for d in kind_of(exercise).diagnoses}
         for variant in exercise.variants:
-            assert variant.diagnosis in owned | {"grad-none-error"}
+            assert variant.diagnosis in owned | {"grad-none-error", "wrong-return-type"}
     # A code of this unit's kinds is said as `incorrect` on another kind's exercise.
     evaluate = get_exercise("evaluate")
     assert explanation("parameter-rebound", evaluate) == explanation("incorrect", evaluate)
+
+
+# --- dataloader-epoch ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", get_exercise("mlp-epoch").cases, ids=lambda s: s.id)
+def test_the_epoch_reference_is_a_real_dataloader_epoch(spec: CaseSpec) -> None:
+    """The grader's epoch is an ordinary one over a real DataLoader, whose last batch is short."""
+    model, optimizer, batches = dataloader_epoch.build_epoch_case(spec.harness_spec())
+    assert not model.training and [type(m) for m in model] == [nn.Linear, nn.ReLU, nn.Linear]
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=spec.batch_size
+    )
+    assert len(loader.dataset) % spec.batch_size != 0  # type: ignore[arg-type]
+    model.train()
+    total = 0.0
+    for bx, by in loader:
+        optimizer.zero_grad()
+        loss = nn.MSELoss()(model(bx), by)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(bx)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.allclose(flat, torch.tensor(dataloader_epoch.expected_parameters(spec)))
+    # The reference's own steps give these batch losses; their mean per example is the loop's,
+    # and the short last batch makes the plain mean of the batch means another number.
+    losses = _batch_losses(spec)
+    assert dataloader_epoch.weighted_mean(losses) == pytest.approx(total / len(x), rel=1e-5)
+    plain = sum(loss for loss, _ in losses) / len(losses)
+    assert plain != pytest.approx(total / len(x), rel=1e-3)
+
+
+def _batch_losses(spec: CaseSpec) -> list[tuple[float, int]]:
+    trace = trusted_trajectories(get_exercise("mlp-epoch"))["reference"][spec.id]
+    losses = dataloader_epoch.losses_along(spec, trace)
+    assert losses is not None
+    return losses
+
+
+def test_the_mean_is_judged_along_the_learners_own_steps() -> None:
+    """A loop that never clears the gradients trains wrong, but its mean per example of its own
+    batches' losses is right: it loses the weights' points only."""
+    exercise = get_exercise("mlp-epoch")
+    source = exercise.solution_code.replace("        optimizer.zero_grad()\n", "")
+    assert source != exercise.solution_code
+    report = judge_source(exercise, source)
+    assert [c.id for c in report.checks if not c.passed] == ["weights-match"]
 
 
 # --- optimizer-by-hand -----------------------------------------------------------------------

@@ -698,6 +698,78 @@ CORRECT_STYLES["sgd-momentum-by-hand"] = {
     """,
 }
 
+CORRECT_STYLES["mlp-epoch"] = {
+    "divide by the dataset's length": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            running = 0.0
+            for inputs, targets in loader:
+                optimizer.zero_grad()
+                loss = loss_fn(model(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                running += loss.item() * inputs.size(0)
+            return running / len(loader.dataset)
+    """,
+    "a tensor total, item at the end": """
+        import torch
+
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            total, seen = torch.zeros(()), 0
+            for x, y in loader:
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.detach() * x.shape[0]
+                seen += x.shape[0]
+            return (total / seen).item()
+    """,
+    "model.zero_grad and a list of pairs": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train(True)
+            pairs = []
+            for batch in loader:
+                x, y = batch
+                model.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                pairs.append((loss.item(), len(y)))
+            return sum(l * n for l, n in pairs) / sum(n for _, n in pairs)
+    """,
+    "summed loss per batch": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            summed, n = 0.0, 0
+            for x, y in loader:
+                optimizer.zero_grad()
+                out = model(x)
+                loss = loss_fn(out, y)
+                loss.backward()
+                optimizer.step()
+                summed += float(loss.detach()) * len(x)
+                n += len(x)
+            return float(summed / n)
+    """,
+    "grads released by hand, enumerate": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            total = 0.0
+            count = 0
+            for step, (x, y) in enumerate(loader):
+                for p in model.parameters():
+                    p.grad = None
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.item() * len(x)
+                count += len(x)
+            return total / count
+    """,
+}
+
 
 def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> None:
     folders = sorted(path.parent.name for path in EXERCISES_DIR.glob("*/exercise.toml"))
