@@ -35,7 +35,7 @@ EXERCISES_DIR = Path(
 # pipe holds whole (sandbox.supervise.LATER_INPUT_MAX_BYTES): so many cases at their largest
 # fit in it with room to spare (tests/graders/test_unit.py), and an exercise cannot be loaded
 # that would fail every grading.
-MAX_CASES = 64
+MAX_CASES = 32  # the built-in exercises have 5 at most
 MAX_CASE_ID_CHARS = 48
 
 

@@ -430,7 +430,9 @@ def _run(
     }
     later_input = None
     if later_cases is not None:
-        later_input = json.dumps([c.harness_spec() for c in later_cases]).encode()
+        later_input = json.dumps(
+            [c.harness_spec() for c in later_cases], separators=(",", ":")
+        ).encode()
     result = runner.run(SANDBOX_PROGRAM, inputs, limits, later_input)
     _log_part(exercise, cases, result)
     if later_cases is not None and result.after_request is not None:
