@@ -5,6 +5,7 @@ proof, and said in the words with the parameter's real name."""
 from __future__ import annotations
 
 import shutil
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from graders import exercises, grade
 from graders.exercises import CaseSpec, ExerciseRefused, load_exercise
 from graders.harness import build_case, parameters_of
 from graders.proving import prove
+from graders.scaffold import _toml_value
 
 REPO_EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 MLP = 'model = {kind = "mlp", hidden = [8], activation = "relu"}\nloss = "cross-entropy"\n'
@@ -156,3 +158,14 @@ def test_a_bug_on_a_classifier_is_told_with_the_parameter_s_real_name(
     assert "`weight[" not in weights.message
     correct = (classifiers / "train-step" / "solution.py").read_text()
     assert grade("train-step", correct, runner=grading_runner).diagnosis == "correct"
+
+
+def test_a_declared_model_is_written_back_as_toml_by_the_scaffold() -> None:
+    """`exercises new --kind` writes the cases of an exercise of that kind: a model as a table."""
+    case = spec(model={"kind": "mlp", "hidden": [4], "activation": "tanh"}, loss="cross-entropy")
+    written = "\n".join(
+        f"{key} = {_toml_value(value)}"
+        for key, value in case.model_dump(exclude_defaults=True, exclude={"hidden"}).items()
+    )
+    assert 'model = {kind = "mlp", hidden = [4], activation = "tanh"}' in written
+    assert CaseSpec.model_validate(tomllib.loads(written)) == case
