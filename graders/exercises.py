@@ -34,7 +34,7 @@ EXERCISES_DIR = Path(
 # pipe holds whole (sandbox.supervise.LATER_INPUT_MAX_BYTES): so many cases at their largest
 # fit in it with room to spare (tests/graders/test_unit.py), and an exercise cannot be loaded
 # that would fail every grading.
-MAX_CASES = 64
+MAX_CASES = 32  # the built-in exercises have 5 at most
 MAX_CASE_ID_CHARS = 48
 
 
@@ -272,12 +272,13 @@ def _judged_version(exercise: Exercise) -> str:
 
 
 # What a module says rather than judges: the text fields of a diagnosis's declaration
-# (graders.diagnoses: its name, words, hints) and a claim's words (graders.claims), rendered
-# when a grade is read; and docstrings. Comments are not in the syntax tree at all.
+# (graders.diagnoses: its name, words, hints), a claim's words (graders.claims) and a check's
+# sentence's text (graders.sentences), rendered when a grade is read; and docstrings. Comments
+# are not in the syntax tree at all.
 WORD_FIELDS = frozenset(
     {"name", "words", "said_in", "by_exercise", "hint", "where", "what", "fix", "lesson"}
 )
-WORD_CALLS = frozenset({"Declared", "Hint", "Claim"})
+WORD_CALLS = frozenset({"Declared", "Hint", "Claim", "Sentence"})
 
 
 # Cached by the module's text: each exercise's version reads the same judging modules, and a
@@ -305,8 +306,10 @@ def judged_source(source: str) -> bytes:
             for keyword in node.keywords:
                 if keyword.arg in WORD_FIELDS:
                     keyword.value = ast.Constant("")
-            if called == "Claim" and len(node.args) > 1:
-                node.args[1] = ast.Constant("")  # Claim(key, words, holds)
+            if called in ("Claim", "Sentence") and len(node.args) > 1:
+                # Claim(key, words, holds); Sentence(key, text): the text's fields are judged
+                # where the sentence is said (the values it is given), not in its words.
+                node.args[1] = ast.Constant("")
     return ast.dump(tree).encode()
 
 

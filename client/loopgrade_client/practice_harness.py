@@ -141,6 +141,25 @@ def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> tor
     )
 
 
+def build_mlp(spec: dict[str, Any], generator: torch.Generator) -> nn.Sequential:
+    """`nn.Sequential(Linear, ReLU, Linear)` of the case's sizes (`hidden_features` wide), its
+    parameters drawn from `generator`: the model of the kinds that train a small MLP."""
+    model = nn.Sequential(
+        nn.Linear(int(spec["in_features"]), int(spec["hidden_features"])),
+        nn.ReLU(),
+        nn.Linear(int(spec["hidden_features"]), int(spec["out_features"])),
+    )
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.empty_like(parameter).uniform_(-0.5, 0.5, generator=generator))
+    return model
+
+
+def flat_parameters(model: nn.Module) -> list[float]:
+    """Every parameter of a model, flattened in `model.parameters()` order, as numbers."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
 def optimizer_state(optimizer: torch.optim.Optimizer, parameter: torch.Tensor) -> Record:
     """What the optimizer keeps for one parameter after a call (graders.optimizers.STATE_FIELDS)."""
     state = optimizer.state.get(parameter, {})
@@ -942,6 +961,100 @@ def record_checkpoint(
 
 
 RECORDERS['checkpoint'] = record_checkpoint
+
+
+def gradients_for_call(case: Case, call: int) -> None:
+    """This call's gradients in `.grad`: the batch's backward pass, the bias's released on every
+    second call (run in the sandbox too: harness names only)."""
+    model = case.model
+    model.weight.grad = None
+    model.bias.grad = None
+    x, y = case.inputs[call]
+    case.loss_fn(model(x), y).backward()
+    if call % 2 == 1:
+        model.bias.grad = None
+
+
+def record_hand_steps(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """Call the function once per batch on the weight, the bias and their velocities (run in the
+    sandbox too: harness names and gradients_for_call only)."""
+    case = build_case(spec)
+    model = case.model
+    velocities = [torch.zeros_like(model.weight), torch.zeros_like(model.bias)]
+    lr = float(spec["lr"])
+    momentum = float(spec.get("momentum") or 0.0)
+    weight_decay = float(spec.get("weight_decay") or 0.0)
+    for call in range(int(spec["steps"])):
+        gradients_for_call(case, call)
+        function([model.weight, model.bias], list(velocities), lr, momentum, weight_decay)
+        records.append(
+            {
+                **parameters_of(model),
+                "weight_velocity": values_of(velocities[0]),
+                "bias_velocity": values_of(velocities[1]),
+            }
+        )
+
+
+RECORDERS['optimizer-by-hand'] = record_hand_steps
+
+
+def build_epoch_case(
+    spec: dict[str, Any],
+) -> tuple[nn.Sequential, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The case's MLP in evaluation mode, its optimizer, and the dataset's batches in the
+    loader's order, all drawn from the case's generator (run in the sandbox too: harness names
+    only)."""
+    generator = torch.Generator().manual_seed(int(spec["seed"]))
+    model = build_mlp(spec, generator)
+    examples = int(spec.get("examples") or 0) or int(spec["steps"]) * int(spec["batch_size"])
+    x = torch.randn(examples, int(spec["in_features"]), generator=generator)
+    y = torch.randn(examples, int(spec["out_features"]), generator=generator)
+    size = int(spec["batch_size"])
+    batches = [(x[i : i + size], y[i : i + size]) for i in range(0, examples, size)]
+    optimizer = build_optimizer(list(model.parameters()), spec)
+    model.eval()
+    return model, optimizer, batches
+
+
+def record_epoch(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """One call over a DataLoader of the case's batches (run in the sandbox too: harness names
+    and build_epoch_case only)."""
+    model, optimizer, batches = build_epoch_case(spec)
+    x = torch.cat([bx for bx, _ in batches])
+    y = torch.cat([by for _, by in batches])
+    data = torch.utils.data.TensorDataset(x, y)
+    loader = torch.utils.data.DataLoader(data, batch_size=int(spec["batch_size"]), shuffle=False)
+    seen = {"forwards": 0.0, "train_forwards": 0.0}
+
+    def watch(module: Any, inputs: Any) -> None:
+        seen["forwards"] += 1
+        if all(m.training for m in model.modules()):
+            seen["train_forwards"] += 1
+
+    model[0].register_forward_pre_hook(watch)
+    most = 4 * len(batches)
+
+    def stepped(*_: Any) -> None:
+        if len(records) < most:
+            records.append({"parameters": flat_parameters(model)})
+
+    optimizer.register_step_post_hook(stepped)
+    returned = function(model, optimizer, nn.MSELoss(), loader)
+    return {
+        "parameters": flat_parameters(model),
+        "value": number_of(returned),
+        "value_type": type_name(returned),
+        "training_after": float(all(m.training for m in model.modules())),
+        **seen,
+    }
+
+
+RECORDERS['dataloader-epoch'] = record_epoch
 
 
 if __name__ == "__main__":
