@@ -37,6 +37,7 @@ from graders.judging import check
 from graders.kinds import KINDS, SANDBOX_PROGRAM, kind_of
 from graders.quoting import learner_text
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
+from graders.sentences import Sentence
 from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
     MAX_MAGNITUDE,
@@ -416,7 +417,9 @@ def _run(
     }
     later_input = None
     if later_cases is not None:
-        later_input = json.dumps([c.harness_spec() for c in later_cases]).encode()
+        later_input = json.dumps(
+            [c.harness_spec() for c in later_cases], separators=(",", ":")
+        ).encode()
     result = runner.run(SANDBOX_PROGRAM, inputs, limits, later_input)
     _log_part(exercise, cases, result)
     if later_cases is not None and result.after_request is not None:
@@ -567,8 +570,13 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
 
 # A failed run is said once, in the feedback (its facts: the failure's message, which the page
 # also reads for the line to mark); the checks only say they were not made.
-RUN_FAILED = "The run did not finish: the feedback says where and why."
-NOT_CHECKED = "Not checked: the run failed before its values could be judged."
+RUN_FAILED_SAID = Sentence(
+    "grading/run-failed", "The run did not finish: the feedback says where and why."
+)
+NOT_CHECKED = Sentence(
+    "grading/not-checked", "Not checked: the run failed before its values could be judged."
+)
+RUN_FAILED = RUN_FAILED_SAID.text
 
 
 def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> GradeReport:
@@ -579,7 +587,8 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
             passed=False,
             points=0,
             max_points=points,
-            message=RUN_FAILED if check_id == "runs" else NOT_CHECKED,
+            message=(RUN_FAILED_SAID if check_id == "runs" else NOT_CHECKED).text,
+            said=(RUN_FAILED_SAID if check_id == "runs" else NOT_CHECKED)(),
         )
         for check_id, points in exercise.checks.items()
     ]
@@ -838,7 +847,7 @@ for p in model.parameters():
         name="Time limit reached",
         words=(
             "Your code ran out of time. What this exercise asks takes milliseconds on a tiny "
-            "`nn.Linear`: look for a loop that never ends or a call that waits."
+            "model: look for a loop that never ends or a call that waits."
         ),
         hint=Hint(
             where="Look at every loop: does each one end?",
@@ -857,7 +866,7 @@ for p in model.parameters():
         name="Memory limit reached",
         words=(
             "Your code used more memory than it may. What this exercise asks needs almost none "
-            "on a tiny `nn.Linear`: look for a tensor or list that grows without bound."
+            "on a tiny model: look for a tensor or list that grows without bound."
         ),
         hint=Hint(
             where="Look at what your code keeps from one iteration to the next.",

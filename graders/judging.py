@@ -7,7 +7,7 @@ learner's untrusted numbers, which it only compares.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 from graders import harness
 from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
+from graders.sentences import Said, Sentence, words_of
 from graders.trace import CaseTrace
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
@@ -106,6 +107,50 @@ def versus(name: str, mine: torch.Tensor, theirs: torch.Tensor, whose: str) -> s
     return f"after the call, `{where}` is {yours:.6g}; {whose} {expected:.6g}"
 
 
+# The sentences every kind says with (graders.sentences): a case, where two tensors differ most,
+# and one part of a sentence after another.
+IN_CASE = Sentence("judging/in-case", "case `{case}`")
+DIFFERENCE = Sentence(
+    "judging/difference",
+    "`{where}` is {yours:.6g} where {theirs:.6g} was expected (off by {gap:.3g})",
+)
+THEN = Sentence("judging/then", "{first} {then}")
+# Every kind's `runs` check, passed (its failure is said in the feedback: grading.RUN_FAILED).
+RAN_TO_THE_END = Sentence("judging/passed-runs", "Every case ran to the end.")
+
+
+def differs(name: str, mine: torch.Tensor, expected: torch.Tensor) -> Said:
+    """`difference`, said as a sentence: where two tensors differ most, the learner's first."""
+    where, yours, theirs = _most_different(name, mine, expected)
+    return DIFFERENCE(where=where, yours=yours, theirs=theirs, gap=abs(yours - theirs))
+
+
+def said_versus(sentence: Sentence, name: str, mine: torch.Tensor, theirs: torch.Tensor) -> Said:
+    """`versus`, said as `sentence` (its fields `where`, `yours`, `theirs`): the learner's value
+    first, then where the other comes from, in the sentence's words."""
+    where, yours, expected = _most_different(name, mine, theirs)
+    return sentence(where=where, yours=yours, theirs=expected)
+
+
+def _most_different(
+    name: str, mine: torch.Tensor, theirs: torch.Tensor
+) -> tuple[str, float, float]:
+    gap = (mine - theirs).abs()
+    flat = int(gap.argmax()) if gap.numel() else 0
+    index = torch.unravel_index(torch.tensor(flat), gap.shape) if gap.dim() else ()
+    where = name + "".join(f"[{int(i)}]" for i in index)
+    return where, float(mine.flatten()[flat].item()), float(theirs.flatten()[flat].item())
+
+
+def then(first: Said, *parts: Said | None) -> Said:
+    """`first`, then each part that is said (None: not said), one after the other."""
+    said = first
+    for part in parts:
+        if part is not None:
+            said = THEN(first=said, then=part)
+    return said
+
+
 def constant_factor(mine: torch.Tensor, theirs: torch.Tensor) -> float | None:
     """The number k with `mine` = k * `theirs` within tolerance, if there is one (and it is not
     1 or 0): "your update is 2.0 times the reference's"."""
@@ -125,13 +170,27 @@ def times(count: int) -> str:
 
 @dataclass(frozen=True)
 class CaseData:
-    """The trusted starting point of a case: initial parameters and gradients, and the inputs."""
+    """The trusted starting point of a case: its model's parameters and their gradients by name
+    (`weight`, or `0.weight`, `2.bias` for an mlp; the first is the first layer's weight), and
+    the inputs."""
 
-    weight: torch.Tensor
-    bias: torch.Tensor
-    weight_grad: torch.Tensor | None
-    bias_grad: torch.Tensor | None
+    parameters: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor | None]
     inputs: list[Any]
+
+    @property
+    def first(self) -> str:
+        """The first layer's weight's name: the parameter a message speaks of."""
+        return next(iter(self.parameters))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.parameters[self.first]
+
+    @property
+    def bias(self) -> torch.Tensor:
+        """The bias of a linear model (the kinds that read only linear ones)."""
+        return self.parameters["bias"]
 
 
 def _detached(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -141,12 +200,10 @@ def _detached(tensor: torch.Tensor | None) -> torch.Tensor | None:
 @functools.cache
 def case_data(spec: CaseSpec) -> CaseData:
     case = harness.build_case(spec.harness_spec())
-    model = case.model
+    named = list(case.model.named_parameters())
     return CaseData(
-        weight=model.weight.detach().clone(),
-        bias=model.bias.detach().clone(),
-        weight_grad=_detached(model.weight.grad),
-        bias_grad=_detached(model.bias.grad),
+        parameters={name: parameter.detach().clone() for name, parameter in named},
+        grads={name: _detached(parameter.grad) for name, parameter in named},
         inputs=case.inputs,
     )
 
@@ -160,14 +217,29 @@ def batch_of(given: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def loss_and_gradients(
-    weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor
-) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """This batch's MSE loss and gradients at the given parameters, computed here."""
-    weight = weight.clone().requires_grad_(True)
-    bias = bias.clone().requires_grad_(True)
-    loss = torch.nn.functional.mse_loss(x @ weight.T + bias, y)
-    weight_grad, bias_grad = torch.autograd.grad(loss, [weight, bias])
-    return loss.item(), weight_grad, bias_grad
+    spec: CaseSpec, parameters: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """This batch's loss (the case's) and its gradients at the given parameters, computed here
+    on the case's model."""
+    harness_spec = spec.harness_spec()
+    model = harness.build_model(harness_spec, torch.Generator())
+    leaves = {name: value.clone().requires_grad_(True) for name, value in parameters.items()}
+    output = torch.func.functional_call(model, leaves, (x,))
+    loss = harness.build_loss(harness_spec)(output, y)
+    gradients = torch.autograd.grad(loss, list(leaves.values()))
+    return loss.item(), dict(zip(leaves, gradients, strict=True))
+
+
+def first_difference(
+    mine: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]
+) -> tuple[str, torch.Tensor, torch.Tensor]:
+    """The first parameter, in the model's order, where `mine` is not close to `theirs` (the
+    first one when all are): its name and its two values, the one a message names."""
+    name = next(
+        (n for n in theirs if mine[n].shape != theirs[n].shape or not close(mine[n], theirs[n])),
+        next(iter(theirs)),
+    )
+    return name, mine[name], theirs[name]
 
 
 def plot_series(
@@ -199,23 +271,29 @@ def plot_series(
 
 @dataclass
 class CaseFindings:
-    """For one case, the first failure of each check (absent when the check passed)."""
+    """For one case, the first failure of each check (absent when the check passed): a `Said`,
+    one of the kind's declared sentences with its values (`graders.sentences`), rendered when the
+    grade is read; a plain text from a kind not yet converted is stored as said."""
 
     spec: CaseSpec
-    failures: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str | Said] = field(default_factory=dict)
 
-    def fail(self, check: str, message: str) -> None:
+    def fail(self, check: str, message: str | Said) -> None:
         self.failures.setdefault(check, message)
 
     def where(self) -> str:
         return "a hidden case" if self.spec.hidden else f"case `{self.spec.id}`"
+
+    def case(self) -> Said:
+        """The case, said (a hidden case's findings are never read: `as_reported`)."""
+        return IN_CASE(case=self.spec.id)
 
     def as_reported(self) -> CaseFindings:
         """What the report may read of these findings: for a hidden case, which checks it
         fails and no word of why (a finding's text holds the case's numbers)."""
         if not self.spec.hidden:
             return self
-        return CaseFindings(self.spec, dict.fromkeys(self.failures, HIDDEN_CHECK_FAILURE))
+        return CaseFindings(self.spec, dict.fromkeys(self.failures, HIDDEN_FAILED()))
 
 
 @dataclass(frozen=True)
@@ -227,7 +305,7 @@ class KindJudge:
     the learner's function returned, and the type the contract asks for.
     """
 
-    checks: dict[str, str]
+    checks: Mapping[str, str | Sentence]
     return_type: tuple[str, tuple[str, ...]]
     judge_case: Callable[[CaseSpec, CaseTrace, CaseTrace], CaseFindings]
     plots: Callable[[CaseSpec, CaseTrace, CaseTrace], list[PlotSeries]]
@@ -235,10 +313,18 @@ class KindJudge:
 
 # All a learner is told of a check that fails in a hidden case: whatever made it fail there.
 HIDDEN_CHECK_FAILURE = "Fails in a hidden case. Hidden cases show whether a check passes, not why."
+HIDDEN_FAILED = Sentence("judging/hidden-case-fails", HIDDEN_CHECK_FAILURE)
+MORE_VISIBLE = Sentence(
+    "judging/more-visible-cases", "{first} ({count} visible cases fail this check.)"
+)
+ALSO_HIDDEN = Sentence("judging/also-hidden", "{first} It fails in a hidden case too.")
 
 
 def check(
-    check_id: str, points: float, passed_message: str, findings: Sequence[CaseFindings]
+    check_id: str,
+    points: float,
+    passed_message: str | Sentence,
+    findings: Sequence[CaseFindings],
 ) -> Check:
     """One check over all cases: it passes when no case failed it.
 
@@ -248,25 +334,35 @@ def check(
     """
     failing = [f for f in findings if check_id in f.failures]
     shown = [f for f in failing if not f.spec.hidden]
+    said: str | Said
     if shown:
-        message = shown[0].failures[check_id]
+        said = shown[0].failures[check_id]
         if len(shown) > 1:
-            message += f" ({len(shown)} visible cases fail this check.)"
+            said = _more(said, MORE_VISIBLE, count=len(shown))
         if len(shown) < len(failing):
-            message += " It fails in a hidden case too."
+            said = _more(said, ALSO_HIDDEN)
     elif failing:
-        message = HIDDEN_CHECK_FAILURE
+        said = HIDDEN_FAILED()
     else:
-        message = passed_message
+        said = passed_message() if isinstance(passed_message, Sentence) else passed_message
     return Check(
         id=check_id,
         passed=not failing,
         points=0 if failing else points,
         max_points=points,
-        message=message,
+        message=said if isinstance(said, str) else words_of(said),
+        said=None if isinstance(said, str) else said,
         # A check is hidden when only hidden cases make it fail.
         hidden=bool(failing) and not shown,
     )
+
+
+def _more(first: str | Said, sentence: Sentence, **values: Any) -> str | Said:
+    """`first` with what `sentence` adds to it (a plain text from a kind not yet converted stays
+    a plain text)."""
+    if isinstance(first, str):
+        return sentence.text.format(first=first, **values)
+    return sentence(first=first, **values)
 
 
 def same_value(name: str, a: Any, b: Any) -> bool:

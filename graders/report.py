@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, Field
 
 from graders.diagnoses import UnknownDiagnosis, declared, registry
+from graders.sentences import Said
 
 
 def _declared_code(code: str) -> str:
@@ -38,6 +39,9 @@ class Check(BaseModel):
     max_points: float
     message: str
     hidden: bool = False
+    # The sentence said, its key and values (graders.sentences): the message is made from it
+    # when the grade is read; None for a message stored as text (older grades, plain texts).
+    said: Said | None = None
 
 
 class PlotSeries(BaseModel):
