@@ -72,6 +72,9 @@ class CaseSpec(OptimizerFields):
     # The `epoch-loop` kind's scheduler: StepLR(optimizer, lr_step_size, lr_gamma).
     lr_step_size: int = Field(default=1, ge=1, le=20, description="Epochs per decay.")
     lr_gamma: float = Field(default=0.5, gt=0, lt=1, description="The decay of each step.")
+    # The whole-loop kinds over a dataset (`dataloader-epoch`): so many examples, in batches of
+    # `batch_size`, the last one short when it does not divide them.
+    examples: int = Field(default=0, ge=0, le=1024, description="Examples in the dataset.")
     hidden: bool = False
 
     def harness_spec(self) -> dict[str, Any]:
@@ -84,7 +87,7 @@ class CaseSpec(OptimizerFields):
 KIND_SETTINGS = frozenset(
     {
         "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
-        "lr_step_size", "lr_gamma",
+        "lr_step_size", "lr_gamma", "examples",
     }
 )  # fmt: skip
 
@@ -278,6 +281,9 @@ WORD_FIELDS = frozenset(
 WORD_CALLS = frozenset({"Declared", "Hint", "Claim", "Sentence"})
 
 
+# Cached by the module's text: each exercise's version reads the same judging modules, and a
+# process loads every exercise (twice at a server's start: its threads ask at once).
+@functools.cache
 def judged_source(source: str) -> bytes:
     """A module's syntax tree without its words (`WORD_FIELDS` of `WORD_CALLS`, a Claim's
     words, docstrings): what of it can change a stored grade."""

@@ -141,6 +141,25 @@ def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> tor
     )
 
 
+def build_mlp(spec: dict[str, Any], generator: torch.Generator) -> nn.Sequential:
+    """`nn.Sequential(Linear, ReLU, Linear)` of the case's sizes (`hidden_features` wide), its
+    parameters drawn from `generator`: the model of the kinds that train a small MLP."""
+    model = nn.Sequential(
+        nn.Linear(int(spec["in_features"]), int(spec["hidden_features"])),
+        nn.ReLU(),
+        nn.Linear(int(spec["hidden_features"]), int(spec["out_features"])),
+    )
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.empty_like(parameter).uniform_(-0.5, 0.5, generator=generator))
+    return model
+
+
+def flat_parameters(model: nn.Module) -> list[float]:
+    """Every parameter of a model, flattened in `model.parameters()` order, as numbers."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
 def optimizer_state(optimizer: torch.optim.Optimizer, parameter: torch.Tensor) -> Record:
     """What the optimizer keeps for one parameter after a call (graders.optimizers.STATE_FIELDS)."""
     state = optimizer.state.get(parameter, {})

@@ -42,7 +42,8 @@ MAX_MAGNITUDE = 1e15
 
 # What each field of a record holds: its type, and for tensors their shape.
 #   matrix: out x in floats; vector: out floats; `?` allows None; number: a float or None;
-#   text: a short string; calls: names from CALLS; numbers: a list of floats (or None).
+#   text: a short string; calls: names from CALLS; numbers: a list of floats (or None);
+#   parameters: a model's parameters flattened, as many as `TraceShape.parameter_count`.
 PARAMETERS = {
     "weight": "matrix",
     "bias": "vector",
@@ -60,6 +61,9 @@ class TraceShape:
     final_fields: dict[str, str] | None
     most_records: Callable[[CaseSpec], int]
     exact: bool = True
+    # For a model beyond nn.Linear: how many numbers a `parameters` field holds (every
+    # parameter flattened, `harness.flat_parameters`).
+    parameter_count: Callable[[CaseSpec], int] | None = None
 
 
 def one_record_per_case(spec: CaseSpec) -> int:
@@ -223,6 +227,13 @@ def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
         return (
             isinstance(value, list)
             and len(value) == spec.out_features
+            and all(map(_is_float, value))
+        )
+    if kind == "parameters":
+        return (
+            shape.parameter_count is not None
+            and isinstance(value, list)
+            and len(value) == shape.parameter_count(spec)
             and all(map(_is_float, value))
         )
     if kind == "number":

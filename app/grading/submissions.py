@@ -73,10 +73,17 @@ class UnknownExerciseId(SubmissionRejected):
 
 
 class AssignmentClosed(SubmissionRejected):
-    """The course locks this exercise after its due date, which has passed."""
+    """The learner may submit here no more: the course locks this exercise after its due date,
+    which has passed, or their timed attempt's time ran out (`check_open`)."""
 
     status_code = 403
     title = "Closed"
+
+    def __init__(self, message: str, *, short_reason: str, since: datetime | None) -> None:
+        super().__init__(message)
+        # Why, in a few words for beside a link to the exercise ("closed since", then `since`).
+        self.short_reason = short_reason
+        self.since = since
 
 
 class AttemptsUsedUp(AssignmentClosed):
@@ -273,20 +280,26 @@ def check_open(
         raise AssignmentClosed(
             f"This exercise was due {due_at:%Y-%m-%d %H:%M} UTC"
             f"{' (extended for you)' if assigned.due_extended else ''} and is now closed: "
-            "the course accepts no late submissions."
+            "the course accepts no late submissions.",
+            short_reason="closed since",
+            since=due_at,
         )
     if limits is None:
         return
     if limits.attempts_left == 0:
         raise AttemptsUsedUp(
             f"You have made all {limits.max_attempts} submissions this exercise allows you. "
-            "Ask your instructor if you need more attempts."
+            "Ask your instructor if you need more attempts.",
+            short_reason="no attempts left",
+            since=None,
         )
     if limits.ends_at is not None and now > limits.ends_at:
         raise AssignmentClosed(
             f"Your time for this timed exercise ran out at {limits.ends_at:%Y-%m-%d %H:%M} UTC "
             f"({assigned.time_limit_minutes} minutes from when you first opened it). "
-            "Ask your instructor if you need more time."
+            "Ask your instructor if you need more time.",
+            short_reason="your time ran out at",
+            since=limits.ends_at,
         )
 
 

@@ -41,7 +41,7 @@ from app.grading.submissions import (
     learner_limits,
     submissions_of,
 )
-from app.models import Course, CourseRole, LatePolicy, Submission, User, utc_now
+from app.models import Course, CourseRole, Submission, User, utc_now
 from app.settings import Settings, SettingsDep
 from app.web.kept_submissions import (
     forget_kept_submission,
@@ -143,15 +143,13 @@ def exercise_context(
         "code": code,
         "action": base,
         "unit": unit,
-        "next_exercise": _next_exercise(unit, exercise, course),
+        "next_exercise": _next_exercise(session, viewer, unit, exercise, course),
         "recent": recent,
         "rate_limit": limit.describe("submission") if limit and limit.count > 0 else None,
         "closed": closed,
         "limits": limits,
         # The reference, once the course releases it to this learner (membership.py says when).
-        "solution": exercise.solution_code
-        if assigned is not None and assigned.solution_released(utc_now())
-        else None,
+        "solution": assigned.released_solution(utc_now()) if assigned is not None else None,
         "now": utc_now(),
         "max_upload_kib": settings.max_upload_bytes // 1024,
         # Practice: the courses of the learner's that set this exercise, where it would count.
@@ -174,13 +172,18 @@ def exercise_path(course: Course | None, exercise_id: str) -> str:
 class NextExercise:
     title: str
     url: str
-    # When it is locked after the learner's due date: the link says so (it can be read, not
-    # submitted to).
-    closed_since: datetime | None = None
+    # Why the learner can submit there no more (its lock after the due date, their attempts
+    # or their timed attempt's time used up): the link says so (it can be read, not submitted
+    # to). None: open to them.
+    closed: AssignmentClosed | None = None
 
 
 def _next_exercise(
-    unit: list[tuple[AssignedExercise, Any]], exercise: Exercise, course: Course | None
+    session: Session,
+    viewer: Viewer,
+    unit: list[tuple[AssignedExercise, Any]],
+    exercise: Exercise,
+    course: Course | None,
 ) -> NextExercise | None:
     """The unit's next exercise, once this one is solved (the page offers to go on)."""
     ids = [assigned.exercise.id for assigned, _ in unit]
@@ -190,10 +193,16 @@ def _next_exercise(
     if unit[here][1].state != "solved" or here + 1 == len(unit):
         return None
     following = unit[here + 1][0]
-    due_at = following.due_at
-    locked = following.assignment.late_policy == LatePolicy.LOCK
-    closed_since = due_at if due_at is not None and locked and utc_now() > due_at else None
-    return NextExercise(following.exercise.title, exercise_path(course, following.id), closed_since)
+    closed = None
+    if course is not None:
+        # The rule that refuses a submission there, as it would refuse one now.
+        user = signed_in_user(viewer)
+        limits = learner_limits(session, following, user_id=user.id, learner=user.email)
+        try:
+            check_open(following, utc_now(), limits)
+        except AssignmentClosed as exc:
+            closed = exc
+    return NextExercise(following.exercise.title, exercise_path(course, following.id), closed)
 
 
 def _without_title(prompt_markdown: str) -> str:

@@ -15,8 +15,11 @@
 //     setValue(text: string): void     replace the code (undoable; saved as a draft like typing)
 //     markLine(lineNumber: number, message: string): void
 //                                      highlight line `lineNumber` (1-based) with a gutter marker;
-//                                      the message is the marker's tooltip and is read out to
-//                                      screen readers (a polite live region under the editor)
+//                                      the message is the marker's tooltip and part of the
+//                                      editor's description, read by screen readers when the
+//                                      editor has the focus. It is no live region: the page says
+//                                      what happened once, in its own words (the marks would
+//                                      say it a second time)
 //     clearMarks(): void               remove every mark
 //     focus(): void                    put the keyboard focus in the editor
 //   }
@@ -117,7 +120,6 @@ function mount(textarea, styleNonce) {
   const marksText = document.createElement("p");
   marksText.className = "visually-hidden";
   marksText.id = `${textarea.id}-marks`;
-  marksText.setAttribute("aria-live", "polite");
   const describedBy = [textarea.getAttribute("aria-describedby"), marksText.id]
     .filter(Boolean)
     .join(" ");
@@ -177,7 +179,7 @@ function mount(textarea, styleNonce) {
   if (label) label.addEventListener("click", () => view.focus());
 
   let marks = [];
-  function announce() {
+  function describeMarks() {
     marksText.textContent = marks.map((m) => `Line ${m.line}: ${m.message}`).join(". ");
   }
   return {
@@ -192,12 +194,12 @@ function mount(textarea, styleNonce) {
     markLine(lineNumber, message) {
       marks = [...marks.filter((m) => m.line !== lineNumber), { line: lineNumber, message: String(message) }];
       view.dispatch({ effects: setMarks.of(marks) });
-      announce();
+      describeMarks();
     },
     clearMarks() {
       marks = [];
       view.dispatch({ effects: setMarks.of(marks) });
-      announce();
+      describeMarks();
     },
     focus: () => view.focus(),
   };

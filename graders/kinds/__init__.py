@@ -19,10 +19,12 @@ from graders.exercises import Exercise
 from graders.kind import ExerciseKind
 from graders.kinds import (
     checkpoint,
+    dataloader_epoch,
     epoch_loop,
     evaluation,
     gradient_pair,
     gradient_reading,
+    optimizer_by_hand,
     step_function,
     training_loop,
 )
@@ -86,6 +88,8 @@ _DECLARED = (
     epoch_loop.KIND,
     evaluation.KIND,
     checkpoint.KIND,
+    optimizer_by_hand.KIND,
+    dataloader_epoch.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

@@ -222,3 +222,36 @@ def assert_accessible_basics(page: Page) -> None:
         }"""
     )
     assert problems == [], f"{page.url}: {problems}"
+
+
+# Every live region's text as it changes ([aria-live] other than "off", and the roles that are
+# live by themselves), including regions added later: what a screen reader would say unasked.
+RECORD_ANNOUNCEMENTS = """() => {
+  window.loopgradeAnnouncements = [];
+  const live = '[aria-live]:not([aria-live="off"]), [role="status"], [role="alert"], [role="log"]';
+  const said = new Map();
+  const listen = () => {
+    for (const region of document.querySelectorAll(live)) {
+      const text = region.textContent.replace(/\\s+/g, ' ').trim();
+      if (said.get(region) === text) continue;
+      said.set(region, text);
+      if (text) window.loopgradeAnnouncements.push((region.id || region.tagName) + ': ' + text);
+    }
+  };
+  for (const region of document.querySelectorAll(live)) {
+    said.set(region, region.textContent.replace(/\\s+/g, ' ').trim());
+  }
+  new MutationObserver(listen).observe(document.body, {
+    subtree: true, childList: true, characterData: true, attributes: true,
+  });
+}"""
+
+
+def record_announcements(page: Page | Frame) -> None:
+    """From now on, note each live region's new text (read them with `announcements`)."""
+    page.evaluate(RECORD_ANNOUNCEMENTS)
+
+
+def announcements(page: Page | Frame) -> list[str]:
+    """The live regions' texts since `record_announcements`, as "<region id>: <text>"."""
+    return list(page.evaluate("window.loopgradeAnnouncements"))

@@ -150,6 +150,11 @@ def test_typing_in_the_editor(contexts: Any) -> None:
     expect(page.locator(".cm-marked-line")).to_have_count(1)
     expect(page.locator(".cm-mark-marker")).to_have_attribute("title", "The docstring is fine")
     expect(page.locator("#code-marks")).to_have_text("Line 2: The docstring is fine")
+    # The editor's description, read when the learner is in it; no live region (the page says
+    # what happened, once).
+    expect(content).to_have_attribute("aria-describedby", re.compile(r"\bcode-marks\b"))
+    assert page.locator("#code-marks").get_attribute("aria-live") is None
+    assert page.locator("#code-marks").get_attribute("role") is None
     assert_accessible_basics(page)
     editor_screenshot(page, "editor-desktop")
     page.evaluate("window.loopgradeEditor.clearMarks()")

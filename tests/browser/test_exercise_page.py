@@ -27,7 +27,12 @@ from app.models import Submission, SubmissionStatus
 from app.settings import Settings
 from graders.exercises import list_exercises
 from tests.app.conftest import CORRECT_CODE
-from tests.browser.conftest import assert_no_axe_violations, screenshot
+from tests.browser.conftest import (
+    announcements,
+    assert_no_axe_violations,
+    record_announcements,
+    screenshot,
+)
 from tests.conftest import ScopeDatabase
 from tests.servers import app_in_thread
 
@@ -220,16 +225,21 @@ def test_desktop_one_page_loop(
     # A syntax error: said at once with its line, the line marked, nothing stored.
     write_code(page, SYNTAX_ERROR_ON_LINE_2)
     # From the keyboard: Tab to Submit, Enter. The message takes the focus (not <body>) and is
-    # said once: no alert beside it, and the editor's mark has words of its own.
+    # said once, as focused: no live region says it or the marked line (no alert beside it;
+    # the editor's marks are its description, read when the learner goes into the editor).
+    record_announcements(page)
     page.get_by_role("button", name="Submit for grading").focus()
     page.keyboard.press("Enter")
     expect(page.locator("#form-error")).to_contain_text("Syntax error on line 2")
     expect(page.locator("#form-error")).to_be_focused()
     assert page.locator("#form-error").get_attribute("role") is None
-    expect(page.locator("#code-marks")).not_to_contain_text("Syntax error")
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "2")
     expect(page.locator(".cm-marked-line")).to_have_count(1)
     expect(page.locator(".cm-marked-line")).to_contain_text("loss = (1 +")
+    expect(page.locator("#code-marks")).to_have_text(re.compile(r"^Line 2: "))
+    content = page.locator(".cm-content")
+    expect(content).to_have_attribute("aria-describedby", re.compile(r"\bcode-marks\b"))
+    assert announcements(page) == ["result-announcement: Sending your code…"]
     assert submission_count(module_sessions) == 0
     assert_no_axe_violations(page)
 
@@ -272,6 +282,12 @@ def test_desktop_one_page_loop(
     expect(page.locator(".cm-marked-line")).to_contain_text("undefined_scale")
     assert code_in_editor(page) == RAISES_ON_LINE_6
     assert_result_headline(page, "0 / 10 Error while running")
+    # The failing line is described in the editor, not said a second time beside the headline.
+    expect(page.locator("#code-marks")).to_have_text("Line 6: Your code failed on this line")
+    # Since Enter on the syntax error, only the page's own live region has spoken.
+    said = announcements(page)
+    assert all(words.startswith("result-announcement: ") for words in said), said
+    assert not [words for words in said if "this line" in words or "Line " in words], said
     # The strip says the new state without a reload; nothing to go on to yet.
     expect(this_exercise).to_have_text("◐ Tried")
     expect(page.locator("#next-exercise a")).to_have_count(0)

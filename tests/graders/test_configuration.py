@@ -160,6 +160,8 @@ SETTING_OF_ANOTHER_KIND = {
     "epoch-loop": ("scheduler-epochs", "dropout = 0.3"),
     "evaluation": ("evaluate", "lr_gamma = 0.1"),
     "checkpoint": ("resume-training", "micro_batches = 2"),
+    "optimizer-by-hand": ("sgd-momentum-by-hand", "examples = 10"),
+    "dataloader-epoch": ("mlp-epoch", "max_norm = 0.5"),
 }
 
 

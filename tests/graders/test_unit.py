@@ -640,6 +640,137 @@ def test_one_backward_over_all_micro_batches_is_judged_by_its_values(style: str)
     assert report.score == exercise.max_score and report.diagnosis == "correct", report.feedback
 
 
+CORRECT_STYLES["sgd-momentum-by-hand"] = {
+    "operators in place": """
+        import torch
+
+        def sgd_step(params, velocities, lr, momentum, weight_decay):
+            with torch.no_grad():
+                for p, v in zip(params, velocities):
+                    if p.grad is None:
+                        continue
+                    g = p.grad + weight_decay * p
+                    v *= momentum
+                    v += g
+                    p -= lr * v
+    """,
+    "decorated, by index": """
+        import torch
+
+        @torch.no_grad()
+        def sgd_step(params, velocities, lr, momentum, weight_decay):
+            for i in range(len(params)):
+                if params[i].grad is not None:
+                    d_p = params[i].grad.add(params[i], alpha=weight_decay)
+                    velocities[i].mul_(momentum).add_(d_p)
+                    params[i].add_(velocities[i], alpha=-lr)
+    """,
+    "copy_ into the velocity": """
+        import torch
+
+        def sgd_step(params, velocities, lr, momentum, weight_decay):
+            with torch.no_grad():
+                for p, v in zip(params, velocities):
+                    if p.grad is None:
+                        continue
+                    v.copy_(momentum * v + p.grad + weight_decay * p)
+                    p.copy_(p - lr * v)
+    """,
+    "through .data": """
+        def sgd_step(params, velocities, lr, momentum, weight_decay):
+            for p, v in zip(params, velocities):
+                if p.grad is None:
+                    continue
+                grad = p.grad.data + weight_decay * p.data
+                v.data = momentum * v.data + grad
+                p.data = p.data - lr * v.data
+    """,
+    "foreach over the ones with a gradient": """
+        import torch
+
+        def sgd_step(params, velocities, lr, momentum, weight_decay):
+            pairs = [(p, v) for p, v in zip(params, velocities) if p.grad is not None]
+            with torch.no_grad():
+                grads = [p.grad + weight_decay * p for p, _ in pairs]
+                torch._foreach_mul_([v for _, v in pairs], momentum)
+                torch._foreach_add_([v for _, v in pairs], grads)
+                torch._foreach_add_([p for p, _ in pairs], [v for _, v in pairs], alpha=-lr)
+    """,
+}
+
+CORRECT_STYLES["mlp-epoch"] = {
+    "divide by the dataset's length": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            running = 0.0
+            for inputs, targets in loader:
+                optimizer.zero_grad()
+                loss = loss_fn(model(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                running += loss.item() * inputs.size(0)
+            return running / len(loader.dataset)
+    """,
+    "a tensor total, item at the end": """
+        import torch
+
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            total, seen = torch.zeros(()), 0
+            for x, y in loader:
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.detach() * x.shape[0]
+                seen += x.shape[0]
+            return (total / seen).item()
+    """,
+    "model.zero_grad and a list of pairs": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train(True)
+            pairs = []
+            for batch in loader:
+                x, y = batch
+                model.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                pairs.append((loss.item(), len(y)))
+            return sum(l * n for l, n in pairs) / sum(n for _, n in pairs)
+    """,
+    "summed loss per batch": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            summed, n = 0.0, 0
+            for x, y in loader:
+                optimizer.zero_grad()
+                out = model(x)
+                loss = loss_fn(out, y)
+                loss.backward()
+                optimizer.step()
+                summed += float(loss.detach()) * len(x)
+                n += len(x)
+            return float(summed / n)
+    """,
+    "grads released by hand, enumerate": """
+        def train_epoch(model, optimizer, loss_fn, loader):
+            model.train()
+            total = 0.0
+            count = 0
+            for step, (x, y) in enumerate(loader):
+                for p in model.parameters():
+                    p.grad = None
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.item() * len(x)
+                count += len(x)
+            return total / count
+    """,
+}
+
+
 def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> None:
     folders = sorted(path.parent.name for path in EXERCISES_DIR.glob("*/exercise.toml"))
     assert sorted(e.id for e in list_exercises()) == folders

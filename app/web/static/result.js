@@ -402,8 +402,8 @@
       panel.hidden = true;
       announce("");
       showError(answer.detail || "The submission was not accepted.");
-      // The message takes the focus and is said once, as focused; the editor's mark has words
-      // of its own (its live region would say the message a second time).
+      // The message takes the focus and is said once, as focused. The editor's mark says
+      // nothing by itself (it is the editor's description, read when the learner goes there).
       if (answer.line) mark(editor, answer.line, "The message above the editor is about this line");
       errorBox.focus();
       return;

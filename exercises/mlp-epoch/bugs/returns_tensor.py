@@ -1,0 +1,11 @@
+def train_epoch(model, optimizer, loss_fn, loader):
+    model.train()
+    total, count = 0.0, 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.detach() * len(x)
+        count += len(x)
+    return total / count

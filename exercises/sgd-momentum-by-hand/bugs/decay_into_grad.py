@@ -1,0 +1,11 @@
+import torch
+
+
+def sgd_step(params, velocities, lr, momentum, weight_decay):
+    with torch.no_grad():
+        for p, v in zip(params, velocities):
+            if p.grad is None:
+                continue
+            p.grad.add_(p, alpha=weight_decay)
+            v.mul_(momentum).add_(p.grad)
+            p -= lr * v

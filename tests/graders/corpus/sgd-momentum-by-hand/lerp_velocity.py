@@ -1,0 +1,12 @@
+# expect: velocity-dampened, score 3-3
+import torch
+
+
+def sgd_step(params, velocities, lr, momentum, weight_decay):
+    with torch.no_grad():
+        for p, v in zip(params, velocities):
+            if p.grad is None:
+                continue
+            g = p.grad + weight_decay * p
+            v.lerp_(g, 1 - momentum)  # exponential moving average
+            p.sub_(lr * v)

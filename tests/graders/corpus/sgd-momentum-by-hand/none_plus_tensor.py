@@ -1,0 +1,10 @@
+# expect: runtime-error, score 0-0
+import torch
+
+
+def sgd_step(params, velocities, lr, momentum, weight_decay):
+    with torch.no_grad():
+        for p, v in zip(params, velocities):
+            g = p.grad + weight_decay * p
+            v.mul_(momentum).add_(g)
+            p.sub_(lr * v)

@@ -1,0 +1,146 @@
+"""The kinds of the third unit, "a whole training loop": `dataloader-epoch` (mlp-epoch) and
+`optimizer-by-hand` (sgd-momentum-by-hand).
+
+Each kind's reference, which the grader computes itself outside the sandbox, equals what torch
+computes by the ordinary means (a real `torch.optim.SGD`); each known bug is graded through the
+warm pool with its declared diagnosis.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import sandbox
+from graders import grade
+from graders.exercises import CaseSpec, get_exercise
+from graders.feedback import explanation
+from graders.grading import trusted_trajectories
+from graders.harness import build_case
+from graders.kinds import dataloader_epoch, kind_of, optimizer_by_hand
+from graders.proving import judge_source
+
+UNIT = ("mlp-epoch", "sgd-momentum-by-hand")
+
+
+def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() -> None:
+    for exercise_id in UNIT:
+        exercise = get_exercise(exercise_id)
+        assert exercise.unit == "Unit 3: a whole training loop"
+        owned = {d.code for d in kind_of(exercise).diagnoses}
+        for variant in exercise.variants:
+            assert variant.diagnosis in owned | {"grad-none-error", "wrong-return-type"}
+    # A code of this unit's kinds is said as `incorrect` on another kind's exercise.
+    evaluate = get_exercise("evaluate")
+    assert explanation("parameter-rebound", evaluate) == explanation("incorrect", evaluate)
+
+
+# --- dataloader-epoch ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", get_exercise("mlp-epoch").cases, ids=lambda s: s.id)
+def test_the_epoch_reference_is_a_real_dataloader_epoch(spec: CaseSpec) -> None:
+    """The grader's epoch is an ordinary one over a real DataLoader, whose last batch is short."""
+    model, optimizer, batches = dataloader_epoch.build_epoch_case(spec.harness_spec())
+    assert not model.training and [type(m) for m in model] == [nn.Linear, nn.ReLU, nn.Linear]
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=spec.batch_size
+    )
+    assert len(loader.dataset) % spec.batch_size != 0  # type: ignore[arg-type]
+    model.train()
+    total = 0.0
+    for bx, by in loader:
+        optimizer.zero_grad()
+        loss = nn.MSELoss()(model(bx), by)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(bx)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.allclose(flat, torch.tensor(dataloader_epoch.expected_parameters(spec)))
+    # The reference's own steps give these batch losses; their mean per example is the loop's,
+    # and the short last batch makes the plain mean of the batch means another number.
+    losses = _batch_losses(spec)
+    assert dataloader_epoch.weighted_mean(losses) == pytest.approx(total / len(x), rel=1e-5)
+    plain = sum(loss for loss, _ in losses) / len(losses)
+    assert plain != pytest.approx(total / len(x), rel=1e-3)
+
+
+def _batch_losses(spec: CaseSpec) -> list[tuple[float, int]]:
+    trace = trusted_trajectories(get_exercise("mlp-epoch"))["reference"][spec.id]
+    losses = dataloader_epoch.losses_along(spec, trace)
+    assert losses is not None
+    return losses
+
+
+def test_the_mean_is_judged_along_the_learners_own_steps() -> None:
+    """A loop that never clears the gradients trains wrong, but its mean per example of its own
+    batches' losses is right: it loses the weights' points only."""
+    exercise = get_exercise("mlp-epoch")
+    source = exercise.solution_code.replace("        optimizer.zero_grad()\n", "")
+    assert source != exercise.solution_code
+    report = judge_source(exercise, source)
+    assert [c.id for c in report.checks if not c.passed] == ["weights-match"]
+
+
+# --- optimizer-by-hand -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", get_exercise("sgd-momentum-by-hand").cases, ids=lambda s: s.id)
+def test_each_hand_step_is_judged_against_a_real_sgd(spec: CaseSpec) -> None:
+    """The grader's step from the reference's own states is torch.optim.SGD's, call after call,
+    with the bias skipped on every second call; and the momentum shows in the velocities."""
+    case = build_case(spec.harness_spec())
+    optimizer = torch.optim.SGD(
+        case.model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay
+    )
+    before = None
+    for call in range(spec.steps):
+        optimizer_by_hand.gradients_for_call(case, call)
+        assert (case.model.bias.grad is None) == (call % 2 == 1)
+        optimizer.step()
+        want, _, bias_grad = optimizer_by_hand.one_step(spec, call, before)
+        assert (bias_grad is None) == (call % 2 == 1)
+        assert torch.allclose(want["weight"], case.model.weight.detach(), atol=1e-6)
+        assert torch.allclose(want["bias"], case.model.bias.detach(), atol=1e-6)
+        buffer = optimizer.state[case.model.weight]["momentum_buffer"]
+        assert torch.allclose(want["weight_velocity"], buffer, atol=1e-6)
+        before = {name: value.tolist() for name, value in want.items()}
+    assert spec.momentum > 0
+
+
+def test_a_hand_step_told_where_its_one_mistake_is() -> None:
+    """A velocity rebound keeps every weight step right from where it starts: only the velocities
+    fail, in the first call, with the learner's argument named."""
+    exercise = get_exercise("sgd-momentum-by-hand")
+    bug = next(v for v in exercise.variants if v.id == "rebinds-velocity")
+    report = judge_source(exercise, bug.source)
+    failed = {c.id: c.message for c in report.checks if not c.passed}
+    assert list(failed) == ["velocities-match"]
+    assert "call 1: after the call, `velocities[0]" in failed["velocities-match"]
+    assert report.diagnosis == "velocity-rebound"
+
+
+SUBMISSIONS = [
+    (exercise_id, variant.id, variant.source, variant.diagnosis)
+    for exercise_id in UNIT
+    for variant in get_exercise(exercise_id).variants
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "name", "source", "diagnosis"),
+    SUBMISSIONS,
+    ids=[f"{e}/{n}" for e, n, _, _ in SUBMISSIONS],
+)
+def test_the_warm_pool_grades_each_known_bug_with_its_diagnosis(
+    exercise_id: str,
+    name: str,
+    source: str,
+    diagnosis: str,
+    grading_runner: sandbox.Runner,
+) -> None:
+    report = grade(exercise_id, source, runner=grading_runner)
+    assert report.diagnosis == diagnosis, report.feedback
+    assert report.score < get_exercise(exercise_id).max_score
