@@ -253,6 +253,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cold_sandbox: the apps this test serves grade cold, as their settings say"
     )
+    config.addinivalue_line(
+        "markers",
+        "no_database: opens no database (a command on folders or files alone, a refused start):"
+        " run on SQLite only, as the suites that open none (.ci/run)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On PostgreSQL, a test that opens no database would prove what its SQLite run proves."""
+    if not TEST_DATABASE_URL:
+        return
+    skip = pytest.mark.skip(reason="opens no database: its run on SQLite proves as much")
+    for item in items:
+        if item.get_closest_marker("no_database") is not None:
+            item.add_marker(skip)
 
 
 # The suites whose apps, served in the test process, grade in it (tests/hosts' apps hand their

@@ -26,7 +26,6 @@ from app.main import create_app
 from app.models import Submission, SubmissionStatus
 from app.settings import Settings
 from graders.exercises import list_exercises
-from graders.grading import RUN_FAILED
 from tests.app.conftest import CORRECT_CODE
 from tests.browser.conftest import (
     announcements,
@@ -276,10 +275,11 @@ def test_desktop_one_page_loop(
     assert own_page.locator("#result[aria-live], #result [aria-live]").count() == 0
     assert_no_axe_violations(own_page)
     own_page.close()
-    # The diagnosis in words; the failure said once, in the feedback, its code spans as code.
+    # The diagnosis in words; the failed run said once, in the feedback (the check points
+    # there), its code spans as code.
     expect(result.locator(".diagnosis")).to_have_text("Error while running")
+    expect(result.locator("tr.failed .message").first).to_contain_text("The run did not finish")
     expect(result.locator(".feedback code").first).to_be_visible()
-    expect(result.locator("tr.failed .message").first).to_have_text(RUN_FAILED)
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "6")
     expect(page.locator(".cm-marked-line")).to_contain_text("undefined_scale")
     assert code_in_editor(page) == RAISES_ON_LINE_6
