@@ -25,6 +25,7 @@ from graders.kinds import (
     gradient_pair,
     gradient_reading,
     optimizer_by_hand,
+    patience_fit,
     step_function,
     training_loop,
 )
@@ -90,6 +91,7 @@ _DECLARED = (
     checkpoint.KIND,
     optimizer_by_hand.KIND,
     dataloader_epoch.KIND,
+    patience_fit.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

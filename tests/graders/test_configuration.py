@@ -162,6 +162,7 @@ SETTING_OF_ANOTHER_KIND = {
     "checkpoint": ("resume-training", "micro_batches = 2"),
     "optimizer-by-hand": ("sgd-momentum-by-hand", "examples = 10"),
     "dataloader-epoch": ("mlp-epoch", "max_norm = 0.5"),
+    "patience-fit": ("early-stopping", "examples = 10"),
 }
 
 

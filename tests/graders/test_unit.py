@@ -770,6 +770,152 @@ CORRECT_STYLES["mlp-epoch"] = {
     """,
 }
 
+CORRECT_STYLES["early-stopping"] = {
+    "tensors cloned by hand": """
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            history, best, best_weights, bad = [], None, None, 0
+            for _ in range(max_epochs):
+                model.train()
+                for x, y in train_batches:
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    val = [loss_fn(model(x), y).item() for x, y in val_batches]
+                model.train()
+                history.append(sum(val) / len(val))
+                if best is None or history[-1] < best:
+                    best = history[-1]
+                    best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    bad = 0
+                else:
+                    bad += 1
+                    if bad == patience:
+                        break
+            model.load_state_dict(best_weights)
+            return history
+    """,
+    "deepcopy of the model": """
+        import copy
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            losses, best_model, wait = [], None, 0
+            for epoch in range(max_epochs):
+                for x, y in train_batches:
+                    optimizer.zero_grad()
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                model.eval()
+                total = 0.0
+                with torch.no_grad():
+                    for x, y in val_batches:
+                        total += loss_fn(model(x), y).item()
+                model.train()
+                losses.append(total / len(val_batches))
+                if losses[-1] < min(losses[:-1], default=float("inf")):
+                    best_model, wait = copy.deepcopy(model), 0
+                else:
+                    wait += 1
+                if wait >= patience:
+                    break
+            model.load_state_dict(best_model.state_dict())
+            return losses
+    """,
+    "best epoch's index": """
+        import copy
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            losses, states = [], []
+            for epoch in range(max_epochs):
+                model.train()
+                for x, y in train_batches:
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    val = torch.stack([loss_fn(model(x), y) for x, y in val_batches]).mean()
+                model.train()
+                losses.append(val.item())
+                states.append(copy.deepcopy(model.state_dict()))
+                best = losses.index(min(losses))
+                if epoch - best >= patience:
+                    break
+            model.load_state_dict(states[losses.index(min(losses))])
+            return losses
+    """,
+    "inference_mode and a counter that counts up": """
+        import copy
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            best_val = float("inf")
+            best = copy.deepcopy(model.state_dict())
+            epochs_without_improvement = 0
+            val_losses = []
+            epoch = 0
+            while epoch < max_epochs and epochs_without_improvement < patience:
+                model.train()
+                for x, y in train_batches:
+                    model.zero_grad()
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                model.eval()
+                with torch.inference_mode():
+                    val = sum(float(loss_fn(model(x), y)) for x, y in val_batches)
+                model.train()
+                val /= len(val_batches)
+                val_losses.append(val)
+                if val < best_val:
+                    best_val, epochs_without_improvement = val, 0
+                    best = copy.deepcopy(model.state_dict())
+                else:
+                    epochs_without_improvement += 1
+                epoch += 1
+            model.load_state_dict(best)
+            return val_losses
+    """,
+    "state_dict copied with OrderedDict": """
+        from collections import OrderedDict
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            out = []
+            best_loss = float("inf")
+            snapshot = None
+            strikes = 0
+            for _ in range(max_epochs):
+                model.train()
+                for inputs, targets in train_batches:
+                    optimizer.zero_grad()
+                    loss_fn(model(inputs), targets).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    means = [loss_fn(model(i), t).item() for i, t in val_batches]
+                model.train()
+                current = sum(means) / len(means)
+                out.append(current)
+                if current < best_loss:
+                    best_loss = current
+                    snapshot = OrderedDict((k, v.clone()) for k, v in model.state_dict().items())
+                    strikes = 0
+                    continue
+                strikes += 1
+                if strikes >= patience:
+                    break
+            model.load_state_dict(snapshot)
+            return out
+    """,
+}
+
 
 def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> None:
     folders = sorted(path.parent.name for path in EXERCISES_DIR.glob("*/exercise.toml"))
