@@ -105,10 +105,21 @@ BACKENDS = {  # name: (LOOPGRADE_SANDBOX, pool size or None for the settings' de
 WARM = ("pool", "docker-pool")
 
 
-def mixed_load() -> list[tuple[str, str]]:
-    """(exercise, code): per exercise its solution, its bugs and the failing submissions."""
+def exercise_ids(checkout: Path = REPO) -> set[str]:
+    """The exercises a checkout has (its folders with an exercise.toml)."""
+    return {
+        path.name
+        for path in (checkout / "exercises").iterdir()
+        if (path / "exercise.toml").exists()
+    }
+
+
+def mixed_load(exercises: set[str] | None = None) -> list[tuple[str, str]]:
+    """(exercise, code): per exercise (this tree's, or those of `exercises`) its solution, its
+    bugs and the failing submissions."""
     load = []
-    for folder in sorted(path for path in EXERCISES.iterdir() if (path / "exercise.toml").exists()):
+    for name in sorted(exercise_ids() if exercises is None else exercise_ids() & exercises):
+        folder = EXERCISES / name
         codes = [(folder / "solution.py").read_text()]
         codes += [path.read_text() for path in sorted(folder.glob("bugs/*.py"))]
         load += [(folder.name, code) for code in codes + FAILING]
@@ -348,8 +359,11 @@ class Independent:
     correct: int = 0
     correct_late: int = 0  # correct, released after its hidden part's first delay
     # The server's and its sandboxes' CPU over the class, its refusals and retries included,
-    # per grading (--class: what sizing needs, docs/operations.md).
+    # per grading (--class: what sizing needs, docs/operations.md); and the server process's
+    # own share of it (its HTTP, database, supervising and judging: the sandboxes' is the rest).
     cpu_seconds_per_grading: float = 0.0
+    server_cpu_seconds_per_grading: float = 0.0
+    load_average: float = 0.0  # the machine's, 1 minute, as the class began
 
 
 def idle_seconds(started: float, spans: list[tuple[float, float]]) -> float:
@@ -443,10 +457,11 @@ def stamp(value: object) -> float:
     return datetime.fromisoformat(str(value)).timestamp()
 
 
-def warm_up(client: Client) -> list[tuple[str, float]]:
-    """Grade one submission of every exercise, so that each one's trusted trajectories are
-    computed once, as on a server that has run a while; their locations and POST times."""
-    load = mixed_load()
+def warm_up(client: Client, load: list[tuple[str, str]] | None = None) -> list[tuple[str, float]]:
+    """Grade one submission of every exercise (of `load`), so that each one's trusted
+    trajectories are computed once, as on a server that has run a while; their locations and
+    POST times."""
+    load = load or mixed_load()
     warm = [client.submit(exercise, code) for exercise, code in load[:: len(load) // 5 or 1]]
     client.wait_all(warm, 900)
     return warm
@@ -579,23 +594,32 @@ def measure(
 
 
 def measure_classes(
-    checkout: Path, sizes: list[int], worker_count: int | None, queue_cap: int | None
+    checkout: Path,
+    sizes: list[int],
+    worker_count: int | None,
+    queue_cap: int | None,
+    load: list[tuple[str, str]],
 ) -> list[Independent]:
     """A class of each size at one deadline, in turn, on the warm pool of `checkout`'s code with
     the settings' queue cap (or `queue_cap`): each client once, resent after its Retry-After."""
-    load = mixed_load()
     backend, pool_size = BACKENDS["pool"]
     with server(backend, pool_size, worker_count, checkout, queue_cap) as (process, url, key, log):
         client = Client(url, key)
-        warm_up(client)
+        warm_up(client, load)
         delays = first_delays()
         classes = []
         for size in sizes:
+            load_average = os.getloadavg()[0]
             cpu_before = tree_cpu_seconds(process.pid)
+            server_before = process_cpu_seconds(process.pid)
             seen = independent_clients(
                 client, list(itertools.islice(itertools.cycle(load), size)), [log], delays
             )
             seen.cpu_seconds_per_grading = (tree_cpu_seconds(process.pid) - cpu_before) / size
+            seen.server_cpu_seconds_per_grading = (
+                process_cpu_seconds(process.pid) - server_before
+            ) / size
+            seen.load_average = load_average
             classes.append(seen)
         return classes
 
@@ -655,7 +679,9 @@ def measure_celery_classes(size: int, hosts: int, worker_count: int | None) -> l
                 warm_up(client)
                 jobs = list(itertools.islice(itertools.cycle(load), size))
                 logs = [log, *sorted(root.glob("host-*.log"))]
+                load_average = os.getloadavg()[0]
                 classes.append(independent_clients(client, jobs, logs, delays))
+                classes[-1].load_average = load_average
             return classes
     finally:
         for name_ in shared:
@@ -681,7 +707,11 @@ def wait_ready(logs: list[Path]) -> None:
 
 def class_rows(seen: Independent) -> list[tuple[str, str]]:
     cpu = f"{seen.cpu_seconds_per_grading:.3f}" if seen.cpu_seconds_per_grading else "-"
+    server_cpu = (
+        f"{seen.server_cpu_seconds_per_grading:.3f}" if seen.server_cpu_seconds_per_grading else "-"
+    )
     return [
+        ("  load average as it began", f"{seen.load_average:.1f}" if seen.load_average else "-"),
         ("  202 / 503 at once", f"{seen.accepted_at_once} / {seen.refused_at_once}"),
         ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
         ("  retries after 503", str(seen.retries)),
@@ -690,6 +720,7 @@ def class_rows(seen: Independent) -> list[tuple[str, str]]:
         ("  graders idle s", f"{seen.idle_seconds:.1f}"),
         ("  correct released late", f"{seen.correct_late} of {seen.correct}"),
         ("  CPU s per grading, all in", cpu),  # --class only
+        ("    of which the server process", server_cpu),
     ]
 
 
@@ -698,10 +729,14 @@ def main_classes(args: argparse.Namespace) -> None:
     trees = {"this tree": REPO}
     if args.against:
         trees = {f"{args.against.name}": args.against, **trees}
+    # The same load on every tree: the exercises they all have.
+    load = mixed_load(set.intersection(*(exercise_ids(checkout) for checkout in trees.values())))
     results: dict[str, list[Independent]] = {}
     for name, checkout in trees.items():
         print(f"{name}: classes of {args.classes} ...", file=sys.stderr)
-        results[name] = measure_classes(checkout, args.classes, args.worker_count, args.queue_cap)
+        results[name] = measure_classes(
+            checkout, args.classes, args.worker_count, args.queue_cap, load
+        )
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'':28}" + "".join(f"{name:>16}" for name in results))
     for index, size in enumerate(args.classes):

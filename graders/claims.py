@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from graders.sentences import Said, Sentence
+
 Calls = Sequence[str]
 
 
@@ -37,10 +39,16 @@ class Claim:
         if any(other.key == self.key for other in CLAIMS):
             raise ValueError(f"two claims are keyed {self.key!r}")
         CLAIMS.append(self)
+        Sentence(f"claims/{self.key}", self.words)  # said within a check's sentence too
 
     def said_of(self, calls: Calls) -> str:
         """The words when they are true of these calls, else ""."""
         return self.words if self.holds(calls) else ""
+
+    def said_in_check(self, calls: Calls) -> Said | None:
+        """The claim as part of a check's sentence (graders.sentences) when it is true of these
+        calls, else None."""
+        return Said(key=f"claims/{self.key}") if self.holds(calls) else None
 
 
 CLAIMS: list[Claim] = []

@@ -279,14 +279,18 @@ def _judged_version(exercise: Exercise) -> str:
 
 
 # What a module says rather than judges: the text fields of a diagnosis's declaration
-# (graders.diagnoses: its name, words, hints) and a claim's words (graders.claims), rendered
-# when a grade is read; and docstrings. Comments are not in the syntax tree at all.
+# (graders.diagnoses: its name, words, hints), a claim's words (graders.claims) and a check's
+# sentence's text (graders.sentences), rendered when a grade is read; and docstrings. Comments
+# are not in the syntax tree at all.
 WORD_FIELDS = frozenset(
     {"name", "words", "said_in", "by_exercise", "hint", "where", "what", "fix", "lesson"}
 )
-WORD_CALLS = frozenset({"Declared", "Hint", "Claim"})
+WORD_CALLS = frozenset({"Declared", "Hint", "Claim", "Sentence"})
 
 
+# Cached by the module's text: each exercise's version reads the same judging modules, and a
+# process loads every exercise (twice at a server's start: its threads ask at once).
+@functools.cache
 def judged_source(source: str) -> bytes:
     """A module's syntax tree without its words (`WORD_FIELDS` of `WORD_CALLS`, a Claim's
     words, docstrings): what of it can change a stored grade."""
@@ -309,8 +313,10 @@ def judged_source(source: str) -> bytes:
             for keyword in node.keywords:
                 if keyword.arg in WORD_FIELDS:
                     keyword.value = ast.Constant("")
-            if called == "Claim" and len(node.args) > 1:
-                node.args[1] = ast.Constant("")  # Claim(key, words, holds)
+            if called in ("Claim", "Sentence") and len(node.args) > 1:
+                # Claim(key, words, holds); Sentence(key, text): the text's fields are judged
+                # where the sentence is said (the values it is given), not in its words.
+                node.args[1] = ast.Constant("")
     return ast.dump(tree).encode()
 
 

@@ -33,6 +33,7 @@ from graders.fix_replay import with_fix
 from graders.judging import check
 from graders.kinds import SANDBOX_PROGRAM, kind_of
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
+from graders.sentences import Sentence
 from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
     MAX_MAGNITUDE,
@@ -580,8 +581,13 @@ def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
 
 # A failed run is said once, in the feedback (its facts: the failure's message, which the page
 # also reads for the line to mark); the checks only say they were not made.
-RUN_FAILED = "The run did not finish: the feedback says where and why."
-NOT_CHECKED = "Not checked: the run failed before its values could be judged."
+RUN_FAILED_SAID = Sentence(
+    "grading/run-failed", "The run did not finish: the feedback says where and why."
+)
+NOT_CHECKED = Sentence(
+    "grading/not-checked", "Not checked: the run failed before its values could be judged."
+)
+RUN_FAILED = RUN_FAILED_SAID.text
 
 
 def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> GradeReport:
@@ -592,7 +598,8 @@ def failure_report(exercise: Exercise, failure: Failure, output: str = "") -> Gr
             passed=False,
             points=0,
             max_points=points,
-            message=RUN_FAILED if check_id == "runs" else NOT_CHECKED,
+            message=(RUN_FAILED_SAID if check_id == "runs" else NOT_CHECKED).text,
+            said=(RUN_FAILED_SAID if check_id == "runs" else NOT_CHECKED)(),
         )
         for check_id, points in exercise.checks.items()
     ]

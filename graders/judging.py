@@ -7,7 +7,7 @@ learner's untrusted numbers, which it only compares.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 from graders import harness
 from graders.exercises import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
+from graders.sentences import Said, Sentence, words_of
 from graders.trace import CaseTrace
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
@@ -104,6 +105,50 @@ def versus(name: str, mine: torch.Tensor, theirs: torch.Tensor, whose: str) -> s
     where = name + "".join(f"[{int(i)}]" for i in index)
     yours, expected = mine.flatten()[flat].item(), theirs.flatten()[flat].item()
     return f"after the call, `{where}` is {yours:.6g}; {whose} {expected:.6g}"
+
+
+# The sentences every kind says with (graders.sentences): a case, where two tensors differ most,
+# and one part of a sentence after another.
+IN_CASE = Sentence("judging/in-case", "case `{case}`")
+DIFFERENCE = Sentence(
+    "judging/difference",
+    "`{where}` is {yours:.6g} where {theirs:.6g} was expected (off by {gap:.3g})",
+)
+THEN = Sentence("judging/then", "{first} {then}")
+# Every kind's `runs` check, passed (its failure is said in the feedback: grading.RUN_FAILED).
+RAN_TO_THE_END = Sentence("judging/passed-runs", "Every case ran to the end.")
+
+
+def differs(name: str, mine: torch.Tensor, expected: torch.Tensor) -> Said:
+    """`difference`, said as a sentence: where two tensors differ most, the learner's first."""
+    where, yours, theirs = _most_different(name, mine, expected)
+    return DIFFERENCE(where=where, yours=yours, theirs=theirs, gap=abs(yours - theirs))
+
+
+def said_versus(sentence: Sentence, name: str, mine: torch.Tensor, theirs: torch.Tensor) -> Said:
+    """`versus`, said as `sentence` (its fields `where`, `yours`, `theirs`): the learner's value
+    first, then where the other comes from, in the sentence's words."""
+    where, yours, expected = _most_different(name, mine, theirs)
+    return sentence(where=where, yours=yours, theirs=expected)
+
+
+def _most_different(
+    name: str, mine: torch.Tensor, theirs: torch.Tensor
+) -> tuple[str, float, float]:
+    gap = (mine - theirs).abs()
+    flat = int(gap.argmax()) if gap.numel() else 0
+    index = torch.unravel_index(torch.tensor(flat), gap.shape) if gap.dim() else ()
+    where = name + "".join(f"[{int(i)}]" for i in index)
+    return where, float(mine.flatten()[flat].item()), float(theirs.flatten()[flat].item())
+
+
+def then(first: Said, *parts: Said | None) -> Said:
+    """`first`, then each part that is said (None: not said), one after the other."""
+    said = first
+    for part in parts:
+        if part is not None:
+            said = THEN(first=said, then=part)
+    return said
 
 
 def constant_factor(mine: torch.Tensor, theirs: torch.Tensor) -> float | None:
@@ -199,23 +244,29 @@ def plot_series(
 
 @dataclass
 class CaseFindings:
-    """For one case, the first failure of each check (absent when the check passed)."""
+    """For one case, the first failure of each check (absent when the check passed): a `Said`,
+    one of the kind's declared sentences with its values (`graders.sentences`), rendered when the
+    grade is read; a plain text from a kind not yet converted is stored as said."""
 
     spec: CaseSpec
-    failures: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str | Said] = field(default_factory=dict)
 
-    def fail(self, check: str, message: str) -> None:
+    def fail(self, check: str, message: str | Said) -> None:
         self.failures.setdefault(check, message)
 
     def where(self) -> str:
         return "a hidden case" if self.spec.hidden else f"case `{self.spec.id}`"
+
+    def case(self) -> Said:
+        """The case, said (a hidden case's findings are never read: `as_reported`)."""
+        return IN_CASE(case=self.spec.id)
 
     def as_reported(self) -> CaseFindings:
         """What the report may read of these findings: for a hidden case, which checks it
         fails and no word of why (a finding's text holds the case's numbers)."""
         if not self.spec.hidden:
             return self
-        return CaseFindings(self.spec, dict.fromkeys(self.failures, HIDDEN_CHECK_FAILURE))
+        return CaseFindings(self.spec, dict.fromkeys(self.failures, HIDDEN_FAILED()))
 
 
 @dataclass(frozen=True)
@@ -227,7 +278,7 @@ class KindJudge:
     the learner's function returned, and the type the contract asks for.
     """
 
-    checks: dict[str, str]
+    checks: Mapping[str, str | Sentence]
     return_type: tuple[str, tuple[str, ...]]
     judge_case: Callable[[CaseSpec, CaseTrace, CaseTrace], CaseFindings]
     plots: Callable[[CaseSpec, CaseTrace, CaseTrace], list[PlotSeries]]
@@ -235,10 +286,18 @@ class KindJudge:
 
 # All a learner is told of a check that fails in a hidden case: whatever made it fail there.
 HIDDEN_CHECK_FAILURE = "Fails in a hidden case. Hidden cases show whether a check passes, not why."
+HIDDEN_FAILED = Sentence("judging/hidden-case-fails", HIDDEN_CHECK_FAILURE)
+MORE_VISIBLE = Sentence(
+    "judging/more-visible-cases", "{first} ({count} visible cases fail this check.)"
+)
+ALSO_HIDDEN = Sentence("judging/also-hidden", "{first} It fails in a hidden case too.")
 
 
 def check(
-    check_id: str, points: float, passed_message: str, findings: Sequence[CaseFindings]
+    check_id: str,
+    points: float,
+    passed_message: str | Sentence,
+    findings: Sequence[CaseFindings],
 ) -> Check:
     """One check over all cases: it passes when no case failed it.
 
@@ -248,25 +307,35 @@ def check(
     """
     failing = [f for f in findings if check_id in f.failures]
     shown = [f for f in failing if not f.spec.hidden]
+    said: str | Said
     if shown:
-        message = shown[0].failures[check_id]
+        said = shown[0].failures[check_id]
         if len(shown) > 1:
-            message += f" ({len(shown)} visible cases fail this check.)"
+            said = _more(said, MORE_VISIBLE, count=len(shown))
         if len(shown) < len(failing):
-            message += " It fails in a hidden case too."
+            said = _more(said, ALSO_HIDDEN)
     elif failing:
-        message = HIDDEN_CHECK_FAILURE
+        said = HIDDEN_FAILED()
     else:
-        message = passed_message
+        said = passed_message() if isinstance(passed_message, Sentence) else passed_message
     return Check(
         id=check_id,
         passed=not failing,
         points=0 if failing else points,
         max_points=points,
-        message=message,
+        message=said if isinstance(said, str) else words_of(said),
+        said=None if isinstance(said, str) else said,
         # A check is hidden when only hidden cases make it fail.
         hidden=bool(failing) and not shown,
     )
+
+
+def _more(first: str | Said, sentence: Sentence, **values: Any) -> str | Said:
+    """`first` with what `sentence` adds to it (a plain text from a kind not yet converted stays
+    a plain text)."""
+    if isinstance(first, str):
+        return sentence.text.format(first=first, **values)
+    return sentence(first=first, **values)
 
 
 def same_value(name: str, a: Any, b: Any) -> bool:

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from graders.sentences import Said
+
 
 def _declared_code(code: str) -> str:
     """A code some module declares (graders.diagnoses); a typo is refused where it is made."""
@@ -40,6 +42,9 @@ class Check(BaseModel):
     max_points: float
     message: str
     hidden: bool = False
+    # The sentence said, its key and values (graders.sentences): the message is made from it
+    # when the grade is read; None for a message stored as text (older grades, plain texts).
+    said: Said | None = None
 
 
 class PlotSeries(BaseModel):

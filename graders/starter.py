@@ -14,10 +14,14 @@ from graders.exercises import Exercise
 from graders.feedback import render
 from graders.judging import call_stream, same_trace
 from graders.report import Check, GradeReport
+from graders.sentences import Sentence
 from graders.syntax import parse_module
 from graders.trace import CaseTrace
 
-NOT_SCORED = "Not scored: your code is the starter code, or behaves exactly as it does."
+NOT_SCORED = Sentence(
+    "starter/not-scored",
+    "Not scored: your code is the starter code, or behaves exactly as it does.",
+)
 
 
 # Kept for the starters and for sources graded again (a class's common bugs): parsing and
@@ -71,7 +75,14 @@ def not_started_report(exercise: Exercise, output: str = "") -> GradeReport:
         max_score=exercise.max_score,
         diagnosis="not-started",
         checks=[
-            Check(id=check_id, passed=False, points=0, max_points=points, message=NOT_SCORED)
+            Check(
+                id=check_id,
+                passed=False,
+                points=0,
+                max_points=points,
+                message=NOT_SCORED.text,
+                said=NOT_SCORED(),
+            )
             for check_id, points in exercise.checks.items()
         ],
         # The checks say NOT_SCORED; the feedback says why, once.

@@ -36,11 +36,13 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 
 import app.main
 import sandbox
 from app.db import upgrade_database
 from app.grading.queue import open_grading_runner as open_grading_runner_of_settings
+from app.people import accounts
 from app.reactions import install_reactions
 from app.settings import Settings, sqlite_database_url, with_psycopg_driver
 from graders.exercises import list_exercises
@@ -55,6 +57,14 @@ from tests.services import (
 
 # Tests store grades by calling the grading functions in this process, as the server does.
 install_reactions()
+
+# Passwords are hashed in the test process with argon2's cheapest parameters: the product's
+# cost about 0.2 CPU s a hash and as much a check, and the suite signs people up and in
+# thousands of times. The hash is argon2id all the same, a check reads the parameters from the
+# hash it checks, and a server process a test starts hashes with the product's own parameters
+# (`PRODUCT_PASSWORD_HASHER`, held to argon2's defaults by tests/app/test_accounts.py).
+PRODUCT_PASSWORD_HASHER = accounts._hasher
+accounts._hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 # The exercises' proofs (graders/proving.py), kept for every test process and every server a
 # test starts, run after run: a proof is named by all it depends on (the folder, the grader's
@@ -243,6 +253,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cold_sandbox: the apps this test serves grade cold, as their settings say"
     )
+    config.addinivalue_line(
+        "markers",
+        "no_database: opens no database (a command on folders or files alone, a refused start):"
+        " run on SQLite only, as the suites that open none (.ci/run)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On PostgreSQL, a test that opens no database would prove what its SQLite run proves."""
+    if not TEST_DATABASE_URL:
+        return
+    skip = pytest.mark.skip(reason="opens no database: its run on SQLite proves as much")
+    for item in items:
+        if item.get_closest_marker("no_database") is not None:
+            item.add_marker(skip)
 
 
 # The suites whose apps, served in the test process, grade in it (tests/hosts' apps hand their

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, UploadFile, status
@@ -45,7 +46,7 @@ from app.db import SessionDep
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission, user_learner_key
-from app.models import Submission
+from app.models import Submission, utc_now
 from app.people.tokens import TokenHolder, TokenHolderDep
 from app.settings import Settings, SettingsDep
 from app.web.charts import line_chart
@@ -84,7 +85,7 @@ _not_found: dict[int | str, dict[str, object]] = {
 }
 
 
-def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
+def _exercise_state(assigned: AssignedExercise, cell: Cell, now: datetime) -> ExerciseStateOut:
     exercise = assigned.exercise
     return ExerciseStateOut(
         id=exercise.id,
@@ -100,13 +101,14 @@ def _exercise_state(assigned: AssignedExercise, cell: Cell) -> ExerciseStateOut:
         due_extended=assigned.due_extended,
         max_attempts=assigned.max_attempts,
         time_limit_minutes=assigned.time_limit_minutes,
+        solution=assigned.released_solution(now),
     )
 
 
 @router.get("/exercises", response_model=LearnerExercisesOut, responses=_token_errors)
 def read_my_exercises(session: SessionDep, holder: TokenHolderDep) -> Response:
     """Practice and each of your courses: their exercises with your state and score on each."""
-    user = holder.user
+    user, now = holder.user, utc_now()
     practice = [practice_assignment(exercise) for exercise in list_exercises()]
     practice_cells = learner_cells(session, practice, course_id=None, user_id=user.id)
     courses = []
@@ -118,13 +120,17 @@ def read_my_exercises(session: SessionDep, holder: TokenHolderDep) -> Response:
                 id=mine.course.id,
                 name=mine.course.name,
                 role=mine.role,
-                exercises=[_exercise_state(a, c) for a, c in zip(assigned, cells, strict=True)],
+                exercises=[
+                    _exercise_state(a, c, now) for a, c in zip(assigned, cells, strict=True)
+                ],
             )
         )
     return answered(
         LearnerExercisesOut(
             email=user.email,
-            practice=[_exercise_state(a, c) for a, c in zip(practice, practice_cells, strict=True)],
+            practice=[
+                _exercise_state(a, c, now) for a, c in zip(practice, practice_cells, strict=True)
+            ],
             courses=courses,
         )
     )
@@ -230,11 +236,27 @@ def _my_submission(session: Session, holder: TokenHolder, submission_id: str) ->
     return submission
 
 
+def _released_solutions(session: Session, holder: TokenHolder) -> dict[tuple[str, str], str]:
+    """The reference solutions released to the learner now, by (course id, exercise id): in
+    their courses only, by the exercise page's rule (`AssignedExercise.released_solution`)."""
+    user, now = holder.user, utc_now()
+    released = {}
+    for mine in courses_of(session, user):
+        for assigned in assignments_of(session, mine.course.id, user.id):
+            solution = assigned.released_solution(now)
+            if solution is not None:
+                released[(mine.course.id, assigned.id)] = solution
+    return released
+
+
 def _learner_submission_out(
-    submission: Submission, counted: tuple[Standing | None, str | None]
+    submission: Submission,
+    counted: tuple[Standing | None, str | None],
+    solutions: dict[tuple[str, str], str],
 ) -> LearnerSubmissionOut:
     """As the course API answers it (with what it counts), and what a learner's client shows."""
     shown = shown_result(submission)
+    place = (submission.course_id or "", submission.exercise_id)
     return LearnerSubmissionOut.model_validate(
         {
             **submission_out(submission, counted).model_dump(),
@@ -247,6 +269,7 @@ def _learner_submission_out(
             "events_url": f"/api/v1/me/submissions/{submission.id}/events",
             "notices": shown.notices,
             "charts_svg": [str(Markup(line_chart(plot))) for plot in shown.plots],
+            "solution": solutions.get(place),
         }
     )
 
@@ -257,7 +280,11 @@ def _learner_submission_out(
 def read_my_submission(submission_id: str, session: SessionDep, holder: TokenHolderDep) -> Response:
     """Your submission: its status and, once graded, its result, as its page shows it."""
     submission = _my_submission(session, holder, submission_id)
-    return answered(_learner_submission_out(submission, standing_of(session, submission)))
+    return answered(
+        _learner_submission_out(
+            submission, standing_of(session, submission), _released_solutions(session, holder)
+        )
+    )
 
 
 @router.get("/submissions", response_model=list[LearnerSubmissionOut], responses=_token_errors)
@@ -272,8 +299,8 @@ def list_my_submissions(
     if exercise is not None:
         query = query.where(Submission.exercise_id == exercise)
     rows = list(session.scalars(query.order_by(Submission.created_at.desc()).limit(limit)))
-    counted = standings_of(session, rows)
-    return [_learner_submission_out(row, counted[row.id]) for row in rows]
+    counted, solutions = standings_of(session, rows), _released_solutions(session, holder)
+    return [_learner_submission_out(row, counted[row.id], solutions) for row in rows]
 
 
 @router.get(

@@ -22,6 +22,13 @@ class LearnerSubmissionCreate(BaseModel):
     code: str = Field(description="Python source defining the exercise's entry point.")
 
 
+SOLUTION_DESCRIPTION = (
+    "The reference solution of {of} (Python source), once your course shows it: the course "
+    "chose to, and the due date has passed, for you too when yours was extended. Null before "
+    "that, in practice, and outside your courses: as the exercise page shows it."
+)
+
+
 class LearnerSubmissionOut(SubmissionOut):
     """Your submission and, once graded, its result with the charts the page shows."""
 
@@ -33,6 +40,9 @@ class LearnerSubmissionOut(SubmissionOut):
     notices: list[str]
     charts_svg: list[str] = Field(
         description="The loss and weight charts the page draws, as SVG (text escaped)."
+    )
+    solution: str | None = Field(
+        default=None, description=SOLUTION_DESCRIPTION.format(of="its exercise")
     )
 
 
@@ -63,6 +73,9 @@ class ExerciseStateOut(BaseModel):
         default=None,
         description="A timed exercise: minutes from your first open of it (with any extra "
         "given to you); null: untimed. After it a submission is refused with 403.",
+    )
+    solution: str | None = Field(
+        default=None, description=SOLUTION_DESCRIPTION.format(of="this exercise")
     )
 
 

@@ -307,6 +307,11 @@ class AssignedExercise:
         own_due = self.due_at or course_due
         return now > course_due and now > own_due
 
+    def released_solution(self, now: datetime) -> str | None:
+        """The reference solution's code once released to this learner (`solution_released`),
+        else None: what the exercise page, the learner's API and the client show."""
+        return self.exercise.solution_code if self.solution_released(now) else None
+
     @property
     def unit(self) -> str:
         """The unit the course lists it under: its own choice, else the exercise's."""

@@ -22,6 +22,7 @@ from graders.feedback import render
 from graders.grading import MAX_OUTPUT_CHARS, RUN_FAILED
 from graders.notebook import MAX_NOTICES
 from graders.report import Check, GradeReport, PlotSeries
+from graders.sentences import worded
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 MAX_FEEDBACK_CHARS = 6000
 # The first failure is also the feedback's start, which shows it longer.
 MAX_CHECK_MESSAGE_CHARS = 1000
+# A check's sentence as stored, its key and values (graders.sentences): ours are a few hundred.
+MAX_SAID_CHARS = 4000
 MAX_CHECKS = 12
 MAX_CLAIMS = 8
 MAX_PLOTS = 8
@@ -91,11 +94,26 @@ def cut_markdown(text: str, max_chars: int) -> str:
 
 
 def _bounded_check(check: Check) -> Check:
+    said = check.said
+    if said is not None and len(said.model_dump_json()) > MAX_SAID_CHARS:
+        said = None  # values no sentence of ours makes: the message as it was said stands
     return check.model_copy(
         update={
             "id": cut(check.id, MAX_LABEL_CHARS),
             "message": cut_markdown(check.message, MAX_CHECK_MESSAGE_CHARS),
+            "said": said,
         }
+    )
+
+
+def _worded_check(check: Check) -> Check:
+    """The check as read: its message made now from its sentence (`graders.sentences`), or
+    the message stored with it when this version cannot word it (a sentence since removed)."""
+    if check.said is None:
+        return check
+    words = worded(check.said)
+    return check.model_copy(
+        update={"message": check.message if words is None else words, "said": None}
     )
 
 
@@ -205,7 +223,7 @@ def shown_result(submission: Submission) -> ShownResult:
     Notices are capped as the notebook reader makes them (`graders.notebook`).
     """
     checks = [
-        _bounded_check(check)
+        _bounded_check(_worded_check(check))
         for value in (submission.checks or [])[:MAX_CHECKS]
         if (check := _stored(Check, value, submission.id)) is not None
     ]

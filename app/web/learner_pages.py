@@ -149,9 +149,7 @@ def exercise_context(
         "closed": closed,
         "limits": limits,
         # The reference, once the course releases it to this learner (membership.py says when).
-        "solution": exercise.solution_code
-        if assigned is not None and assigned.solution_released(utc_now())
-        else None,
+        "solution": assigned.released_solution(utc_now()) if assigned is not None else None,
         "now": utc_now(),
         "max_upload_kib": settings.max_upload_bytes // 1024,
         # Practice: the courses of the learner's that set this exercise, where it would count.

@@ -99,6 +99,8 @@ class Submission:
     # The hints the learner may open for the diagnosis, and the first one (markdown).
     hint_count: int = 0
     first_hint: str | None = None
+    # The reference solution, once the learner's course shows it (after the due date).
+    solution: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -132,7 +134,7 @@ class Submission:
             )
         optional_text = {
             name: _text(data[name], name) if data.get(name) is not None else None
-            for name in ("diagnosis", "diagnosis_text", "feedback", "first_hint")
+            for name in ("diagnosis", "diagnosis_text", "feedback", "first_hint", "solution")
         }
         return cls(
             id=_text(data.get("id"), "the submission's id"),
@@ -183,6 +185,26 @@ class LoopgradeAPI:
         for course in _list(data.get("courses"), "courses"):
             _list(_object(course, "a course").get("exercises"), "a course's exercises")
         return data
+
+    def solution(self, exercise: str, course: str) -> str:
+        """The reference solution of a course's exercise, once the course shows it to you."""
+        for listed in self.exercises()["courses"]:
+            if listed.get("id") != course:
+                continue
+            for one in _list(listed.get("exercises"), "a course's exercises"):
+                if isinstance(one, dict) and one.get("id") == exercise:
+                    if one.get("solution") is None:
+                        raise NotFound(
+                            f"your course does not show the reference solution of {exercise} "
+                            "to you: it does after the due date (yours, if it was extended), "
+                            "when your instructor chose to"
+                        )
+                    return _text(one["solution"], "the reference solution")
+            raise NotFound(
+                f"this course does not set the exercise {exercise!r}: "
+                "'loopgrade-client exercises' lists its exercises"
+            )
+        raise NotFound(f"you are in no course {course!r}: 'loopgrade-client exercises' lists yours")
 
     def submit(
         self,

@@ -1,4 +1,5 @@
-"""`loopgrade-client`: log in, list your exercises, submit, read a result, check locally.
+"""`loopgrade-client`: log in, list your exercises, submit, read a result, check locally, read
+a reference solution your course shows.
 
 Exit status: 0 on success (for `submit` and `status`: full marks only; for `check`: every
 check passes on the visible cases), 1 when the code is graded below full marks or a check
@@ -83,8 +84,10 @@ def exercises_command(args: argparse.Namespace) -> int:
                 else "-"
             )
             due = f", due {exercise['due_at']}" if exercise.get("due_at") else ""
+            solution = ", reference solution shown" if exercise.get("solution") else ""
             print(
-                f"  {exercise.get('id', '?'):<28} {exercise.get('state', '?'):<10} {shown:>8}{due}"
+                f"  {exercise.get('id', '?'):<28} {exercise.get('state', '?'):<10} {shown:>8}"
+                f"{due}{solution}"
             )
     return EXIT_OK
 
@@ -122,6 +125,17 @@ def status_command(args: argparse.Namespace) -> int:
         if not submission.finished and args.wait:
             submission = api.wait(args.id)
         return _show_result(submission, api, args.json)
+
+
+def solution_command(args: argparse.Namespace) -> int:
+    with _api() as api:
+        solution = api.solution(args.exercise, args.course)
+    if args.json:
+        _print_json({"exercise": args.exercise, "course": args.course, "solution": solution})
+    else:
+        # The code alone, as it is: `> solution.py` keeps a file that runs.
+        print(solution.rstrip())
+    return EXIT_OK
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -181,6 +195,12 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("id")
     status.add_argument("--wait", action="store_true", help="wait until it is graded")
     status.set_defaults(run=status_command)
+    solution = command(
+        "solution", "a course exercise's reference solution, once your course shows it"
+    )
+    solution.add_argument("--exercise", required=True)
+    solution.add_argument("--course", required=True, help="a course id (see 'exercises')")
+    solution.set_defaults(run=solution_command)
     check = command("check", "run your code on the visible cases here (needs torch)")
     check.add_argument("file")
     check.add_argument("--exercise", required=True)

@@ -1,6 +1,7 @@
 """In Jupyter: `%load_ext loopgrade_client`, then `%%loopgrade EXERCISE [--course C]` on a cell,
 or `loopgrade_client.submit(function)`. Both send the code with the login of
-`loopgrade-client login` and show the result as HTML, with the charts the server draws."""
+`loopgrade-client login` and show the result as HTML, with the charts the server draws.
+`loopgrade_client.solution(exercise, course)` shows a reference solution the course shows."""
 
 from __future__ import annotations
 
@@ -100,6 +101,30 @@ def submit(
                 )
             submission_id = api.submit(exercise, code=source, course=course)
             return Result(api.wait(submission_id), api.url)
+    except ClientError as exc:
+        return Failure(str(exc))
+
+
+class Solution:
+    """A course exercise's reference solution; a notebook shows it folded, as the page does."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def _repr_html_(self) -> str:
+        return report.solution_html(self.code)
+
+    def __repr__(self) -> str:
+        return report.solution_text(self.code)
+
+
+def solution(exercise: str, course: str) -> Solution | Failure:
+    """`solution("train-step", course="C")`: the reference solution, once the course shows it
+    to you (after the due date, if your instructor chose to); else why not, in a sentence."""
+    try:
+        login = load_login()
+        with LoopgradeAPI(login.url, login.token) as api:
+            return Solution(api.solution(exercise, course))
     except ClientError as exc:
         return Failure(str(exc))
 

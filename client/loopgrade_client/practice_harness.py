@@ -944,5 +944,43 @@ def record_checkpoint(
 RECORDERS['checkpoint'] = record_checkpoint
 
 
+def gradients_for_call(case: Case, call: int) -> None:
+    """This call's gradients in `.grad`: the batch's backward pass, the bias's released on every
+    second call (run in the sandbox too: harness names only)."""
+    model = case.model
+    model.weight.grad = None
+    model.bias.grad = None
+    x, y = case.inputs[call]
+    case.loss_fn(model(x), y).backward()
+    if call % 2 == 1:
+        model.bias.grad = None
+
+
+def record_hand_steps(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """Call the function once per batch on the weight, the bias and their velocities (run in the
+    sandbox too: harness names and gradients_for_call only)."""
+    case = build_case(spec)
+    model = case.model
+    velocities = [torch.zeros_like(model.weight), torch.zeros_like(model.bias)]
+    lr = float(spec["lr"])
+    momentum = float(spec.get("momentum") or 0.0)
+    weight_decay = float(spec.get("weight_decay") or 0.0)
+    for call in range(int(spec["steps"])):
+        gradients_for_call(case, call)
+        function([model.weight, model.bias], list(velocities), lr, momentum, weight_decay)
+        records.append(
+            {
+                **parameters_of(model),
+                "weight_velocity": values_of(velocities[0]),
+                "bias_velocity": values_of(velocities[1]),
+            }
+        )
+
+
+RECORDERS['optimizer-by-hand'] = record_hand_steps
+
+
 if __name__ == "__main__":
     main()

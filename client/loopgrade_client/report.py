@@ -141,9 +141,30 @@ def as_text(submission: Submission, server_url: str) -> str:
             )
     if submission.feedback:
         lines += ["", submission.feedback.strip()]
+    if submission.solution is not None:
+        lines += ["", solution_text(submission.solution)]
     if _is_path(submission.page_url):
         lines += ["", f"On the web: {server_url}{submission.page_url}"]
     return "\n".join(lines)
+
+
+SOLUTION_TITLE = "The reference solution"
+SOLUTION_WHY = "your course shows it now that the due date has passed"
+
+
+def solution_text(solution: str) -> str:
+    """The reference solution under its title, indented, for a terminal."""
+    code = "\n".join(f"    {line}" for line in solution.rstrip().splitlines())
+    return f"{SOLUTION_TITLE} ({SOLUTION_WHY}):\n{code}"
+
+
+def solution_html(solution: str) -> str:
+    """The reference solution folded, as the exercise page shows it (escaped throughout)."""
+    return (
+        f'<details class="loopgrade-solution"><summary>{SOLUTION_TITLE} '
+        f"<small>({SOLUTION_WHY})</small></summary>"
+        f"<pre><code>{html.escape(solution.rstrip())}</code></pre></details>"
+    )
 
 
 def _is_path(page_url: str) -> bool:
@@ -219,6 +240,8 @@ def as_html(submission: Submission, server_url: str) -> str:
             f"{markdown_html(submission.first_hint)}<p><small>{more.strip()}</small></p>"
             "</details>"
         )
+    if submission.solution is not None:
+        parts.append(solution_html(submission.solution))
     charts = [chart for svg in submission.charts_svg if (chart := safe_svg(svg)) is not None]
     if charts:
         # The page's chart text is 11 px (12 px titles); a notebook's own size (often 14 to

@@ -25,13 +25,14 @@ from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
 from graders.harness import CallRecorder, Record, build_case, number_of, type_name, values_of
 from graders.judging import (
+    RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     case_data,
     close,
     close_numbers,
-    difference,
+    differs,
     loss_and_gradients,
     plot_series,
     within_tolerance,
@@ -39,6 +40,7 @@ from graders.judging import (
 from graders.kind import ExerciseKind
 from graders.optimizers import declared_optimizer
 from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -181,38 +183,123 @@ def expected(spec: CaseSpec) -> Replayed:
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "step-count": "The optimizer steps once per batch, every epoch.",
-    "scheduler-steps": (
+    "runs": RAN_TO_THE_END,
+    "step-count": Sentence(
+        "epoch-loop/passed-step-count",
+        "The optimizer steps once per batch, every epoch.",
+    ),
+    "scheduler-steps": Sentence(
+        "epoch-loop/passed-scheduler-steps",
         "The learning rate your steps applied changes only between epochs, where the schedule "
-        "changes it."
+        "changes it.",
     ),
-    "learning-rates": (
+    "learning-rates": Sentence(
+        "epoch-loop/passed-learning-rates",
         "Every optimizer step moved the weights by a step at the learning rate the schedule "
-        "gives its epoch."
+        "gives its epoch.",
     ),
-    "epoch-weights-match": "After every epoch the weights equal the reference loop's.",
-    "losses-match": "The returned mean losses equal the reference loop's, epoch by epoch.",
-    "returns-list": "Returns a list with one float, the mean loss, per epoch.",
+    "epoch-weights-match": Sentence(
+        "epoch-loop/passed-epoch-weights",
+        "After every epoch the weights equal the reference loop's.",
+    ),
+    "losses-match": Sentence(
+        "epoch-loop/passed-losses",
+        "The returned mean losses equal the reference loop's, epoch by epoch.",
+    ),
+    "returns-list": Sentence(
+        "epoch-loop/passed-returns-list",
+        "Returns a list with one float, the mean loss, per epoch.",
+    ),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AT_CASE = Sentence("epoch-loop/at-case", "In {case}")
+STEPPED = Sentence(
+    "epoch-loop/stepped",
+    "{at}: your loop stepped the optimizer {count} times; {epochs} epochs of {batches} batches "
+    "step {iterations} times.",
+)
+STEPPED_AT_LEAST = Sentence(
+    "epoch-loop/stepped-at-least",
+    "{at}: your loop stepped the optimizer at least {count} times; {epochs} epochs of {batches} "
+    "batches step {iterations} times.",
+)
+NEVER_MOVED = Sentence(
+    "epoch-loop/never-moved",
+    "{at}: the weights never moved from where they started, so no optimizer step used a "
+    "learning rate.",
+)
+NO_RATE_READ = Sentence(
+    "epoch-loop/no-rate-read",
+    "{at}: no update of your loop is a step of {optimizer} on its batch's gradient from your "
+    "weights before it, at any learning rate, so no rate can be read from the weights.",
+)
+RATE_DIFFERS = Sentence(
+    "epoch-loop/rate-differs",
+    "{at}: optimizer step {step} (epoch {epoch}) moved the weights by a step at a learning rate "
+    "of {rate:.4g}; the schedule gives epoch {epoch} {theirs:.4g}.",
+)
+FIRST_RATE_DIFFERS = Sentence(
+    "epoch-loop/first-rate-differs",
+    "{at}: optimizer step 1 moved the weights by a step at a learning rate of {rate:.4g}; the "
+    "schedule's first rate is {theirs:.4g}.",
+)
+RATE_TIMING = Sentence(
+    "epoch-loop/rate-timing",
+    "{at}: between optimizer steps {step} and {next_step} ({where}) the learning rate your steps "
+    "applied {mine}; {theirs}.",
+)
+IN_EPOCH = Sentence("epoch-loop/in-epoch", "epoch {epoch}")
+ACROSS_EPOCHS = Sentence("epoch-loop/across-epochs", "epochs {first} and {second}")
+RATE_WENT = Sentence("epoch-loop/rate-went", "went from {earlier:.4g} to {later:.4g}")
+RATE_STAYED = Sentence("epoch-loop/rate-stayed", "stayed at {rate:.4g}")
+SCHEDULE_CHANGES = Sentence(
+    "epoch-loop/schedule-changes",
+    "the schedule changes it there, from {earlier:.4g} to {later:.4g}",
+)
+SCHEDULE_KEEPS = Sentence("epoch-loop/schedule-keeps", "the schedule keeps it at {rate:.4g} there")
+UNFINISHED = Sentence("epoch-loop/unfinished", "{at}: epoch {epoch} never finished its steps.")
+EPOCH_WEIGHTS_DIFFER = Sentence(
+    "epoch-loop/epoch-weights-differ",
+    "{at}: after epoch {epoch} your weights differ from the reference loop's: {difference}.",
+)
+NOT_A_LIST = Sentence(
+    "epoch-loop/not-a-list",
+    "{at}: your loop returned a {type}; return a list of floats, one per epoch.",
+)
+NO_LOSSES = Sentence("epoch-loop/no-losses", "{at}: no list of losses to compare.")
+LOSS_COUNT = Sentence(
+    "epoch-loop/loss-count",
+    "{at}: your loop returned {count} values; {epochs} epochs need {epochs} float mean losses.",
+)
+LOSS_DIFFERS = Sentence(
+    "epoch-loop/loss-differs",
+    "{at}: the mean loss of epoch {epoch} differs: you returned {mine:.6g}, the reference "
+    "{theirs:.6g} (the mean of the epoch's batch losses, each read before its step).",
+)
+LOSSES_COUNTED = Sentence(
+    "epoch-loop/losses-counted",
+    "{at}: {count} losses instead of {expected}.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     right = expected(spec)
     iterations = spec.epochs * spec.steps
     records = learner.records
     if len(records) != iterations:
-        counted = (
-            f"{len(records)}"
-            if len(records) < record_limit(spec)
-            else "at least " + str(len(records))
-        )
+        counted = STEPPED if len(records) < record_limit(spec) else STEPPED_AT_LEAST
         findings.fail(
             "step-count",
-            f"{at}: your loop stepped the optimizer {counted} times; {spec.epochs} epochs of "
-            f"{spec.steps} batches step {iterations} times.",
+            counted(
+                at=at,
+                count=len(records),
+                epochs=spec.epochs,
+                batches=spec.steps,
+                iterations=iterations,
+            ),
         )
     assert learner.final is not None
     start = case_data(spec).weight.tolist()
@@ -220,11 +307,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         # A rate the optimizer never applied earns nothing (scheduler.step() where
         # optimizer.step() belongs steps the rates, and the weights never move).
         for check in ("learning-rates", "scheduler-steps"):
-            findings.fail(
-                check,
-                f"{at}: the weights never moved from where they started, so no optimizer step "
-                "used a learning rate.",
-            )
+            findings.fail(check, NEVER_MOVED(at=at))
     else:
         steps = applied_steps(spec, records[:iterations])
         _judge_rates(findings, at, spec, steps, right.lrs)
@@ -232,16 +315,15 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     for epoch in range(spec.epochs):
         last = (epoch + 1) * spec.steps - 1
         if last >= len(records):
-            findings.fail(
-                "epoch-weights-match", f"{at}: epoch {epoch + 1} never finished its steps."
-            )
+            findings.fail("epoch-weights-match", UNFINISHED(at=at, epoch=epoch + 1))
             break
         mine = as_tensor(records[last]["weight"])
         if not close(mine, right.weights[last]):
             findings.fail(
                 "epoch-weights-match",
-                f"{at}: after epoch {epoch + 1} your weights differ from the reference loop's: "
-                f"{difference('weight', mine, right.weights[last])}.",
+                EPOCH_WEIGHTS_DIFFER(
+                    at=at, epoch=epoch + 1, difference=differs("weight", mine, right.weights[last])
+                ),
             )
             break
     _judge_losses(findings, at, spec, learner.final, right.means)
@@ -303,7 +385,7 @@ def applied_steps(spec: CaseSpec, records: Sequence[Record]) -> list[AppliedStep
 
 def _judge_rates(
     findings: CaseFindings,
-    at: str,
+    at: Said,
     spec: CaseSpec,
     steps: list[AppliedStep],
     rates: list[float],
@@ -313,21 +395,14 @@ def _judge_rates(
     unless no step at all is one."""
     if not any(step.rate is not None for step in steps):
         for check in ("learning-rates", "scheduler-steps"):
-            findings.fail(
-                check,
-                f"{at}: no update of your loop is a step of {spec.describe_optimizer()} on its "
-                "batch's gradient from your weights before it, at any learning rate, so no "
-                "rate can be read from the weights.",
-            )
+            findings.fail(check, NO_RATE_READ(at=at, optimizer=spec.describe_optimizer()))
         return
     for index, (step, lr) in enumerate(zip(steps, rates, strict=False)):
         if step.rate is not None and not step.took(lr):
             epoch = index // spec.steps + 1
             findings.fail(
                 "learning-rates",
-                f"{at}: optimizer step {index + 1} (epoch {epoch}) moved the weights by a step "
-                f"at a learning rate of {step.rate:.4g}; the schedule gives epoch {epoch} "
-                f"{lr:.4g}.",
+                RATE_DIFFERS(at=at, step=index + 1, epoch=epoch, rate=step.rate, theirs=lr),
             )
             return
 
@@ -338,7 +413,7 @@ def _same_rate(a: float, b: float) -> bool:
 
 def _judge_schedule(
     findings: CaseFindings,
-    at: str,
+    at: Said,
     spec: CaseSpec,
     steps: list[AppliedStep],
     rates: list[float],
@@ -348,11 +423,7 @@ def _judge_schedule(
     makes one. The rates' values are learning-rates'; this is their timing."""
     first = steps[0].rate if steps else None
     if first is not None and not steps[0].took(rates[0]):
-        findings.fail(
-            "scheduler-steps",
-            f"{at}: optimizer step 1 moved the weights by a step at a learning rate of "
-            f"{first:.4g}; the schedule's first rate is {rates[0]:.4g}.",
-        )
+        findings.fail("scheduler-steps", FIRST_RATE_DIFFERS(at=at, rate=first, theirs=rates[0]))
         return
     for index in range(1, min(len(steps), len(rates))):
         earlier, later = steps[index - 1].rate, steps[index].rate
@@ -362,55 +433,43 @@ def _judge_schedule(
         if changed != due:
             epochs = (index - 1) // spec.steps + 1, index // spec.steps + 1
             where = (
-                f"epoch {epochs[0]}"
+                IN_EPOCH(epoch=epochs[0])
                 if epochs[0] == epochs[1]
-                else f"epochs {epochs[0]} and {epochs[1]}"
+                else ACROSS_EPOCHS(first=epochs[0], second=epochs[1])
             )
-            mine = (
-                f"went from {earlier:.4g} to {later:.4g}" if changed else f"stayed at {later:.4g}"
-            )
+            mine = RATE_WENT(earlier=earlier, later=later) if changed else RATE_STAYED(rate=later)
             theirs = (
-                f"the schedule changes it there, from {rates[index - 1]:.4g} to {rates[index]:.4g}"
+                SCHEDULE_CHANGES(earlier=rates[index - 1], later=rates[index])
                 if due
-                else f"the schedule keeps it at {rates[index]:.4g} there"
+                else SCHEDULE_KEEPS(rate=rates[index])
             )
             findings.fail(
                 "scheduler-steps",
-                f"{at}: between optimizer steps {index} and {index + 1} ({where}) the learning "
-                f"rate your steps applied {mine}; {theirs}.",
+                RATE_TIMING(
+                    at=at, step=index, next_step=index + 1, where=where, mine=mine, theirs=theirs
+                ),
             )
             return
 
 
 def _judge_losses(
-    findings: CaseFindings, at: str, spec: CaseSpec, final: dict[str, Any], means: list[float]
+    findings: CaseFindings, at: Said, spec: CaseSpec, final: dict[str, Any], means: list[float]
 ) -> None:
     losses = final["losses"]
     if final["losses_type"] not in ("list", "tuple") or not isinstance(losses, list):
-        findings.fail(
-            "returns-list",
-            f"{at}: your loop returned a {learner_text(final['losses_type'])}; return a list "
-            "of floats, one per epoch.",
-        )
-        findings.fail("losses-match", f"{at}: no list of losses to compare.")
+        findings.fail("returns-list", NOT_A_LIST(at=at, type=learner_text(final["losses_type"])))
+        findings.fail("losses-match", NO_LOSSES(at=at))
         return
     if len(losses) != spec.epochs or any(v is None for v in losses):
-        findings.fail(
-            "returns-list",
-            f"{at}: your loop returned {len(losses)} values; {spec.epochs} epochs need "
-            f"{spec.epochs} float mean losses.",
-        )
+        findings.fail("returns-list", LOSS_COUNT(at=at, count=len(losses), epochs=spec.epochs))
     for epoch, (mine, theirs) in enumerate(zip(losses, means, strict=False)):
         if mine is None or not within_tolerance(mine, theirs):
             findings.fail(
-                "losses-match",
-                f"{at}: the mean loss of epoch {epoch + 1} differs: you returned {mine}, the "
-                f"reference {theirs:.6g} (the mean of the epoch's batch losses, each read "
-                "before its step).",
+                "losses-match", LOSS_DIFFERS(at=at, epoch=epoch + 1, mine=mine, theirs=theirs)
             )
             return
     if len(losses) != len(means):
-        findings.fail("losses-match", f"{at}: {len(losses)} losses instead of {len(means)}.")
+        findings.fail("losses-match", LOSSES_COUNTED(at=at, count=len(losses), expected=len(means)))
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:

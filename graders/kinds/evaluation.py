@@ -35,9 +35,10 @@ from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
 from graders.harness import Record, number_of, type_name
-from graders.judging import CaseFindings, KindJudge, within_tolerance
+from graders.judging import RAN_TO_THE_END, CaseFindings, KindJudge, then, within_tolerance
 from graders.kind import ExerciseKind
 from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape, one_record_per_case
 
 
@@ -128,75 +129,112 @@ def expected_loss(spec: CaseSpec) -> float:
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "loss-correct": "Returns the model's loss in evaluation mode.",
-    "eval-mode": "The loss you returned is the one with dropout off (evaluation mode).",
+    "runs": RAN_TO_THE_END,
+    "loss-correct": Sentence(
+        "evaluation/passed-loss-correct",
+        "Returns the model's loss in evaluation mode.",
+    ),
+    "eval-mode": Sentence(
+        "evaluation/passed-eval-mode",
+        "The loss you returned is the one with dropout off (evaluation mode).",
+    ),
     # Nothing the grader can check shows a graph (a returned float carries none): this check
     # teaches, with no points (docs/security.md).
-    "no-graph": "No forward pass recorded an autograd graph (`torch.no_grad()`), as far as the "
-    "harness saw: this check carries no points.",
-    "gradients-untouched": "No `.grad` was set and no weight changed.",
-    "training-mode-restored": "The model is back in training mode, and gradient recording on, "
-    "afterwards.",
-    "returns-float": "Returns a Python float.",
+    "no-graph": Sentence(
+        "evaluation/passed-no-graph",
+        "No forward pass recorded an autograd graph (`torch.no_grad()`), as far as the harness "
+        "saw: this check carries no points.",
+    ),
+    "gradients-untouched": Sentence(
+        "evaluation/passed-gradients-untouched",
+        "No `.grad` was set and no weight changed.",
+    ),
+    "training-mode-restored": Sentence(
+        "evaluation/passed-training-mode",
+        "The model is back in training mode, and gradient recording on, afterwards.",
+    ),
+    "returns-float": Sentence("evaluation/passed-returns-float", "Returns a Python float."),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first;
+# a cause only from what the harness recorded.
+AT_CASE = Sentence("evaluation/at-case", "In {case}")
+NOTHING_NUMERIC = Sentence("evaluation/nothing-numeric", "nothing numeric")
+LOSS_DIFFERS = Sentence(
+    "evaluation/loss-differs",
+    "{at}: you returned {shown:.6g}; the model's loss in evaluation mode is {right:.6g}.",
+)
+NOT_EVAL_LOSS = Sentence(
+    "evaluation/not-eval-loss",
+    "{at}: your loss, {shown:.6g}, is not the model's loss in evaluation mode, so it does not "
+    "show that dropout was off.",
+)
+FORWARDS_IN_TRAINING = Sentence(
+    "evaluation/forwards-in-training",
+    "{train} of your {forwards} forward passes ran in training mode: dropout was active. Call "
+    "`model.eval()` first.",
+)
+GRAPH_BUILT = Sentence(
+    "evaluation/graph-built",
+    "{at}: the forward pass ran with gradient recording on, so autograd built a graph that "
+    "evaluation never uses. Run it inside `with torch.no_grad():`.",
+)
+GRAD_SET = Sentence(
+    "evaluation/grad-set",
+    "{at}: your function set `.grad` (a `backward()` ran). Evaluating must not train.",
+)
+WEIGHTS_CHANGED = Sentence(
+    "evaluation/weights-changed",
+    "{at}: your function changed the weights. Evaluating must not train.",
+)
+LEFT_IN_EVAL = Sentence(
+    "evaluation/left-in-eval",
+    "{at}: the model was left in evaluation mode, so the training that follows would run "
+    "without dropout. Call `model.train()` before returning.",
+)
+GRAD_LEFT_OFF = Sentence(
+    "evaluation/grad-left-off",
+    "{at}: gradient recording was left off, so the training that follows could not run "
+    "`backward()`. Turn it off for the forward pass only: `with torch.no_grad():`.",
+)
+NOT_FLOAT = Sentence(
+    "evaluation/not-float",
+    "{at}: your function returned a {type}, not a `float`. Use `.item()`.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     record = learner.records[0]
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     right = expected_loss(spec)
     value = record["value"]
     if value is None or not within_tolerance(value, right):
-        shown = "nothing numeric" if value is None else f"{value:.6g}"
-        findings.fail(
-            "loss-correct",
-            f"{at}: you returned {shown}; the model's loss in evaluation mode is {right:.6g}.",
-        )
+        shown: Said | float = NOTHING_NUMERIC() if value is None else value
+        findings.fail("loss-correct", LOSS_DIFFERS(at=at, shown=shown, right=right))
         # eval-mode is decided from the value alone (DESIGN.md, invariant 9): the forwards are
         # counted by the harness's hooks, which the code can blind. Dropout active changes the
         # loss; the forwards seen in training mode only say why.
-        seen = ""
-        if record["train_forwards"]:
-            seen = (
-                f" {int(record['train_forwards'])} of your {int(record['forwards'])} forward "
-                "passes ran in training mode: dropout was active. Call `model.eval()` first."
+        seen = (
+            FORWARDS_IN_TRAINING(
+                train=int(record["train_forwards"]), forwards=int(record["forwards"])
             )
-        findings.fail(
-            "eval-mode",
-            f"{at}: your loss, {shown}, is not the model's loss in evaluation mode, so it does "
-            f"not show that dropout was off.{seen}",
+            if record["train_forwards"]
+            else None
         )
+        findings.fail("eval-mode", then(NOT_EVAL_LOSS(at=at, shown=shown), seen))
     if record["graph_forwards"]:
-        findings.fail(
-            "no-graph",
-            f"{at}: the forward pass ran with gradient recording on, so autograd built a graph "
-            "that evaluation never uses. Run it inside `with torch.no_grad():`.",
-        )
+        findings.fail("no-graph", GRAPH_BUILT(at=at))
     if record["grads"] or record["weights_changed"]:
-        what = "set `.grad` (a `backward()` ran)" if record["grads"] else "changed the weights"
         findings.fail(
-            "gradients-untouched", f"{at}: your function {what}. Evaluating must not train."
+            "gradients-untouched", (GRAD_SET if record["grads"] else WEIGHTS_CHANGED)(at=at)
         )
     if not record["training_after"]:
-        findings.fail(
-            "training-mode-restored",
-            f"{at}: the model was left in evaluation mode, so the training that follows would "
-            "run without dropout. Call `model.train()` before returning.",
-        )
+        findings.fail("training-mode-restored", LEFT_IN_EVAL(at=at))
     elif not record["grad_enabled_after"]:
-        findings.fail(
-            "training-mode-restored",
-            f"{at}: gradient recording was left off, so the training that follows could not "
-            "run `backward()`. Turn it off for the forward pass only: `with torch.no_grad():`.",
-        )
+        findings.fail("training-mode-restored", GRAD_LEFT_OFF(at=at))
     if record["value_type"] != "float":
-        findings.fail(
-            "returns-float",
-            f"{at}: your function returned a {learner_text(record['value_type'])}, not a "
-            "`float`. Use `.item()`.",
-        )
+        findings.fail("returns-float", NOT_FLOAT(at=at, type=learner_text(record["value_type"])))
     return findings
 
 

@@ -34,6 +34,7 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
@@ -43,16 +44,18 @@ from graders.judging import (
     close,
     close_values,
     constant_factor,
-    difference,
+    differs,
     loss_and_gradients,
     plot_series,
-    versus,
+    said_versus,
+    then,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
 from graders.optimizers import STATE_FIELDS, declared_optimizer, load_state
 from graders.replay import PER_CALL
 from graders.report import PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import PARAMETERS, CaseTrace, TraceShape
 
 
@@ -97,17 +100,118 @@ TRACE = TraceShape(
 )
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "weights-change": "Every call changed the weights.",
-    "weights-match": "After every call the weights equal the reference loop's.",
-    "fresh-gradients": (
-        "After every call `.grad` holds this call's gradient alone, or was cleared after a right "
-        "step."
+    "runs": RAN_TO_THE_END,
+    "weights-change": Sentence(
+        "step-function/passed-weights-change",
+        "Every call changed the weights.",
     ),
-    "update-uses-current-batch": "Every update is one step on this call's gradient.",
-    "loss-returned": "Every call returned its loss before the update, as a float.",
-    "optimizer-state": "After every call the optimizer's state equals the reference loop's.",
+    "weights-match": Sentence(
+        "step-function/passed-weights-match",
+        "After every call the weights equal the reference loop's.",
+    ),
+    "fresh-gradients": Sentence(
+        "step-function/passed-fresh-gradients",
+        "After every call `.grad` holds this call's gradient alone, or was cleared after a right "
+        "step.",
+    ),
+    "update-uses-current-batch": Sentence(
+        "step-function/passed-update",
+        "Every update is one step on this call's gradient.",
+    ),
+    "loss-returned": Sentence(
+        "step-function/passed-loss-returned",
+        "Every call returned its loss before the update, as a float.",
+    ),
+    "optimizer-state": Sentence(
+        "step-function/passed-optimizer-state",
+        "After every call the optimizer's state equals the reference loop's.",
+    ),
 }
+
+
+# What the checks say (graders.sentences): where no diagnosis explains a failing check, what
+# differs and by how much, the learner's value first; a cause only as a claim that held.
+AT_CALL = Sentence("step-function/at-call", "In {case}, call {call}")
+WEIGHTS_UNCHANGED = Sentence(
+    "step-function/weights-unchanged",
+    "{at}: the weights did not change at all.",
+)
+WEIGHTS_DIFFER = Sentence(
+    "step-function/weights-differ",
+    "{at}: your weights differ from the reference loop's: {difference}.",
+)
+GRAD_DIFFERS = Sentence(
+    "step-function/grad-differs",
+    "{at}: after the call, `.grad` is not the reference's. {how}",
+)
+GRAD_DIFFERS_CLIPPED = Sentence(
+    "step-function/grad-differs-clipped",
+    "{at}: after the call, `.grad` is not the reference's (this call's gradient, clipped to "
+    "`max_norm`). {how}",
+)
+GRAD_NONE = Sentence("step-function/grad-none", "It is `None`.")
+GRAD_UNCLIPPED = Sentence(
+    "step-function/grad-unclipped",
+    "It holds this call's gradient as `backward()` left it, not clipped.",
+)
+GRAD_PLUS_HELD = Sentence(
+    "step-function/grad-plus-held",
+    "It is this call's gradient plus what `.grad` held before the call.",
+)
+GRAD_FACTOR = Sentence("step-function/grad-factor", "It is {factor:.3g} times the reference's.")
+GRAD_VERSUS = Sentence(
+    "step-function/grad-versus",
+    "After the call, `{where}` is {yours:.6g}; the reference's is {theirs:.6g}.",
+)
+UPDATE_DIFFERS = Sentence(
+    "step-function/update-differs",
+    "{at}: your update differs from the reference's step from your weights before the call. {how}",
+)
+NOT_MOVED = Sentence(
+    "step-function/not-moved",
+    "The weights did not move. The calls recorded in this call: {calls}.",
+)
+UPDATE_UNCLIPPED = Sentence(
+    "step-function/update-unclipped",
+    "It equals one step on this call's gradient as `backward()` left it, not clipped: the "
+    "reference clips it to `max_norm` first.",
+)
+UPDATE_STALE = Sentence(
+    "step-function/update-stale",
+    "It equals a step on the gradient `.grad` held before this call, the previous call's.",
+)
+UPDATE_STALE_PLUS = Sentence(
+    "step-function/update-stale-plus",
+    "It equals a step on this call's gradient plus the one `.grad` held before the call.",
+)
+UPDATE_FACTOR = Sentence(
+    "step-function/update-factor",
+    "Your update is {factor:.3g} times the reference's.",
+)
+UPDATE_VERSUS = Sentence(
+    "step-function/update-versus",
+    "After the call, `{where}` is {yours:.6g}; the reference's step gives {theirs:.6g}.",
+)
+STEPS_COUNTED = Sentence(
+    "step-function/steps-counted",
+    "{at}: after it the optimizer counts {steps} steps in all, the reference loop's {theirs}: one "
+    "step() per call, on this call's gradient.",
+)
+STATE_DIFFERS = Sentence(
+    "step-function/state-differs",
+    "{at}: the optimizer's {state} differs from the reference loop's: {detail}.",
+)
+STATE_MISSING = Sentence("step-function/state-missing", "it is missing")
+STATE_EXTRA = Sentence("step-function/state-extra", "it should not be there")
+LOSS_NOT_FLOAT = Sentence(
+    "step-function/loss-not-float",
+    "{at}: your function returned a {type}, not a `float`. Return `loss.item()`.",
+)
+LOSS_DIFFERS = Sentence(
+    "step-function/loss-differs",
+    "{at}: the returned value is not this call's loss before the update. You returned "
+    "{returned:.6g}; the loss was {loss:.6g}.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
@@ -119,7 +223,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     for index, (record, expected) in enumerate(
         zip(learner.records, reference.records, strict=True)
     ):
-        at = f"In {findings.where()}, call {index + 1}"
+        at = AT_CALL(case=findings.case(), call=index + 1)
         x, y = batch_of(data.inputs[index])
         loss, weight_grad, bias_grad = loss_and_gradients(weight, bias, x, y)
         unclipped = weight_grad
@@ -128,16 +232,18 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         new_weight, new_bias = as_tensor(record["weight"]), as_tensor(record["bias"])
 
         if torch.equal(new_weight, weight) and torch.equal(new_bias, bias):
-            findings.fail("weights-change", f"{at}: the weights did not change at all.")
+            findings.fail("weights-change", WEIGHTS_UNCHANGED(at=at))
 
         update_ok = True
         if not (
             close(new_weight, as_tensor(expected["weight"]))
             and close(new_bias, as_tensor(expected["bias"]))
         ):
-            detail = ": " + difference("weight", new_weight, as_tensor(expected["weight"]))
             findings.fail(
-                "weights-match", f"{at}: your weights differ from the reference loop's{detail}."
+                "weights-match",
+                WEIGHTS_DIFFER(
+                    at=at, difference=differs("weight", new_weight, as_tensor(expected["weight"]))
+                ),
             )
             update_ok = _judge_update(
                 findings,
@@ -165,11 +271,12 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             cleared(record["weight_grad"]) and cleared(record["bias_grad"]) and update_ok
         )
         if not (holds_this_batch or cleared_after_good_step):
+            differing = GRAD_DIFFERS_CLIPPED if spec.max_norm else GRAD_DIFFERS
             findings.fail(
                 "fresh-gradients",
-                f"{at}: after the call, `.grad` is not the reference's"
-                + (" (this call's gradient, clipped to `max_norm`). " if spec.max_norm else ". ")
-                + _describe_gradient(spec, record, weight_grad, unclipped, held_grad),
+                differing(
+                    at=at, how=_describe_gradient(spec, record, weight_grad, unclipped, held_grad)
+                ),
             )
 
         _judge_loss(findings, at, record, loss)
@@ -180,7 +287,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
 
 def _judge_update(
     findings: CaseFindings,
-    at: str,
+    at: Said,
     spec: CaseSpec,
     index: int,
     before: tuple[torch.Tensor, torch.Tensor],
@@ -214,10 +321,11 @@ def _judge_update(
         unclipped_weight, _ = one_step(spec, before, (unclipped, gradients[1]), previous)
     findings.fail(
         "update-uses-current-batch",
-        f"{at}: your update differs from the reference's step from your weights before the "
-        "call. "
-        + _describe_update(
-            weight, new_weight, expected_weight, unclipped_weight, spec, calls, held_grad
+        UPDATE_DIFFERS(
+            at=at,
+            how=_describe_update(
+                weight, new_weight, expected_weight, unclipped_weight, spec, calls, held_grad
+            ),
         ),
     )
     return False
@@ -252,25 +360,27 @@ def clipped(
 
 # The optimizer's state fields, in the learner's words, each after "the optimizer's".
 _STATE_NAMES = {
-    "momentum": "momentum buffer",
-    "exp_avg": "`exp_avg` (the running mean of the gradients)",
-    "exp_avg_sq": "`exp_avg_sq` (the running mean of their squares)",
-    "max_exp_avg_sq": "`max_exp_avg_sq`",
+    "momentum": Sentence("step-function/state-momentum", "momentum buffer"),
+    "exp_avg": Sentence(
+        "step-function/state-exp-avg",
+        "`exp_avg` (the running mean of the gradients)",
+    ),
+    "exp_avg_sq": Sentence(
+        "step-function/state-exp-avg-sq",
+        "`exp_avg_sq` (the running mean of their squares)",
+    ),
+    "max_exp_avg_sq": Sentence("step-function/state-max-exp-avg-sq", "`max_exp_avg_sq`"),
 }
 
 
 def _judge_state(
-    findings: CaseFindings, at: str, record: dict[str, Any], expected: dict[str, Any]
+    findings: CaseFindings, at: Said, record: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     """The optimizer's state after the call against the reference loop's: a second step, or a
     step on a zeroed or summed gradient, shows in it even where the weights hide it."""
     if record["opt_step"] != expected["opt_step"]:
         steps, expected_steps = int(record["opt_step"] or 0), int(expected["opt_step"] or 0)
-        findings.fail(
-            "optimizer-state",
-            f"{at}: after it the optimizer counts {steps} steps in all, the reference loop's "
-            f"{expected_steps}: one step() per call, on this call's gradient.",
-        )
+        findings.fail("optimizer-state", STEPS_COUNTED(at=at, steps=steps, theirs=expected_steps))
         return
     for name, words in _STATE_NAMES.items():
         mine, theirs = record[name], expected[name]
@@ -278,16 +388,13 @@ def _judge_state(
             mine is None or close(as_tensor(mine), as_tensor(theirs))
         ):
             detail = (
-                "it is missing"
+                STATE_MISSING()
                 if mine is None
-                else "it should not be there"
+                else STATE_EXTRA()
                 if theirs is None
-                else difference(name, as_tensor(mine), as_tensor(theirs))
+                else differs(name, as_tensor(mine), as_tensor(theirs))
             )
-            findings.fail(
-                "optimizer-state",
-                f"{at}: the optimizer's {words} differs from the reference loop's: {detail}.",
-            )
+            findings.fail("optimizer-state", STATE_DIFFERS(at=at, state=words(), detail=detail))
             return
 
 
@@ -299,38 +406,24 @@ def _describe_update(
     spec: CaseSpec,
     calls: list[str],
     held_grad: Any,
-) -> str:
+) -> Said:
     """What the learner's update is, in numbers; a cause only where the recorded calls bear it
     out (`graders.claims`)."""
     moved, expected = new_weight - weight, expected_weight - weight
     if not bool(moved.any()):
-        return f"The weights did not move. The calls recorded in this call: {said_calls(calls)}."
+        return NOT_MOVED(calls=said_calls(calls))
     if unclipped_weight is not None and close(new_weight, unclipped_weight):
-        return (
-            "It equals one step on this call's gradient as `backward()` left it, not clipped: "
-            "the reference clips it to `max_norm` first."
-        )
+        return UPDATE_UNCLIPPED()
     if not spec.stateful and held_grad is not None:
         stale = -spec.lr * as_tensor(held_grad)
         if close(moved, stale):
-            return (
-                "It equals a step on the gradient `.grad` held before this call, the previous "
-                "call's."
-            )
+            return UPDATE_STALE()
         if close(moved, stale + expected):
-            return " ".join(
-                part
-                for part in (
-                    "It equals a step on this call's gradient plus the one `.grad` held before "
-                    "the call.",
-                    ACCUMULATED.said_of(calls),
-                )
-                if part
-            )
+            return then(UPDATE_STALE_PLUS(), ACCUMULATED.said_in_check(calls))
     factor = constant_factor(moved, expected)
     if factor is not None:
-        return f"Your update is {factor:.3g} times the reference's."
-    return versus("weight", new_weight, expected_weight, "the reference's step gives") + "."
+        return UPDATE_FACTOR(factor=factor)
+    return said_versus(UPDATE_VERSUS, "weight", new_weight, expected_weight)
 
 
 def _describe_gradient(
@@ -339,44 +432,31 @@ def _describe_gradient(
     fresh: torch.Tensor,
     unclipped: torch.Tensor,
     held_grad: Any,
-) -> str:
+) -> Said:
     """What `.grad` holds after the call, in numbers; a cause only where the calls bear it out."""
     recorded, calls = record["weight_grad"], record["calls"]
     if recorded is None:
-        said = RELEASED_AFTER_BACKWARD.said_of(calls) or NO_BACKWARD.said_of(calls)
-        return f"It is `None`. {said}".rstrip()
+        why = RELEASED_AFTER_BACKWARD.said_in_check(calls) or NO_BACKWARD.said_in_check(calls)
+        return then(GRAD_NONE(), why)
     mine = as_tensor(recorded)
     if spec.max_norm is not None and close(mine, unclipped):
-        return "It holds this call's gradient as `backward()` left it, not clipped."
+        return GRAD_UNCLIPPED()
     if held_grad is not None and close(mine, as_tensor(held_grad) + fresh):
-        return " ".join(
-            part
-            for part in (
-                "It is this call's gradient plus what `.grad` held before the call.",
-                ACCUMULATED.said_of(calls),
-            )
-            if part
-        )
+        return then(GRAD_PLUS_HELD(), ACCUMULATED.said_in_check(calls))
     factor = constant_factor(mine, fresh)
     if factor is not None:
-        return f"It is {factor:.3g} times the reference's."
-    return versus("weight.grad", mine, fresh, "the reference's is") + "."
+        return GRAD_FACTOR(factor=factor)
+    return said_versus(GRAD_VERSUS, "weight.grad", mine, fresh)
 
 
-def _judge_loss(findings: CaseFindings, at: str, record: dict[str, Any], loss: float) -> None:
+def _judge_loss(findings: CaseFindings, at: Said, record: dict[str, Any], loss: float) -> None:
     returned = record["loss"]
     if record["loss_type"] != "float":
         findings.fail(
-            "loss-returned",
-            f"{at}: your function returned a {learner_text(record['loss_type'])}, not a "
-            "`float`. Return `loss.item()`.",
+            "loss-returned", LOSS_NOT_FLOAT(at=at, type=learner_text(record["loss_type"]))
         )
     elif returned is None or not within_tolerance(returned, loss):
-        findings.fail(
-            "loss-returned",
-            f"{at}: the returned value is not this call's loss before the update. "
-            f"You returned {returned:.6g}; the loss was {loss:.6g}.",
-        )
+        findings.fail("loss-returned", LOSS_DIFFERS(at=at, returned=returned, loss=loss))
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:

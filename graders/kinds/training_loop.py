@@ -23,17 +23,19 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     close,
-    difference,
+    differs,
     plot_series,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
 from graders.replay import WHOLE_LOOP
 from graders.report import PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import PARAMETERS, CaseTrace, TraceShape
 
 
@@ -87,41 +89,99 @@ TRACE = TraceShape(
 )
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "step-count": "The loop steps once per batch, every epoch.",
-    "epoch-weights-match": "After every epoch the weights equal the reference loop's.",
-    "losses-match": "The returned losses equal the reference loop's, iteration by iteration.",
-    "returns-list": "Returns a list with one float loss per iteration.",
+    "runs": RAN_TO_THE_END,
+    "step-count": Sentence(
+        "training-loop/passed-step-count",
+        "The loop steps once per batch, every epoch.",
+    ),
+    "epoch-weights-match": Sentence(
+        "training-loop/passed-epoch-weights",
+        "After every epoch the weights equal the reference loop's.",
+    ),
+    "losses-match": Sentence(
+        "training-loop/passed-losses",
+        "The returned losses equal the reference loop's, iteration by iteration.",
+    ),
+    "returns-list": Sentence(
+        "training-loop/passed-returns-list",
+        "Returns a list with one float loss per iteration.",
+    ),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AT_CASE = Sentence("training-loop/at-case", "In {case}")
+STEPPED = Sentence(
+    "training-loop/stepped",
+    "{at}: your loop stepped {count} times; {epochs} epochs of {batches} batches step "
+    "{iterations} times.",
+)
+STEPPED_AT_LEAST = Sentence(
+    "training-loop/stepped-at-least",
+    "{at}: your loop stepped at least {count} times; {epochs} epochs of {batches} batches step "
+    "{iterations} times.",
+)
+UNFINISHED = Sentence("training-loop/unfinished", "{at}: epoch {epoch} never finished its steps.")
+EPOCH_WEIGHTS_DIFFER = Sentence(
+    "training-loop/epoch-weights-differ",
+    "{at}: after epoch {epoch} your weights differ from the reference loop's: {difference}.",
+)
+NOT_A_LIST = Sentence(
+    "training-loop/not-a-list",
+    "{at}: your loop returned a {type}; return a list of floats.",
+)
+NO_LOSSES = Sentence("training-loop/no-losses", "{at}: no list of losses to compare.")
+NOT_FLOATS = Sentence(
+    "training-loop/not-floats",
+    "{at}: your loop returned a list of {type} values, not of floats. Append `loss.item()`.",
+)
+TENSORS_KEPT = Sentence(
+    "training-loop/tensors-kept",
+    "{at}: your loop returned a list of {type} values, not of floats. A loss tensor kept in a "
+    "list keeps its whole graph alive, so memory grows with every batch. Append `loss.item()`.",
+)
+LOSS_COUNT = Sentence(
+    "training-loop/loss-count",
+    "{at}: your loop returned {count} values; {iterations} iterations need {iterations} float "
+    "losses (use `loss.item()`).",
+)
+LOSS_DIFFERS = Sentence(
+    "training-loop/loss-differs",
+    "{at}: the loss of iteration {iteration} differs: you recorded {mine:.6g}, the reference "
+    "{theirs:.6g}.",
+)
+LOSSES_COUNTED = Sentence(
+    "training-loop/losses-counted",
+    "{at}: {count} losses instead of {expected}.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     iterations = spec.epochs * spec.steps
     steps = len(learner.records)
     if steps != iterations:
         # The harness stops recording at its limit: past it, the count is a lower bound.
-        counted = f"{steps}" if steps < record_limit(spec) else (f"at least {steps}")
+        counted = STEPPED if steps < record_limit(spec) else STEPPED_AT_LEAST
         findings.fail(
             "step-count",
-            f"{at}: your loop stepped {counted} times; {spec.epochs} epochs of {spec.steps} "
-            f"batches step {iterations} times.",
+            counted(
+                at=at, count=steps, epochs=spec.epochs, batches=spec.steps, iterations=iterations
+            ),
         )
     for epoch in range(spec.epochs):
         last = (epoch + 1) * spec.steps - 1
         expected = as_tensor(reference.records[last]["weight"])
         if last >= steps:
-            findings.fail(
-                "epoch-weights-match", f"{at}: epoch {epoch + 1} never finished its steps."
-            )
+            findings.fail("epoch-weights-match", UNFINISHED(at=at, epoch=epoch + 1))
             break
         mine = as_tensor(learner.records[last]["weight"])
         if not close(mine, expected):
             findings.fail(
                 "epoch-weights-match",
-                f"{at}: after epoch {epoch + 1} your weights differ from the reference "
-                f"loop's: {difference('weight', mine, expected)}.",
+                EPOCH_WEIGHTS_DIFFER(
+                    at=at, epoch=epoch + 1, difference=differs("weight", mine, expected)
+                ),
             )
             break
     assert learner.final is not None and reference.final is not None
@@ -131,7 +191,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
 
 def _judge_losses(
     findings: CaseFindings,
-    at: str,
+    at: Said,
     spec: CaseSpec,
     final: dict[str, Any],
     reference: dict[str, Any],
@@ -140,43 +200,27 @@ def _judge_losses(
     losses = final["losses"]
     container, _, element = final["losses_type"].partition(" of ")
     if container not in ("list", "tuple") or not isinstance(losses, list):
-        findings.fail(
-            "returns-list",
-            f"{at}: your loop returned a {learner_text(final['losses_type'])}; return a list "
-            "of floats.",
-        )
-        findings.fail("losses-match", f"{at}: no list of losses to compare.")
+        findings.fail("returns-list", NOT_A_LIST(at=at, type=learner_text(final["losses_type"])))
+        findings.fail("losses-match", NO_LOSSES(at=at))
         return
     if element:
-        why = (
-            " A loss tensor kept in a list keeps its whole graph alive, so memory grows with "
-            "every batch."
-            if element == "Tensor"
-            else ""
-        )
-        findings.fail(
-            "returns-list",
-            f"{at}: your loop returned a list of {learner_text(element)} values, not of "
-            f"floats.{why} Append `loss.item()`.",
-        )
+        kept = TENSORS_KEPT if element == "Tensor" else NOT_FLOATS
+        findings.fail("returns-list", kept(at=at, type=learner_text(element)))
     if len(losses) != iterations or any(v is None for v in losses):
-        findings.fail(
-            "returns-list",
-            f"{at}: your loop returned {len(losses)} values; {iterations} iterations need "
-            f"{iterations} float losses (use `loss.item()`).",
-        )
+        findings.fail("returns-list", LOSS_COUNT(at=at, count=len(losses), iterations=iterations))
     expected = reference["losses"]
     assert isinstance(expected, list)
     for iteration, (mine, theirs) in enumerate(zip(losses, expected, strict=False)):
         if mine is None or not within_tolerance(mine, theirs):
             findings.fail(
                 "losses-match",
-                f"{at}: the loss of iteration {iteration + 1} differs: you recorded {mine}, the "
-                f"reference {theirs:.6g}.",
+                LOSS_DIFFERS(at=at, iteration=iteration + 1, mine=mine, theirs=theirs),
             )
             return
     if len(losses) != len(expected):
-        findings.fail("losses-match", f"{at}: {len(losses)} losses instead of {len(expected)}.")
+        findings.fail(
+            "losses-match", LOSSES_COUNTED(at=at, count=len(losses), expected=len(expected))
+        )
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:

@@ -14,7 +14,15 @@ from app.settings import Settings
 from app.web.sessions import FORGET_DRAFTS_COOKIE, SESSION_COOKIE
 from graders.exercises import list_exercises
 from tests.app.people import PASSWORD, make_course, make_user, sign_in, token_of
+from tests.conftest import PRODUCT_PASSWORD_HASHER
 from tests.servers import HTTP_TIMEOUT_SECONDS
+
+
+def test_a_server_hashes_with_argon2id_at_its_default_cost() -> None:
+    # The test process hashes cheaply (tests/conftest.py); a server hashes with these.
+    stored = PRODUCT_PASSWORD_HASHER.hash(PASSWORD)
+    assert stored.startswith("$argon2id$v=19$m=65536,t=3,p=4$")
+    assert PRODUCT_PASSWORD_HASHER.verify(stored, PASSWORD)
 
 
 def test_sign_up_keeps_an_argon2_hash_and_signs_in_with_a_safe_cookie(

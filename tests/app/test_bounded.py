@@ -1,8 +1,8 @@
 """Bounded output: no page or API answer grows with what a submission made its trace say.
 
 A forged trace once made a 215 MiB submission page. Here the results are forged straight into
-the database (as large as a row can be made) and made by a real sandbox run, and every page
-and API answer that shows them is measured.
+the database (each part alone far larger than a page may be) and made by a real sandbox run,
+and every page and API answer that shows them is measured.
 """
 
 from __future__ import annotations
@@ -15,11 +15,16 @@ from sqlalchemy import update
 
 from app.api.keys import create_api_key
 from app.db import SessionFactory
+from app.grading.results import MAX_SERIES_POINTS
 from app.models import SiteRole, Submission
 from tests.app.conftest import EXERCISE, GRADING_TIMEOUT_SECONDS, REPO, csrf_token
 from tests.app.people import graded, make_course, make_user, sign_in
 
 MAX_ANSWER_BYTES = 300 * 1024
+# A forged series of 100 times the points a stored one keeps (MAX_SERIES_POINTS): drawn whole or
+# sent whole it alone would be megabytes, far over MAX_ANSWER_BYTES. (More points only cost the
+# test CPU: every page parses the whole row.)
+FORGED_SERIES_POINTS = 100 * MAX_SERIES_POINTS
 # Every character of these needs escaping in HTML, and some in JSON: the worst case of size.
 HOSTILE_TEXT = "&<\"'\\"
 
@@ -30,7 +35,7 @@ def hostile(chars: int) -> str:
 
 def forge(sessions: SessionFactory, submission_id: str) -> None:
     """Make the stored result as large as anything could make it."""
-    long_series = [float(step % 7) for step in range(1_800_000)]
+    long_series = [float(step % 7) for step in range(FORGED_SERIES_POINTS)]
     with sessions.begin() as session:
         session.execute(
             update(Submission)

@@ -60,6 +60,7 @@ def test_keys_create_prints_a_working_key_and_stores_only_its_hash(
     assert refused.status_code == 401
 
 
+@pytest.mark.no_database
 def test_grade_prints_the_report(tmp_path: Path) -> None:
     source = tmp_path / "mine.py"
     source.write_text(MISSING_ZERO_GRAD_CODE)
@@ -75,6 +76,7 @@ def test_grade_prints_the_report(tmp_path: Path) -> None:
     assert "zero_grad" in result.stdout
 
 
+@pytest.mark.no_database
 def test_grade_refuses_an_unknown_exercise_or_missing_file(tmp_path: Path) -> None:
     source = tmp_path / "mine.py"
     source.write_text(MISSING_ZERO_GRAD_CODE)
@@ -93,6 +95,7 @@ def test_grade_refuses_an_unknown_exercise_or_missing_file(tmp_path: Path) -> No
     assert "broken.ipynb" in broken.stderr and "notebook" in broken.stderr
 
 
+@pytest.mark.no_database
 def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
     env = {
         "LOOPGRADE_BWRAP": str(tmp_path / "no-bwrap-here"),
@@ -105,6 +108,7 @@ def test_serve_refuses_to_start_without_a_sandbox(tmp_path: Path) -> None:
     assert not (tmp_path / "loopgrade.db").exists()
 
 
+@pytest.mark.no_database
 def test_serve_refuses_an_fd_that_is_no_inherited_socket(tmp_path: Path) -> None:
     # fd 99 is open in no child.
     result = loopgrade_process("serve", "--fd", "99", "--data-dir", str(tmp_path))
@@ -120,6 +124,7 @@ def test_an_invalid_setting_is_reported_without_a_traceback(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.no_database
 def test_check_exercises_proves_the_unit_sound() -> None:
     result = loopgrade("check-exercises")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -163,6 +163,7 @@ def train_step_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     exercises._loaded.cache_clear()
 
 
+@pytest.mark.no_database
 def test_exercises_new_makes_a_folder_check_exercises_explains(train_step_only: Path) -> None:
     copy = train_step_only
     env = {"LOOPGRADE_EXERCISES_DIR": str(copy)}

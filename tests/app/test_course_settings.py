@@ -13,9 +13,10 @@ from app.courses.extensions import set_extension
 from app.db import SessionFactory
 from app.models import Assignment, AuditEvent, Course, SiteRole, User, utc_now
 from app.people.accounts import find_user_by_email
+from app.people.tokens import create_personal_token
 from graders.exercises import get_exercise, list_exercises
 from tests.app.conftest import EXERCISE
-from tests.app.people import make_course, make_user, sign_in, token_of
+from tests.app.people import graded, make_course, make_user, sign_in, token_of
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
 EXERCISES = [e.id for e in list_exercises()]
@@ -173,18 +174,27 @@ def test_the_reference_is_shown_after_the_due_date_never_before_nor_during_an_ex
     client: httpx.Client, sessions: SessionFactory
 ) -> None:
     make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
-    make_user(sessions, "lee@example.org", name="Lee")
+    lee_id = make_user(sessions, "lee@example.org", name="Lee")
     max_id = make_user(sessions, "max@example.org", name="Max")
     course_id = make_course(sessions, "tess@example.org", "lee@example.org", "max@example.org")
     teacher = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
     sign_in(teacher, "tess@example.org")
-    learners = {}
-    for name in ("lee", "max"):
+    learners, tokens, in_course, in_practice = {}, {}, {}, {}
+    for name, user_id in (("lee", lee_id), ("max", max_id)):
         learners[name] = httpx.Client(base_url=str(client.base_url), timeout=HTTP_TIMEOUT_SECONDS)
         sign_in(learners[name], f"{name}@example.org")
+        with sessions.begin() as session:
+            user = session.get(User, user_id)
+            assert user is not None
+            _, tokens[name] = create_personal_token(
+                session, user, name="laptop", lifetime_days=30, max_days=30
+            )
+        in_course[name] = graded(sessions, user_id=user_id, course_id=course_id, score=3)
+        in_practice[name] = graded(sessions, user_id=user_id, course_id=None, score=3)
     path = f"/courses/{course_id}/settings"
     exercise_page = f"/courses/{course_id}/exercises/{EXERCISE}"
-    solution = html.escape(get_exercise(EXERCISE).solution_code.strip().splitlines()[0])
+    reference = get_exercise(EXERCISE).solution_code
+    solution = html.escape(reference.strip().splitlines()[0])
 
     def save(due_at: str, *, show: bool) -> None:
         form = form_of(token_of(teacher.get(path)), {EXERCISE: {"due_at": due_at}})
@@ -193,7 +203,25 @@ def test_the_reference_is_shown_after_the_due_date_never_before_nor_during_an_ex
 
     def shown_to(name: str) -> bool:
         page = learners[name].get(exercise_page).text
-        return 'id="solution"' in page and solution in page
+        on_page = 'id="solution"' in page and solution in page
+        # The learner's API (what the client reads) shows it exactly when the page does: on
+        # the exercise and on a result in the course; never in practice.
+        expected = reference if on_page else None
+        headers = {"Authorization": f"Bearer {tokens[name]}"}
+        mine = client.get("/api/v1/me/exercises", headers=headers).json()
+        (course,) = mine["courses"]
+        (listed,) = [e for e in course["exercises"] if e["id"] == EXERCISE]
+        assert listed["solution"] == expected
+        assert [e["solution"] for e in mine["practice"]] == [None] * len(mine["practice"])
+        for submission_id, shown in ((in_course[name], expected), (in_practice[name], None)):
+            one = client.get(f"/api/v1/me/submissions/{submission_id}", headers=headers).json()
+            assert one["solution"] == shown
+        history = client.get("/api/v1/me/submissions", headers=headers).json()
+        assert {row["id"]: row["solution"] for row in history} == {
+            in_course[name]: expected,
+            in_practice[name]: None,
+        }
+        return on_page
 
     # Set, with the due date ahead: the box is ticked, and nobody sees the reference yet.
     save("2099-01-01T00:00", show=True)

@@ -41,7 +41,12 @@ def test_a_refused_folder_is_named_and_the_others_are_served(tmp_path: Path) -> 
     # LOOPGRADE_PROOF_CACHE_DIR), and its start stays as short as any other test server's.
     assert proving.proven_problems(load_exercise(folders / "adam-step"))
     log_path = tmp_path / "server.log"
-    env = {**os.environ, "LOOPGRADE_EXERCISES_DIR": str(folders)}
+    # It grades nothing: no warm pool to start (two sandboxes importing torch).
+    env = {
+        **os.environ,
+        "LOOPGRADE_EXERCISES_DIR": str(folders),
+        "LOOPGRADE_SANDBOX_POOL_SIZE": "0",
+    }
     with running_server(tmp_path / "data", log_path, env) as (_, url):
         served = httpx.get(f"{url}/api/v1/exercises").json()
         ready = wait_until_ready(url)  # the good folders' trajectories computed: ready

@@ -3,6 +3,7 @@ written to the access log of a real `loopgrade serve`, whatever the parameter's 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx
@@ -26,8 +27,10 @@ def test_opened_links_leave_no_secret_in_the_access_log(
         token = issue_reset_link(session, user, client_address="test", max_age_seconds=600).token
     secret = token.split(".", 1)[1]
     log_path = tmp_path / "serve.log"
+    # It grades nothing: no warm pool to start (two sandboxes importing torch).
+    env = {**os.environ, "LOOPGRADE_SANDBOX_POOL_SIZE": "0"}
     with (
-        running_server(settings.data_dir, log_path) as (_, url),
+        running_server(settings.data_dir, log_path, env) as (_, url),
         httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_SECONDS) as client,
     ):
         assert client.get(f"/reset-password?token={token}").status_code == 200

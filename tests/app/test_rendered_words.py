@@ -14,6 +14,7 @@ from graders import diagnoses
 from graders.exercises import get_exercise, judged_source
 from graders.grading import RUN_FAILED, failure_line
 from graders.proving import judge_source
+from graders.sentences import SENTENCES, Sentence
 
 GRADERS = Path(__file__).resolve().parents[2] / "graders"
 
@@ -129,3 +130,43 @@ def test_a_failed_run_is_said_once_and_its_line_is_read_from_the_feedback() -> N
                  "message": "Your code raised `E` (line 3 of your code): `m`"}],
     )  # fmt: skip
     assert failure_line(failure_said(old), source) == 3
+
+
+def _reworded(key: str, text: str) -> Sentence:
+    """A sentence with new words under a key already declared (as a new version would have)."""
+    sentence = object.__new__(Sentence)
+    object.__setattr__(sentence, "key", key)
+    object.__setattr__(sentence, "text", text)
+    return sentence
+
+
+def test_a_checks_words_are_made_when_read_and_an_old_message_still_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exercise = get_exercise("clip-gradients")
+    report = judge_source(exercise, exercise.variants[0].source)
+    row = Submission(
+        id="s", exercise_id=exercise.id, diagnosis=report.diagnosis, output="", plots=[],
+        checks=[check.model_dump(mode="json") for check in report.checks],
+        **stored_feedback(report),
+    )  # fmt: skip
+    shown = {check.id: check for check in shown_result(row).checks}
+    graded = {check.id: check for check in report.checks}
+    assert all(shown[i].message == graded[i].message for i in graded)
+    assert all(check.said is None for check in shown.values())  # words, not keys, are shown
+    key = "step-function/weights-differ"
+    monkeypatch.setitem(SENTENCES, key, _reworded(key, "{at}: reworded, {difference}."))
+    reread = {check.id: check for check in shown_result(row).checks}
+    assert reread["weights-match"].message.startswith("In case `basic`, call 1: reworded, `weight")
+    # A sentence this version no longer has: the message it was graded with.
+    monkeypatch.delitem(SENTENCES, key)
+    again = {check.id: check for check in shown_result(row).checks}
+    assert again["weights-match"].message == graded["weights-match"].message
+    # A check stored before sentences (a message alone) shows that message.
+    old = Submission(
+        id="old", exercise_id=exercise.id, diagnosis="incorrect", output="", plots=[],
+        feedback="Facts.", feedback_claims=[],
+        checks=[{"id": "weights-match", "passed": False, "points": 0, "max_points": 3,
+                 "message": "Said in the old words."}],
+    )  # fmt: skip
+    assert shown_result(old).checks[0].message == "Said in the old words."

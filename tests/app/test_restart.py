@@ -25,7 +25,9 @@ def test_a_submission_survives_a_kill_mid_grade(tmp_path: Path) -> None:
     created = loopgrade("keys", "create", "restart-test", "--data-dir", str(data_dir))
     assert created.returncode == 0, created.stderr
     auth = {"Authorization": f"Bearer {created.stdout.splitlines()[-1]}"}
-    env = {**os.environ, **SHORT_LEASE}
+    # One grading in two servers: a cold sandbox for it, not a warm pool in each (two sandboxes
+    # importing torch per start); a cold run also leaves the kill a wider moment mid-grade.
+    env = {**os.environ, **SHORT_LEASE, "LOOPGRADE_SANDBOX_POOL_SIZE": "0"}
 
     with (
         running_server(data_dir, log_path, env) as (server, url),

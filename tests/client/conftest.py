@@ -8,14 +8,18 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from app.courses.membership import set_assignment
 from app.db import create_db_engine, create_session_factory
-from app.models import SiteRole
-from app.people.accounts import create_user
+from app.models import LatePolicy, ScoringPolicy, SiteRole, utc_now
+from app.people.accounts import create_user, find_user_by_email
 from app.people.tokens import create_personal_token
+from graders.exercises import list_exercises
+from tests.app.people import graded, make_course, make_user
 from tests.conftest import ScopeDatabase
 from tests.servers import REPO, running_server
 
@@ -102,3 +106,46 @@ def server(
         log_path = data_dir.parent / "server.log"
         with running_server(data_dir, log_path, env) as (_, url):
             yield Server(url, tokens, database_url)
+
+
+@dataclass(frozen=True)
+class CourseOfBen:
+    """Ben's course: one exercise whose reference is shown (due yesterday, the course shows it),
+    one whose due date is ahead (shown from then on); Ben's submission in it and in practice."""
+
+    id: str
+    released: str
+    held: str
+    submission_in_course: str
+    submission_in_practice: str
+
+
+@pytest.fixture(scope="module")
+def course_of_ben(server: Server) -> CourseOfBen:
+    sessions = create_session_factory(create_db_engine(server.database_url))
+    make_user(sessions, "tess@example.org", SiteRole.INSTRUCTOR, name="Tess")
+    course_id = make_course(sessions, "tess@example.org", "ben@example.org")
+    released, held = (exercise.id for exercise in list_exercises()[:2])
+    with sessions.begin() as session:
+        for exercise_id, days in ((released, -1), (held, 1)):
+            set_assignment(
+                session,
+                course_id=course_id,
+                exercise_id=exercise_id,
+                assigned=True,
+                due_at=utc_now() + timedelta(days=days),
+                late_policy=LatePolicy.PENALTY,
+                late_penalty_percent_per_day=0.0,
+                scoring_policy=ScoringPolicy.BEST,
+                show_solution_after_due=True,
+            )
+        ben = find_user_by_email(session, "ben@example.org")
+        assert ben is not None
+        ben_id = ben.id
+    return CourseOfBen(
+        course_id,
+        released,
+        held,
+        graded(sessions, user_id=ben_id, course_id=course_id, exercise=released, score=3),
+        graded(sessions, user_id=ben_id, course_id=None, exercise=released, score=3),
+    )

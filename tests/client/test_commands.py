@@ -13,8 +13,9 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from graders.exercises import get_exercise
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE
-from tests.client.conftest import Installed, Server
+from tests.client.conftest import CourseOfBen, Installed, Server
 from tests.servers import free_port
 
 
@@ -243,3 +244,43 @@ def test_check_runs_the_visible_cases_here_and_says_the_grade_is_the_servers(
     broken.write_text("def train_step(model, optimizer, loss_fn, x, y)\n    pass\n")
     said = run(installed_client, ben, "check", str(broken), "--exercise", EXERCISE)
     assert said.returncode == 1 and "Syntax error" in said.stdout and "Line 1" in said.stdout
+
+
+def test_the_reference_solution_is_shown_once_the_course_shows_it_and_never_before(
+    installed_client: Installed, ben: Path, course_of_ben: CourseOfBen
+) -> None:
+    course = course_of_ben
+    reference = get_exercise(course.released).solution_code
+    shown = run(
+        installed_client, ben, "solution", "--exercise", course.released, "--course", course.id
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == reference.rstrip() + "\n"  # the code alone: `> solution.py` runs
+
+    # Its due date ahead: not shown, said in one sentence.
+    held = run(installed_client, ben, "solution", "--exercise", course.held, "--course", course.id)
+    assert held.returncode == 2 and held.stdout == ""
+    assert held.stderr.startswith(
+        f"loopgrade-client: your course does not show the reference solution of {course.held}"
+    )
+    assert held.stderr.count("\n") == 1
+    assert get_exercise(course.held).solution_code.splitlines()[1] not in held.stderr
+    elsewhere = run(
+        installed_client, ben, "solution", "--exercise", course.released, "--course", "x"
+    )
+    assert elsewhere.returncode == 2 and "you are in no course 'x'" in elsewhere.stderr
+
+    listing = run(installed_client, ben, "exercises")
+    marked = [line.split()[0] for line in listing.stdout.splitlines() if "solution shown" in line]
+    assert marked == [course.released]
+
+    # A result in the course carries it (text and JSON); the same exercise in practice does not.
+    in_course = run(installed_client, ben, "status", course.submission_in_course)
+    assert "The reference solution (your course shows it now that the due date has passed):" in (
+        in_course.stdout
+    )
+    assert "    " + reference.strip().splitlines()[-1] in in_course.stdout
+    as_json = run(installed_client, ben, "status", course.submission_in_course, "--json")
+    assert json.loads(as_json.stdout)["solution"] == reference
+    in_practice = run(installed_client, ben, "status", course.submission_in_practice)
+    assert in_practice.stdout and "reference solution" not in in_practice.stdout

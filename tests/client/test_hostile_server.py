@@ -348,6 +348,24 @@ def test_a_servers_markdown_becomes_no_tag_link_or_script() -> None:
     assert "<ul><li><em>one</em></li><li><code>two</code></li></ul>" in shown
 
 
+def test_a_servers_solution_is_shown_as_text_only() -> None:
+    """A reference solution in a result (report.as_html, the notebook) is code to read: every
+    character of it escaped, whatever the server sends; a forged non-text one is refused."""
+    from loopgrade_client.api import Submission
+    from loopgrade_client.errors import BadAnswer
+    from loopgrade_client.report import as_html, as_text
+
+    hostile = "</code></pre></details><script>alert(1)</script>\ndef train_step(): pass"
+    answer = {"id": "s", "exercise": "train-step", "status": "graded", "solution": hostile}
+    submission = Submission.from_json(answer)
+    shown = as_html(submission, "https://loopgrade.example")
+    assert "<script" not in shown and shown.count("</details>") == 1
+    assert "&lt;/code&gt;&lt;/pre&gt;&lt;/details&gt;&lt;script&gt;" in shown
+    assert "    def train_step(): pass" in as_text(submission, "https://loopgrade.example")
+    with pytest.raises(BadAnswer, match="no text for solution"):
+        Submission.from_json({**answer, "solution": ["import os"]})
+
+
 @pytest.mark.parametrize(
     ("words", "said"),
     [

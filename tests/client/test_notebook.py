@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Iterator
-from html import unescape
+from html import escape, unescape
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,9 @@ from sqlalchemy import func, select
 
 from app.db import create_db_engine, create_session_factory
 from app.models import Submission
+from graders.exercises import get_exercise
 from tests.app.conftest import CORRECT_CODE, EXERCISE, MISSING_ZERO_GRAD_CODE
-from tests.client.conftest import Installed, Server
+from tests.client.conftest import CourseOfBen, Installed, Server
 
 # Grading runs torch in a sandbox on a loaded machine: as patient as the server tests.
 CELL_TIMEOUT_SECONDS = 300
@@ -112,3 +113,22 @@ def submissions_of(server: Server) -> int:
     sessions = create_session_factory(create_db_engine(server.database_url))
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(Submission)) or 0
+
+
+def test_the_reference_solution_shows_folded_once_the_course_shows_it(
+    kernel: Any, course_of_ben: CourseOfBen
+) -> None:
+    course = course_of_ben
+    execute(kernel, "import loopgrade_client")
+    shown = html_of(
+        execute(kernel, f"loopgrade_client.solution({course.released!r}, course={course.id!r})")
+    )
+    assert shown.startswith('<details class="loopgrade-solution"><summary>The reference solution')
+    reference = get_exercise(course.released).solution_code
+    assert f"<pre><code>{escape(reference.rstrip())}</code></pre>" in shown
+    held = unescape(
+        html_of(
+            execute(kernel, f"loopgrade_client.solution({course.held!r}, course={course.id!r})")
+        )
+    )
+    assert "your course does not show the reference solution" in held and "<pre>" not in held

@@ -37,9 +37,11 @@ from graders.exercises import EXERCISES_DIR, ExerciseRefused, get_exercise, load
 from graders.explanation import Explanation
 from graders.feedback import explanation
 from graders.hints import hints_for
-from graders.judging import constant_factor, versus
+from graders.judging import constant_factor, said_versus
+from graders.kinds.step_function import UPDATE_VERSUS
 from graders.proving import false_claims, judge_source, told
 from graders.report import GradeReport
+from graders.sentences import words_of
 
 
 def code(source: str) -> str:
@@ -91,8 +93,8 @@ def test_a_claim_is_said_only_where_its_predicate_holds() -> None:
 
 def test_a_difference_is_said_the_learners_value_first() -> None:
     mine, theirs = torch.tensor([[0.5, -0.229]]), torch.tensor([[0.5, 0.096]])
-    assert versus("weight", mine, theirs, "the reference's step gives") == (
-        "after the call, `weight[0][1]` is -0.229; the reference's step gives 0.096"
+    assert words_of(said_versus(UPDATE_VERSUS, "weight", mine, theirs)) == (
+        "After the call, `weight[0][1]` is -0.229; the reference's step gives 0.096."
     )
     assert constant_factor(2 * theirs, theirs) == pytest.approx(2.0)
     assert constant_factor(theirs, theirs) is None  # equal: no factor to tell
@@ -229,7 +231,7 @@ def test_a_wrong_value_is_said_as_the_learners_then_the_references() -> None:
         ),
     )
     update = failing(report)["update-uses-current-batch"]
-    assert "; the reference's step gives " in update and "after the call, `weight[" in update
+    assert "; the reference's step gives " in update and "After the call, `weight[" in update
 
 
 def test_gradients_released_after_backward_are_not_said_never_computed() -> None:

@@ -34,7 +34,7 @@ def test_the_starter_is_recognised_whatever_its_layout_comments_and_docstrings(
         report = judge_source(exercise, same)
         assert (report.score, report.diagnosis) == (0, "not-started")
         assert all(not c.passed and c.points == 0 and not c.hidden for c in report.checks)
-        assert all(c.message == NOT_SCORED for c in report.checks)
+        assert all(c.message == NOT_SCORED.text for c in report.checks)
     assert not is_starter_source(exercise, exercise.solution_code)
     assert not is_starter_source(exercise, "def (")
 
@@ -47,8 +47,8 @@ def test_a_starter_edited_without_changing_what_it_does_earns_nothing(exercise: 
     assert failure is None and traces  # it ran, and its trajectory is the starter's
     report = judge_source(exercise, edited)
     assert (report.score, report.diagnosis) == (0, "not-started"), report.feedback
-    assert NOT_SCORED not in report.feedback  # said once, by the checks
-    assert all(c.message == NOT_SCORED for c in report.checks)
+    assert NOT_SCORED.text not in report.feedback  # said once, by the checks
+    assert all(c.message == NOT_SCORED.text for c in report.checks)
 
 
 def test_a_tuple_of_placeholders_holds_no_copies() -> None:

@@ -49,6 +49,9 @@ def test_a_score_survives_a_crash_mid_post_and_a_platform_failing_twice(
         # address (its token endpoint checks our JWKS there): those tries fail, as many as a
         # loaded machine's start-up lasts, and must not use up the message's tries.
         "LOOPGRADE_OUTBOX_MAX_ATTEMPTS": "1000",
+        # One grading in two servers: a cold sandbox for it, not a warm pool in each (two
+        # sandboxes importing torch per start, the second server's for nothing).
+        "LOOPGRADE_SANDBOX_POOL_SIZE": "0",
     }
     platform = FakePlatform()
     receiver = Receiver()

@@ -1,0 +1,92 @@
+"""A check's sentences are templates declared once, beside their kind (graders.sentences): a
+grade stores the key and the values, the words are made when it is read, and rewording one
+changes no exercise's version."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from graders.exercises import get_exercise, judged_source
+from graders.judging import HIDDEN_CHECK_FAILURE
+from graders.kinds import step_function
+from graders.proving import judge_source
+from graders.sentences import (
+    SENTENCES,
+    Said,
+    Sentence,
+    SentenceDeclarationError,
+    worded,
+    words_of,
+)
+
+GRADERS = Path(__file__).resolve().parents[2] / "graders"
+
+
+def test_a_sentence_is_declared_once_with_a_key_of_its_owner() -> None:
+    with pytest.raises(SentenceDeclarationError, match="two sentences"):
+        Sentence("step-function/weights-differ", "Again.")
+    with pytest.raises(SentenceDeclarationError, match="owner/name"):
+        Sentence("no owner", "Words.")
+    with pytest.raises(TypeError, match="needs yours"):
+        step_function.UPDATE_VERSUS(where="w", theirs=1.0)
+
+
+def test_a_said_sentence_is_worded_from_its_values_parts_included() -> None:
+    said = step_function.WEIGHTS_DIFFER(
+        at=step_function.AT_CALL(
+            case=Said(key="judging/in-case", values={"case": "basic"}), call=2
+        ),
+        difference=Said(
+            key="judging/difference",
+            values={"where": "weight[0][1]", "yours": -0.2291, "theirs": 0.0963, "gap": 0.3254},
+        ),
+    )
+    stored = said.model_dump(mode="json")  # as a grade keeps it
+    assert worded(stored) == (
+        "In case `basic`, call 2: your weights differ from the reference loop's: `weight[0][1]` "
+        "is -0.2291 where 0.0963 was expected (off by 0.325)."
+    )
+    assert worded({"key": "step-function/no-such-sentence", "values": {}}) is None
+    assert worded({"key": "step-function/update-factor", "values": {}}) is None  # a value short
+    assert worded({"key": "judging/in-case", "values": {"case": "{0.__class__}"}}) == (
+        "case `{0.__class__}`"  # a value is never a template
+    )
+    infinite = step_function.UPDATE_FACTOR(factor=math.inf)
+    assert infinite.values == {"factor": "inf"} and words_of(infinite) == (
+        "Your update is inf times the reference's."
+    )
+
+
+def test_a_graded_check_stores_its_sentence_and_a_hidden_one_its_fixed_words() -> None:
+    exercise = get_exercise("clip-gradients")
+    report = judge_source(exercise, exercise.variants[0].source)
+    failing = [check for check in report.checks if not check.passed]
+    assert failing and all(check.said is not None for check in failing)
+    for check in failing:
+        assert check.said is not None and worded(check.said) == check.message
+    passed = [check for check in report.checks if check.passed]
+    assert all(check.said is not None and worded(check.said) == check.message for check in passed)
+    hidden_only = Said(key="judging/hidden-case-fails")
+    assert worded(hidden_only) == HIDDEN_CHECK_FAILURE
+
+
+def test_rewording_a_sentence_changes_no_version_but_a_changed_value_does() -> None:
+    source = (GRADERS / "kinds" / "step_function.py").read_text()
+    judged = judged_source(source)
+    text = '"{at}: the weights did not change at all."'
+    assert text in source
+    reworded = source.replace(text, '"{at}: nothing in the weights changed."')
+    assert judged_source(reworded) == judged
+    said = "WEIGHTS_UNCHANGED(at=at)"
+    assert said in source
+    assert judged_source(source.replace(said, "WEIGHTS_UNCHANGED(at=None)")) != judged
+
+
+def test_every_declared_sentence_is_a_template_of_named_fields() -> None:
+    assert len(SENTENCES) >= 30
+    for key, sentence in SENTENCES.items():
+        assert sentence.key == key and "/" in key
+        assert all(name.isidentifier() for name in sentence.fields)
