@@ -75,17 +75,21 @@ class CaseSpec(OptimizerFields):
     # The whole-loop kinds over a dataset (`dataloader-epoch`): so many examples, in batches of
     # `batch_size`, the last one short when it does not divide them.
     examples: int = Field(default=0, ge=0, le=1024, description="Examples in the dataset.")
-    # The `early-stopping` kind: epochs in a row without improvement before the fit stops.
+    # The `mixed-precision-step` kind: the GradScaler's first scale (past float32's range, about
+    # 2**128, a scaled gradient overflows and the scaler skips the step).
+    loss_scale: float = Field(default=1024.0, gt=0, le=2.0**127, description="The first scale.")
+    # The `patience-fit` kind: epochs in a row without improvement before the fit stops.
     patience: int = Field(default=1, ge=1, le=20, description="Epochs without improvement.")
     hidden: bool = False
 
     def harness_spec(self) -> dict[str, Any]:
         """What the harness needs to build the case; whether it is hidden is not its business.
 
-        `examples` and `patience` go only to the cases that set them (their kinds' recorders
-        read them with their defaults): every case's spec stays as small as before, and the
-        largest hidden cases within one later input (tests/graders/test_unit.py)."""
-        unset = {"examples", "patience"} - self.model_fields_set
+        `examples`, `patience` and `loss_scale` go only to the cases that set them (their
+        kinds' recorders read them with their defaults): every case's spec stays as small as
+        before, and the largest hidden cases within one later input
+        (tests/graders/test_unit.py)."""
+        unset = {"examples", "patience", "loss_scale"} - self.model_fields_set
         return self.model_dump(exclude={"hidden", *unset})
 
 
@@ -94,7 +98,7 @@ class CaseSpec(OptimizerFields):
 KIND_SETTINGS = frozenset(
     {
         "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
-        "lr_step_size", "lr_gamma", "examples", "patience",
+        "lr_step_size", "lr_gamma", "examples", "patience", "loss_scale",
     }
 )  # fmt: skip
 

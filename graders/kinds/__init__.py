@@ -24,6 +24,7 @@ from graders.kinds import (
     evaluation,
     gradient_pair,
     gradient_reading,
+    mixed_precision_step,
     optimizer_by_hand,
     patience_fit,
     step_function,
@@ -92,6 +93,7 @@ _DECLARED = (
     optimizer_by_hand.KIND,
     dataloader_epoch.KIND,
     patience_fit.KIND,
+    mixed_precision_step.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

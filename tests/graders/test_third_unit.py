@@ -1,5 +1,6 @@
 """The kinds of the third unit, "a whole training loop": `dataloader-epoch` (mlp-epoch),
-`patience-fit` (early-stopping) and `optimizer-by-hand` (sgd-momentum-by-hand).
+`mixed-precision-step` (amp-clip-step), `patience-fit` (early-stopping) and
+`optimizer-by-hand` (sgd-momentum-by-hand).
 
 Each kind's reference, which the grader computes itself outside the sandbox, equals what torch
 computes by the ordinary means (a real `torch.optim.SGD`); each known bug is graded through the
@@ -18,10 +19,17 @@ from graders.exercises import CaseSpec, get_exercise
 from graders.feedback import explanation
 from graders.grading import trusted_trajectories
 from graders.harness import build_case
-from graders.kinds import dataloader_epoch, kind_of, optimizer_by_hand, patience_fit
+from graders.kinds import (
+    dataloader_epoch,
+    kind_of,
+    optimizer_by_hand,
+    patience_fit,
+)
 from graders.proving import judge_source
 
-UNIT = ("mlp-epoch", "early-stopping", "sgd-momentum-by-hand")
+# Known bugs named by what their run does, on every exercise.
+FAILURES = ("grad-none-error", "wrong-return-type", "runtime-error", "non-finite-value")
+UNIT = ("mlp-epoch", "amp-clip-step", "early-stopping", "sgd-momentum-by-hand")
 
 
 def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() -> None:
@@ -30,7 +38,12 @@ def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() 
         assert exercise.unit == "Unit 3: a whole training loop"
         owned = {d.code for d in kind_of(exercise).diagnoses}
         for variant in exercise.variants:
-            assert variant.diagnosis in owned | {"grad-none-error", "wrong-return-type"}
+            assert variant.diagnosis in owned | {
+                "grad-none-error",
+                "wrong-return-type",
+                "runtime-error",
+                "non-finite-value",
+            }
     # A code of this unit's kinds is said as `incorrect` on another kind's exercise.
     evaluate = get_exercise("evaluate")
     assert explanation("parameter-rebound", evaluate) == explanation("incorrect", evaluate)

@@ -916,6 +916,88 @@ CORRECT_STYLES["early-stopping"] = {
     """,
 }
 
+CORRECT_STYLES["amp-clip-step"] = {
+    "torch.amp.autocast imported": """
+        import torch
+        from torch.amp import autocast
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            with autocast("cpu", dtype=torch.bfloat16):
+                output = model(x)
+                loss = loss_fn(output, y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.item()
+    """,
+    "backward inside autocast": """
+        import torch
+        from torch.nn.utils import clip_grad_norm_
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            model.zero_grad()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+                scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            clip_grad_norm_(model.parameters(), max_norm=max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            return float(loss.detach())
+    """,
+    "grads released by hand, positional autocast": """
+        import torch
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            for p in model.parameters():
+                p.grad = None
+            with torch.autocast("cpu", torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm, norm_type=2.0)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.detach().item()
+    """,
+    "parameters from the optimizer": """
+        import torch
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                prediction = model(x)
+            loss = loss_fn(prediction.float(), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.item()
+    """,
+    "a norm by hand": """
+        import torch
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+            factor = min(1.0, max_norm / (norm.item() + 1e-6))
+            for p in model.parameters():
+                p.grad.mul_(factor)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.item()
+    """,
+}
+
 
 def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> None:
     folders = sorted(path.parent.name for path in EXERCISES_DIR.glob("*/exercise.toml"))
