@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -17,9 +18,9 @@ import sys
 import threading
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from graders.optimizers import OptimizerFields
 from graders.report import Diagnosis
@@ -34,7 +35,7 @@ EXERCISES_DIR = Path(
 # pipe holds whole (sandbox.supervise.LATER_INPUT_MAX_BYTES): so many cases at their largest
 # fit in it with room to spare (tests/graders/test_unit.py), and an exercise cannot be loaded
 # that would fail every grading.
-MAX_CASES = 64
+MAX_CASES = 32  # the built-in exercises have 5 at most
 MAX_CASE_ID_CHARS = 48
 
 
@@ -43,6 +44,35 @@ log = logging.getLogger(__name__)
 
 class UnknownExercise(KeyError):
     """No exercise has this id."""
+
+
+# The most parameters a declared model may have: those of the largest linear one (64 x 64 and a
+# bias), so that a case's records stay within what a trace may carry.
+MAX_MODEL_PARAMETERS = 64 * 64 + 64
+
+
+class ModelSpec(BaseModel):
+    """A case's model: `linear` (one `nn.Linear`), or `mlp`, an `nn.Sequential` of `Linear`
+    layers through the `hidden` widths with the activation between them. Its parameters are
+    named as `named_parameters()` names them (`weight`, or `0.weight`, `2.bias`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["linear", "mlp"] = "linear"
+    hidden: tuple[int, ...] = Field(default=(), max_length=2, description="Hidden widths.")
+    activation: Literal["relu", "tanh", "sigmoid"] | None = Field(
+        default=None, description="An mlp's, between its layers; relu when not given."
+    )
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> Self:
+        if self.kind == "linear" and (self.hidden or self.activation is not None):
+            raise ValueError("a linear model has no hidden layers nor activation: remove them")
+        if self.kind == "mlp" and not self.hidden:
+            raise ValueError("an mlp needs hidden widths, e.g. hidden = [8]")
+        if not all(1 <= width <= 64 for width in self.hidden):
+            raise ValueError("each hidden width must be from 1 to 64")
+        return self
 
 
 class CaseSpec(OptimizerFields):
@@ -72,6 +102,10 @@ class CaseSpec(OptimizerFields):
     # The `epoch-loop` kind's scheduler: StepLR(optimizer, lr_step_size, lr_gamma).
     lr_step_size: int = Field(default=1, ge=1, le=20, description="Epochs per decay.")
     lr_gamma: float = Field(default=0.5, gt=0, lt=1, description="The decay of each step.")
+    # The model, its loss and the targets (`graders.harness.build_case`): mse on real-valued
+    # targets, or cross-entropy on integer classes (out_features of them).
+    model: ModelSpec = ModelSpec()
+    loss: Literal["mse", "cross-entropy"] = "mse"
     # The whole-loop kinds over a dataset (`dataloader-epoch`): so many examples, in batches of
     # `batch_size`, the last one short when it does not divide them.
     examples: int = Field(default=0, ge=0, le=1024, description="Examples in the dataset.")
@@ -82,15 +116,39 @@ class CaseSpec(OptimizerFields):
     patience: int = Field(default=1, ge=1, le=20, description="Epochs without improvement.")
     hidden: bool = False
 
+    @model_validator(mode="after")
+    def _model_fits(self) -> Self:
+        widths = [self.in_features, *self.model.hidden, self.out_features]
+        parameters = sum((a + 1) * b for a, b in itertools.pairwise(widths))
+        if parameters > MAX_MODEL_PARAMETERS:
+            raise ValueError(
+                f"model: {parameters} parameters, more than the {MAX_MODEL_PARAMETERS} a case "
+                "may have: make the layers narrower"
+            )
+        if self.loss == "cross-entropy" and self.out_features < 2:
+            raise ValueError("loss: cross-entropy needs out_features (the classes) of at least 2")
+        return self
+
+    @property
+    def values_per_example(self) -> int:
+        """The loss's terms per example: one per output for mse, one for cross-entropy."""
+        return self.out_features if self.loss == "mse" else 1
+
     def harness_spec(self) -> dict[str, Any]:
         """What the harness needs to build the case; whether it is hidden is not its business.
 
-        `examples`, `patience` and `loss_scale` go only to the cases that set them (their
-        kinds' recorders read them with their defaults): every case's spec stays as small as
-        before, and the largest hidden cases within one later input
-        (tests/graders/test_unit.py)."""
-        unset = {"examples", "patience", "loss_scale"} - self.model_fields_set
-        return self.model_dump(exclude={"hidden", *unset})
+        The settings the harness reads with their defaults (`OMITTED_AT_DEFAULT`) are left out
+        when at them: the hidden cases' later input stays within what a pipe holds."""
+        spec = self.model_dump(exclude={"hidden"})
+        for name in OMITTED_AT_DEFAULT:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                del spec[name]
+        return spec
+
+
+# Read by the harness with their defaults when absent (`spec.get`): a case at the default
+# carries none of them.
+OMITTED_AT_DEFAULT = ("model", "loss", "examples", "patience", "loss_scale")
 
 
 # The case settings only some kinds read (each kind names its own: ExerciseKind.case_settings);
@@ -98,7 +156,7 @@ class CaseSpec(OptimizerFields):
 KIND_SETTINGS = frozenset(
     {
         "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
-        "lr_step_size", "lr_gamma", "examples", "patience", "loss_scale",
+        "lr_step_size", "lr_gamma", "model", "loss", "examples", "patience", "loss_scale",
     }
 )  # fmt: skip
 

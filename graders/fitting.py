@@ -203,9 +203,9 @@ def _tensor(values: Any) -> torch.Tensor | None:
 
 # Gradient scales that depend on the case, and what each one means.
 SCALES: tuple[tuple[Callable[[CaseSpec], float], Diagnosis], ...] = (
-    (lambda s: float(s.batch_size * s.out_features), "loss-sum-not-mean"),
+    (lambda s: float(s.batch_size * s.values_per_example), "loss-sum-not-mean"),
     (lambda s: float(s.batch_size), "loss-sum-not-mean"),
-    (lambda s: float(s.batch_size * s.out_features * s.micro_batches), "loss-sum-not-mean"),
+    (lambda s: float(s.batch_size * s.values_per_example * s.micro_batches), "loss-sum-not-mean"),
     (lambda s: float(s.micro_batches or 1), "wrong-loss-scaling"),
     (lambda s: 1.0 / (s.micro_batches or 1), "wrong-loss-scaling"),
     # A mean loss divided by the batch's size again: 1/B, another scale in each case.
@@ -229,9 +229,10 @@ def _candidates(
     if not traces[spec.id].records or not model.records:
         return []
     mine, theirs = traces[spec.id].records[0], model.records[0]
-    start = case_data(spec).weight
-    moved = _ratio(as_tensor(mine["weight"]) - start, as_tensor(theirs["weight"]) - start)
-    grad_ratio = _ratio(_tensor(mine["weight_grad"]), _tensor(theirs["weight_grad"]))
+    data = case_data(spec)  # the first layer's weight speaks for the model
+    start, first = data.weight, data.first
+    moved = _ratio(as_tensor(mine[first]) - start, as_tensor(theirs[first]) - start)
+    grad_ratio = _ratio(_tensor(mine[f"{first}_grad"]), _tensor(theirs[f"{first}_grad"]))
     scale = grad_ratio if grad_ratio is not None else moved
     found: list[Candidate] = []
     if scale is not None and scale > 0 and not _near(scale, 1):

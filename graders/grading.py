@@ -430,7 +430,9 @@ def _run(
     }
     later_input = None
     if later_cases is not None:
-        later_input = json.dumps([c.harness_spec() for c in later_cases]).encode()
+        later_input = json.dumps(
+            [c.harness_spec() for c in later_cases], separators=(",", ":")
+        ).encode()
     result = runner.run(SANDBOX_PROGRAM, inputs, limits, later_input)
     _log_part(exercise, cases, result)
     if later_cases is not None and result.after_request is not None:
@@ -858,7 +860,7 @@ for p in model.parameters():
         name="Time limit reached",
         words=(
             "Your code ran out of time. What this exercise asks takes milliseconds on a tiny "
-            "`nn.Linear`: look for a loop that never ends or a call that waits."
+            "model: look for a loop that never ends or a call that waits."
         ),
         hint=Hint(
             where="Look at every loop: does each one end?",
@@ -877,7 +879,7 @@ for p in model.parameters():
         name="Memory limit reached",
         words=(
             "Your code used more memory than it may. What this exercise asks needs almost none "
-            "on a tiny `nn.Linear`: look for a tensor or list that grows without bound."
+            "on a tiny model: look for a tensor or list that grows without bound."
         ),
         hint=Hint(
             where="Look at what your code keeps from one iteration to the next.",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import itertools
 import json
 import linecache
 import math
@@ -64,7 +65,7 @@ class Case:
 
     def __init__(
         self,
-        model: nn.Linear,
+        model: nn.Module,
         optimizer: torch.optim.Optimizer,
         loss_fn: nn.Module,
         inputs: list[Any],
@@ -75,30 +76,61 @@ class Case:
         self.inputs = inputs
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
+
+
+def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
+    """The case's model (graders.exercises.ModelSpec), its parameters drawn from `generator`
+    layer by layer, weight then bias, each uniform in +-1/sqrt(fan_in) as torch's default."""
+    declared = spec.get("model") or {}
+    in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
+    if declared.get("kind", "linear") == "linear":
+        layers: list[nn.Linear] = [nn.Linear(in_features, out_features)]
+        model: nn.Module = layers[0]
+    else:
+        widths = [in_features, *(int(w) for w in declared["hidden"]), out_features]
+        layers = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
+        activation = ACTIVATIONS[declared.get("activation") or "relu"]
+        between: list[nn.Module] = []
+        for layer in layers:
+            between += [layer, activation()]
+        model = nn.Sequential(*between[:-1])
+    with torch.no_grad():
+        for layer in layers:
+            bound = layer.in_features**-0.5
+            for parameter in (layer.weight, layer.bias):
+                parameter.copy_(
+                    torch.empty_like(parameter).uniform_(-bound, bound, generator=generator)
+                )
+    return model
+
+
+def build_loss(spec: dict[str, Any]) -> nn.Module:
+    return nn.CrossEntropyLoss() if spec.get("loss") == "cross-entropy" else nn.MSELoss()
+
+
 def build_case(spec: dict[str, Any]) -> Case:
     """Build the model, optimizer, loss and batches of a case from its spec, deterministically.
 
     Everything comes from one `torch.Generator` seeded by the case, so the grader outside the
-    sandbox rebuilds exactly the same numbers. Stale gradients, when asked for, are planted in
-    `.grad` as if an earlier backward() had run and nobody cleared it.
+    sandbox rebuilds exactly the same numbers. The targets come from a random linear teacher
+    with noise: its outputs for mse, the index of its largest output (a class) for
+    cross-entropy. Stale gradients, when asked for, are planted in `.grad` as if an earlier
+    backward() had run and nobody cleared it.
     """
     generator = torch.Generator().manual_seed(int(spec["seed"]))
     in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
     batch_size = int(spec["batch_size"])
-    model = nn.Linear(in_features, out_features)
-    bound = in_features**-0.5
-    with torch.no_grad():
-        model.weight.copy_(
-            torch.empty_like(model.weight).uniform_(-bound, bound, generator=generator)
-        )
-        model.bias.copy_(torch.empty_like(model.bias).uniform_(-bound, bound, generator=generator))
+    model = build_model(spec, generator)
     true_weight = torch.randn(out_features, in_features, generator=generator)
     true_bias = torch.randn(out_features, generator=generator)
+    classes = spec.get("loss") == "cross-entropy"
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(batch_size, in_features, generator=generator)
         noise = 0.1 * torch.randn(batch_size, out_features, generator=generator)
-        return x, x @ true_weight.T + true_bias + noise
+        y = x @ true_weight.T + true_bias + noise
+        return x, (y.argmax(dim=1) if classes else y)
 
     micro_batches = int(spec.get("micro_batches", 0))
     inputs: list[Any] = [
@@ -106,10 +138,10 @@ def build_case(spec: dict[str, Any]) -> Case:
         for _ in range(int(spec["steps"]))
     ]
     if spec.get("stale_grads"):
-        model.weight.grad = torch.randn(model.weight.shape, generator=generator)
-        model.bias.grad = torch.randn(model.bias.shape, generator=generator)
+        for parameter in model.parameters():
+            parameter.grad = torch.randn(parameter.shape, generator=generator)
     optimizer = build_optimizer(list(model.parameters()), spec)
-    return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), inputs=inputs)
+    return Case(model=model, optimizer=optimizer, loss_fn=build_loss(spec), inputs=inputs)
 
 
 def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> torch.optim.Optimizer:
@@ -198,13 +230,20 @@ def type_name(value: Any) -> str:
     return type(value).__name__[:MAX_TYPE_NAME_CHARS]
 
 
-def parameters_of(model: nn.Linear) -> Record:
+def parameters_of(model: nn.Module) -> Record:
+    """Each parameter's values under its name (`weight`, `0.weight`), then its `.grad` under
+    the name and `_grad` (None when there is none)."""
+    named = list(model.named_parameters())
     return {
-        "weight": values_of(model.weight),
-        "bias": values_of(model.bias),
-        "weight_grad": values_of(model.weight.grad),
-        "bias_grad": values_of(model.bias.grad),
+        **{name: values_of(parameter) for name, parameter in named},
+        **{f"{name}_grad": values_of(parameter.grad) for name, parameter in named},
     }
+
+
+def first_parameter(model: nn.Module) -> torch.Tensor:
+    """The parameter the recorders watch, and whose optimizer state they record: the first
+    layer's weight."""
+    return next(iter(model.parameters()))
 
 
 def _error_record(error: BaseException, filename: str) -> Record:
@@ -351,7 +390,7 @@ class CallRecorder:
         model.zero_grad = self._recording("zero_grad", model.zero_grad)  # type: ignore[method-assign]
         # (engine pass, the gradient it brings, `.grad` before it), from the tensor hook
         self._incoming: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
-        self.weight = weight = model.weight
+        self.weight = weight = first_parameter(model)
         weight.register_hook(lambda grad: self._arriving(weight, grad))  # type: ignore[no-untyped-call]
         weight.register_post_accumulate_grad_hook(self._accumulated)  # type: ignore[no-untyped-call]
 

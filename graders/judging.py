@@ -170,13 +170,27 @@ def times(count: int) -> str:
 
 @dataclass(frozen=True)
 class CaseData:
-    """The trusted starting point of a case: initial parameters and gradients, and the inputs."""
+    """The trusted starting point of a case: its model's parameters and their gradients by name
+    (`weight`, or `0.weight`, `2.bias` for an mlp; the first is the first layer's weight), and
+    the inputs."""
 
-    weight: torch.Tensor
-    bias: torch.Tensor
-    weight_grad: torch.Tensor | None
-    bias_grad: torch.Tensor | None
+    parameters: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor | None]
     inputs: list[Any]
+
+    @property
+    def first(self) -> str:
+        """The first layer's weight's name: the parameter a message speaks of."""
+        return next(iter(self.parameters))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.parameters[self.first]
+
+    @property
+    def bias(self) -> torch.Tensor:
+        """The bias of a linear model (the kinds that read only linear ones)."""
+        return self.parameters["bias"]
 
 
 def _detached(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -186,12 +200,10 @@ def _detached(tensor: torch.Tensor | None) -> torch.Tensor | None:
 @functools.cache
 def case_data(spec: CaseSpec) -> CaseData:
     case = harness.build_case(spec.harness_spec())
-    model = case.model
+    named = list(case.model.named_parameters())
     return CaseData(
-        weight=model.weight.detach().clone(),
-        bias=model.bias.detach().clone(),
-        weight_grad=_detached(model.weight.grad),
-        bias_grad=_detached(model.bias.grad),
+        parameters={name: parameter.detach().clone() for name, parameter in named},
+        grads={name: _detached(parameter.grad) for name, parameter in named},
         inputs=case.inputs,
     )
 
@@ -205,14 +217,29 @@ def batch_of(given: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def loss_and_gradients(
-    weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor
-) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """This batch's MSE loss and gradients at the given parameters, computed here."""
-    weight = weight.clone().requires_grad_(True)
-    bias = bias.clone().requires_grad_(True)
-    loss = torch.nn.functional.mse_loss(x @ weight.T + bias, y)
-    weight_grad, bias_grad = torch.autograd.grad(loss, [weight, bias])
-    return loss.item(), weight_grad, bias_grad
+    spec: CaseSpec, parameters: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """This batch's loss (the case's) and its gradients at the given parameters, computed here
+    on the case's model."""
+    harness_spec = spec.harness_spec()
+    model = harness.build_model(harness_spec, torch.Generator())
+    leaves = {name: value.clone().requires_grad_(True) for name, value in parameters.items()}
+    output = torch.func.functional_call(model, leaves, (x,))
+    loss = harness.build_loss(harness_spec)(output, y)
+    gradients = torch.autograd.grad(loss, list(leaves.values()))
+    return loss.item(), dict(zip(leaves, gradients, strict=True))
+
+
+def first_difference(
+    mine: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]
+) -> tuple[str, torch.Tensor, torch.Tensor]:
+    """The first parameter, in the model's order, where `mine` is not close to `theirs` (the
+    first one when all are): its name and its two values, the one a message names."""
+    name = next(
+        (n for n in theirs if mine[n].shape != theirs[n].shape or not close(mine[n], theirs[n])),
+        next(iter(theirs)),
+    )
+    return name, mine[name], theirs[name]
 
 
 def plot_series(

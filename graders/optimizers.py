@@ -37,11 +37,12 @@ _DEFAULTS: dict[str, Any] = {
 
 # What the harness records of the optimizer's state for the weight, after each call: an SGD
 # momentum buffer; Adam's running averages (and amsgrad's maximum) and its step count.
+# Of the first parameter (the first layer's weight, `graders.harness.first_parameter`).
 STATE_FIELDS = {
-    "momentum": "matrix?",
-    "exp_avg": "matrix?",
-    "exp_avg_sq": "matrix?",
-    "max_exp_avg_sq": "matrix?",
+    "momentum": "first?",
+    "exp_avg": "first?",
+    "exp_avg_sq": "first?",
+    "max_exp_avg_sq": "first?",
     "opt_step": "number",
 }
 

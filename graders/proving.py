@@ -353,18 +353,20 @@ def reference_against_optimizer(exercise: Exercise, reference: Traces) -> list[s
         return []
     for spec in exercise.cases:
         data = case_data(spec)
-        weight, bias = data.weight.clone(), data.bias.clone()
-        optimizer = declared_optimizer(spec, [weight, bias])
+        parameters = {name: value.clone() for name, value in data.parameters.items()}
+        optimizer = declared_optimizer(spec, list(parameters.values()))
         records = reference[spec.id].records
         for iteration in range(kind.replay.iterations(spec)):
             x, y = batch_of(data.inputs[iteration % spec.steps])
-            _, weight.grad, bias.grad = loss_and_gradients(weight, bias, x, y)
+            gradients = loss_and_gradients(spec, parameters, x, y)[1]
+            for name, parameter in parameters.items():
+                parameter.grad = gradients[name]
             if spec.max_norm is not None:
-                torch.nn.utils.clip_grad_norm_([weight, bias], spec.max_norm)
+                torch.nn.utils.clip_grad_norm_(list(parameters.values()), spec.max_norm)
             optimizer.step()
-            if iteration >= len(records) or not (
-                close_values(records[iteration]["weight"], weight)
-                and close_values(records[iteration]["bias"], bias)
+            if iteration >= len(records) or not all(
+                close_values(records[iteration][name], parameter)
+                for name, parameter in parameters.items()
             ):
                 return [
                     f"{exercise.folder}/{exercise.solution_file}: after iteration "

@@ -82,7 +82,7 @@ class Unexplained(Exception):
 class _Loop:
     """The state of one replayed call or iteration: what it runs on and what it reports."""
 
-    model: nn.Linear
+    model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_fn: Callable[..., torch.Tensor]
     numbers: Numbers
@@ -160,7 +160,7 @@ def _stepping_function(
     calls = iter(per_call)
 
     def step_function(
-        model: nn.Linear, optimizer: torch.optim.Optimizer, loss_fn: Any, *given: Any
+        model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any, *given: Any
     ) -> float:
         micro = list(given[0]) if len(given) == 1 else [(given[0], given[1])]
         loop = _Loop(model, optimizer, loss_fn, numbers, spec)
@@ -173,7 +173,7 @@ def _whole_loop_function(
     stream: Sequence[str], forward: Forward, numbers: Numbers, spec: CaseSpec
 ) -> Callable[..., list[float]]:
     def train(
-        model: nn.Linear,
+        model: nn.Module,
         optimizer: torch.optim.Optimizer,
         loss_fn: Any,
         batches: list[Any],

@@ -110,6 +110,13 @@ def new_exercise_folder(exercises_dir: Path, exercise_id: str, kind: str) -> Pat
     return folder
 
 
+def _toml_value(value: object) -> str:
+    """A case's value in TOML: a table (a declared model) inline, anything else as JSON says it."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {_toml_value(item)}" for key, item in value.items()) + "}"
+    return json.dumps(value)
+
+
 def _toml(exercise_id: str, kind: str, position: int, unit: str, like: Exercise | None) -> str:
     from graders.kinds import KINDS
 
@@ -118,7 +125,7 @@ def _toml(exercise_id: str, kind: str, position: int, unit: str, like: Exercise 
     case_tables = "\n".join(
         "[[cases]]\n"
         + "\n".join(
-            f"{key} = {json.dumps(value)}"
+            f"{key} = {_toml_value(value)}"
             for key, value in spec.model_dump(exclude_defaults=True, exclude={"hidden"}).items()
         )
         + f"\nhidden = {json.dumps(spec.hidden)}\n"

@@ -17,12 +17,14 @@ learner's failure, never the server's.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graders import harness
@@ -43,13 +45,37 @@ MAX_MAGNITUDE = 1e15
 # What each field of a record holds: its type, and for tensors their shape.
 #   matrix: out x in floats; vector: out floats; `?` allows None; number: a float or None;
 #   text: a short string; calls: names from CALLS; numbers: a list of floats (or None);
+#   tensor:2x3: nested lists of floats of that shape; first: one of the first parameter's shape;
 #   parameters: a model's parameters flattened, as many as `TraceShape.parameter_count`.
-PARAMETERS = {
-    "weight": "matrix",
-    "bias": "vector",
-    "weight_grad": "matrix?",
-    "bias_grad": "vector?",
-}
+# `NAMED_PARAMETERS` stands for every parameter of the case's declared model
+# (`graders.harness.parameters_of`): one field a parameter (its name, a tensor of its shape) and
+# one its gradient (`name_grad`).
+NAMED = "named-parameters"
+PARAMETERS = {"named_parameters": NAMED}
+
+
+@functools.cache
+def parameter_shapes(spec: CaseSpec) -> dict[str, tuple[int, ...]]:
+    """The shape of each parameter of the case's model, by name."""
+    model = harness.build_model(spec.harness_spec(), torch.Generator())
+    return {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
+
+
+def record_fields(fields: dict[str, str], spec: CaseSpec) -> dict[str, str]:
+    """A kind's record fields with `PARAMETERS` and `first` spelled out for this case's model."""
+    if not any(kind == NAMED or kind.startswith("first") for kind in fields.values()):
+        return fields
+    shapes = {name: "tensor:" + "x".join(map(str, shape)) for name, shape in
+              parameter_shapes(spec).items()}  # fmt: skip
+    first = next(iter(shapes.values()))
+    spelled = {
+        name: first + kind[5:] if kind.startswith("first") else kind
+        for name, kind in fields.items()
+        if kind != NAMED
+    }
+    if NAMED not in fields.values():
+        return spelled
+    return spelled | shapes | {f"{name}_grad": f"{kind}?" for name, kind in shapes.items()}
 
 
 @dataclass(frozen=True)
@@ -185,6 +211,7 @@ def check_cases(trace: Ran, shape: TraceShape, specs: list[CaseSpec]) -> None:
 def _check_record(
     record: dict[str, Any], shape: TraceShape, fields: dict[str, str], spec: CaseSpec, at: str
 ) -> None:
+    fields = record_fields(fields, spec)
     if set(record) != set(fields):
         raise InvalidTrace(f"case {spec.id}: a record has fields {sorted(record)}")
     for name, kind in fields.items():
@@ -208,6 +235,16 @@ def _is_float(value: Any) -> bool:
     return isinstance(value, float)
 
 
+def _of_shape(value: Any, shape: list[int]) -> bool:
+    if not shape:
+        return _is_float(value)
+    return (
+        isinstance(value, list)
+        and len(value) == shape[0]
+        and all(_of_shape(item, shape[1:]) for item in value)
+    )
+
+
 def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
     if kind.endswith("?"):
         return value is None or _fits(value, kind[:-1], shape, spec)
@@ -229,6 +266,8 @@ def _fits(value: Any, kind: str, shape: TraceShape, spec: CaseSpec) -> bool:
             and len(value) == spec.out_features
             and all(map(_is_float, value))
         )
+    if kind.startswith("tensor:"):
+        return _of_shape(value, [int(size) for size in kind[7:].split("x") if size])
     if kind == "parameters":
         return (
             shape.parameter_count is not None

@@ -56,11 +56,16 @@ class _LeaseRenewer:
     def held(self, sessions: SessionFactory, job: GradingJob, seconds: float) -> Iterator[None]:
         lease = _Lease(sessions, job, seconds, time.monotonic() + seconds / 3)
         with self._changed:
+            earliest = min((held.renew_at for held in self._leases), default=None)
             self._leases.add(lease)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            elif earliest is None or lease.renew_at < earliest:
+                # The thread sleeps until the earliest lease is due: woken only when this one
+                # is due sooner. A wake per grading cost a GIL handoff each way for nothing
+                # (leases of one process share their length, so a new one is due last).
+                self._changed.notify()
         try:
             yield
         finally:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import itertools
 import json
 import linecache
 import math
@@ -64,7 +65,7 @@ class Case:
 
     def __init__(
         self,
-        model: nn.Linear,
+        model: nn.Module,
         optimizer: torch.optim.Optimizer,
         loss_fn: nn.Module,
         inputs: list[Any],
@@ -75,30 +76,61 @@ class Case:
         self.inputs = inputs
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
+
+
+def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
+    """The case's model (graders.exercises.ModelSpec), its parameters drawn from `generator`
+    layer by layer, weight then bias, each uniform in +-1/sqrt(fan_in) as torch's default."""
+    declared = spec.get("model") or {}
+    in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
+    if declared.get("kind", "linear") == "linear":
+        layers: list[nn.Linear] = [nn.Linear(in_features, out_features)]
+        model: nn.Module = layers[0]
+    else:
+        widths = [in_features, *(int(w) for w in declared["hidden"]), out_features]
+        layers = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
+        activation = ACTIVATIONS[declared.get("activation") or "relu"]
+        between: list[nn.Module] = []
+        for layer in layers:
+            between += [layer, activation()]
+        model = nn.Sequential(*between[:-1])
+    with torch.no_grad():
+        for layer in layers:
+            bound = layer.in_features**-0.5
+            for parameter in (layer.weight, layer.bias):
+                parameter.copy_(
+                    torch.empty_like(parameter).uniform_(-bound, bound, generator=generator)
+                )
+    return model
+
+
+def build_loss(spec: dict[str, Any]) -> nn.Module:
+    return nn.CrossEntropyLoss() if spec.get("loss") == "cross-entropy" else nn.MSELoss()
+
+
 def build_case(spec: dict[str, Any]) -> Case:
     """Build the model, optimizer, loss and batches of a case from its spec, deterministically.
 
     Everything comes from one `torch.Generator` seeded by the case, so the grader outside the
-    sandbox rebuilds exactly the same numbers. Stale gradients, when asked for, are planted in
-    `.grad` as if an earlier backward() had run and nobody cleared it.
+    sandbox rebuilds exactly the same numbers. The targets come from a random linear teacher
+    with noise: its outputs for mse, the index of its largest output (a class) for
+    cross-entropy. Stale gradients, when asked for, are planted in `.grad` as if an earlier
+    backward() had run and nobody cleared it.
     """
     generator = torch.Generator().manual_seed(int(spec["seed"]))
     in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
     batch_size = int(spec["batch_size"])
-    model = nn.Linear(in_features, out_features)
-    bound = in_features**-0.5
-    with torch.no_grad():
-        model.weight.copy_(
-            torch.empty_like(model.weight).uniform_(-bound, bound, generator=generator)
-        )
-        model.bias.copy_(torch.empty_like(model.bias).uniform_(-bound, bound, generator=generator))
+    model = build_model(spec, generator)
     true_weight = torch.randn(out_features, in_features, generator=generator)
     true_bias = torch.randn(out_features, generator=generator)
+    classes = spec.get("loss") == "cross-entropy"
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(batch_size, in_features, generator=generator)
         noise = 0.1 * torch.randn(batch_size, out_features, generator=generator)
-        return x, x @ true_weight.T + true_bias + noise
+        y = x @ true_weight.T + true_bias + noise
+        return x, (y.argmax(dim=1) if classes else y)
 
     micro_batches = int(spec.get("micro_batches", 0))
     inputs: list[Any] = [
@@ -106,10 +138,10 @@ def build_case(spec: dict[str, Any]) -> Case:
         for _ in range(int(spec["steps"]))
     ]
     if spec.get("stale_grads"):
-        model.weight.grad = torch.randn(model.weight.shape, generator=generator)
-        model.bias.grad = torch.randn(model.bias.shape, generator=generator)
+        for parameter in model.parameters():
+            parameter.grad = torch.randn(parameter.shape, generator=generator)
     optimizer = build_optimizer(list(model.parameters()), spec)
-    return Case(model=model, optimizer=optimizer, loss_fn=nn.MSELoss(), inputs=inputs)
+    return Case(model=model, optimizer=optimizer, loss_fn=build_loss(spec), inputs=inputs)
 
 
 def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> torch.optim.Optimizer:
@@ -139,6 +171,25 @@ def build_optimizer(parameters: list[torch.Tensor], spec: dict[str, Any]) -> tor
         weight_decay=weight_decay,
         amsgrad=bool(spec.get("amsgrad")),
     )
+
+
+def build_mlp(spec: dict[str, Any], generator: torch.Generator) -> nn.Sequential:
+    """`nn.Sequential(Linear, ReLU, Linear)` of the case's sizes (`hidden_features` wide), its
+    parameters drawn from `generator`: the model of the kinds that train a small MLP."""
+    model = nn.Sequential(
+        nn.Linear(int(spec["in_features"]), int(spec["hidden_features"])),
+        nn.ReLU(),
+        nn.Linear(int(spec["hidden_features"]), int(spec["out_features"])),
+    )
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.empty_like(parameter).uniform_(-0.5, 0.5, generator=generator))
+    return model
+
+
+def flat_parameters(model: nn.Module) -> list[float]:
+    """Every parameter of a model, flattened in `model.parameters()` order, as numbers."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer, parameter: torch.Tensor) -> Record:
@@ -179,13 +230,20 @@ def type_name(value: Any) -> str:
     return type(value).__name__[:MAX_TYPE_NAME_CHARS]
 
 
-def parameters_of(model: nn.Linear) -> Record:
+def parameters_of(model: nn.Module) -> Record:
+    """Each parameter's values under its name (`weight`, `0.weight`), then its `.grad` under
+    the name and `_grad` (None when there is none)."""
+    named = list(model.named_parameters())
     return {
-        "weight": values_of(model.weight),
-        "bias": values_of(model.bias),
-        "weight_grad": values_of(model.weight.grad),
-        "bias_grad": values_of(model.bias.grad),
+        **{name: values_of(parameter) for name, parameter in named},
+        **{f"{name}_grad": values_of(parameter.grad) for name, parameter in named},
     }
+
+
+def first_parameter(model: nn.Module) -> torch.Tensor:
+    """The parameter the recorders watch, and whose optimizer state they record: the first
+    layer's weight."""
+    return next(iter(model.parameters()))
 
 
 def _error_record(error: BaseException, filename: str) -> Record:
@@ -332,7 +390,7 @@ class CallRecorder:
         model.zero_grad = self._recording("zero_grad", model.zero_grad)  # type: ignore[method-assign]
         # (engine pass, the gradient it brings, `.grad` before it), from the tensor hook
         self._incoming: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
-        self.weight = weight = model.weight
+        self.weight = weight = first_parameter(model)
         weight.register_hook(lambda grad: self._arriving(weight, grad))  # type: ignore[no-untyped-call]
         weight.register_post_accumulate_grad_hook(self._accumulated)  # type: ignore[no-untyped-call]
 
@@ -621,7 +679,7 @@ def record_steps(function: Callable[..., Any], spec: dict[str, Any], records: li
         records.append(
             {
                 **parameters_of(model),
-                **optimizer_state(optimizer, model.weight),
+                **optimizer_state(optimizer, first_parameter(model)),
                 "loss": number_of(returned),
                 "loss_type": type_name(returned),
                 "calls": recorder.take(),
@@ -705,6 +763,7 @@ def prepare_gradients(case: Case, state: str) -> nn.Linear:
     """Run one backward pass, then leave `.grad` as the state says: present, released (none),
     filled with zeros, or mixed (the weight's present, the bias's released)."""
     model = case.model
+    assert isinstance(model, nn.Linear)  # the kind reads no `model` setting
     x, y = case.inputs[0]
     case.loss_fn(model(x), y).backward()
     if state == "none":
@@ -963,6 +1022,7 @@ def record_hand_steps(
     sandbox too: harness names and gradients_for_call only)."""
     case = build_case(spec)
     model = case.model
+    assert isinstance(model, nn.Linear)  # the kind reads no `model` setting
     velocities = [torch.zeros_like(model.weight), torch.zeros_like(model.bias)]
     lr = float(spec["lr"])
     momentum = float(spec.get("momentum") or 0.0)
@@ -980,6 +1040,62 @@ def record_hand_steps(
 
 
 RECORDERS['optimizer-by-hand'] = record_hand_steps
+
+
+def build_epoch_case(
+    spec: dict[str, Any],
+) -> tuple[nn.Sequential, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The case's MLP in evaluation mode, its optimizer, and the dataset's batches in the
+    loader's order, all drawn from the case's generator (run in the sandbox too: harness names
+    only)."""
+    generator = torch.Generator().manual_seed(int(spec["seed"]))
+    model = build_mlp(spec, generator)
+    examples = int(spec.get("examples") or 0) or int(spec["steps"]) * int(spec["batch_size"])
+    x = torch.randn(examples, int(spec["in_features"]), generator=generator)
+    y = torch.randn(examples, int(spec["out_features"]), generator=generator)
+    size = int(spec["batch_size"])
+    batches = [(x[i : i + size], y[i : i + size]) for i in range(0, examples, size)]
+    optimizer = build_optimizer(list(model.parameters()), spec)
+    model.eval()
+    return model, optimizer, batches
+
+
+def record_epoch(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> Record:
+    """One call over a DataLoader of the case's batches (run in the sandbox too: harness names
+    and build_epoch_case only)."""
+    model, optimizer, batches = build_epoch_case(spec)
+    x = torch.cat([bx for bx, _ in batches])
+    y = torch.cat([by for _, by in batches])
+    data = torch.utils.data.TensorDataset(x, y)
+    loader = torch.utils.data.DataLoader(data, batch_size=int(spec["batch_size"]), shuffle=False)
+    seen = {"forwards": 0.0, "train_forwards": 0.0}
+
+    def watch(module: Any, inputs: Any) -> None:
+        seen["forwards"] += 1
+        if all(m.training for m in model.modules()):
+            seen["train_forwards"] += 1
+
+    model[0].register_forward_pre_hook(watch)
+    most = 4 * len(batches)
+
+    def stepped(*_: Any) -> None:
+        if len(records) < most:
+            records.append({"parameters": flat_parameters(model)})
+
+    optimizer.register_step_post_hook(stepped)
+    returned = function(model, optimizer, nn.MSELoss(), loader)
+    return {
+        "parameters": flat_parameters(model),
+        "value": number_of(returned),
+        "value_type": type_name(returned),
+        "training_after": float(all(m.training for m in model.modules())),
+        **seen,
+    }
+
+
+RECORDERS['dataloader-epoch'] = record_epoch
 
 
 if __name__ == "__main__":

@@ -23,7 +23,15 @@ from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
-from graders.harness import CallRecorder, Record, build_case, number_of, type_name, values_of
+from graders.harness import (
+    CallRecorder,
+    Record,
+    build_case,
+    first_parameter,
+    number_of,
+    type_name,
+    values_of,
+)
 from graders.judging import (
     RAN_TO_THE_END,
     CaseFindings,
@@ -162,7 +170,7 @@ def replay_epochs(spec: CaseSpec, counts: Sequence[int]) -> Replayed:
         loss.backward()
         optimizer.step()
         lrs.append(float(group["lr"]))
-        weights.append(model.weight.detach().clone())
+        weights.append(first_parameter(model).detach().clone())
         losses.append(loss.item())
     means = [
         sum(losses[start : start + spec.steps]) / spec.steps
@@ -365,7 +373,8 @@ def applied_steps(spec: CaseSpec, records: Sequence[Record]) -> list[AppliedStep
     steps = []
     for index, record in enumerate(records):
         x, y = data.inputs[index % spec.steps]
-        _, weight_grad, bias_grad = loss_and_gradients(weight, bias, x, y)
+        gradients = loss_and_gradients(spec, {"weight": weight, "bias": bias}, x, y)[1]
+        weight_grad, bias_grad = gradients["weight"], gradients["bias"]
         with torch.no_grad():
             probe[0].copy_(weight)
             probe[1].copy_(bias)

@@ -92,7 +92,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     data = case_data(spec)
     record = learner.records[0]
     at = f"In {findings.where()}"
-    _, fresh, _ = loss_and_gradients(data.weight, data.bias, *batch_of(data.inputs[0]))
+    fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1]["weight"]
     first, second = record["first"], record["second"]
 
     if record["result_type"] != "tuple" or first is None or second is None:
@@ -225,7 +225,7 @@ def demonstration_models(
     for spec in exercise.cases:
         record = traces[spec.id].records[0]
         data = case_data(spec)
-        _, fresh, _ = loss_and_gradients(data.weight, data.bias, *batch_of(data.inputs[0]))
+        fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1]["weight"]
         if record["first"] is None or record["second"] is None:
             return []
         backwards = call_stream(traces[spec.id]).count("backward")

@@ -29,6 +29,7 @@ def prepare_gradients(case: Case, state: str) -> nn.Linear:
     """Run one backward pass, then leave `.grad` as the state says: present, released (none),
     filled with zeros, or mixed (the weight's present, the bias's released)."""
     model = case.model
+    assert isinstance(model, nn.Linear)  # the kind reads no `model` setting
     x, y = case.inputs[0]
     case.loss_fn(model(x), y).backward()
     if state == "none":

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
@@ -59,6 +60,7 @@ def record_hand_steps(
     sandbox too: harness names and gradients_for_call only)."""
     case = build_case(spec)
     model = case.model
+    assert isinstance(model, nn.Linear)  # the kind reads no `model` setting
     velocities = [torch.zeros_like(model.weight), torch.zeros_like(model.bias)]
     lr = float(spec["lr"])
     momentum = float(spec.get("momentum") or 0.0)
@@ -98,8 +100,9 @@ def one_step(
         weight, bias = as_tensor(before["weight"]), as_tensor(before["bias"])
         velocities = [as_tensor(before["weight_velocity"]), as_tensor(before["bias_velocity"])]
     x, y = data.inputs[call]
-    _, weight.grad, bias_grad = loss_and_gradients(weight, bias, x, y)
-    bias.grad = None if call % 2 == 1 else bias_grad
+    gradients = loss_and_gradients(spec, {"weight": weight, "bias": bias}, x, y)[1]
+    weight.grad = gradients["weight"]
+    bias.grad = None if call % 2 == 1 else gradients["bias"]
     optimizer = declared_optimizer(spec, [weight, bias])
     for parameter, velocity in zip((weight, bias), velocities, strict=True):
         optimizer.state[parameter]["momentum_buffer"] = velocity

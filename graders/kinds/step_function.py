@@ -28,6 +28,7 @@ from graders.harness import (
     CallRecorder,
     Record,
     build_case,
+    first_parameter,
     number_of,
     optimizer_state,
     parameters_of,
@@ -45,6 +46,7 @@ from graders.judging import (
     close_values,
     constant_factor,
     differs,
+    first_difference,
     loss_and_gradients,
     plot_series,
     said_versus,
@@ -75,7 +77,7 @@ def record_steps(function: Callable[..., Any], spec: dict[str, Any], records: li
         records.append(
             {
                 **parameters_of(model),
-                **optimizer_state(optimizer, model.weight),
+                **optimizer_state(optimizer, first_parameter(model)),
                 "loss": number_of(returned),
                 "loss_type": type_name(returned),
                 "calls": recorder.take(),
@@ -214,45 +216,57 @@ LOSS_DIFFERS = Sentence(
 )
 
 
+Tensors = dict[str, torch.Tensor]
+
+
+def _parameters(record: dict[str, Any], names: Any) -> Tensors:
+    return {name: as_tensor(record[name]) for name in names}
+
+
+def _all_close(mine: Tensors, theirs: Tensors) -> bool:
+    return all(close(mine[name], theirs[name]) for name in theirs)
+
+
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    """Each call's parameters, gradients, optimizer state and loss, over the model's parameters
+    by name (`CaseData`): the words name the first parameter that differs, or the first layer's
+    weight, whose gradient and optimizer state speak for the model's."""
     findings = CaseFindings(spec)
     data = case_data(spec)
-    weight, bias = data.weight, data.bias
-    held_grad: Any = None if data.weight_grad is None else data.weight_grad.tolist()
+    first = data.first
+    parameters = dict(data.parameters)
+    start_grad = data.grads[first]
+    held_grad: Any = None if start_grad is None else start_grad.tolist()
     matched_reference = True
     for index, (record, expected) in enumerate(
         zip(learner.records, reference.records, strict=True)
     ):
         at = AT_CALL(case=findings.case(), call=index + 1)
         x, y = batch_of(data.inputs[index])
-        loss, weight_grad, bias_grad = loss_and_gradients(weight, bias, x, y)
-        unclipped = weight_grad
+        loss, gradients = loss_and_gradients(spec, parameters, x, y)
+        unclipped = gradients[first]
         if spec.max_norm is not None:
-            weight_grad, bias_grad = clipped(spec.max_norm, weight_grad, bias_grad)
-        new_weight, new_bias = as_tensor(record["weight"]), as_tensor(record["bias"])
+            gradients = clipped(spec.max_norm, gradients)
+        new = _parameters(record, parameters)
 
-        if torch.equal(new_weight, weight) and torch.equal(new_bias, bias):
+        if all(torch.equal(new[name], parameters[name]) for name in parameters):
             findings.fail("weights-change", WEIGHTS_UNCHANGED(at=at))
 
         update_ok = True
-        if not (
-            close(new_weight, as_tensor(expected["weight"]))
-            and close(new_bias, as_tensor(expected["bias"]))
-        ):
+        theirs = _parameters(expected, parameters)
+        if not _all_close(new, theirs):
             findings.fail(
                 "weights-match",
-                WEIGHTS_DIFFER(
-                    at=at, difference=differs("weight", new_weight, as_tensor(expected["weight"]))
-                ),
+                WEIGHTS_DIFFER(at=at, difference=differs(*first_difference(new, theirs))),
             )
             update_ok = _judge_update(
                 findings,
                 at,
                 spec,
                 index,
-                (weight, bias),
-                (new_weight, new_bias),
-                (weight_grad, bias_grad),
+                parameters,
+                new,
+                gradients,
                 unclipped,
                 record["calls"],
                 held_grad,
@@ -262,26 +276,22 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             matched_reference = False
         _judge_state(findings, at, record, expected)
 
-        holds_this_batch = close_values(record["weight_grad"], weight_grad) and close_values(
-            record["bias_grad"], bias_grad
+        holds_this_batch = all(
+            close_values(record[f"{name}_grad"], gradient) for name, gradient in gradients.items()
         )
         # None or zeros after the call is fine when the step itself was right: the loop cleared
         # after stepping, as well as before.
         cleared_after_good_step = (
-            cleared(record["weight_grad"]) and cleared(record["bias_grad"]) and update_ok
+            all(cleared(record[f"{name}_grad"]) for name in gradients) and update_ok
         )
         if not (holds_this_batch or cleared_after_good_step):
             differing = GRAD_DIFFERS_CLIPPED if spec.max_norm else GRAD_DIFFERS
-            findings.fail(
-                "fresh-gradients",
-                differing(
-                    at=at, how=_describe_gradient(spec, record, weight_grad, unclipped, held_grad)
-                ),
-            )
+            how = _describe_gradient(spec, first, record, gradients[first], unclipped, held_grad)
+            findings.fail("fresh-gradients", differing(at=at, how=how))
 
         _judge_loss(findings, at, record, loss)
-        weight, bias = new_weight, new_bias
-        held_grad = record["weight_grad"]
+        parameters = new
+        held_grad = record[f"{first}_grad"]
     return findings
 
 
@@ -290,9 +300,9 @@ def _judge_update(
     at: Said,
     spec: CaseSpec,
     index: int,
-    before: tuple[torch.Tensor, torch.Tensor],
-    after: tuple[torch.Tensor, torch.Tensor],
-    gradients: tuple[torch.Tensor, torch.Tensor],
+    before: Tensors,
+    after: Tensors,
+    gradients: Tensors,
     unclipped: torch.Tensor,
     calls: list[str],
     held_grad: Any,
@@ -307,24 +317,31 @@ def _judge_update(
     is judged only while the learner's weights matched the reference's, from the reference's
     state: the learner's own may be empty (an update written by hand never steps the
     optimizer), and a state that differs is the optimizer-state check's. Its state is recorded
-    for the weight only, so only the weight is judged. Returns whether the update was right
-    (or not judged).
+    for the first parameter only (the first layer's weight), so only that one is judged.
+    Returns whether the update was right (or not judged).
     """
-    weight, (new_weight, new_bias) = before[0], after
+    first = next(iter(before))
     if spec.stateful and not matched_reference:
         return True
-    expected_weight, expected_bias = one_step(spec, before, gradients, previous)
-    if close(new_weight, expected_weight) and (spec.stateful or close(new_bias, expected_bias)):
+    expected = one_step(spec, before, gradients, previous)
+    if close(after[first], expected[first]) and (spec.stateful or _all_close(after, expected)):
         return True
     unclipped_weight = None
     if spec.max_norm is not None:
-        unclipped_weight, _ = one_step(spec, before, (unclipped, gradients[1]), previous)
+        unclipped_weight = one_step(spec, before, {**gradients, first: unclipped}, previous)[first]
     findings.fail(
         "update-uses-current-batch",
         UPDATE_DIFFERS(
             at=at,
             how=_describe_update(
-                weight, new_weight, expected_weight, unclipped_weight, spec, calls, held_grad
+                first,
+                before[first],
+                after[first],
+                expected[first],
+                unclipped_weight,
+                spec,
+                calls,
+                held_grad,
             ),
         ),
     )
@@ -332,30 +349,28 @@ def _judge_update(
 
 
 def one_step(
-    spec: CaseSpec,
-    before: tuple[torch.Tensor, torch.Tensor],
-    gradients: tuple[torch.Tensor, torch.Tensor],
-    state: dict[str, Any] | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The weight and bias after one step of the declared optimizer, from `state` (a record's
-    optimizer fields; None before the first step), on the given gradients."""
-    weight, bias = (tensor.clone() for tensor in before)
-    optimizer = declared_optimizer(spec, [weight, bias])
+    spec: CaseSpec, before: Tensors, gradients: Tensors, state: dict[str, Any] | None
+) -> Tensors:
+    """The parameters after one step of the declared optimizer, from `state` (a record's
+    optimizer fields, of the first parameter; None before the first step), on the given
+    gradients."""
+    parameters = {name: tensor.clone() for name, tensor in before.items()}
+    optimizer = declared_optimizer(spec, list(parameters.values()))
     if state is not None:
-        load_state(optimizer, weight, state)
-    weight.grad, bias.grad = (gradient.clone() for gradient in gradients)
+        load_state(optimizer, next(iter(parameters.values())), state)
+    for name, parameter in parameters.items():
+        parameter.grad = gradients[name].clone()
     optimizer.step()
-    return weight, bias
+    return parameters
 
 
-def clipped(
-    max_norm: float, weight_grad: torch.Tensor, bias_grad: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped(max_norm: float, gradients: Tensors) -> Tensors:
     """The gradients as `clip_grad_norm_` leaves them: scaled together to at most `max_norm`."""
-    weight, bias = torch.zeros_like(weight_grad), torch.zeros_like(bias_grad)
-    weight.grad, bias.grad = weight_grad.clone(), bias_grad.clone()
-    torch.nn.utils.clip_grad_norm_([weight, bias], max_norm)
-    return weight.grad, bias.grad
+    holders = {name: torch.zeros_like(gradient) for name, gradient in gradients.items()}
+    for name, holder in holders.items():
+        holder.grad = gradients[name].clone()
+    torch.nn.utils.clip_grad_norm_(list(holders.values()), max_norm)
+    return {name: holder.grad for name, holder in holders.items() if holder.grad is not None}
 
 
 # The optimizer's state fields, in the learner's words, each after "the optimizer's".
@@ -399,6 +414,7 @@ def _judge_state(
 
 
 def _describe_update(
+    name: str,
     weight: torch.Tensor,
     new_weight: torch.Tensor,
     expected_weight: torch.Tensor,
@@ -423,18 +439,19 @@ def _describe_update(
     factor = constant_factor(moved, expected)
     if factor is not None:
         return UPDATE_FACTOR(factor=factor)
-    return said_versus(UPDATE_VERSUS, "weight", new_weight, expected_weight)
+    return said_versus(UPDATE_VERSUS, name, new_weight, expected_weight)
 
 
 def _describe_gradient(
     spec: CaseSpec,
+    name: str,
     record: dict[str, Any],
     fresh: torch.Tensor,
     unclipped: torch.Tensor,
     held_grad: Any,
 ) -> Said:
     """What `.grad` holds after the call, in numbers; a cause only where the calls bear it out."""
-    recorded, calls = record["weight_grad"], record["calls"]
+    recorded, calls = record[f"{name}_grad"], record["calls"]
     if recorded is None:
         why = RELEASED_AFTER_BACKWARD.said_in_check(calls) or NO_BACKWARD.said_in_check(calls)
         return then(GRAD_NONE(), why)
@@ -446,7 +463,7 @@ def _describe_gradient(
     factor = constant_factor(mine, fresh)
     if factor is not None:
         return GRAD_FACTOR(factor=factor)
-    return said_versus(GRAD_VERSUS, "weight.grad", mine, fresh)
+    return said_versus(GRAD_VERSUS, f"{name}.grad", mine, fresh)
 
 
 def _judge_loss(findings: CaseFindings, at: Said, record: dict[str, Any], loss: float) -> None:
@@ -461,6 +478,7 @@ def _judge_loss(findings: CaseFindings, at: Said, record: dict[str, Any], loss: 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
     """The loss and the first weight after every call, the learner's against the reference."""
+    first = case_data(spec).first
     return [
         plot_series(
             spec.id,
@@ -470,9 +488,9 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
         ),
         plot_series(
             spec.id,
-            "weight[0][0]",
-            [r["weight"][0][0] for r in learner.records],
-            [r["weight"][0][0] for r in reference.records],
+            f"{first}[0][0]",
+            [r[first][0][0] for r in learner.records],
+            [r[first][0][0] for r in reference.records],
         ),
     ]
 
@@ -596,7 +614,7 @@ KIND = ExerciseKind(
     name="step-function",
     summary="A function called once per batch (or per list of micro-batches) that trains one step.",
     record=record_steps,
-    case_settings=frozenset({"max_norm", "micro_batches"}),
+    case_settings=frozenset({"max_norm", "micro_batches", "model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=stepping_models,

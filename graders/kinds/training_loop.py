@@ -27,8 +27,10 @@ from graders.judging import (
     CaseFindings,
     KindJudge,
     as_tensor,
+    case_data,
     close,
     differs,
+    first_difference,
     plot_series,
     within_tolerance,
 )
@@ -169,18 +171,19 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
                 at=at, count=steps, epochs=spec.epochs, batches=spec.steps, iterations=iterations
             ),
         )
+    names = list(case_data(spec).parameters)
     for epoch in range(spec.epochs):
         last = (epoch + 1) * spec.steps - 1
-        expected = as_tensor(reference.records[last]["weight"])
         if last >= steps:
             findings.fail("epoch-weights-match", UNFINISHED(at=at, epoch=epoch + 1))
             break
-        mine = as_tensor(learner.records[last]["weight"])
-        if not close(mine, expected):
+        mine = {name: as_tensor(learner.records[last][name]) for name in names}
+        expected = {name: as_tensor(reference.records[last][name]) for name in names}
+        if not all(close(mine[name], expected[name]) for name in names):
             findings.fail(
                 "epoch-weights-match",
                 EPOCH_WEIGHTS_DIFFER(
-                    at=at, epoch=epoch + 1, difference=differs("weight", mine, expected)
+                    at=at, epoch=epoch + 1, difference=differs(*first_difference(mine, expected))
                 ),
             )
             break
@@ -243,7 +246,7 @@ KIND = ExerciseKind(
     name="training-loop",
     summary="A whole training loop over batches and epochs that returns every iteration's loss.",
     record=record_loop,
-    case_settings=frozenset({"epochs"}),
+    case_settings=frozenset({"epochs", "model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=stepping_models,

@@ -370,3 +370,33 @@ def test_a_worker_renews_its_lease_while_it_grades(sessions: SessionFactory) -> 
             assert time.monotonic() < deadline, "the lease was never renewed"
             time.sleep(0.05)
     assert lease_expires_at() > first
+
+
+def test_a_lease_due_sooner_than_those_held_is_renewed_in_its_time(
+    sessions: SessionFactory,
+) -> None:
+    """The renewer sleeps until the earliest lease is due: one due sooner must wake it."""
+    long_id, short_id = add_submission(sessions), add_submission(sessions)
+    long_seconds, short_seconds = 600.0, 0.6
+    with sessions.begin() as session:
+        long_job = claim_submission(session, long_id, lease_seconds=long_seconds)
+        short_job = claim_submission(session, short_id, lease_seconds=short_seconds)
+    assert long_job is not None and short_job is not None
+
+    def lease_expires_at() -> Any:
+        with sessions() as session:
+            row = session.get(Submission, short_id)
+            assert row is not None
+            return row.lease_expires_at
+
+    first = lease_expires_at()
+    with lease_renewed(sessions, long_job, long_seconds):
+        # Most likely asleep on the long lease by now (if not, it sees both and this is easier).
+        time.sleep(0.5)
+        with lease_renewed(sessions, short_job, short_seconds):
+            # The long lease's first renewal is 200 s away: well past this bound.
+            deadline = time.monotonic() + 30
+            while lease_expires_at() == first:
+                assert time.monotonic() < deadline, "the shorter lease was never renewed"
+                time.sleep(0.05)
+    assert lease_expires_at() > first

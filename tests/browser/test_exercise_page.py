@@ -275,9 +275,11 @@ def test_desktop_one_page_loop(
     assert own_page.locator("#result[aria-live], #result [aria-live]").count() == 0
     assert_no_axe_violations(own_page)
     own_page.close()
-    # The diagnosis in words; the check's code spans as code.
+    # The diagnosis in words; the failed run said once, in the feedback (the check points
+    # there), its code spans as code.
     expect(result.locator(".diagnosis")).to_have_text("Error while running")
-    expect(result.locator("tr.failed .message code").first).to_be_visible()
+    expect(result.locator("tr.failed .message").first).to_contain_text("The run did not finish")
+    expect(result.locator(".feedback code").first).to_be_visible()
     expect(page.locator("form.submit-form")).to_have_attribute("data-marked-line", "6")
     expect(page.locator(".cm-marked-line")).to_contain_text("undefined_scale")
     assert code_in_editor(page) == RAISES_ON_LINE_6

@@ -70,10 +70,16 @@ def test_an_unknown_key_refuses_its_folder_instead_of_being_dropped(folders: Pat
 
 
 def test_an_unknown_key_in_a_case_refuses_its_folder(folders: Path) -> None:
-    # An L1 loss asked for in a case: no case takes one, so it must not be silently dropped.
+    # A warm-up asked for in a case: no case takes one, so it must not be silently dropped.
+    edit(folders / "train-step", "lr = 0.1\n", "lr = 0.1\nwarmup_steps = 2\n")
+    reason = refused_exercises()["train-step"]
+    assert "cases.0.warmup_steps: Extra inputs are not permitted" in reason, reason
+
+
+def test_a_loss_no_case_takes_refuses_its_folder(folders: Path) -> None:
     edit(folders / "train-step", "lr = 0.1\n", 'lr = 0.1\nloss = "l1"\n')
     reason = refused_exercises()["train-step"]
-    assert "cases.0.loss: Extra inputs are not permitted" in reason, reason
+    assert "cases.0.loss: Input should be 'mse' or 'cross-entropy'" in reason, reason
 
 
 def test_two_folders_with_one_id_load_one_and_refuse_the_other(folders: Path) -> None:
@@ -185,6 +191,36 @@ def test_a_setting_the_kind_does_not_read_refuses_the_folder_with_the_kind(
     assert f"{name!r}: kind {kind!r} does not read it" in reason, reason
     assert "remove it" in reason and "\n" not in reason
     assert folder not in {e.id for e in list_exercises()}
+
+
+# The model and loss a case may declare, on each kind that builds its own (or none).
+FIXED_MODEL = {
+    "gradient-pair": ("prove-accumulation", 'model = {kind = "mlp", hidden = [4]}'),
+    "gradient-reading": ("grad-magnitude", 'loss = "mse"'),
+    "epoch-loop": ("scheduler-epochs", 'model = {kind = "mlp", hidden = [4]}'),
+    "evaluation": ("evaluate", 'loss = "mse"'),
+    "checkpoint": ("resume-training", 'model = {kind = "linear"}'),
+    "optimizer-by-hand": ("sgd-momentum-by-hand", 'model = {kind = "mlp", hidden = [4]}'),
+    "dataloader-epoch": ("mlp-epoch", 'loss = "mse"'),
+}
+
+
+def test_the_kinds_that_fix_their_model_are_those_that_read_no_model() -> None:
+    fixed = {name for name, kind in KINDS.items() if "model" not in kind.case_settings}
+    assert fixed == set(FIXED_MODEL)
+    assert all("loss" not in KINDS[name].case_settings for name in fixed)
+
+
+@pytest.mark.parametrize("kind", sorted(FIXED_MODEL))
+def test_a_model_or_loss_on_a_kind_with_its_own_refuses_the_folder(
+    folders: Path, kind: str
+) -> None:
+    folder, setting = FIXED_MODEL[kind]
+    toml = folders / folder / "exercise.toml"
+    toml.write_text(toml.read_text().replace("[[cases]]\n", f"[[cases]]\n{setting}\n", 1))
+    reason = refused_exercises()[folder]
+    name = setting.split(" = ")[0]
+    assert f"{name!r}: kind {kind!r} does not read it" in reason, reason
 
 
 def test_a_folder_whose_reference_the_proof_refuses_is_not_served(folders: Path) -> None:

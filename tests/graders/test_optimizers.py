@@ -93,7 +93,8 @@ def test_each_declared_optimizer_steps_as_torch_does(fields: dict[str, Any], by_
         x, y = batch_of(given)
         for parameters, optimizer in ((ours, declared), (theirs, torchs)):
             weight, bias = parameters
-            _, weight.grad, bias.grad = loss_and_gradients(weight, bias, x, y)
+            gradients = loss_and_gradients(spec, {"weight": weight, "bias": bias}, x, y)[1]
+            weight.grad, bias.grad = gradients["weight"], gradients["bias"]
             optimizer.step()
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
     assert not torch.equal(ours[0], data.weight)
@@ -109,15 +110,16 @@ def test_one_step_from_a_recorded_state_is_the_optimizers_next_step(
     data = case_data(spec)
     weight, bias = data.weight.clone(), data.bias.clone()
     optimizer = by_hand([weight, bias])
-    _, weight.grad, bias.grad = loss_and_gradients(weight, bias, *batch_of(data.inputs[0]))
+    gradients = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1]
+    weight.grad, bias.grad = gradients["weight"], gradients["bias"]
     optimizer.step()
     state = optimizer_state(optimizer, weight)
-    before = (weight.clone(), bias.clone())
-    _, weight.grad, bias.grad = loss_and_gradients(weight, bias, *batch_of(data.inputs[1]))
-    gradients = (weight.grad.clone(), bias.grad.clone())
+    before = {"weight": weight.clone(), "bias": bias.clone()}
+    gradients = loss_and_gradients(spec, before, *batch_of(data.inputs[1]))[1]
+    weight.grad, bias.grad = gradients["weight"], gradients["bias"]
     optimizer.step()
-    judged_weight, _ = one_step(spec, before, gradients, state)
-    assert torch.allclose(judged_weight, weight, rtol=1e-6, atol=1e-7)
+    judged = one_step(spec, before, gradients, state)
+    assert torch.allclose(judged["weight"], weight, rtol=1e-6, atol=1e-7)
 
 
 def test_a_mistake_seen_only_in_the_optimizers_state_fails_optimizer_state() -> None:
@@ -146,12 +148,12 @@ def test_clipping_bites_on_every_call_of_every_clip_gradients_case() -> None:
     for spec in exercise.cases:
         assert spec.max_norm is not None
         data = case_data(spec)
-        weight, bias = data.weight, data.bias
+        parameters = data.parameters
         for given, record in zip(data.inputs, reference[spec.id].records, strict=True):
-            _, weight_grad, bias_grad = loss_and_gradients(weight, bias, *batch_of(given))
-            norm = torch.cat([weight_grad.flatten(), bias_grad]).norm()
+            gradients = loss_and_gradients(spec, parameters, *batch_of(given))[1]
+            norm = torch.cat([gradient.flatten() for gradient in gradients.values()]).norm()
             assert norm > 1.5 * spec.max_norm, (spec.id, float(norm))
-            weight, bias = torch.tensor(record["weight"]), torch.tensor(record["bias"])
+            parameters = {name: torch.tensor(record[name]) for name in parameters}
 
 
 SECOND_UNIT = ["adam-step", "clip-gradients"]

@@ -139,6 +139,7 @@ def test_each_hand_step_is_judged_against_a_real_sgd(spec: CaseSpec) -> None:
     """The grader's step from the reference's own states is torch.optim.SGD's, call after call,
     with the bias skipped on every second call; and the momentum shows in the velocities."""
     case = build_case(spec.harness_spec())
+    assert isinstance(case.model, nn.Linear)  # the kind's model
     optimizer = torch.optim.SGD(
         case.model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay
     )

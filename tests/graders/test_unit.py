@@ -1227,7 +1227,7 @@ def test_the_most_hidden_cases_an_exercise_may_have_fit_in_one_later_input() -> 
         grad_state="present",
         hidden=True,
     )
-    later_input = json.dumps([largest.harness_spec()] * MAX_CASES).encode()
+    later_input = json.dumps([largest.harness_spec()] * MAX_CASES, separators=(",", ":")).encode()
     assert len(later_input) <= LATER_INPUT_MAX_BYTES // 2
 
 

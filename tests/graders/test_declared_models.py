@@ -1,0 +1,171 @@
+"""A case's model and loss declared in exercise.toml (`model`, `loss`): built alike in the sandbox
+and by the grader, judged over the model's named parameters, proven by check-exercises' own
+proof, and said in the words with the parameter's real name."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import sandbox
+from graders import exercises, grade
+from graders.exercises import CaseSpec, ExerciseRefused, load_exercise
+from graders.harness import build_case, parameters_of
+from graders.proving import prove
+from graders.scaffold import _toml_value
+
+REPO_EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+MLP = 'model = {kind = "mlp", hidden = [8], activation = "relu"}\nloss = "cross-entropy"\n'
+# On an MLP, a step() between the forward pass and backward() changes in place a weight that
+# backward() needs: torch raises, where a linear model steps on old gradients.
+RAISES_ON_AN_MLP = (
+    'diagnosis = "step-before-backward"\ncalls = ["step", "zero_grad"',
+    "runtime-error",
+)
+
+
+def as_classifier(folder: Path) -> Path:
+    """Every case of the folder an MLP with cross-entropy on 3 classes (2 where it had 2)."""
+    toml = folder / "exercise.toml"
+    text = toml.read_text().replace("[[cases]]\n", "[[cases]]\n" + MLP)
+    text = text.replace("out_features = 1\n", "out_features = 3\n")
+    text = text.replace(
+        RAISES_ON_AN_MLP[0],
+        RAISES_ON_AN_MLP[0].replace("step-before-backward", RAISES_ON_AN_MLP[1]),
+    )
+    toml.write_text(text)
+    return folder
+
+
+def classifier(tmp_path: Path, exercise_id: str) -> Path:
+    return as_classifier(
+        Path(shutil.copytree(REPO_EXERCISES / exercise_id, tmp_path / exercise_id))
+    )
+
+
+def spec(**fields: object) -> CaseSpec:
+    values: dict[str, object] = {
+        "id": "c", "seed": 3, "in_features": 4, "out_features": 3, "batch_size": 5, "steps": 2,
+    }  # fmt: skip
+    return CaseSpec.model_validate(values | fields)
+
+
+def test_an_mlp_with_cross_entropy_is_built_as_declared() -> None:
+    case = build_case(
+        spec(
+            model={"kind": "mlp", "hidden": [8, 6], "activation": "tanh"},
+            loss="cross-entropy",
+            stale_grads=True,
+        ).harness_spec()
+    )
+    assert isinstance(case.model, nn.Sequential)
+    assert [type(layer) for layer in case.model] == [
+        nn.Linear,
+        nn.Tanh,
+        nn.Linear,
+        nn.Tanh,
+        nn.Linear,
+    ]
+    assert isinstance(case.loss_fn, nn.CrossEntropyLoss)
+    x, y = case.inputs[0]
+    assert x.shape == (5, 4) and y.shape == (5,) and y.dtype == torch.long
+    assert int(y.min()) >= 0 and int(y.max()) < 3
+    record = parameters_of(case.model)
+    assert list(record) == [
+        "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias",
+        "0.weight_grad", "0.bias_grad", "2.weight_grad", "2.bias_grad", "4.weight_grad",
+        "4.bias_grad",
+    ]  # fmt: skip
+    assert all(record[name] is not None for name in record)  # stale gradients planted in each
+
+
+def test_a_linear_case_is_built_as_before_the_setting_existed() -> None:
+    """The default model draws the same numbers: existing exercises keep their cases."""
+    generator = torch.Generator().manual_seed(3)
+    bound = 4**-0.5
+    weight = torch.empty(3, 4).uniform_(-bound, bound, generator=generator)
+    case = build_case(spec().harness_spec())
+    assert isinstance(case.model, nn.Linear) and isinstance(case.loss_fn, nn.MSELoss)
+    assert torch.equal(case.model.weight.detach(), weight)
+
+
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"model": {"kind": "mlp"}}, "an mlp needs hidden widths"),
+        ({"model": {"kind": "linear", "hidden": [4]}}, "a linear model has no hidden layers"),
+        (
+            {"model": {"kind": "mlp", "hidden": [64, 64]}, "in_features": 64},
+            "parameters, more than",
+        ),
+        ({"loss": "cross-entropy", "out_features": 1}, "cross-entropy needs out_features"),
+        ({"model": {"kind": "mlp", "hidden": [4], "dropout": 0.5}}, "dropout"),
+    ],
+)
+def test_a_model_the_grader_cannot_build_is_refused(
+    tmp_path: Path, fields: dict[str, object], said: str
+) -> None:
+    with pytest.raises(ValueError, match=said):
+        spec(**fields)
+
+
+def test_a_declared_model_refuses_the_folder_when_it_is_wrong(tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(REPO_EXERCISES / "train-step", tmp_path / "train-step"))
+    toml = folder / "exercise.toml"
+    toml.write_text(
+        toml.read_text().replace("[[cases]]\n", '[[cases]]\nmodel = {kind = "cnn"}\n', 1)
+    )
+    with pytest.raises(ExerciseRefused, match=r"cases\.0\.model\.kind"):
+        load_exercise(folder)
+
+
+@pytest.mark.parametrize("exercise_id", ["train-step", "fix-the-loop", "clip-gradients"])
+def test_check_exercises_proves_a_classifier_of_each_stepping_kind(
+    tmp_path: Path, exercise_id: str
+) -> None:
+    """The reference, the starter, every known bug (diagnosed as declared) and every mutant of
+    the reference, on MLP + cross-entropy cases: the proof the server and check-exercises run."""
+    exercise = load_exercise(classifier(tmp_path, exercise_id))
+    assert all(case.model.kind == "mlp" and case.loss == "cross-entropy" for case in exercise.cases)
+    assert prove(exercise) == []
+
+
+@pytest.fixture
+def classifiers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    copy = tmp_path / "exercises"
+    classifier(copy, "train-step")
+    monkeypatch.setattr(exercises, "EXERCISES_DIR", copy)
+    exercises._loaded.cache_clear()
+    yield copy
+    exercises._loaded.cache_clear()
+
+
+def test_a_bug_on_a_classifier_is_told_with_the_parameter_s_real_name(
+    classifiers: Path, grading_runner: sandbox.Runner
+) -> None:
+    """Graded in the sandbox: the words name `0.weight[i][j]`, a parameter the model has."""
+    source = (classifiers / "train-step" / "bugs" / "no_zero_grad.py").read_text()
+    report = grade("train-step", source, runner=grading_runner)
+    assert report.diagnosis == "missing-zero-grad"
+    weights = next(c for c in report.checks if c.id == "weights-match")
+    assert not weights.passed and "`0.weight[" in weights.message, weights.message
+    assert "`weight[" not in weights.message
+    correct = (classifiers / "train-step" / "solution.py").read_text()
+    assert grade("train-step", correct, runner=grading_runner).diagnosis == "correct"
+
+
+def test_a_declared_model_is_written_back_as_toml_by_the_scaffold() -> None:
+    """`exercises new --kind` writes the cases of an exercise of that kind: a model as a table."""
+    case = spec(model={"kind": "mlp", "hidden": [4], "activation": "tanh"}, loss="cross-entropy")
+    written = "\n".join(
+        f"{key} = {_toml_value(value)}"
+        for key, value in case.model_dump(exclude_defaults=True, exclude={"hidden"}).items()
+    )
+    assert 'model = {kind = "mlp", hidden = [4], activation = "tanh"}' in written
+    assert CaseSpec.model_validate(tomllib.loads(written)) == case
