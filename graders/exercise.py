@@ -84,6 +84,11 @@ class CaseSpec(OptimizerFields):
     # The whole-loop kinds over a dataset (`dataloader-epoch`): so many examples, in batches of
     # `batch_size`, the last one short when it does not divide them.
     examples: int = Field(default=0, ge=0, le=1024, description="Examples in the dataset.")
+    # The `mixed-precision-step` kind: the GradScaler's first scale (past float32's range, about
+    # 2**128, a scaled gradient overflows and the scaler skips the step).
+    loss_scale: float = Field(default=1024.0, gt=0, le=2.0**127, description="The first scale.")
+    # The `patience-fit` kind: epochs in a row without improvement before the fit stops.
+    patience: int = Field(default=1, ge=1, le=20, description="Epochs without improvement.")
     hidden: bool = False
 
     @model_validator(mode="after")
@@ -118,7 +123,7 @@ class CaseSpec(OptimizerFields):
 
 # Read by the harness with their defaults when absent (`spec.get`): a case at the default
 # carries none of them.
-OMITTED_AT_DEFAULT = ("model", "loss", "examples")
+OMITTED_AT_DEFAULT = ("model", "loss", "examples", "patience", "loss_scale")
 
 
 # The case settings only some kinds read (each kind names its own: ExerciseKind.case_settings);
@@ -126,7 +131,7 @@ OMITTED_AT_DEFAULT = ("model", "loss", "examples")
 KIND_SETTINGS = frozenset(
     {
         "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
-        "lr_step_size", "lr_gamma", "model", "loss", "examples",
+        "lr_step_size", "lr_gamma", "model", "loss", "examples", "patience", "loss_scale",
     }
 )  # fmt: skip
 

@@ -903,6 +903,15 @@ losses.append(loss.item())
             "of zero or of a negative number, or a value that is added to itself instead of "
             "replaced."
         ),
+        by_exercise={
+            "amp-clip-step": (
+                "Your code produced a value that is not a finite number: NaN, an infinity, or "
+                "one far larger than these small problems ever give. With a gradient scaler, "
+                "look for `optimizer.step()` called by your code: in a step whose scaled "
+                "gradients overflowed, `scaler.step(optimizer)` skips the update, and "
+                "`optimizer.step()` writes the infinite gradients into the weights."
+            ),
+        },
         hint=Hint(
             where=(
                 "Look at what makes the update large: the size of the loss and of the gradients."

@@ -24,7 +24,9 @@ from graders.kinds import (
     evaluation,
     gradient_pair,
     gradient_reading,
+    mixed_precision_step,
     optimizer_by_hand,
+    patience_fit,
     step_function,
     training_loop,
 )
@@ -90,6 +92,8 @@ _DECLARED = (
     checkpoint.KIND,
     optimizer_by_hand.KIND,
     dataloader_epoch.KIND,
+    patience_fit.KIND,
+    mixed_precision_step.KIND,
 )
 KINDS: dict[str, ExerciseKind] = _checked(_DECLARED)
 

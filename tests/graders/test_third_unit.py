@@ -1,4 +1,5 @@
-"""The kinds of the third unit, "a whole training loop": `dataloader-epoch` (mlp-epoch) and
+"""The kinds of the third unit, "a whole training loop": `dataloader-epoch` (mlp-epoch),
+`mixed-precision-step` (amp-clip-step), `patience-fit` (early-stopping) and
 `optimizer-by-hand` (sgd-momentum-by-hand).
 
 Each kind's reference, which the grader computes itself outside the sandbox, equals what torch
@@ -19,10 +20,17 @@ from graders.exercises import get_exercise
 from graders.feedback import diagnosis_words
 from graders.grading import trusted_trajectories
 from graders.harness import build_case
-from graders.kinds import dataloader_epoch, kind_of, optimizer_by_hand
+from graders.kinds import (
+    dataloader_epoch,
+    kind_of,
+    optimizer_by_hand,
+    patience_fit,
+)
 from graders.proving import judge_source
 
-UNIT = ("mlp-epoch", "sgd-momentum-by-hand")
+# Known bugs named by what their run does, on every exercise.
+FAILURES = ("grad-none-error", "wrong-return-type", "runtime-error", "non-finite-value")
+UNIT = ("mlp-epoch", "amp-clip-step", "early-stopping", "sgd-momentum-by-hand")
 
 
 def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() -> None:
@@ -31,7 +39,12 @@ def test_the_unit_is_listed_under_its_heading_with_kinds_that_own_their_codes() 
         assert exercise.unit == "Unit 3: a whole training loop"
         owned = {d.code for d in kind_of(exercise).diagnoses}
         for variant in exercise.variants:
-            assert variant.diagnosis in owned | {"grad-none-error", "wrong-return-type"}
+            assert variant.diagnosis in owned | {
+                "grad-none-error",
+                "wrong-return-type",
+                "runtime-error",
+                "non-finite-value",
+            }
     # A code of this unit's kinds is said as `incorrect` on another kind's exercise.
     evaluate = get_exercise("evaluate")
     assert diagnosis_words("parameter-rebound", evaluate) == diagnosis_words("incorrect", evaluate)
@@ -83,6 +96,40 @@ def test_the_mean_is_judged_along_the_learners_own_steps() -> None:
     assert source != exercise.solution_code
     report = judge_source(exercise, source)
     assert [c.id for c in report.checks if not c.passed] == ["weights-match"]
+
+
+# --- early-stopping --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", get_exercise("early-stopping").cases, ids=lambda s: s.id)
+def test_the_stopping_reference_is_an_ordinary_fit(spec: CaseSpec) -> None:
+    """The grader's training and validation are an ordinary loop's; the rule stops where a
+    plain patience counter does; the visible cases stop before `max_epochs`, at an epoch later
+    than the best one, so a kept state_dict, an off-by-one patience and a count never reset
+    all show."""
+    model, train, validation = patience_fit.build_fit_case(spec.harness_spec())
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr)
+    losses, steps = [], []
+    for _ in range(spec.epochs):
+        for x, y in train:
+            optimizer.zero_grad()
+            nn.MSELoss()(model(x), y).backward()
+            optimizer.step()
+            steps.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+        with torch.no_grad():
+            losses.append(sum(nn.MSELoss()(model(x), y).item() for x, y in validation) / 2)
+    trained = patience_fit.trained(spec)
+    assert all(torch.allclose(a, torch.tensor(b)) for a, b in zip(steps, trained, strict=True))
+    best, without, stop = float("inf"), 0, spec.epochs
+    for epoch, loss in enumerate(losses, start=1):
+        best, without = (loss, 0) if loss < best else (best, without + 1)
+        if without == spec.patience:
+            stop = epoch
+            break
+    assert (patience_fit.stopping_epoch(losses, spec.patience) or spec.epochs) == stop
+    if not spec.hidden:
+        assert patience_fit.best_epoch(losses[:stop]) < stop < spec.epochs
+        assert patience_fit.stopping_epoch(losses, spec.patience, consecutive=False) != stop
 
 
 # --- optimizer-by-hand -----------------------------------------------------------------------

@@ -764,6 +764,234 @@ CORRECT_STYLES["mlp-epoch"] = {
     """,
 }
 
+CORRECT_STYLES["early-stopping"] = {
+    "tensors cloned by hand": """
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            history, best, best_weights, bad = [], None, None, 0
+            for _ in range(max_epochs):
+                model.train()
+                for x, y in train_batches:
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    val = [loss_fn(model(x), y).item() for x, y in val_batches]
+                model.train()
+                history.append(sum(val) / len(val))
+                if best is None or history[-1] < best:
+                    best = history[-1]
+                    best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    bad = 0
+                else:
+                    bad += 1
+                    if bad == patience:
+                        break
+            model.load_state_dict(best_weights)
+            return history
+    """,
+    "deepcopy of the model": """
+        import copy
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            losses, best_model, wait = [], None, 0
+            for epoch in range(max_epochs):
+                for x, y in train_batches:
+                    optimizer.zero_grad()
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                model.eval()
+                total = 0.0
+                with torch.no_grad():
+                    for x, y in val_batches:
+                        total += loss_fn(model(x), y).item()
+                model.train()
+                losses.append(total / len(val_batches))
+                if losses[-1] < min(losses[:-1], default=float("inf")):
+                    best_model, wait = copy.deepcopy(model), 0
+                else:
+                    wait += 1
+                if wait >= patience:
+                    break
+            model.load_state_dict(best_model.state_dict())
+            return losses
+    """,
+    "best epoch's index": """
+        import copy
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            losses, states = [], []
+            for epoch in range(max_epochs):
+                model.train()
+                for x, y in train_batches:
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    val = torch.stack([loss_fn(model(x), y) for x, y in val_batches]).mean()
+                model.train()
+                losses.append(val.item())
+                states.append(copy.deepcopy(model.state_dict()))
+                best = losses.index(min(losses))
+                if epoch - best >= patience:
+                    break
+            model.load_state_dict(states[losses.index(min(losses))])
+            return losses
+    """,
+    "inference_mode and a counter that counts up": """
+        import copy
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            best_val = float("inf")
+            best = copy.deepcopy(model.state_dict())
+            epochs_without_improvement = 0
+            val_losses = []
+            epoch = 0
+            while epoch < max_epochs and epochs_without_improvement < patience:
+                model.train()
+                for x, y in train_batches:
+                    model.zero_grad()
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                model.eval()
+                with torch.inference_mode():
+                    val = sum(float(loss_fn(model(x), y)) for x, y in val_batches)
+                model.train()
+                val /= len(val_batches)
+                val_losses.append(val)
+                if val < best_val:
+                    best_val, epochs_without_improvement = val, 0
+                    best = copy.deepcopy(model.state_dict())
+                else:
+                    epochs_without_improvement += 1
+                epoch += 1
+            model.load_state_dict(best)
+            return val_losses
+    """,
+    "state_dict copied with OrderedDict": """
+        from collections import OrderedDict
+        import torch
+
+        def fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience):
+            out = []
+            best_loss = float("inf")
+            snapshot = None
+            strikes = 0
+            for _ in range(max_epochs):
+                model.train()
+                for inputs, targets in train_batches:
+                    optimizer.zero_grad()
+                    loss_fn(model(inputs), targets).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    means = [loss_fn(model(i), t).item() for i, t in val_batches]
+                model.train()
+                current = sum(means) / len(means)
+                out.append(current)
+                if current < best_loss:
+                    best_loss = current
+                    snapshot = OrderedDict((k, v.clone()) for k, v in model.state_dict().items())
+                    strikes = 0
+                    continue
+                strikes += 1
+                if strikes >= patience:
+                    break
+            model.load_state_dict(snapshot)
+            return out
+    """,
+}
+
+CORRECT_STYLES["amp-clip-step"] = {
+    "torch.amp.autocast imported": """
+        import torch
+        from torch.amp import autocast
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            with autocast("cpu", dtype=torch.bfloat16):
+                output = model(x)
+                loss = loss_fn(output, y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.item()
+    """,
+    "backward inside autocast": """
+        import torch
+        from torch.nn.utils import clip_grad_norm_
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            model.zero_grad()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+                scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            clip_grad_norm_(model.parameters(), max_norm=max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            return float(loss.detach())
+    """,
+    "grads released by hand, positional autocast": """
+        import torch
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            for p in model.parameters():
+                p.grad = None
+            with torch.autocast("cpu", torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm, norm_type=2.0)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.detach().item()
+    """,
+    "parameters from the optimizer": """
+        import torch
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                prediction = model(x)
+            loss = loss_fn(prediction.float(), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.item()
+    """,
+    "a norm by hand": """
+        import torch
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            optimizer.zero_grad()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+            factor = min(1.0, max_norm / (norm.item() + 1e-6))
+            for p in model.parameters():
+                p.grad.mul_(factor)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss.item()
+    """,
+}
+
 
 def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> None:
     folders = sorted(path.parent.name for path in EXERCISES_DIR.glob("*/exercise.toml"))

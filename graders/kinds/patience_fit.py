@@ -1,0 +1,436 @@
+"""The `patience-fit` kind: a fit that stops when validation stops improving and keeps the
+best weights, `fit(model, optimizer, loss_fn, train_batches, val_batches, max_epochs, patience)
+-> list[float]`.
+
+A case builds `nn.Sequential(Linear, ReLU, Linear)` (`harness.build_mlp`) in training mode, the
+case's optimizer, `nn.MSELoss()`, `steps` training batches and two validation batches of
+`batch_size` (a small, noisy training set: validation gets better, then worse), `epochs` as
+`max_epochs` and `patience`. The function trains each epoch (zero, backward, step per batch),
+measures the mean of the validation batches' mean losses, keeps a copy of the weights of the
+epoch with the lowest validation loss so far (strictly lower improves), stops once `patience`
+epochs in a row brought no improvement, loads the best weights back and returns every epoch's
+validation loss.
+
+What the harness records: after each step of the case's optimizer, every parameter; at the end,
+the parameters, the returned list and its type, and whether every module is in training mode.
+
+The grader computes, from those values: the training it should be (`trained`), each epoch's
+validation loss at the parameters the learner's own last step of that epoch reached
+(`val_losses_along`), where the rule stops on those losses (`stopping_epoch`), and which
+epoch's weights are the best of them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from graders.diagnoses import Declared, Hint
+from graders.exercise import CaseSpec, Exercise
+from graders.explanation import Explanation, Traces
+from graders.harness import (
+    MAX_TYPE_NAME_CHARS,
+    Record,
+    build_mlp,
+    build_optimizer,
+    flat_parameters,
+    number_of,
+    type_name,
+)
+from graders.judging import CaseFindings, KindJudge, as_tensor, close, times, within_tolerance
+from graders.kind import ExerciseKind
+from graders.quoting import learner_text
+from graders.report import Diagnosis, PlotSeries
+from graders.trace import CaseTrace, TraceShape
+
+
+def build_fit_case(
+    spec: dict[str, Any],
+) -> tuple[
+    nn.Sequential, list[tuple[torch.Tensor, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]
+]:
+    """The case's MLP in training mode, its training batches and its validation batches, all
+    drawn from the case's generator (run in the sandbox too: harness names only)."""
+    generator = torch.Generator().manual_seed(int(spec["seed"]))
+    model = build_mlp(spec, generator)
+    in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
+    size = int(spec["batch_size"])
+    true_weight = torch.randn(out_features, in_features, generator=generator)
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(size, in_features, generator=generator)
+        noise = torch.randn(size, out_features, generator=generator)
+        return x, 0.3 * x @ true_weight.T + noise
+
+    train = [batch() for _ in range(int(spec["steps"]))]
+    validation = [batch() for _ in range(2)]
+    model.train()
+    return model, train, validation
+
+
+def record_fit(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> Record:
+    """One call of the fit; every parameter after each optimizer step, and at the end (run in
+    the sandbox too: harness names and build_fit_case only)."""
+    model, train, validation = build_fit_case(spec)
+    optimizer = build_optimizer(list(model.parameters()), spec)
+    most = 4 * int(spec["epochs"]) * int(spec["steps"])
+
+    def stepped(*_: Any) -> None:
+        if len(records) < most:
+            records.append({"parameters": flat_parameters(model)})
+
+    optimizer.register_step_post_hook(stepped)
+    returned = function(
+        model,
+        optimizer,
+        nn.MSELoss(),
+        [(x.clone(), y.clone()) for x, y in train],
+        [(x.clone(), y.clone()) for x, y in validation],
+        int(spec["epochs"]),
+        int(spec.get("patience", 1)),  # CaseSpec.patience's default: sent only when set
+    )
+    losses, losses_type = None, type_name(returned)
+    if isinstance(returned, list | tuple):
+        losses = [number_of(v) for v in returned[: int(spec["epochs"]) + 1]]
+        odd = [type_name(v) for v in returned if not isinstance(v, float)]
+        if odd:
+            losses_type = f"{losses_type} of {odd[0]}"[:MAX_TYPE_NAME_CHARS]
+    return {
+        "parameters": flat_parameters(model),
+        "losses": losses,
+        "losses_type": losses_type,
+        "training_after": float(all(m.training for m in model.modules())),
+    }
+
+
+def most_steps(spec: CaseSpec) -> int:
+    return 4 * spec.epochs * spec.steps
+
+
+def parameter_count(spec: CaseSpec) -> int:
+    hidden = spec.hidden_features
+    return hidden * (spec.in_features + 1) + spec.out_features * (hidden + 1)
+
+
+TRACE = TraceShape(
+    record_fields={"parameters": "parameters"},
+    final_fields={
+        "parameters": "parameters",
+        "losses": "numbers",
+        "losses_type": "text",
+        "training_after": "number",
+    },
+    most_records=most_steps,
+    exact=False,
+    parameter_count=parameter_count,
+)
+
+
+@functools.cache
+def trained(spec: CaseSpec) -> tuple[tuple[float, ...], ...]:
+    """The parameters after each step of `epochs` epochs of zero, backward, step per batch,
+    computed here."""
+    model, train, _ = build_fit_case(spec.harness_spec())
+    optimizer = build_optimizer(list(model.parameters()), spec.harness_spec())
+    found = []
+    for _ in range(spec.epochs):
+        for x, y in train:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            found.append(tuple(flat_parameters(model)))
+    return tuple(found)
+
+
+def val_losses_along(spec: CaseSpec, learner: CaseTrace) -> list[float]:
+    """The validation loss (the mean of the batches' mean losses) after each whole epoch the
+    learner's steps made, at the parameters of its last step, computed here."""
+    model, _, validation = build_fit_case(spec.harness_spec())
+    ends = [learner.records[end - 1]["parameters"] for end in _epoch_ends(spec, learner)]
+    found = []
+    with torch.no_grad():
+        for parameters in ends:
+            nn.utils.vector_to_parameters(as_tensor(parameters), model.parameters())
+            losses = [nn.functional.mse_loss(model(x), y).item() for x, y in validation]
+            found.append(sum(losses) / len(losses))
+    return found
+
+
+def _epoch_ends(spec: CaseSpec, learner: CaseTrace) -> range:
+    return range(spec.steps, len(learner.records) + 1, spec.steps)
+
+
+def stopping_epoch(losses: Sequence[float], patience: int, consecutive: bool = True) -> int | None:
+    """The epoch (from 1) at which the rule stops on these losses: the count of epochs without
+    a strictly lower loss than the best so far reaches `patience` (in a row, or, with
+    `consecutive` False, in all); None when it does not within them."""
+    best, without = float("inf"), 0
+    for epoch, loss in enumerate(losses, start=1):
+        if loss < best:
+            best = loss
+            if consecutive:
+                without = 0
+        else:
+            without += 1
+            if without >= patience:
+                return epoch
+    return None
+
+
+def best_epoch(losses: Sequence[float]) -> int:
+    """The epoch (from 1) of the lowest loss, the first of equal ones."""
+    return min(range(len(losses)), key=lambda i: (losses[i], i)) + 1
+
+
+CHECKS = {
+    "runs": "Every case ran to the end.",
+    "weights-match": "Each epoch trained with one zero, backward, step per batch.",
+    "val-losses": "Returns one validation loss per epoch, the mean of the validation batches' "
+    "losses.",
+    "stops-on-time": "Stops at the first epoch that makes `patience` epochs in a row without "
+    "improvement (or after `max_epochs`).",
+    "best-restored": "The model ends with the weights of the epoch with the lowest validation "
+    "loss.",
+    "training-mode": "The model is in training mode after the fit.",
+    "returns-list": "Returns a list of floats.",
+}
+
+
+def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
+    findings = CaseFindings(spec)
+    final = learner.final
+    assert final is not None  # parse_trace: a case that ran has its final record
+    at = f"In {findings.where()}"
+    steps = len(learner.records)
+    right = trained(spec)
+    for index, record in enumerate(learner.records[: len(right)]):
+        if not close(as_tensor(record["parameters"]), as_tensor(right[index])):
+            epoch, batch = divmod(index, spec.steps)
+            findings.fail(
+                "weights-match",
+                f"{at}: after batch {batch + 1} of epoch {epoch + 1}, the parameters are not "
+                "those of one zero, backward, step per batch.",
+            )
+            break
+    if steps > len(right):
+        findings.fail(
+            "weights-match",
+            f"{at}: your fit stepped the optimizer {steps} times; {spec.epochs} epochs of "
+            f"{spec.steps} batches make {len(right)} steps at most.",
+        )
+    along = val_losses_along(spec, learner)
+    epochs = len(along)
+    losses = final["losses"]
+    if steps % spec.steps or not epochs:
+        findings.fail(
+            "val-losses",
+            f"{at}: your fit stepped the optimizer {times(steps)}: not whole epochs of "
+            f"{spec.steps} batches.",
+        )
+    elif not isinstance(losses, list) or len(losses) != epochs:
+        count = "no list" if not isinstance(losses, list) else f"{len(losses)} losses"
+        findings.fail("val-losses", f"{at}: your fit trained {epochs} epochs and returned {count}.")
+    else:
+        for epoch, (mine, expected) in enumerate(zip(losses, along, strict=True), start=1):
+            if mine is None or not within_tolerance(mine, expected):
+                shown = "nothing numeric" if mine is None else f"{mine:.6g}"
+                findings.fail(
+                    "val-losses",
+                    f"{at}: for epoch {epoch} you returned {shown}; the validation loss at the "
+                    f"weights your epoch reached is {expected:.6g}.",
+                )
+                break
+    if epochs:
+        stop = stopping_epoch(along, spec.patience)
+        if stop is not None and stop < epochs:
+            findings.fail(
+                "stops-on-time",
+                f"{at}: epoch {stop} was the {_ordinal(spec.patience)} in a row without "
+                f"improvement (patience {spec.patience}), but your fit went on to epoch "
+                f"{epochs}.",
+            )
+        elif stop is None and epochs < spec.epochs:
+            findings.fail(
+                "stops-on-time",
+                f"{at}: your fit stopped after epoch {epochs}, before `patience` "
+                f"({spec.patience}) epochs in a row brought no improvement.",
+            )
+        best = best_epoch(along)
+        kept = learner.records[best * spec.steps - 1]["parameters"]
+        if not close(as_tensor(final["parameters"]), as_tensor(kept)):
+            last = along[-1]
+            findings.fail(
+                "best-restored",
+                f"{at}: epoch {best} had the lowest validation loss ({along[best - 1]:.6g}; the "
+                f"last, epoch {epochs}, {last:.6g}), but the model does not end with its "
+                "weights.",
+            )
+    else:
+        findings.fail("stops-on-time", f"{at}: your fit made no whole epoch.")
+        findings.fail("best-restored", f"{at}: your fit made no whole epoch.")
+    if not final["training_after"]:
+        findings.fail(
+            "training-mode",
+            f"{at}: the model is in evaluation mode after the fit. Call `model.train()` after "
+            "each validation.",
+        )
+    if final["losses_type"] not in ("list", "tuple"):
+        findings.fail(
+            "returns-list",
+            f"{at}: your fit returned a {learner_text(final['losses_type'])}; return a list "
+            "of floats (`.item()` of each loss).",
+        )
+    return findings
+
+
+def _ordinal(number: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(number, f"{number}th")
+
+
+def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
+    return []
+
+
+def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
+    """The mistakes of early stopping, each decided from the validation losses computed here
+    along the learner's own steps, with the training and the returned losses right: the last
+    weights kept where an earlier epoch was best; a stop one epoch off the rule's; a count of
+    epochs without improvement never reset."""
+    fits: dict[Diagnosis, bool] = dict.fromkeys(
+        ("best-weights-not-kept", "patience-off-by-one", "patience-not-reset"), True
+    )
+    shown: dict[Diagnosis, bool] = dict.fromkeys(fits, False)
+    for spec in exercise.cases:
+        trace = traces[spec.id]
+        final = trace.final
+        right = trained(spec)
+        steps = len(trace.records)
+        if final is None or steps % spec.steps or steps > len(right):
+            return []
+        if not all(
+            close(as_tensor(r["parameters"]), as_tensor(w))
+            for r, w in zip(trace.records, right, strict=False)
+        ):
+            return []
+        along = val_losses_along(spec, trace)
+        losses = final["losses"]
+        if not along or not isinstance(losses, list) or len(losses) != len(along):
+            return []
+        if not all(
+            m is not None and within_tolerance(m, e) for m, e in zip(losses, along, strict=True)
+        ):
+            return []
+        epochs = len(along)
+        kept = trace.records[best_epoch(along) * spec.steps - 1]["parameters"]
+        ends_best = close(as_tensor(final["parameters"]), as_tensor(kept))
+        ends_last = close(
+            as_tensor(final["parameters"]), as_tensor(trace.records[-1]["parameters"])
+        )
+        on_time = (stopping_epoch(along, spec.patience) or spec.epochs) == epochs
+        # One epoch late: the rule stopped at the one before; one early: one more would have.
+        late = stopping_epoch(along, spec.patience) == epochs - 1
+        early = epochs < spec.epochs and stopping_epoch(along, spec.patience - 1 or 1) == epochs
+        in_all = (stopping_epoch(along, spec.patience, consecutive=False) or spec.epochs) == epochs
+        fits["best-weights-not-kept"] &= on_time and ends_last
+        shown["best-weights-not-kept"] |= not ends_best
+        fits["patience-off-by-one"] &= ends_best and (on_time or late or early)
+        shown["patience-off-by-one"] |= not on_time
+        fits["patience-not-reset"] &= ends_best and in_all
+        shown["patience-not-reset"] |= not on_time
+    return [Explanation((code,), "patience-fit") for code in fits if fits[code] and shown[code]]
+
+
+JUDGE = KindJudge(
+    checks=CHECKS,
+    return_type=("losses_type", ("list", "tuple")),
+    judge_case=judge_case,
+    plots=plots,
+)
+
+_FIX = """```python
+best_loss, best_state, best_epoch = float("inf"), None, 0
+for epoch in range(max_epochs):
+    ...  # train, then measure val_loss
+    losses.append(val_loss)
+    if val_loss < best_loss:
+        best_loss, best_epoch = val_loss, len(losses)
+        best_state = copy.deepcopy(model.state_dict())
+    elif len(losses) - best_epoch >= patience:
+        break
+model.load_state_dict(best_state)
+```"""
+
+# The diagnoses only this kind's models give (graders.diagnoses).
+DIAGNOSES: tuple[Declared, ...] = (
+    Declared(
+        code="best-weights-not-kept",
+        name="Last weights, not the best",
+        words=(
+            "After your fit the model holds the last epoch's weights, not those of the epoch "
+            "with the lowest validation loss. Either the best weights were never loaded back, "
+            "or what was kept is `model.state_dict()` itself, whose tensors are the model's own "
+            "and go on training: keep `copy.deepcopy(model.state_dict())` and load it at the "
+            "end."
+        ),
+        hint=Hint(
+            where="Look at how you keep the best epoch's weights, and what you load at the end.",
+            what=(
+                "`model.state_dict()` returns the model's own tensors, not a copy: kept as it "
+                "is, it changes with every later step."
+            ),
+            fix=_FIX,
+            lesson="best",
+        ),
+    ),
+    Declared(
+        code="patience-off-by-one",
+        name="Patience off by one",
+        words=(
+            "Your fit stops one epoch away from where the rule stops: it should stop at the "
+            "first epoch that makes `patience` epochs in a row without improvement, that "
+            "epoch's loss included in the list."
+        ),
+        hint=Hint(
+            where="Look at the comparison of your count of epochs without improvement with "
+            "`patience`, and where in the epoch you make it.",
+            what=(
+                "With patience p, the fit stops right after the p-th epoch in a row without "
+                "improvement: `>=` after counting that epoch, not `>`."
+            ),
+            fix=_FIX,
+            lesson="patience",
+        ),
+    ),
+    Declared(
+        code="patience-not-reset",
+        name="Patience count never reset",
+        words=(
+            "Your fit counts every epoch without improvement since the start: the count must "
+            "go back to zero when an epoch improves, so that only epochs in a row stop it."
+        ),
+        hint=Hint(
+            where="Look at what happens to your count of epochs without improvement when an "
+            "epoch improves.",
+            what="Patience counts epochs in a row without improvement: an improvement resets it.",
+            fix=_FIX,
+            lesson="patience",
+        ),
+    ),
+)
+
+KIND = ExerciseKind(
+    name="patience-fit",
+    summary="A fit over epochs that stops when validation stops improving, keeps a copy of the "
+    "best weights and loads them back.",
+    record=record_fit,
+    case_settings=frozenset({"epochs", "patience", "hidden_features"}),
+    trace=TRACE,
+    judge=JUDGE,
+    models=stopping_models,
+    sandbox_helpers=(build_fit_case,),
+    diagnoses=DIAGNOSES,
+)

@@ -1,0 +1,15 @@
+# expect: runtime-error, score 0-0
+import torch
+
+
+def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    scaler.update()
+    return loss.item()
