@@ -42,7 +42,14 @@ from graders.harness import (
     number_of,
     type_name,
 )
-from graders.judging import CaseFindings, KindJudge, as_tensor, close, times, within_tolerance
+from graders.judging import (
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close_numbers,
+    times,
+    within_tolerance,
+)
 from graders.kind import ExerciseKind
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import CaseTrace, TraceShape
@@ -206,7 +213,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     steps = len(learner.records)
     right = trained(spec)
     for index, record in enumerate(learner.records[: len(right)]):
-        if not close(as_tensor(record["parameters"]), as_tensor(right[index])):
+        if not close_numbers(record["parameters"], right[index]):
             epoch, batch = divmod(index, spec.steps)
             findings.fail(
                 "weights-match",
@@ -259,7 +266,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             )
         best = best_epoch(along)
         kept = learner.records[best * spec.steps - 1]["parameters"]
-        if not close(as_tensor(final["parameters"]), as_tensor(kept)):
+        if not close_numbers(final["parameters"], kept):
             last = along[-1]
             findings.fail(
                 "best-restored",
@@ -310,8 +317,7 @@ def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> l
         if final is None or steps % spec.steps or steps > len(right):
             return []
         if not all(
-            close(as_tensor(r["parameters"]), as_tensor(w))
-            for r, w in zip(trace.records, right, strict=False)
+            close_numbers(r["parameters"], w) for r, w in zip(trace.records, right, strict=False)
         ):
             return []
         along = val_losses_along(spec, trace)
@@ -324,10 +330,8 @@ def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> l
             return []
         epochs = len(along)
         kept = trace.records[best_epoch(along) * spec.steps - 1]["parameters"]
-        ends_best = close(as_tensor(final["parameters"]), as_tensor(kept))
-        ends_last = close(
-            as_tensor(final["parameters"]), as_tensor(trace.records[-1]["parameters"])
-        )
+        ends_best = close_numbers(final["parameters"], kept)
+        ends_last = close_numbers(final["parameters"], trace.records[-1]["parameters"])
         on_time = (stopping_epoch(along, spec.patience) or spec.epochs) == epochs
         # One epoch late: the rule stopped at the one before; one early: one more would have.
         late = stopping_epoch(along, spec.patience) == epochs - 1
