@@ -168,6 +168,20 @@ def times(count: int) -> str:
     return {0: "never", 1: "once", 2: "twice"}.get(count, f"{count} times")
 
 
+_TIMES = {
+    0: Sentence("judging/never", "never"),
+    1: Sentence("judging/once", "once"),
+    2: Sentence("judging/twice", "twice"),
+}
+N_TIMES = Sentence("judging/times", "{count} times")
+
+
+def said_times(count: int) -> Said:
+    """`times`, said as a part of a check's sentence."""
+    sentence = _TIMES.get(count)
+    return sentence() if sentence is not None else N_TIMES(count=count)
+
+
 @dataclass(frozen=True)
 class CaseData:
     """The trusted starting point of a case: its model's parameters and their gradients by name

@@ -101,6 +101,18 @@ def false_claims(exercise: Exercise, report: GradeReport, traces: Traces) -> tup
     return problems, said
 
 
+def unworded_checks(exercise: Exercise, report: GradeReport) -> list[str]:
+    """Each check message said as plain text, not as a declared sentence (graders.sentences):
+    its words would be stored, not made when read, and rewording them would mark every graded
+    result for regrade."""
+    return [
+        f"{exercise.id}: check {check.id}'s message is a plain text, not a declared Sentence "
+        f'(docs/authoring.md, "A check\'s sentences"): {check.message[:80]!r}'
+        for check in report.checks
+        if check.said is None
+    ]
+
+
 @dataclass(frozen=True)
 class MutantVerdict:
     """How the grader took one mutant of the reference; `report` is None for an equivalent one."""
@@ -245,6 +257,7 @@ def soundness(exercise: Exercise) -> Soundness:
         false, said = false_claims(exercise, report, traces)
         problems.extend(false)
         checked += said
+        problems.extend(unworded_checks(exercise, report))
         return report
 
     reference = proven(*told(exercise, exercise.solution_code))

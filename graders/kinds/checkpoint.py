@@ -23,19 +23,22 @@ import torch
 from graders.diagnoses import Declared, Hint
 from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
+from graders.feedback import learner_text
 from graders.harness import Case, Record, build_case, optimizer_state, type_name, values_of
 from graders.judging import (
+    RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     close,
     close_values,
-    difference,
+    differs,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
 from graders.optimizers import STATE_FIELDS
 from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -156,14 +159,48 @@ def _state(model: Any, optimizer: Any) -> dict[str, Any]:
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "returns-dict": "`save` returns a dict.",
-    "model-restored": "After `resume` the model holds the saved weights.",
-    "optimizer-restored": "After `resume` the optimizer holds the saved state (momentum buffers, "
-    "Adam's running averages and step count).",
-    "training-continues": "Training after `resume` equals training without interruption, step "
-    "by step.",
+    "runs": RAN_TO_THE_END,
+    "returns-dict": Sentence("checkpoint/passed-returns-dict", "`save` returns a dict."),
+    "model-restored": Sentence(
+        "checkpoint/passed-model-restored", "After `resume` the model holds the saved weights."
+    ),
+    "optimizer-restored": Sentence(
+        "checkpoint/passed-optimizer-restored",
+        "After `resume` the optimizer holds the saved state (momentum buffers, Adam's running "
+        "averages and step count).",
+    ),
+    "training-continues": Sentence(
+        "checkpoint/passed-training-continues",
+        "Training after `resume` equals training without interruption, step by step.",
+    ),
 }
+
+# What the checks say (graders.sentences): what differs, the learner's first.
+AT_CASE = Sentence("checkpoint/at-case", "In {case}")
+AT_RESUME = Sentence("checkpoint/at-resume", "{at}, after `resume`")
+AT_SECOND_RESUME = Sentence(
+    "checkpoint/at-second-resume", "{at}, after `resume` a second time from the same checkpoint"
+)
+NOT_A_DICT = Sentence("checkpoint/not-a-dict", "{at}: `save` returned a {type}, not a dict.")
+MODEL_NOT_RESTORED = Sentence(
+    "checkpoint/model-not-restored",
+    "{at} the model does not hold the saved weights: {difference}. Load them with "
+    "`model.load_state_dict(...)` into the model you were given.",
+)
+OPTIMIZER_NOT_RESTORED = Sentence(
+    "checkpoint/optimizer-not-restored",
+    "{at} the optimizer holds {held} for the model's weight, not the saved one. Save "
+    "`optimizer.state_dict()` too and load it with `optimizer.load_state_dict(...)`; load the "
+    "weights into the model's own parameters (`model.load_state_dict(...)`), the ones the "
+    "optimizer holds.",
+)
+NO_STATE = Sentence("checkpoint/no-state", "no state")
+ANOTHER_STATE = Sentence("checkpoint/another-state", "another state")
+TRAINING_DIFFERS = Sentence(
+    "checkpoint/training-differs",
+    "{at}, {steps} step(s) later, the weights differ from training without interruption: "
+    "{difference}.",
+)
 
 
 def _model_restored(record: Record, saved: dict[str, Any]) -> bool:
@@ -192,57 +229,44 @@ def _state_is_empty(record: Record) -> bool:
     return all(record[field] is None for field in STATE_FIELDS)
 
 
-def resumed_pairs(spec: CaseSpec, trace: CaseTrace) -> list[tuple[str, list[Record]]]:
+def resumed_pairs(spec: CaseSpec, trace: CaseTrace) -> list[tuple[Sentence, list[Record]]]:
     """The records of each pair resumed from the checkpoint, with how a message names it."""
     half = spec.steps + 1
-    return [
-        ("after `resume`", trace.records[:half]),
-        ("after `resume` a second time from the same checkpoint", trace.records[half:]),
-    ]
+    return [(AT_RESUME, trace.records[:half]), (AT_SECOND_RESUME, trace.records[half:])]
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     right = uninterrupted(spec)
     assert learner.final is not None
     if learner.final["state_type"] != "dict":
         findings.fail(
-            "returns-dict",
-            f"{at}: `save` returned a {learner.final['state_type']}, not a dict.",
+            "returns-dict", NOT_A_DICT(at=at, type=learner_text(learner.final["state_type"]))
         )
     for when, records in resumed_pairs(spec, learner):
-        _judge_pair(findings, f"{at}, {when}", records, right)
+        _judge_pair(findings, when(at=at), records, right)
     return findings
 
 
 def _judge_pair(
-    findings: CaseFindings, at: str, records: list[Record], right: list[dict[str, Any]]
+    findings: CaseFindings, at: Said, records: list[Record], right: list[dict[str, Any]]
 ) -> None:
     resumed = records[0]
     if not _model_restored(resumed, right[0]):
-        findings.fail(
-            "model-restored",
-            f"{at} the model does not hold the saved weights: "
-            f"{difference('weight', as_tensor(resumed['weight']), right[0]['weight'])}. Load "
-            "them with `model.load_state_dict(...)` into the model you were given.",
-        )
+        difference = differs("weight", as_tensor(resumed["weight"]), right[0]["weight"])
+        findings.fail("model-restored", MODEL_NOT_RESTORED(at=at, difference=difference))
     if not _optimizer_restored(resumed, right[0]):
-        held = "no state" if _state_is_empty(resumed) else "another state"
-        findings.fail(
-            "optimizer-restored",
-            f"{at} the optimizer holds {held} for the model's weight, not the "
-            "saved one. Save `optimizer.state_dict()` too and load it with "
-            "`optimizer.load_state_dict(...)`; load the weights into the model's own "
-            "parameters (`model.load_state_dict(...)`), the ones the optimizer holds.",
-        )
+        held = (NO_STATE if _state_is_empty(resumed) else ANOTHER_STATE)()
+        findings.fail("optimizer-restored", OPTIMIZER_NOT_RESTORED(at=at, held=held))
     for index, (record, state) in enumerate(zip(records[1:], right[1:], strict=True)):
         mine = as_tensor(record["weight"])
         if not (close(mine, state["weight"]) and close_values(record["bias"], state["bias"])):
             findings.fail(
                 "training-continues",
-                f"{at}, {index + 1} step(s) later, the weights differ from training "
-                f"without interruption: {difference('weight', mine, state['weight'])}.",
+                TRAINING_DIFFERS(
+                    at=at, steps=index + 1, difference=differs("weight", mine, state["weight"])
+                ),
             )
             break
 

@@ -38,9 +38,19 @@ from graders.harness import (
     number_of,
     type_name,
 )
-from graders.judging import CaseFindings, KindJudge, as_tensor, close, times, within_tolerance
+from graders.judging import (
+    RAN_TO_THE_END,
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close,
+    said_times,
+    then,
+    within_tolerance,
+)
 from graders.kind import ExerciseKind
 from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -169,72 +179,113 @@ def _said_parameter(spec: CaseSpec, index: int) -> str:
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "weights-match": "After the epoch every parameter equals one zero, backward, step per batch.",
-    "mean-loss": "Returns the mean loss per example: each batch's loss weighted by its size.",
-    "training-mode": "The model is in training mode after the call.",
+    "runs": RAN_TO_THE_END,
+    "weights-match": Sentence(
+        "dataloader-epoch/passed-weights-match",
+        "After the epoch every parameter equals one zero, backward, step per batch.",
+    ),
+    "mean-loss": Sentence(
+        "dataloader-epoch/passed-mean-loss",
+        "Returns the mean loss per example: each batch's loss weighted by its size.",
+    ),
+    "training-mode": Sentence(
+        "dataloader-epoch/passed-training-mode", "The model is in training mode after the call."
+    ),
     # The hook that sees the forward passes runs in the learner's process: it teaches, with no
     # points (docs/security.md).
-    "forward-in-training": "Every forward pass the harness saw ran in training mode: this check "
-    "carries no points.",
-    "returns-float": "Returns a Python float.",
+    "forward-in-training": Sentence(
+        "dataloader-epoch/passed-forward-in-training",
+        "Every forward pass the harness saw ran in training mode: this check carries no points.",
+    ),
+    "returns-float": Sentence("dataloader-epoch/passed-returns-float", "Returns a Python float."),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AT_CASE = Sentence("dataloader-epoch/at-case", "In {case}")
+PARAMETER_DIFFERS = Sentence(
+    "dataloader-epoch/parameter-differs",
+    "{at}: after the epoch `{where}` is {yours:.6g} where {theirs:.6g} was expected.",
+)
+STEPPED = Sentence(
+    "dataloader-epoch/stepped",
+    "Your loop stepped the optimizer {count} for {batches} batches.",
+)
+LOSSES_UNTOLD = Sentence(
+    "dataloader-epoch/losses-untold",
+    "{at}: your loop stepped the optimizer {count} for {batches} batches, so the batches' losses "
+    "cannot be told apart.",
+)
+NOTHING_NUMERIC = Sentence("dataloader-epoch/nothing-numeric", "nothing numeric")
+MEAN_DIFFERS = Sentence(
+    "dataloader-epoch/mean-differs",
+    "{at}: you returned {shown:.6g}; the mean loss per example over your epoch is {mean:.6g} "
+    "({batches} batches, the last of {last} examples).",
+)
+LEFT_IN_EVAL = Sentence(
+    "dataloader-epoch/left-in-eval",
+    "{at}: the model was handed in evaluation mode and is still in it after your epoch. Call "
+    "`model.train()` before the first batch.",
+)
+FORWARDS_IN_EVAL = Sentence(
+    "dataloader-epoch/forwards-in-eval",
+    "{at}: {evaluating} of the {forwards} forward passes the harness saw ran in evaluation mode.",
+)
+NOT_FLOAT = Sentence(
+    "dataloader-epoch/not-float",
+    "{at}: your function returned a {type}, not a `float`. Use `.item()`.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     final = learner.final
     assert final is not None  # parse_trace: a case that ran has its final record
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     batches = batch_count(spec)
     mine, expected = as_tensor(final["parameters"]), as_tensor(expected_parameters(spec))
     if not close(mine, expected):
         gap = (mine - expected).abs()
         index = int(gap.argmax())
         steps = len(learner.records)
-        counted = (
-            f" Your loop stepped the optimizer {times(steps)} for {batches} batches."
-            if steps != batches
-            else ""
+        counted = STEPPED(count=said_times(steps), batches=batches) if steps != batches else None
+        differing = PARAMETER_DIFFERS(
+            at=at,
+            where=_said_parameter(spec, index),
+            yours=mine[index].item(),
+            theirs=expected[index].item(),
         )
-        findings.fail(
-            "weights-match",
-            f"{at}: after the epoch `{_said_parameter(spec, index)}` is "
-            f"{mine[index].item():.6g} where {expected[index].item():.6g} was expected.{counted}",
-        )
+        findings.fail("weights-match", then(differing, counted))
     value, losses = final["value"], losses_along(spec, learner)
     if losses is None:
         findings.fail(
             "mean-loss",
-            f"{at}: your loop stepped the optimizer {times(len(learner.records))} for {batches} "
-            "batches, so the batches' losses cannot be told apart.",
+            LOSSES_UNTOLD(at=at, count=said_times(len(learner.records)), batches=batches),
         )
     elif value is None or not within_tolerance(value, weighted_mean(losses)):
-        shown = "nothing numeric" if value is None else f"{value:.6g}"
+        shown: Said | float = NOTHING_NUMERIC() if value is None else value
         findings.fail(
             "mean-loss",
-            f"{at}: you returned {shown}; the mean loss per example over your epoch is "
-            f"{weighted_mean(losses):.6g} ({len(losses)} batches, the last of "
-            f"{losses[-1][1]} examples).",
+            MEAN_DIFFERS(
+                at=at,
+                shown=shown,
+                mean=weighted_mean(losses),
+                batches=len(losses),
+                last=losses[-1][1],
+            ),
         )
     if not final["training_after"]:
-        findings.fail(
-            "training-mode",
-            f"{at}: the model was handed in evaluation mode and is still in it after your "
-            "epoch. Call `model.train()` before the first batch.",
-        )
+        findings.fail("training-mode", LEFT_IN_EVAL(at=at))
     if final["train_forwards"] != final["forwards"] or not final["forwards"]:
         findings.fail(
             "forward-in-training",
-            f"{at}: {int(final['forwards'] - final['train_forwards'])} of the "
-            f"{int(final['forwards'])} forward passes the harness saw ran in evaluation mode.",
+            FORWARDS_IN_EVAL(
+                at=at,
+                evaluating=int(final["forwards"] - final["train_forwards"]),
+                forwards=int(final["forwards"]),
+            ),
         )
     if final["value_type"] != "float":
-        findings.fail(
-            "returns-float",
-            f"{at}: your function returned a {learner_text(final['value_type'])}, not a "
-            "`float`. Use `.item()`.",
-        )
+        findings.fail("returns-float", NOT_FLOAT(at=at, type=learner_text(final["value_type"])))
     return findings
 
 

@@ -18,6 +18,7 @@ from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
 from graders.harness import CallRecorder, Record, build_case, parameters_of, type_name, values_of
 from graders.judging import (
+    RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
@@ -27,12 +28,13 @@ from graders.judging import (
     cleared,
     close,
     close_values,
-    difference,
+    differs,
     loss_and_gradients,
-    times,
+    said_times,
 )
 from graders.kind import ExerciseKind
 from graders.report import PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 
 
@@ -76,39 +78,107 @@ TRACE = TraceShape(
 )
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "returns-pair": "Returns a tuple of two tensors.",
-    "first-is-fresh": "The first gradient is exactly one backward pass's.",
-    "second-is-double": (
-        "The second gradient is two backward passes' gradient added up: twice one pass's."
+    "runs": RAN_TO_THE_END,
+    "returns-pair": Sentence(
+        "gradient-pair/passed-returns-pair",
+        "Returns a tuple of two tensors.",
     ),
-    "copies": "Both are copies: clearing `.grad` afterwards does not change them.",
-    "weights-unchanged": "The weights are unchanged: no optimizer step.",
+    "first-is-fresh": Sentence(
+        "gradient-pair/passed-first-is-fresh",
+        "The first gradient is exactly one backward pass's.",
+    ),
+    "second-is-double": Sentence(
+        "gradient-pair/passed-second-is-double",
+        "The second gradient is two backward passes' gradient added up: twice one pass's.",
+    ),
+    "copies": Sentence(
+        "gradient-pair/passed-copies",
+        "Both are copies: clearing `.grad` afterwards does not change them.",
+    ),
+    "weights-unchanged": Sentence(
+        "gradient-pair/passed-weights-unchanged",
+        "The weights are unchanged: no optimizer step.",
+    ),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first;
+# a cause only from what the harness recorded.
+AT_CASE = Sentence("gradient-pair/at-case", "In {case}")
+AT = Sentence("gradient-pair/at", "{at}: {what}")
+NOT_A_PAIR = Sentence(
+    "gradient-pair/not-a-pair",
+    "{at}: your function returned a {type}; return `(first, second)`, two tensors.",
+)
+NO_TENSORS = Sentence(
+    "gradient-pair/no-tensors",
+    "{at}: your function returned no gradient tensors, so there is no copy to check. Return "
+    "`model.weight.grad.clone()` as each of `(first, second)`.",
+)
+LIVE_GRAD = Sentence(
+    "gradient-pair/live-grad",
+    "{at}: after your function returned, zeroing `.grad` in place changed the {which} tensor "
+    "you returned: it is the live `.grad`, not a copy. Return `model.weight.grad.clone()`.",
+)
+FIRST_AND_SECOND = Sentence("gradient-pair/first-and-second", "first and second")
+WEIGHTS_CHANGED = Sentence(
+    "gradient-pair/weights-changed",
+    "{at}: your function changed the weights: {difference}. This exercise takes no optimizer step.",
+)
+BACKWARD_COUNT = Sentence(
+    "gradient-pair/backward-count",
+    "your code ran backward() {count}. The second gradient must come from a second backward() "
+    "pass that PyTorch adds to `.grad`, not be computed from the first.",
+)
+CLEARED_BETWEEN = Sentence(
+    "gradient-pair/cleared-between",
+    "your code called zero_grad() between the two backward() passes.",
+)
+NOT_THE_SUM = Sentence(
+    "gradient-pair/not-the-sum",
+    "after your function, `model.weight.grad` is not the sum of the two passes: the second "
+    "gradient must be what `.grad` accumulated, not a value computed beside it.",
+)
+FIRST_NONE = Sentence("gradient-pair/first-none", "the first gradient you returned is `None`.")
+FIRST_DOUBLE = Sentence(
+    "gradient-pair/first-double",
+    "the first gradient is already twice one pass's: it was taken after the second backward(), "
+    "or it is the live `.grad`, which the second pass added to. Clone it right after the first "
+    "backward().",
+)
+FIRST_DIFFERS = Sentence(
+    "gradient-pair/first-differs",
+    "the first gradient is not one backward pass's gradient: {difference}.",
+)
+SECOND_NONE = Sentence("gradient-pair/second-none", "the second gradient you returned is `None`.")
+SECOND_SINGLE = Sentence(
+    "gradient-pair/second-single",
+    "the second gradient equals one pass's: the gradients were cleared between the two passes, "
+    "so nothing accumulated. Do not call zero_grad() in between.",
+)
+SECOND_DIFFERS = Sentence(
+    "gradient-pair/second-differs",
+    "the second gradient is not twice one pass's: {difference}.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     data = case_data(spec)
     record = learner.records[0]
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1]["weight"]
     first, second = record["first"], record["second"]
 
     if record["result_type"] != "tuple" or first is None or second is None:
-        findings.fail(
-            "returns-pair",
-            f"{at}: your function returned a {learner_text(record['result_type'])}; return "
-            "`(first, second)`, two tensors.",
-        )
+        findings.fail("returns-pair", NOT_A_PAIR(at=at, type=learner_text(record["result_type"])))
     if not close_values(first, fresh):
-        findings.fail("first-is-fresh", f"{at}: {_describe_first(first, fresh)}")
+        findings.fail("first-is-fresh", AT(at=at, what=_describe_first(first, fresh)))
     if not close_values(second, 2 * fresh):
-        findings.fail("second-is-double", f"{at}: {_describe_second(second, fresh)}")
+        findings.fail("second-is-double", AT(at=at, what=_describe_second(second, fresh)))
     else:
         shown = _undemonstrated(record, fresh)
-        if shown:
-            findings.fail("second-is-double", f"{at}: {shown}")
+        if shown is not None:
+            findings.fail("second-is-double", AT(at=at, what=shown))
     changed = [
         name
         for name in ("first", "second")
@@ -117,30 +187,21 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     # A tuple holding anything but two tensors holds no copy (a placeholder `...`, None). A
     # list or other container is not looked inside: returns-pair says what to return instead.
     if record["result_type"] == "tuple" and (first is None or second is None):
-        findings.fail(
-            "copies",
-            f"{at}: your function returned no gradient tensors, so there is no copy to check. "
-            "Return `model.weight.grad.clone()` as each of `(first, second)`.",
-        )
+        findings.fail("copies", NO_TENSORS(at=at))
     if changed:
-        findings.fail(
-            "copies",
-            f"{at}: after your function returned, zeroing `.grad` in place changed the "
-            f"{' and '.join(changed)} tensor you returned: it is the live `.grad`, not a copy. "
-            "Return `model.weight.grad.clone()`.",
-        )
+        which: Said | str = FIRST_AND_SECOND() if len(changed) == 2 else changed[0]
+        findings.fail("copies", LIVE_GRAD(at=at, which=which))
     weight = as_tensor(record["weight"])
     if not (close(weight, data.weight) and close(as_tensor(record["bias"]), data.bias)):
         findings.fail(
             "weights-unchanged",
-            f"{at}: your function changed the weights: "
-            f"{difference('weight', weight, data.weight)}. This exercise takes no optimizer step.",
+            WEIGHTS_CHANGED(at=at, difference=differs("weight", weight, data.weight)),
         )
     return findings
 
 
-def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor) -> str:
-    """Why the recorded calls and `.grad` do not show the accumulation, or "" when they do.
+def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor) -> Said | None:
+    """Why the recorded calls and `.grad` do not show the accumulation, or None when they do.
 
     A second gradient worth twice the first can be computed from one pass (`2 * g`): the
     exercise asks to show PyTorch doing it, so the calls must be two backward() passes with no
@@ -149,51 +210,29 @@ def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor) -> str:
     calls: list[str] = record["calls"]
     backwards = [i for i, call in enumerate(calls) if call == "backward"]
     if len(backwards) != 2:
-        return (
-            f"your code ran backward() {times(len(backwards))}. The second gradient must come "
-            "from a second backward() pass that PyTorch adds to `.grad`, not be computed from "
-            "the first."
-        )
+        return BACKWARD_COUNT(count=said_times(len(backwards)))
     if "zero_grad" in calls[backwards[0] : backwards[1]]:
-        return "your code called zero_grad() between the two backward() passes."
+        return CLEARED_BETWEEN()
     cleared_after = "zero_grad" in calls[backwards[1] :] and cleared(record["weight_grad"])
     if not (close_values(record["weight_grad"], 2 * fresh) or cleared_after):
-        return (
-            "after your function, `model.weight.grad` is not the sum of the two passes: the "
-            "second gradient must be what `.grad` accumulated, not a value computed beside it."
-        )
-    return ""
+        return NOT_THE_SUM()
+    return None
 
 
-def _describe_first(first: object, fresh: torch.Tensor) -> str:
+def _describe_first(first: object, fresh: torch.Tensor) -> Said:
     if first is None:
-        return "the first gradient you returned is `None`."
+        return FIRST_NONE()
     if close(as_tensor(first), 2 * fresh):
-        return (
-            "the first gradient is already twice one pass's: it was taken after the second "
-            "backward(), or it is the live `.grad`, which the second pass added to. Clone it "
-            "right after the first backward()."
-        )
-    return (
-        "the first gradient is not one backward pass's gradient: "
-        + difference("first", as_tensor(first), fresh)
-        + "."
-    )
+        return FIRST_DOUBLE()
+    return FIRST_DIFFERS(difference=differs("first", as_tensor(first), fresh))
 
 
-def _describe_second(second: object, fresh: torch.Tensor) -> str:
+def _describe_second(second: object, fresh: torch.Tensor) -> Said:
     if second is None:
-        return "the second gradient you returned is `None`."
+        return SECOND_NONE()
     if close(as_tensor(second), fresh):
-        return (
-            "the second gradient equals one pass's: the gradients were cleared between the "
-            "two passes, so nothing accumulated. Do not call zero_grad() in between."
-        )
-    return (
-        "the second gradient is not twice the first: "
-        + difference("second", as_tensor(second), 2 * fresh)
-        + "."
-    )
+        return SECOND_SINGLE()
+    return SECOND_DIFFERS(difference=differs("second", as_tensor(second), 2 * fresh))
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:

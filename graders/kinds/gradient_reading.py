@@ -19,9 +19,18 @@ from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.feedback import learner_text
 from graders.harness import Case, Record, build_case, number_of, parameters_of, type_name
-from graders.judging import CaseFindings, KindJudge, close, same_value, within_tolerance
+from graders.judging import (
+    RAN_TO_THE_END,
+    CaseFindings,
+    KindJudge,
+    close,
+    same_value,
+    then,
+    within_tolerance,
+)
 from graders.kind import ExerciseKind
 from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 
 
@@ -61,18 +70,53 @@ TRACE = TraceShape(
 )
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "magnitude-correct": "Returns the sum of |grad| over all parameters in every case.",
-    "grads-unchanged": "Leaves every gradient as it found it.",
-    "returns-float": "Returns a Python float.",
+    "runs": RAN_TO_THE_END,
+    "magnitude-correct": Sentence(
+        "gradient-reading/passed-magnitude",
+        "Returns the sum of |grad| over all parameters in every case.",
+    ),
+    "grads-unchanged": Sentence(
+        "gradient-reading/passed-grads-unchanged", "Leaves every gradient as it found it."
+    ),
+    "returns-float": Sentence("gradient-reading/passed-returns-float", "Returns a Python float."),
 }
 
 STATES = {
-    "present": "gradients present",
-    "none": "`.grad` released by zero_grad() (None)",
-    "zeros": "`.grad` filled with zeros by zero_grad(set_to_none=False)",
-    "mixed": "the weight's gradient present and the bias's None",
+    "present": Sentence("gradient-reading/state-present", "gradients present"),
+    "none": Sentence("gradient-reading/state-none", "`.grad` released by zero_grad() (None)"),
+    "zeros": Sentence(
+        "gradient-reading/state-zeros",
+        "`.grad` filled with zeros by zero_grad(set_to_none=False)",
+    ),
+    "mixed": Sentence(
+        "gradient-reading/state-mixed", "the weight's gradient present and the bias's None"
+    ),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AT_CASE = Sentence("gradient-reading/at-case", "In {case} ({state})")
+WITHOUT_ABS = Sentence(
+    "gradient-reading/without-abs",
+    "{at}: the magnitude is wrong. You returned {value:.6g}, the sum without abs(): gradients "
+    "can be negative.",
+)
+NOTHING_NUMERIC = Sentence("gradient-reading/nothing-numeric", "nothing numeric")
+MAGNITUDE_DIFFERS = Sentence(
+    "gradient-reading/magnitude-differs",
+    "{at}: the magnitude is wrong. You returned {value:.6g}; the sum of |grad| is {expected:.6g}.",
+)
+RELEASED_IS_ZERO = Sentence(
+    "gradient-reading/released-is-zero", "A released gradient (None) counts as zero."
+)
+GRADS_CHANGED = Sentence(
+    "gradient-reading/grads-changed",
+    "{at}: your function changed {names}. Read the gradients; do not clear or modify them.",
+)
+BOTH_GRADS = Sentence("gradient-reading/both-grads", "`weight.grad` and `bias.grad`")
+NOT_FLOAT = Sentence(
+    "gradient-reading/not-float",
+    "{at}: your function returned a {type}, not a `float`. Use `.item()` or `float(...)`.",
+)
 
 
 @functools.cache
@@ -96,17 +140,16 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     findings = CaseFindings(spec)
     record = learner.records[0]
     expected, without_abs, grads_before = expected_magnitudes(spec)
-    at = f"In {findings.where()} ({STATES[spec.grad_state]})"
+    at = AT_CASE(case=findings.case(), state=STATES[spec.grad_state]())
     value = record["value"]
     if value is None or not within_tolerance(value, expected):
         if value is not None and within_tolerance(value, without_abs):
-            detail = f" You returned {value:.6g}, the sum without abs(): gradients can be negative."
+            said = WITHOUT_ABS(at=at, value=value)
         else:
-            shown = "nothing numeric" if value is None else f"{value:.6g}"
-            detail = f" You returned {shown}; the sum of |grad| is {expected:.6g}."
-        if spec.grad_state in ("none", "mixed"):
-            detail += " A released gradient (None) counts as zero."
-        findings.fail("magnitude-correct", f"{at}: the magnitude is wrong.{detail}")
+            shown: Said | float = NOTHING_NUMERIC() if value is None else value
+            said = MAGNITUDE_DIFFERS(at=at, value=shown, expected=expected)
+        released = RELEASED_IS_ZERO() if spec.grad_state in ("none", "mixed") else None
+        findings.fail("magnitude-correct", then(said, released))
     changed = [
         name
         for name in ("weight_grad", "bias_grad")
@@ -114,19 +157,12 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         or (record[name] is None) != (grads_before[name] is None)
     ]
     if changed:
-        names = " and ".join("`" + name.replace("_", ".") + "`" for name in changed)
-        findings.fail(
-            "grads-unchanged",
-            f"{at}: your function changed {names}. Read the gradients; do not clear or "
-            "modify them.",
+        names: Said | str = (
+            BOTH_GRADS() if len(changed) == 2 else "`" + changed[0].replace("_", ".") + "`"
         )
+        findings.fail("grads-unchanged", GRADS_CHANGED(at=at, names=names))
     if record["value_type"] != "float":
-        findings.fail(
-            "returns-float",
-            f"{at}: your function returned a {learner_text(record['value_type'])}, not a "
-            "`float`. "
-            "Use `.item()` or `float(...)`.",
-        )
+        findings.fail("returns-float", NOT_FLOAT(at=at, type=learner_text(record["value_type"])))
     return findings
 
 

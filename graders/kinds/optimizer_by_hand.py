@@ -27,17 +27,19 @@ from graders.exercises import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Case, Record, build_case, parameters_of, values_of
 from graders.judging import (
+    RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     case_data,
     close_values,
-    difference,
+    differs,
     loss_and_gradients,
 )
 from graders.kind import ExerciseKind
 from graders.optimizers import declared_optimizer
 from graders.report import PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import PARAMETERS, CaseTrace, TraceShape
 
 
@@ -117,13 +119,33 @@ def one_step(
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "weights-match": "After every call the weight and the bias are those of SGD with momentum "
-    "and weight decay.",
-    "velocities-match": "After every call the velocity tensors hold SGD's momentum buffers: "
-    "updated in place.",
-    "grads-unchanged": "Leaves every `.grad` as it found it.",
+    "runs": RAN_TO_THE_END,
+    "weights-match": Sentence(
+        "optimizer-by-hand/passed-weights-match",
+        "After every call the weight and the bias are those of SGD with momentum and weight decay.",
+    ),
+    "velocities-match": Sentence(
+        "optimizer-by-hand/passed-velocities-match",
+        "After every call the velocity tensors hold SGD's momentum buffers: updated in place.",
+    ),
+    "grads-unchanged": Sentence(
+        "optimizer-by-hand/passed-grads-unchanged",
+        "Leaves every `.grad` as it found it.",
+    ),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AT_CALL = Sentence("optimizer-by-hand/at-call", "In {case}, call {call}")
+AT_CALL_BIAS_NONE = Sentence(
+    "optimizer-by-hand/at-call-bias-none",
+    "In {case}, call {call} (the bias's `.grad` was `None`)",
+)
+AFTER_THE_CALL = Sentence("optimizer-by-hand/after-the-call", "{at}: after the call, {wrong}.")
+GRAD_WRITTEN = Sentence(
+    "optimizer-by-hand/grad-written",
+    "{at}: after the call, `.grad` is not the gradient the call was given. Read `.grad`; do not "
+    "write to it.",
+)
 
 
 # The recorded tensors in the learner's words: their arguments.
@@ -135,11 +157,11 @@ SAID = {
 }
 
 
-def _mismatch(record: Record, want: dict[str, torch.Tensor], names: tuple[str, ...]) -> str:
+def _mismatch(record: Record, want: dict[str, torch.Tensor], names: tuple[str, ...]) -> Said | None:
     for name in names:
         if not close_values(record[name], want[name]):
-            return difference(SAID[name], as_tensor(record[name]), want[name])
-    return ""
+            return differs(SAID[name], as_tensor(record[name]), want[name])
+    return None
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
@@ -147,29 +169,23 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     one call's update: one mistake is told where it is made, not in everything after it."""
     findings = CaseFindings(spec)
     for call, record in enumerate(learner.records):
-        at = f"In {findings.where()}, call {call + 1}"
-        if call % 2 == 1:
-            at += " (the bias's `.grad` was `None`)"
+        at = (AT_CALL_BIAS_NONE if call % 2 == 1 else AT_CALL)(case=findings.case(), call=call + 1)
         want, weight_grad, bias_grad = one_step(
             spec, call, learner.records[call - 1] if call else None
         )
         wrong = _mismatch(record, want, ("weight", "bias"))
-        if wrong:
-            findings.fail("weights-match", f"{at}: after the call, {wrong}.")
+        if wrong is not None:
+            findings.fail("weights-match", AFTER_THE_CALL(at=at, wrong=wrong))
         wrong = _mismatch(record, want, ("weight_velocity", "bias_velocity"))
-        if wrong:
-            findings.fail("velocities-match", f"{at}: after the call, {wrong}.")
+        if wrong is not None:
+            findings.fail("velocities-match", AFTER_THE_CALL(at=at, wrong=wrong))
         kept = close_values(record["weight_grad"], weight_grad) and (
             record["bias_grad"] is None
             if bias_grad is None
             else close_values(record["bias_grad"], bias_grad)
         )
         if not kept:
-            findings.fail(
-                "grads-unchanged",
-                f"{at}: after the call, `.grad` is not the gradient the call was given. Read "
-                "`.grad`; do not write to it.",
-            )
+            findings.fail("grads-unchanged", GRAD_WRITTEN(at=at))
     return findings
 
 

@@ -54,10 +54,12 @@ from graders.kind import ExerciseKind
 from graders.report import Diagnosis, PlotSeries
 from graders.trace import CaseTrace, TraceShape
 
-Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
-
-def build_fit_case(spec: dict[str, Any]) -> tuple[nn.Sequential, Batches, Batches]:
+def build_fit_case(
+    spec: dict[str, Any],
+) -> tuple[
+    nn.Sequential, list[tuple[torch.Tensor, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]
+]:
     """The case's MLP in training mode, its training batches and its validation batches, all
     drawn from the case's generator (run in the sandbox too: harness names only)."""
     generator = torch.Generator().manual_seed(int(spec["seed"]))

@@ -12,7 +12,7 @@ import pytest
 from graders.exercises import get_exercise, judged_source
 from graders.judging import HIDDEN_CHECK_FAILURE
 from graders.kinds import step_function
-from graders.proving import judge_source
+from graders.proving import judge_source, unworded_checks
 from graders.sentences import (
     SENTENCES,
     Said,
@@ -90,3 +90,14 @@ def test_every_declared_sentence_is_a_template_of_named_fields() -> None:
     for key, sentence in SENTENCES.items():
         assert sentence.key == key and "/" in key
         assert all(name.isidentifier() for name in sentence.fields)
+
+
+def test_the_proof_refuses_a_check_said_as_plain_text() -> None:
+    exercise = get_exercise("train-step")
+    report = judge_source(exercise, exercise.variants[0].source)
+    assert unworded_checks(exercise, report) == []
+    plain = report.model_copy(
+        update={"checks": [report.checks[0].model_copy(update={"said": None}), *report.checks[1:]]}
+    )
+    (problem,) = unworded_checks(exercise, plain)
+    assert "is a plain text, not a declared Sentence" in problem

@@ -16,7 +16,22 @@ EXERCISES = list_exercises()
 
 
 def without_docstrings(source: str) -> str:
-    return "\n".join(line for line in source.splitlines() if not line.strip().startswith('"""'))
+    """The source with its docstrings' lines deleted, as a learner would delete them (a
+    docstring may span lines; comments stay)."""
+    docstring_lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.FunctionDef | ast.ClassDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            first, last = body[0].lineno, body[0].end_lineno or body[0].lineno
+            docstring_lines.update(range(first, last + 1))
+    lines = source.splitlines()
+    return "\n".join(line for number, line in enumerate(lines, 1) if number not in docstring_lines)
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
