@@ -29,10 +29,18 @@ from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Record, build_case, number_of, parameters_of, type_name
-from graders.judging import CaseFindings, KindJudge, as_tensor, close_values, difference
+from graders.judging import (
+    RAN_TO_THE_END,
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close_values,
+    differs,
+)
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
 from graders.report import PlotSeries
+from graders.sentences import Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -120,46 +128,74 @@ def expected(spec: CaseSpec) -> tuple[Record, ...]:
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "weights-match": "After every call the weights are those of the step: unscaled, clipped, "
-    "then stepped by the scaler.",
-    "scaler-updated": "After every call the scaler's scale is the one `scaler.update()` sets.",
-    "loss-returned": "Returns the loss computed under autocast, unscaled.",
-    "returns-float": "Returns a Python float.",
+    "runs": RAN_TO_THE_END,
+    "weights-match": Sentence(
+        "mixed-precision-step/passed-weights-match",
+        "After every call the weights are those of the step: unscaled, clipped, then stepped by "
+        "the scaler.",
+    ),
+    "scaler-updated": Sentence(
+        "mixed-precision-step/passed-scaler-updated",
+        "After every call the scaler's scale is the one `scaler.update()` sets.",
+    ),
+    "loss-returned": Sentence(
+        "mixed-precision-step/passed-loss-returned",
+        "Returns the loss computed under autocast, unscaled.",
+    ),
+    "returns-float": Sentence(
+        "mixed-precision-step/passed-returns-float", "Returns a Python float."
+    ),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AFTER_CALL = Sentence("mixed-precision-step/after-call", "In {case}, after call {call}")
+WEIGHT_DIFFERS = Sentence("mixed-precision-step/weight-differs", "{at}: {wrong}.")
+SCALE_DIFFERS = Sentence(
+    "mixed-precision-step/scale-differs",
+    "{at}: the scaler's scale is 2**{yours:g} where 2**{theirs:g} was expected.",
+)
+NO_SCALE = Sentence(
+    "mixed-precision-step/no-scale",
+    "{at}: the scaler's scale is not a number where 2**{theirs:g} was expected.",
+)
+LOSS_DIFFERS = Sentence(
+    "mixed-precision-step/loss-differs",
+    "{at}: you returned {yours:.6g}; the loss under autocast was {theirs:.6g}.",
+)
+NO_FINITE_LOSS = Sentence(
+    "mixed-precision-step/no-finite-loss",
+    "{at}: you returned no finite number; the loss under autocast was {theirs:.6g}.",
+)
+NOT_FLOAT = Sentence(
+    "mixed-precision-step/not-float",
+    "{at}: your function returned a {type}, not a `float`. Use `loss.item()`.",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     for call, (record, want) in enumerate(zip(learner.records, expected(spec), strict=False)):
-        at = f"In {findings.where()}, after call {call + 1}"
+        at = AFTER_CALL(case=findings.case(), call=call + 1)
         for name in ("weight", "bias"):
             theirs = as_tensor(want[name])
             if not close_values(record[name], theirs):
-                mine = as_tensor(record[name])
-                findings.fail("weights-match", f"{at}: {difference(name, mine, theirs)}.")
+                wrong = differs(name, as_tensor(record[name]), theirs)
+                findings.fail("weights-match", WEIGHT_DIFFERS(at=at, wrong=wrong))
                 break
         scale = record["scale_log2"]
-        if scale is None or scale != want["scale_log2"]:
-            shown = "not a number" if scale is None else f"2**{scale:g}"
+        if scale is None:
+            findings.fail("scaler-updated", NO_SCALE(at=at, theirs=want["scale_log2"]))
+        elif scale != want["scale_log2"]:
             findings.fail(
-                "scaler-updated",
-                f"{at}: the scaler's scale is {shown} where 2**{want['scale_log2']:g} was "
-                "expected.",
+                "scaler-updated", SCALE_DIFFERS(at=at, yours=scale, theirs=want["scale_log2"])
             )
         loss = record["loss"]
-        if loss is None or not close_values([loss], as_tensor([want["loss"]])):
-            shown = "no finite number" if loss is None else f"{loss:.6g}"
-            findings.fail(
-                "loss-returned",
-                f"{at}: you returned {shown}; the loss under autocast was {want['loss']:.6g}.",
-            )
+        if loss is None:
+            findings.fail("loss-returned", NO_FINITE_LOSS(at=at, theirs=want["loss"]))
+        elif not close_values([loss], as_tensor([want["loss"]])):
+            findings.fail("loss-returned", LOSS_DIFFERS(at=at, yours=loss, theirs=want["loss"]))
         if record["loss_type"] != "float":
-            findings.fail(
-                "returns-float",
-                f"{at}: your function returned a {learner_text(record['loss_type'])}, not a "
-                "`float`. Use `loss.item()`.",
-            )
+            findings.fail("returns-float", NOT_FLOAT(at=at, type=learner_text(record["loss_type"])))
     return findings
 
 

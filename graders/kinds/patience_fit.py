@@ -41,10 +41,19 @@ from graders.harness import (
     number_of,
     type_name,
 )
-from graders.judging import CaseFindings, KindJudge, as_tensor, close, times, within_tolerance
+from graders.judging import (
+    RAN_TO_THE_END,
+    CaseFindings,
+    KindJudge,
+    as_tensor,
+    close_numbers,
+    said_times,
+    within_tolerance,
+)
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
 from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -187,61 +196,128 @@ def best_epoch(losses: Sequence[float]) -> int:
 
 
 CHECKS = {
-    "runs": "Every case ran to the end.",
-    "weights-match": "Each epoch trained with one zero, backward, step per batch.",
-    "val-losses": "Returns one validation loss per epoch, the mean of the validation batches' "
-    "losses.",
-    "stops-on-time": "Stops at the first epoch that makes `patience` epochs in a row without "
-    "improvement (or after `max_epochs`).",
-    "best-restored": "The model ends with the weights of the epoch with the lowest validation "
-    "loss.",
-    "training-mode": "The model is in training mode after the fit.",
-    "returns-list": "Returns a list of floats.",
+    "runs": RAN_TO_THE_END,
+    "weights-match": Sentence(
+        "patience-fit/passed-weights-match",
+        "Each epoch trained with one zero, backward, step per batch.",
+    ),
+    "val-losses": Sentence(
+        "patience-fit/passed-val-losses",
+        "Returns one validation loss per epoch, the mean of the validation batches' losses.",
+    ),
+    "stops-on-time": Sentence(
+        "patience-fit/passed-stops-on-time",
+        "Stops at the first epoch that makes `patience` epochs in a row without improvement (or "
+        "after `max_epochs`).",
+    ),
+    "best-restored": Sentence(
+        "patience-fit/passed-best-restored",
+        "The model ends with the weights of the epoch with the lowest validation loss.",
+    ),
+    "training-mode": Sentence(
+        "patience-fit/passed-training-mode", "The model is in training mode after the fit."
+    ),
+    "returns-list": Sentence("patience-fit/passed-returns-list", "Returns a list of floats."),
 }
+
+# What the checks say (graders.sentences): what differs and by how much, the learner's first.
+AT_CASE = Sentence("patience-fit/at-case", "In {case}")
+STEP_DIFFERS = Sentence(
+    "patience-fit/step-differs",
+    "{at}: after batch {batch} of epoch {epoch}, the parameters are not those of one zero, "
+    "backward, step per batch.",
+)
+TOO_MANY_STEPS = Sentence(
+    "patience-fit/too-many-steps",
+    "{at}: your fit stepped the optimizer {steps} times; {epochs} epochs of {batches} batches "
+    "make {most} steps at most.",
+)
+NOT_WHOLE_EPOCHS = Sentence(
+    "patience-fit/not-whole-epochs",
+    "{at}: your fit stepped the optimizer {count}: not whole epochs of {batches} batches.",
+)
+NO_LIST = Sentence(
+    "patience-fit/no-list", "{at}: your fit trained {epochs} epochs and returned no list."
+)
+LIST_LENGTH = Sentence(
+    "patience-fit/list-length",
+    "{at}: your fit trained {epochs} epochs and returned {count} losses.",
+)
+VAL_DIFFERS = Sentence(
+    "patience-fit/val-differs",
+    "{at}: for epoch {epoch} you returned {yours:.6g}; the validation loss at the weights your "
+    "epoch reached is {theirs:.6g}.",
+)
+VAL_MISSING = Sentence(
+    "patience-fit/val-missing",
+    "{at}: for epoch {epoch} you returned nothing numeric; the validation loss at the weights "
+    "your epoch reached is {theirs:.6g}.",
+)
+WENT_ON = Sentence(
+    "patience-fit/went-on",
+    "{at}: epoch {stop} made {patience} epochs in a row without improvement (patience "
+    "{patience}), but your fit went on to epoch {epochs}.",
+)
+STOPPED_EARLY = Sentence(
+    "patience-fit/stopped-early",
+    "{at}: your fit stopped after epoch {epochs}, before `patience` ({patience}) epochs in a "
+    "row brought no improvement.",
+)
+NO_EPOCH = Sentence("patience-fit/no-epoch", "{at}: your fit made no whole epoch.")
+NOT_BEST = Sentence(
+    "patience-fit/not-best",
+    "{at}: epoch {best} had the lowest validation loss ({lowest:.6g}; the last, epoch {epochs}, "
+    "{last:.6g}), but the model does not end with its weights.",
+)
+LEFT_IN_EVAL = Sentence(
+    "patience-fit/left-in-eval",
+    "{at}: the model is in evaluation mode after the fit. Call `model.train()` after each "
+    "validation.",
+)
+NOT_LIST = Sentence(
+    "patience-fit/not-list",
+    "{at}: your fit returned a {type}; return a list of floats (`.item()` of each loss).",
+)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     final = learner.final
     assert final is not None  # parse_trace: a case that ran has its final record
-    at = f"In {findings.where()}"
+    at = AT_CASE(case=findings.case())
     steps = len(learner.records)
     right = trained(spec)
     for index, record in enumerate(learner.records[: len(right)]):
-        if not close(as_tensor(record["parameters"]), as_tensor(right[index])):
+        if not close_numbers(record["parameters"], right[index]):
             epoch, batch = divmod(index, spec.steps)
-            findings.fail(
-                "weights-match",
-                f"{at}: after batch {batch + 1} of epoch {epoch + 1}, the parameters are not "
-                "those of one zero, backward, step per batch.",
-            )
+            findings.fail("weights-match", STEP_DIFFERS(at=at, batch=batch + 1, epoch=epoch + 1))
             break
     if steps > len(right):
         findings.fail(
             "weights-match",
-            f"{at}: your fit stepped the optimizer {steps} times; {spec.epochs} epochs of "
-            f"{spec.steps} batches make {len(right)} steps at most.",
+            TOO_MANY_STEPS(
+                at=at, steps=steps, epochs=spec.epochs, batches=spec.steps, most=len(right)
+            ),
         )
     along = val_losses_along(spec, learner)
     epochs = len(along)
     losses = final["losses"]
     if steps % spec.steps or not epochs:
         findings.fail(
-            "val-losses",
-            f"{at}: your fit stepped the optimizer {times(steps)}: not whole epochs of "
-            f"{spec.steps} batches.",
+            "val-losses", NOT_WHOLE_EPOCHS(at=at, count=said_times(steps), batches=spec.steps)
         )
-    elif not isinstance(losses, list) or len(losses) != epochs:
-        count = "no list" if not isinstance(losses, list) else f"{len(losses)} losses"
-        findings.fail("val-losses", f"{at}: your fit trained {epochs} epochs and returned {count}.")
+    elif not isinstance(losses, list):
+        findings.fail("val-losses", NO_LIST(at=at, epochs=epochs))
+    elif len(losses) != epochs:
+        findings.fail("val-losses", LIST_LENGTH(at=at, epochs=epochs, count=len(losses)))
     else:
         for epoch, (mine, expected) in enumerate(zip(losses, along, strict=True), start=1):
-            if mine is None or not within_tolerance(mine, expected):
-                shown = "nothing numeric" if mine is None else f"{mine:.6g}"
+            if mine is None:
+                findings.fail("val-losses", VAL_MISSING(at=at, epoch=epoch, theirs=expected))
+                break
+            if not within_tolerance(mine, expected):
                 findings.fail(
-                    "val-losses",
-                    f"{at}: for epoch {epoch} you returned {shown}; the validation loss at the "
-                    f"weights your epoch reached is {expected:.6g}.",
+                    "val-losses", VAL_DIFFERS(at=at, epoch=epoch, yours=mine, theirs=expected)
                 )
                 break
     if epochs:
@@ -249,46 +325,27 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         if stop is not None and stop < epochs:
             findings.fail(
                 "stops-on-time",
-                f"{at}: epoch {stop} was the {_ordinal(spec.patience)} in a row without "
-                f"improvement (patience {spec.patience}), but your fit went on to epoch "
-                f"{epochs}.",
+                WENT_ON(at=at, stop=stop, patience=spec.patience, epochs=epochs),
             )
         elif stop is None and epochs < spec.epochs:
             findings.fail(
-                "stops-on-time",
-                f"{at}: your fit stopped after epoch {epochs}, before `patience` "
-                f"({spec.patience}) epochs in a row brought no improvement.",
+                "stops-on-time", STOPPED_EARLY(at=at, epochs=epochs, patience=spec.patience)
             )
         best = best_epoch(along)
         kept = learner.records[best * spec.steps - 1]["parameters"]
-        if not close(as_tensor(final["parameters"]), as_tensor(kept)):
-            last = along[-1]
+        if not close_numbers(final["parameters"], kept):
             findings.fail(
                 "best-restored",
-                f"{at}: epoch {best} had the lowest validation loss ({along[best - 1]:.6g}; the "
-                f"last, epoch {epochs}, {last:.6g}), but the model does not end with its "
-                "weights.",
+                NOT_BEST(at=at, best=best, lowest=along[best - 1], epochs=epochs, last=along[-1]),
             )
     else:
-        findings.fail("stops-on-time", f"{at}: your fit made no whole epoch.")
-        findings.fail("best-restored", f"{at}: your fit made no whole epoch.")
+        findings.fail("stops-on-time", NO_EPOCH(at=at))
+        findings.fail("best-restored", NO_EPOCH(at=at))
     if not final["training_after"]:
-        findings.fail(
-            "training-mode",
-            f"{at}: the model is in evaluation mode after the fit. Call `model.train()` after "
-            "each validation.",
-        )
+        findings.fail("training-mode", LEFT_IN_EVAL(at=at))
     if final["losses_type"] not in ("list", "tuple"):
-        findings.fail(
-            "returns-list",
-            f"{at}: your fit returned a {learner_text(final['losses_type'])}; return a list "
-            "of floats (`.item()` of each loss).",
-        )
+        findings.fail("returns-list", NOT_LIST(at=at, type=learner_text(final["losses_type"])))
     return findings
-
-
-def _ordinal(number: int) -> str:
-    return {1: "first", 2: "second", 3: "third"}.get(number, f"{number}th")
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
@@ -312,8 +369,7 @@ def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> l
         if final is None or steps % spec.steps or steps > len(right):
             return []
         if not all(
-            close(as_tensor(r["parameters"]), as_tensor(w))
-            for r, w in zip(trace.records, right, strict=False)
+            close_numbers(r["parameters"], w) for r, w in zip(trace.records, right, strict=False)
         ):
             return []
         along = val_losses_along(spec, trace)
@@ -326,10 +382,8 @@ def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> l
             return []
         epochs = len(along)
         kept = trace.records[best_epoch(along) * spec.steps - 1]["parameters"]
-        ends_best = close(as_tensor(final["parameters"]), as_tensor(kept))
-        ends_last = close(
-            as_tensor(final["parameters"]), as_tensor(trace.records[-1]["parameters"])
-        )
+        ends_best = close_numbers(final["parameters"], kept)
+        ends_last = close_numbers(final["parameters"], trace.records[-1]["parameters"])
         on_time = (stopping_epoch(along, spec.patience) or spec.epochs) == epochs
         # One epoch late: the rule stopped at the one before; one early: one more would have.
         late = stopping_epoch(along, spec.patience) == epochs - 1
