@@ -1098,5 +1098,106 @@ def record_epoch(
 RECORDERS['dataloader-epoch'] = record_epoch
 
 
+def build_fit_case(spec: dict[str, Any]) -> tuple[nn.Sequential, Batches, Batches]:
+    """The case's MLP in training mode, its training batches and its validation batches, all
+    drawn from the case's generator (run in the sandbox too: harness names only)."""
+    generator = torch.Generator().manual_seed(int(spec["seed"]))
+    model = build_mlp(spec, generator)
+    in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
+    size = int(spec["batch_size"])
+    true_weight = torch.randn(out_features, in_features, generator=generator)
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(size, in_features, generator=generator)
+        noise = torch.randn(size, out_features, generator=generator)
+        return x, 0.3 * x @ true_weight.T + noise
+
+    train = [batch() for _ in range(int(spec["steps"]))]
+    validation = [batch() for _ in range(2)]
+    model.train()
+    return model, train, validation
+
+
+def record_fit(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> Record:
+    """One call of the fit; every parameter after each optimizer step, and at the end (run in
+    the sandbox too: harness names and build_fit_case only)."""
+    model, train, validation = build_fit_case(spec)
+    optimizer = build_optimizer(list(model.parameters()), spec)
+    most = 4 * int(spec["epochs"]) * int(spec["steps"])
+
+    def stepped(*_: Any) -> None:
+        if len(records) < most:
+            records.append({"parameters": flat_parameters(model)})
+
+    optimizer.register_step_post_hook(stepped)
+    returned = function(
+        model,
+        optimizer,
+        nn.MSELoss(),
+        [(x.clone(), y.clone()) for x, y in train],
+        [(x.clone(), y.clone()) for x, y in validation],
+        int(spec["epochs"]),
+        int(spec.get("patience", 1)),  # CaseSpec.patience's default: sent only when set
+    )
+    losses, losses_type = None, type_name(returned)
+    if isinstance(returned, list | tuple):
+        losses = [number_of(v) for v in returned[: int(spec["epochs"]) + 1]]
+        odd = [type_name(v) for v in returned if not isinstance(v, float)]
+        if odd:
+            losses_type = f"{losses_type} of {odd[0]}"[:MAX_TYPE_NAME_CHARS]
+    return {
+        "parameters": flat_parameters(model),
+        "losses": losses,
+        "losses_type": losses_type,
+        "training_after": float(all(m.training for m in model.modules())),
+    }
+
+
+RECORDERS['patience-fit'] = record_fit
+
+
+def make_scaler(spec: dict[str, Any]) -> torch.amp.GradScaler:
+    """The case's scaler: its `loss_scale` at first (1024, CaseSpec's default, when the case
+    sets none), doubled by every `update()` after a step without an overflow, halved after one
+    (run in the sandbox too: harness names only)."""
+    scale = float(spec.get("loss_scale", 1024.0))
+    return torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=1)
+
+
+def record_amp_steps(
+    function: Callable[..., Any], spec: dict[str, Any], records: list[Record]
+) -> None:
+    """Call the function once per batch on one scaler (run in the sandbox too: harness names
+    and make_scaler only)."""
+    case = build_case(spec)
+    scaler = make_scaler(spec)
+    for x, y in case.inputs:
+        returned = function(
+            case.model,
+            case.optimizer,
+            scaler,
+            case.loss_fn,
+            x.clone(),
+            y.clone(),
+            float(spec["max_norm"]),
+        )
+        weights = parameters_of(case.model)
+        loss = number_of(returned)
+        records.append(
+            {
+                "weight": weights["weight"],
+                "bias": weights["bias"],
+                # A scale near float32's largest is past the trace's bound: its power of two.
+                "scale_log2": math.log2(scaler.get_scale()),
+                # A loss times such a scale is an infinity: no finite number, said as such.
+                "loss": loss if loss is not None and abs(loss) <= 1e15 else None,
+                "loss_type": type_name(returned),
+            }
+        )
+
+
+RECORDERS['mixed-precision-step'] = record_amp_steps
+
+
 if __name__ == "__main__":
     main()
