@@ -203,6 +203,8 @@ FIXED_MODEL = {
     "checkpoint": ("resume-training", 'model = {kind = "linear"}'),
     "optimizer-by-hand": ("sgd-momentum-by-hand", 'model = {kind = "mlp", hidden = [4]}'),
     "dataloader-epoch": ("mlp-epoch", 'loss = "mse"'),
+    "patience-fit": ("early-stopping", 'model = {kind = "mlp", hidden = [4]}'),
+    "mixed-precision-step": ("amp-clip-step", 'loss = "mse"'),
 }
 
 
