@@ -79,13 +79,15 @@ def check_exercises() -> int:
     serves what was proven sound without proving it again."""
     exercises, unloadable = loaded_exercises()
     problems = [f"refused: {reason}" for reason in unloadable.values()]
-    problems += [f"hints: {problem}" for problem in hint_problems(exercises)]
     problems += shared_positions(exercises)
     for exercise in exercises:
         found = soundness(exercise)
         # As graders.proving.prove() says them: the server refuses an exercise with the first.
         own = found.problems + variant_problems(exercise) + wording_problems(exercise)
         keep_proof(exercise, own)
+        # Its hints file's problems are its own too, counted on its line (the proof is kept
+        # without them: a hints file is read, and refused, on its own).
+        own += [f"hints: {problem}" for problem in hint_problems([exercise])]
         status = "ok" if not own else f"{len(own)} problem(s)"
         print(f"{exercise.position}. {exercise.id} ({exercise.version}): {status}")
         equivalent = sum(v.report is None for v in found.mutants)

@@ -260,6 +260,16 @@ def test_check_exercises_counts_every_problem_and_names_a_shared_position(
     assert f"{position}. train-step-again (" in said and "): 1 problem(s)\n" in said, said
     problems = [line for line in said.splitlines() if line.startswith("  - ")]
     assert len(problems) == 2, said
+
+    # A problem of its hints file is counted on the exercise's own line too.
+    hints = copy / "train-step-again" / "hints.toml"
+    hints.write_text(hints.read_text() + '\n["missing-zero-grad"]\nlesson = "x"\n')
+    assert check_exercises() == 1
+    said = capsys.readouterr().out
+    assert f"{position}. train-step-again (" in said and "): 2 problem(s)\n" in said, said
+    problems = [line for line in said.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 3, said
+    assert any(line.startswith("  - hints: ") for line in problems), said
     assert f"{copy / 'train-step-again'}/exercise.toml: correct: missing" in said
     assert (
         f"position {position}: {copy / 'train-step'} and {copy / 'train-step-again'} share it"
