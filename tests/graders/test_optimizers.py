@@ -134,9 +134,8 @@ def test_a_mistake_seen_only_in_the_optimizers_state_fails_optimizer_state() -> 
     learner = reference.model_copy(update={"records": records})
     findings = judge_case(spec, learner, reference)
     assert set(findings.failures) == {"optimizer-state"}
-    assert (
-        "`exp_avg` (the running mean of the gradients) differs"
-        in words_of(findings.failures["optimizer-state"])
+    assert "`exp_avg` (the running mean of the gradients) differs" in words_of(
+        findings.failures["optimizer-state"]
     )
     assert judge_case(spec, reference, reference).failures == {}
 
