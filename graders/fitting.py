@@ -707,15 +707,15 @@ loss.backward()
         name="Summed loss, not mean",
         words=(
             "Your gradients are a whole multiple of the correct ones, the batch's size or its "
-            "number of values: the loss was summed over the batch, not averaged. `nn.MSELoss()` "
-            "averages; use the `loss_fn` you were given."
+            "number of values: the loss was summed over the batch, not averaged. The "
+            "`loss_fn` you were given averages; use it."
         ),
         about="steps",
         hint=Hint(
             where="Look at how the loss is computed: `loss_fn`, or a sum of your own?",
             what=(
                 "A sum over the batch gives a gradient that many times larger than the mean the "
-                "exercise uses (`nn.MSELoss()` averages)."
+                "exercise uses (the `loss_fn` you are given averages)."
             ),
             fix="""Use the loss function you are given:
 
@@ -729,16 +729,16 @@ loss = loss_fn(model(x), y)
         name="Loss divided by the batch size",
         words=(
             "Your gradients are the correct ones divided by the batch's size, in every case: "
-            "the loss (or its gradient) was divided by the batch size, although `nn.MSELoss()` "
-            "already averages over the batch. Call `backward()` on the loss the `loss_fn` you "
-            "were given computes, as it is."
+            "the loss (or its gradient) was divided by the batch size, although the `loss_fn` "
+            "you were given already averages over the batch. Call `backward()` on the loss "
+            "that `loss_fn` computes, as it is."
         ),
         about="steps",
         hint=Hint(
             where="Look for a division by the batch size (`len(x)`, `x.shape[0]`) of the loss.",
             what=(
-                "`nn.MSELoss()` returns the mean over the batch already; dividing it by the "
-                "batch size again makes every step that many times too small."
+                "The `loss_fn` you are given returns the mean over the batch already; dividing "
+                "it by the batch size again makes every step that many times too small."
             ),
             fix="""Take the loss as `loss_fn` returns it:
 

@@ -18,6 +18,7 @@ from graders import exercises, grade
 from graders.exercise import CaseSpec
 from graders.exercises import ExerciseRefused, load_exercise
 from graders.harness import build_case, parameters_of
+from graders.hints import _hints_by_exercise, hints_for
 from graders.proving import prove
 from graders.scaffold import _toml_value
 
@@ -159,6 +160,33 @@ def test_a_bug_on_a_classifier_is_told_with_the_parameter_s_real_name(
     assert "`weight[" not in weights.message
     correct = (classifiers / "train-step" / "solution.py").read_text()
     assert grade("train-step", correct, runner=grading_runner).diagnosis == "correct"
+
+
+SUMMED_LOSS = """def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y) * len(x)
+    loss.backward()
+    optimizer.step()
+    return loss.item() / len(x)
+"""
+
+
+def test_a_summed_loss_on_a_classifier_names_no_mse_loss(
+    classifiers: Path, grading_runner: sandbox.Runner
+) -> None:
+    """A cross-entropy exercise is told of its loss_fn in words true of it: the feedback, every
+    check's message and every hint of the diagnosis name no `nn.MSELoss()`."""
+    _hints_by_exercise.cache_clear()
+    try:
+        report = grade("train-step", SUMMED_LOSS, runner=grading_runner)
+        hints = hints_for("train-step", report.diagnosis)
+    finally:
+        _hints_by_exercise.cache_clear()
+    assert report.diagnosis == "loss-sum-not-mean", report.feedback
+    assert hints is not None
+    said = [report.feedback, *(c.message for c in report.checks), *hints.levels]
+    assert "averages" in report.feedback
+    assert not [words for words in said if "MSELoss" in words]
 
 
 def test_a_declared_model_is_written_back_as_toml_by_the_scaffold() -> None:
