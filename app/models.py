@@ -343,11 +343,12 @@ class Submission(Base):
     diagnosis: Mapped[str | None] = mapped_column(String(64))
     checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     feedback: Mapped[str | None] = mapped_column(Text)
-    # The keys of the claims that held (graders.claims). Not NULL: `feedback` holds the grader's
-    # facts alone, and the words of the diagnosis and the claims are rendered when the result is
-    # read (app/grading/results.py), so rewording them changes no stored grade. NULL: a result
-    # stored before (0024), whose `feedback` holds every word as it was said then.
-    feedback_claims: Mapped[list[str] | None] = mapped_column(JSON)
+    # The keys of the claims that held (graders.claims), and the facts' sentences as said (each
+    # a dict, graders.sentences.Said). Not NULL: `feedback` holds the grader's facts alone, as
+    # said then, and the words of the facts, the diagnosis and the claims are rendered when the
+    # result is read (app/grading/results.py), so rewording them changes no stored grade. NULL:
+    # a result stored before (0024), whose `feedback` holds every word as it was said then.
+    feedback_claims: Mapped[list[str | dict[str, Any]] | None] = mapped_column(JSON)
     plots: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # What the code printed in the visible cases (never the hidden ones).
     output: Mapped[str | None] = mapped_column(Text)

@@ -28,22 +28,31 @@ from graders.explanation import (
     agrees,
     same_numbers,
 )
-from graders.feedback import ANOTHER_FIT, OTHER, SECOND
+from graders.feedback import OTHER, SECOND
 from graders.judging import (
     call_stream,
     same_trace,
 )
 from graders.kinds import kind_of
 from graders.report import Check, Diagnosis
+from graders.sentences import Said, Sentence
 from graders.trace import MARKS, CaseTrace
+
+# A known bug's note is its exercise's own words (data, part of the exercise's version); what
+# is said of another fit that has a note is this module's.
+VARIANT_NOTE = Sentence("diagnosis/variant-note", "{note}")
+ANOTHER_FIT_NOTE = Sentence(
+    "diagnosis/another-fit",
+    "Another explanation fits your numbers and your calls just as well (`{code}`): {note}",
+)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The diagnosis, a note for the learner, and other diagnoses that fit as well."""
+    """The diagnosis, the facts for the learner, and other diagnoses that fit as well."""
 
     diagnosis: Diagnosis
-    note: str
+    facts: tuple[Said, ...] = ()  # said when the grade is read (graders.sentences)
     also: tuple[Diagnosis, ...] = ()
     said: tuple[str, ...] = ()  # "second:CODE", "other:CODE": rendered from their codes
 
@@ -61,13 +70,13 @@ def diagnose(
     a hidden trace: a hidden case tells whether an explanation fits it, and nothing else.
     """
     if all(c.passed for c in checks):
-        return Verdict("correct", "")
+        return Verdict("correct")
     fitting = explanations(exercise, traces, trusted)
     visible = visible_part(exercise)
     said: list[Explanation] = []
     if visible == exercise:
         said = fitting
-    elif visible is not None and any(e.note for e in fitting):
+    elif visible is not None and any(e.note is not None for e in fitting):
         ids = [spec.id for spec in visible.cases]
         said = explanations(
             visible,
@@ -128,7 +137,7 @@ def _said_as(fit: Explanation, said: Diagnosis, meant: Diagnosis) -> Explanation
     if said not in fit.codes:
         return fit
     codes = tuple(dict.fromkeys(meant if code == said else code for code in fit.codes))
-    return Explanation(codes, fit.model, "" if fit.codes[0] == said else fit.note)
+    return Explanation(codes, fit.model, None if fit.codes[0] == said else fit.note)
 
 
 def visible_part(exercise: Exercise) -> Exercise | None:
@@ -144,7 +153,11 @@ def visible_part(exercise: Exercise) -> Exercise | None:
 def known_bugs(exercise: Exercise, traces: Traces, trusted: dict[str, Traces]) -> list[Explanation]:
     """The declared buggy loops whose every value and call order the learner's agree with."""
     return [
-        Explanation((variant.diagnosis,), f"variant:{variant.id}", variant.note)
+        Explanation(
+            (variant.diagnosis,),
+            f"variant:{variant.id}",
+            VARIANT_NOTE(note=variant.note) if variant.note else None,
+        )
         for variant in exercise.variants
         if all(trusted[variant.id][spec.id].error is None for spec in exercise.cases)
         and all(
@@ -177,35 +190,34 @@ def verdict(
     Notes are taken from `said` (the visible cases' fit), for the same model naming the same
     main mistake; an explanation that has none there is told in the words of its code alone.
     """
-    notes: dict[tuple[Diagnosis, str], str] = {}
+    notes: dict[tuple[Diagnosis, str], Said | None] = {}
     for fit in said:
         notes.setdefault((fit.codes[0], fit.model), fit.note)
 
-    def note(fit: Explanation) -> str:
-        return notes.get((fit.codes[0], fit.model), "")
+    def note(fit: Explanation) -> Said | None:
+        return notes.get((fit.codes[0], fit.model))
 
     by_code: dict[Diagnosis, Explanation] = {}
     for fit in explanations:
         first = by_code.setdefault(fit.codes[0], fit)
-        if first.codes == fit.codes and note(fit) and not note(first):
+        if first.codes == fit.codes and note(fit) is not None and note(first) is None:
             by_code[fit.codes[0]] = fit  # the same mistakes, told with what shows them here
     if len(by_code) > 1:
         by_code.pop("incorrect", None)  # a declared look-alike that names nothing
     if not by_code:
-        return Verdict("incorrect", "")
+        return Verdict("incorrect")
     main, *others = by_code.values()
-    parts = [note(main)] if note(main) else []
+    facts = [said for said in [note(main)] if said is not None]
     # A second mistake, or another fit told in its code's words, is stored as its code and
-    # said when the grade is read (graders.feedback.render); a fit's note is a fact, kept.
+    # said when the grade is read (graders.feedback.render); a fit's note is a fact, said so.
     keys = [f"{SECOND}:{code}" for code in main.codes[1:]]
     for other in others:
-        if note(other):
-            parts.append(f"{ANOTHER_FIT.format(code=other.codes[0])}{note(other)}")
+        other_note = note(other)
+        if other_note is not None:
+            facts.append(ANOTHER_FIT_NOTE(code=other.codes[0], note=other_note))
         else:
             keys.append(f"{OTHER}:{other.codes[0]}")
-    return Verdict(
-        main.codes[0], "\n\n".join(parts), tuple(o.codes[0] for o in others), tuple(keys)
-    )
+    return Verdict(main.codes[0], tuple(facts), tuple(o.codes[0] for o in others), tuple(keys))
 
 
 # The diagnoses this module gives (graders.diagnoses).

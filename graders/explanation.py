@@ -14,6 +14,7 @@ from typing import Any
 from graders.diagnoses import declared
 from graders.judging import same_value
 from graders.report import Diagnosis
+from graders.sentences import Said
 from graders.trace import CaseTrace
 
 Traces = dict[str, CaseTrace]
@@ -35,7 +36,7 @@ class Explanation:
 
     codes: tuple[Diagnosis, ...]
     model: str
-    note: str = ""
+    note: Said | None = None  # a fact it shows, said when the grade is read
 
     def __post_init__(self) -> None:
         for code in self.codes:

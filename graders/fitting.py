@@ -23,12 +23,47 @@ from graders.judging import as_tensor, call_stream, case_data
 from graders.kind import ExerciseKind
 from graders.replay import Forward, Numbers, PerCase, replay
 from graders.report import Diagnosis
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace
 
 # A replay runs here, outside the sandbox: a loop that made many more calls than a right one
 # (3 per iteration, or 2 + one backward per micro-batch) is not replayed, so no learner can make
 # the grader do much more work than their own run did.
 MAX_CALLS_PER_ITERATION = 8
+
+# The facts a fitted model shows, said when the grade is read (graders.sentences); their
+# numbers come from the visible cases alone (graders.diagnosis.diagnose).
+TIMES_OVER = Sentence(
+    "fitting/backward-repeated",
+    "Your gradients are exactly {times} the correct ones: `backward()` ran {times} before the "
+    "step.",
+)
+TWICE = Sentence("fitting/twice", "twice")
+THREE_TIMES = Sentence("fitting/three-times", "three times")
+COUNT_TIMES = Sentence("fitting/count-times", "{count} times")
+NOT_RUN_ON_CALLS = Sentence(
+    "fitting/not-run-on-calls", "In case `{case}`, {what} did not run on call(s) {calls}."
+)
+ZERO_GRAD = Sentence("fitting/zero-grad", "zero_grad()")
+STEP = Sentence("fitting/step", "optimizer.step()")
+CLEARED_AFTER_STEP = Sentence(
+    "fitting/cleared-after-step",
+    "Your code clears the gradients after `step()`, ready for the next batch: a fine style in "
+    "a loop that starts clean. But case `{case}` hands your code gradients already in `.grad`, "
+    "as an earlier step that did not clear would leave them, and your first `backward()` adds "
+    "to them. Clear before `backward()`.",
+)
+GRADIENTS_TIMES = Sentence(
+    "fitting/gradients-times", "Your gradients are exactly {factor:.4g} times the correct ones."
+)
+UPDATES_TIMES = Sentence(
+    "fitting/updates-times",
+    "Your updates are {ratio:.4g} times the size a step of the optimizer makes.",
+)
+CONSTANT_LR = Sentence(
+    "fitting/constant-lr",
+    "Your updates use a learning rate of {lr:.4g} in every case, not the optimizer's.",
+)
 
 
 @dataclass(frozen=True)
@@ -127,51 +162,39 @@ def order_mistakes(
 
 def _order_note(
     kind: ExerciseKind, exercise: Exercise, traces: Traces, codes: Sequence[Diagnosis]
-) -> str:
+) -> Said | None:
     """Where, in the first visible case, the calls show the main mistake."""
     if codes and codes[0] == "missing-zero-grad":
         return _cleared_after_step_note(exercise, traces)
     visible = next((s for s in exercise.cases if not s.hidden), None)
     if visible is None or kind.replay is None or not kind.replay.per_call or not codes:
-        return ""
+        return None
     per_call = [record.get("calls", []) for record in traces[visible.id].records]
-    where = ""
     if codes[0] == "backward-twice":
         count = max(c.count("backward") for c in per_call) // (visible.micro_batches or 1)
-        times = {2: "twice", 3: "three times"}.get(count, f"{count} times")
-        return (
-            f"Your gradients are exactly {times} the correct ones: `backward()` ran {times} "
-            "before the step."
-        )
-    if codes[0] == "zero-grad-skipped":
-        where = ", ".join(str(i + 1) for i, c in enumerate(per_call) if "zero_grad" not in c)
-        what = "zero_grad() did not run"
-    elif codes[0] == "step-skipped":
-        where = ", ".join(str(i + 1) for i, c in enumerate(per_call) if "step" not in c)
-        what = "optimizer.step() did not run"
-    if not where:
-        return ""
-    return f"In case `{visible.id}`, {what} on call(s) {where}."
+        times = {2: TWICE(), 3: THREE_TIMES()}.get(count) or COUNT_TIMES(count=count)
+        return TIMES_OVER(times=times)
+    skipped = {"zero-grad-skipped": ("zero_grad", ZERO_GRAD), "step-skipped": ("step", STEP)}
+    if codes[0] not in skipped:
+        return None
+    call, what = skipped[codes[0]]
+    where = ", ".join(str(i + 1) for i, c in enumerate(per_call) if call not in c)
+    return NOT_RUN_ON_CALLS(case=visible.id, what=what(), calls=where) if where else None
 
 
-def _cleared_after_step_note(exercise: Exercise, traces: Traces) -> str:
+def _cleared_after_step_note(exercise: Exercise, traces: Traces) -> Said | None:
     """For a loop that clears after each step, not before backward(): why that is not enough
-    here (the visible case that hands in stale gradients shows it), or "" for any other."""
+    here (the visible case that hands in stale gradients shows it), or None for any other."""
     stale = next((s for s in exercise.cases if s.stale_grads and not s.hidden), None)
     if stale is None:
-        return ""
+        return None
     calls = call_stream(traces[stale.id])
     if "backward" not in calls or "step" not in calls:
-        return ""
+        return None
     first_backward, first_step = calls.index("backward"), calls.index("step")
     if "zero_grad" in calls[:first_backward] or "zero_grad" not in calls[first_step:]:
-        return ""
-    return (
-        "Your code clears the gradients after `step()`, ready for the next batch: a fine style "
-        f"in a loop that starts clean. But case `{stale.id}` hands your code gradients already "
-        "in `.grad`, as an earlier step that did not clear would leave them, and your first "
-        "`backward()` adds to them. Clear before `backward()`."
-    )
+        return None
+    return CLEARED_AFTER_STEP(case=stale.id)
 
 
 def _constant(value: float) -> PerCase:
@@ -218,7 +241,7 @@ SCALES: tuple[tuple[Callable[[CaseSpec], float], Diagnosis], ...] = (
 
 # A candidate model: its numbers, the mistake it names, which family it is (Explanation.model)
 # and its note.
-Candidate = tuple[Numbers, Diagnosis, str, str]
+Candidate = tuple[Numbers, Diagnosis, str, Said | None]
 
 
 def _candidates(
@@ -247,13 +270,15 @@ def _candidates(
                             replace(numbers, grad_scale=family, loss_scaled=scaled),
                             code,
                             f"scale-{index}-{scaled}",
-                            "",
+                            None,
                         )
                     )
         # A scale that changes every step: the step's own loss (`loss.backward(loss)`).
-        found.append((replace(numbers, times_loss=True), "gradients-times-loss", "times-loss", ""))
+        found.append(
+            (replace(numbers, times_loss=True), "gradients-times-loss", "times-loss", None)
+        )
         k = _snap(scale)
-        note = f"Your gradients are exactly {k:.4g} times the correct ones."
+        note = GRADIENTS_TIMES(factor=k)
         for scaled in (False, True):
             found.append(
                 (
@@ -270,7 +295,7 @@ def _candidates(
                 replace(numbers, lr=_lr_times(ratio)),
                 "wrong-learning-rate",
                 "lr-times",
-                f"Your updates are {ratio:.4g} times the size a step of the optimizer makes.",
+                UPDATES_TIMES(ratio=ratio),
             )
         )
         value = moved * spec.lr
@@ -279,19 +304,18 @@ def _candidates(
                 replace(numbers, lr=_constant(value)),
                 "wrong-learning-rate",
                 "lr-constant",
-                f"Your updates use a learning rate of {value:.4g} in every case, not the "
-                "optimizer's.",
+                CONSTANT_LR(lr=value),
             )
         )
     if momentum:
         found.append(
-            (replace(numbers, momentum=_constant(0.0)), "wrong-momentum", "no-momentum", "")
+            (replace(numbers, momentum=_constant(0.0)), "wrong-momentum", "no-momentum", None)
         )
     if spec.optimizer in ("adam", "adamw"):
         # SGD's momentum dropped is the model above; Adam's state is more than one number.
-        found.append((replace(numbers, fresh_state=True), "optimizer-state-reset", "fresh", ""))
+        found.append((replace(numbers, fresh_state=True), "optimizer-state-reset", "fresh", None))
     found.append(
-        (replace(numbers, loss_after_update=True), "loss-after-update", "loss-after-update", "")
+        (replace(numbers, loss_after_update=True), "loss-after-update", "loss-after-update", None)
     )
     return found
 

@@ -37,7 +37,7 @@ from graders.judging import check
 from graders.kinds import KINDS, SANDBOX_PROGRAM, kind_of
 from graders.quoting import learner_text
 from graders.report import Check, Diagnosis, GradeReport, PlotSeries
-from graders.sentences import Sentence
+from graders.sentences import Sentence, words_of
 from graders.starter import behaves_as_starter, is_starter_source, not_started_report
 from graders.trace import (
     MAX_MAGNITUDE,
@@ -723,7 +723,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         # (said once, in the checks table, not repeated here).
         claims.insert(0, f"{SEE_CHECK}:{first_failure}")
     claims += verdict.said
-    facts = verdict.note
+    facts = "\n\n".join(words_of(said) for said in verdict.facts)
     plots: list[PlotSeries] = [
         plot
         for spec in exercise.cases
@@ -742,6 +742,7 @@ def judge(exercise: Exercise, traces: dict[str, CaseTrace], output: str = "") ->
         checks=checks,
         feedback=render(facts, verdict.diagnosis, exercise, claims),
         facts=facts,
+        facts_said=list(verdict.facts),
         claims=claims,
         plots=plots,
         output=output,

@@ -86,6 +86,12 @@ class GradeReport(BaseModel):
         "model showed, a failed run's error): the feedback is these facts with the words of the "
         "diagnosis and of the claims, rendered when read.",
     )
+    facts_said: list[Said] = Field(
+        default=[],
+        description="The facts as the grader's sentences said them, keys and values "
+        "(graders.sentences): the facts are worded from them when read; empty when the facts "
+        "are no sentence of the grader's (a failed run's error).",
+    )
     claims: list[str] = Field(
         default=[],
         description="What else is said, by key: the claims that held (graders.claims), a "

@@ -35,6 +35,8 @@ MAX_CHECK_MESSAGE_CHARS = 1000
 MAX_SAID_CHARS = 4000
 MAX_CHECKS = 12
 MAX_CLAIMS = 8
+# The facts' sentences (graders.diagnosis.verdict): a main fit's and another fit's, a few more.
+MAX_FACTS = 4
 MAX_PLOTS = 8
 # The harness sends at most 10,000 losses and an exercise takes a few dozen steps: a longer
 # series is forged. Charts draw at most a few hundred points of whatever is kept (app/charts).
@@ -130,17 +132,34 @@ def _bounded_plot(plot: PlotSeries) -> PlotSeries:
 
 
 def stored_feedback(report: GradeReport) -> dict[str, Any]:
-    """The columns a report's feedback is stored in: its facts and the keys of its claims, when
-    the words rendered from them when read (`_rendered_feedback`) are the feedback it was
-    graded with; else the feedback whole, as it was said (a report made another way)."""
+    """The columns a report's feedback is stored in: its facts as said then, and the keys of
+    its claims with the facts' sentences (each a dict, `graders.sentences.Said`), when the
+    words rendered from them when read (`_rendered_feedback`) are the feedback it was graded
+    with; else the feedback whole, as it was said (a report made another way)."""
     try:
         exercise = get_exercise(report.exercise)
         rendered = render(report.facts, report.diagnosis, exercise, report.claims)
     except (UnknownExercise, UnknownDiagnosis):
         rendered = None
-    if rendered == report.feedback:
-        return {"feedback": report.facts, "feedback_claims": list(report.claims)}
-    return {"feedback": report.feedback, "feedback_claims": None}
+    if rendered != report.feedback:
+        return {"feedback": report.feedback, "feedback_claims": None}
+    facts = [said.model_dump() for said in report.facts_said]
+    if _worded_facts(facts) != report.facts:
+        facts = []  # sentences that do not say these facts: the facts stand as said
+    return {"feedback": report.facts, "feedback_claims": [*report.claims, *facts]}
+
+
+def _worded_facts(stored: list[Any]) -> str | None:
+    """The facts worded now from their stored sentences; None when there are none, or one this
+    version cannot word (a sentence since removed), or more than a grade of ours stores."""
+    if not stored or len(stored) > MAX_FACTS:
+        return None
+    words = []
+    for said in stored:
+        if len(str(said)) > MAX_SAID_CHARS or (text := worded(said)) is None:
+            return None
+        words.append(text)
+    return "\n\n".join(words)
 
 
 def bounded_report(report: GradeReport) -> GradeReport:
@@ -149,6 +168,7 @@ def bounded_report(report: GradeReport) -> GradeReport:
         update={
             "feedback": cut_markdown(report.feedback, MAX_FEEDBACK_CHARS),
             "facts": cut_markdown(report.facts, MAX_FEEDBACK_CHARS),
+            "facts_said": report.facts_said[:MAX_FACTS],
             "claims": [cut(key, MAX_LABEL_CHARS) for key in report.claims[:MAX_CLAIMS]],
             "checks": [_bounded_check(check) for check in report.checks[:MAX_CHECKS]],
             "plots": [_bounded_plot(plot) for plot in report.plots[:MAX_PLOTS]],
@@ -192,16 +212,19 @@ def _stored_plot(value: Any, submission_id: str) -> PlotSeries | None:
 
 
 def _rendered_feedback(submission: Submission) -> str:
-    """The stored facts with the words of the diagnosis and the claims, made now
-    (`graders.feedback.render`); a result stored before words were rendered when read is
-    shown as it was stored. An exercise or a code this version does not know: the facts."""
+    """The facts with the words of the diagnosis and the claims, made now
+    (`graders.feedback.render`): the facts worded from their sentences when this version can
+    word each, else as stored. A result stored before words were rendered when read is shown
+    as it was stored. An exercise or a code this version does not know: the facts."""
     facts = submission.feedback or ""
     claims = submission.feedback_claims
     if claims is None or submission.diagnosis is None:
         return facts
+    stored = claims if isinstance(claims, list) else []
+    keys = [key for key in stored if isinstance(key, str)][:MAX_CLAIMS]
+    facts = _worded_facts([said for said in stored if isinstance(said, dict)]) or facts
     try:
         exercise = get_exercise(submission.exercise_id)
-        keys = [str(key) for key in claims[:MAX_CLAIMS]] if isinstance(claims, list) else []
         return render(cut_markdown(facts, MAX_FEEDBACK_CHARS), submission.diagnosis, exercise, keys)
     except (UnknownExercise, UnknownDiagnosis):
         return facts

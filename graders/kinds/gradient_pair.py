@@ -303,8 +303,7 @@ def demonstration_models(
             Explanation(
                 ("wrong-number-of-passes",),
                 "passes",
-                f"Your first tensor holds {_passes(counted[0])}' gradients and your second "
-                f"{_passes(counted[1])}'.",
+                PASSES_HELD(first=_passes(counted[0]), second=_passes(counted[1])),
             )
         )
     return found
@@ -318,8 +317,19 @@ def _whole_passes(values: Any, fresh: torch.Tensor, backwards: int) -> int | Non
     )
 
 
-def _passes(count: int) -> str:
-    return {1: "one pass", 2: "two passes", 3: "three passes"}.get(count, f"{count} passes")
+PASSES_HELD = Sentence(
+    "gradient-pair/passes-held",
+    "Your first tensor holds {first}' gradients and your second {second}'.",
+)
+ONE_PASS = Sentence("gradient-pair/one-pass", "one pass")
+TWO_PASSES = Sentence("gradient-pair/two-passes", "two passes")
+THREE_PASSES = Sentence("gradient-pair/three-passes", "three passes")
+COUNT_PASSES = Sentence("gradient-pair/count-passes", "{count} passes")
+
+
+def _passes(count: int) -> Said:
+    said = {1: ONE_PASS, 2: TWO_PASSES, 3: THREE_PASSES}.get(count)
+    return said() if said is not None else COUNT_PASSES(count=count)
 
 
 # The diagnoses only this kind's models give (graders.diagnoses).

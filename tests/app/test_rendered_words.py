@@ -170,3 +170,43 @@ def test_a_checks_words_are_made_when_read_and_an_old_message_still_shows(
                  "message": "Said in the old words."}],
     )  # fmt: skip
     assert shown_result(old).checks[0].message == "Said in the old words."
+
+
+BACKWARD_TWICE = """def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+
+
+def test_a_grades_facts_are_worded_when_read_and_old_facts_still_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The facts a fitted model shows are sentences too: stored as key and values beside the
+    text said then, worded when read; a key this version lost, or a result stored before, shows
+    that text."""
+    row, graded = stored("train-step", BACKWARD_TWICE)
+    said_then = "Your gradients are exactly twice the correct ones: `backward()` ran twice before"
+    assert row.diagnosis == "backward-twice"
+    assert row.feedback_claims == [
+        {
+            "key": "fitting/backward-repeated",
+            "values": {"times": {"key": "fitting/twice", "values": {}}},
+        }
+    ]
+    assert row.feedback is not None and row.feedback.startswith(said_then)
+    assert shown_result(row).feedback == graded
+    key = "fitting/backward-repeated"
+    monkeypatch.setitem(SENTENCES, key, _reworded(key, "`backward()` ran {times}: reworded."))
+    reworded = shown_result(row).feedback or ""
+    assert reworded.startswith("`backward()` ran twice: reworded.") and said_then not in reworded
+    monkeypatch.delitem(SENTENCES, key)
+    assert shown_result(row).feedback == graded
+    old = Submission(
+        id="old", exercise_id="train-step", diagnosis="backward-twice", output="", plots=[],
+        checks=[], feedback="Facts said as text.", feedback_claims=[],
+    )  # fmt: skip
+    assert (shown_result(old).feedback or "").startswith("Facts said as text.\n\n")

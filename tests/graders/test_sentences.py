@@ -101,3 +101,17 @@ def test_the_proof_refuses_a_check_said_as_plain_text() -> None:
     )
     (problem,) = unworded_checks(exercise, plain)
     assert "is a plain text, not a declared Sentence" in problem
+
+
+def test_rewording_a_fact_changes_no_version_but_its_values_do() -> None:
+    """The facts of a diagnosis (graders.fitting's notes) are sentences, out of the version."""
+    source = (GRADERS / "fitting.py").read_text()
+    judged = judged_source(source)
+    text = '"Your updates use a learning rate of {lr:.4g} in every case, not the optimizer\'s.",'
+    assert text in source
+    assert judged_source(source.replace(text, '"A learning rate of {lr:.4g} everywhere.",')) == (
+        judged
+    )
+    said = "CONSTANT_LR(lr=value)"
+    assert said in source
+    assert judged_source(source.replace(said, "CONSTANT_LR(lr=spec.lr)")) != judged
