@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from app.db import SessionFactory
+from app.grading.jobs import claim_submission, record_report
 from app.grading.results import failure_said, shown_result, stored_feedback
+from app.grading.submissions import create_submission
 from app.models import Submission
 from graders import diagnoses
 from graders.exercises import get_exercise, judged_source
@@ -210,3 +213,23 @@ def test_a_grades_facts_are_worded_when_read_and_old_facts_still_show(
         checks=[], feedback="Facts said as text.", feedback_claims=[],
     )  # fmt: skip
     assert (shown_result(old).feedback or "").startswith("Facts said as text.\n\n")
+
+
+def test_a_grades_facts_round_trip_through_the_database(sessions: SessionFactory) -> None:
+    """Stored by record_report in the JSON column beside the claim keys, read back, worded."""
+    report = judge_source(get_exercise("train-step"), BACKWARD_TWICE)
+    assert report.facts_said
+    with sessions.begin() as session:
+        submission_id = create_submission(
+            session, exercise_id="train-step", learner="l", code=BACKWARD_TWICE
+        ).id
+    with sessions.begin() as session:
+        job = claim_submission(session, submission_id, lease_seconds=30.0)
+        assert job is not None and record_report(session, job, report)
+    with sessions() as session:
+        row = session.get(Submission, submission_id)
+        assert row is not None and row.feedback_claims is not None
+        assert [said for said in row.feedback_claims if isinstance(said, dict)] == [
+            said.model_dump() for said in report.facts_said
+        ]
+        assert shown_result(row).feedback == report.feedback
