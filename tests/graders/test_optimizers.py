@@ -20,7 +20,7 @@ from graders.judging import batch_of, case_data, loss_and_gradients
 from graders.kinds.step_function import judge_case, one_step
 from graders.optimizers import declared_optimizer
 from graders.proving import judge_source
-from graders.sentences import words_of
+from graders.sentences import Said, words_of
 from tests.graders.conftest import SHARED_LIMITS
 
 
@@ -134,9 +134,9 @@ def test_a_mistake_seen_only_in_the_optimizers_state_fails_optimizer_state() -> 
     learner = reference.model_copy(update={"records": records})
     findings = judge_case(spec, learner, reference)
     assert set(findings.failures) == {"optimizer-state"}
-    assert "`exp_avg` (the running mean of the gradients) differs" in words_of(
-        findings.failures["optimizer-state"]
-    )
+    said = findings.failures["optimizer-state"]
+    assert isinstance(said, Said)
+    assert "`exp_avg` (the running mean of the gradients) differs" in words_of(said)
     assert judge_case(spec, reference, reference).failures == {}
 
 
@@ -223,6 +223,8 @@ def test_a_momentum_buffer_that_differs_is_said_in_one_phrase() -> None:
     records = [dict(record) for record in reference.records]
     records[-1]["momentum"] = [[value * 0.5 for value in row] for row in records[-1]["momentum"]]
     learner = reference.model_copy(update={"records": records})
-    said = words_of(judge_case(spec, learner, reference).failures["optimizer-state"])
+    failure = judge_case(spec, learner, reference).failures["optimizer-state"]
+    assert isinstance(failure, Said)
+    said = words_of(failure)
     assert "the optimizer's momentum buffer differs" in said
     assert "the optimizer's the" not in said
