@@ -60,7 +60,7 @@ LISTEN_BACKLOG = 2048
 KEEP_ALIVE_SECONDS = 5
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-# Threads the progress streams' database reads may take at once (app/web/events.py): a slow
+# Threads the progress streams' database reads may take at once (app/progress.py): a slow
 # database then holds these, not the threads every other request needs (anyio's default pool
 # of 40). Counted here, as each takes a connection of the pool.
 STREAM_READ_THREADS = 4

@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from app.admission import uvicorn_config
     from app.main import create_app
-    from app.web.events import StreamClosingServer
+    from app.progress import StreamClosingServer
 
     log.info("data directory: %s; %d grading workers", settings.data_dir, settings.worker_count)
     # The app's progress streams end when shutdown begins, not when each one times out.

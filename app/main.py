@@ -50,6 +50,7 @@ from app.integrations.keys import ToolKeysUnreadable, prepare_tool_keys, start_u
 from app.lti.routes import install_lti
 from app.operations import redact_access_logs
 from app.outbox import OutboxDelivery
+from app.progress import ProgressStreams
 from app.reactions import install_reactions, installed_reactions
 from app.rendering import error_page, install_sign_in_redirect
 from app.settings import Settings
@@ -72,7 +73,6 @@ from app.web import (
     submission_review_pages,
     token_pages,
 )
-from app.web.events import ProgressStreams
 from graders.exercises import refused_exercises
 from sandbox import Runner
 

@@ -261,7 +261,7 @@ class Settings(BaseSettings):
         description="A request body must arrive whole within this; a slower one gets 408.",
     )
 
-    # Grading progress pushed to the pages (app/web/events.py).
+    # Grading progress pushed to the pages and the API (app/progress.py).
     max_event_streams: int = Field(
         default=200,
         ge=1,

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from app.admission import uvicorn_config
-from app.web.events import StreamClosingServer
+from app.progress import StreamClosingServer
 
 REPO = Path(__file__).resolve().parents[1]
 # How long a test's HTTP client waits for an answer: as patient as a browser. httpx's own

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, UploadFile, status
 from fastapi.responses import StreamingResponse
@@ -44,15 +44,15 @@ from app.courses.membership import (
     courses_of,
     require_member,
 )
-from app.db import SessionDep
+from app.db import SessionDep, SessionFactory
 from app.grading.intake import Accepted, Idempotency, Upload, accept_submission
 from app.grading.jobs import user_learner_key
 from app.grading.results import shown_result
 from app.grading.submissions import get_submission
 from app.models import Submission, utc_now
 from app.people.tokens import TokenHolder, TokenHolderDep
+from app.progress import progress_stream_response
 from app.settings import Settings, SettingsDep
-from app.web.events import progress_stream_response
 from graders.exercise import for_learner
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 from graders.grading import judge_visible_trace, trusted_trajectories
@@ -317,10 +317,17 @@ def list_my_submissions(
 def follow_my_submission(
     request: Request, submission_id: str, session: SessionDep, holder: TokenHolderDep
 ) -> StreamingResponse:
-    """Your submission's progress as server-sent events, the page's own stream: `queued`,
-    `running`, `heartbeat`, then `done`; read the result from the submission after `done`."""
+    """Your submission's progress as server-sent events, as the page's stream: `queued`,
+    `running`, `heartbeat`, then `done` with its status and address; read the result there."""
     _my_submission(session, holder, submission_id)
-    return progress_stream_response(request, submission_id)
+    return progress_stream_response(request, submission_id, _read_done)
+
+
+def _read_done(sessions: SessionFactory, submission_id: str) -> dict[str, Any]:
+    """What the API's stream says with `done`: the status, and where the result is read."""
+    with sessions() as session:
+        status = session.scalar(select(Submission.status).where(Submission.id == submission_id))
+    return {"status": status, "url": f"/api/v1/me/submissions/{submission_id}"}
 
 
 @router.get(

@@ -113,7 +113,7 @@ def open_grading_runner(settings: Settings) -> Runner:
 
 
 # Told the id and new status of a submission whose change this process just committed: the
-# progress streams of this process wake on it (app/web/events.py), a Celery worker publishes it
+# progress streams of this process wake on it (app/progress.py), a Celery worker publishes it
 # to the web processes (app/grading/state_channel.py).
 StateChanged = Callable[[str, SubmissionStatus], None]
 

@@ -23,8 +23,8 @@ from app.grading.jobs import claim_submission, record_error
 from app.grading.queue import run_grading_job
 from app.grading.submissions import create_submission
 from app.main import create_app
+from app.progress import ProgressStreams
 from app.settings import Settings
-from app.web.events import ProgressStreams
 from tests.app.conftest import EXERCISE, MISSING_ZERO_GRAD_CODE
 from tests.servers import app_in_thread, uvicorn_in_thread
 

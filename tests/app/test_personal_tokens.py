@@ -39,6 +39,7 @@ from graders.exercises import get_exercise
 from graders.kinds import SANDBOX_PROGRAM
 from tests.app.conftest import CORRECT_CODE, EXERCISE, wait_until_finished
 from tests.app.people import PASSWORD, graded, make_course, make_user, post_form, sign_in
+from tests.app.test_events import read_events
 from tests.graders.test_hidden import secrets
 from tests.servers import HTTP_TIMEOUT_SECONDS
 
@@ -226,6 +227,27 @@ def test_one_learners_token_never_reads_anothers_work(
         httpx.get(f"{server_url}/api/v1/me/submissions/{bens}", headers=bearer(secret)).status_code
         == 200
     )
+
+
+def test_the_api_stream_ends_with_the_submissions_api_address_not_the_page(
+    server_url: str, people: dict[str, Any], sessions: SessionFactory
+) -> None:
+    """The API's progress stream is the page's, but its `done` says where the API reads the
+    result: no page HTML for a client that reads JSON."""
+    bens = graded(sessions, user_id=people["ben"], course_id=None, score=10)
+    with browser(server_url, "ben@example.org") as ben:
+        secret = new_token(ben)
+    with httpx.stream(
+        "GET",
+        f"{server_url}/api/v1/me/submissions/{bens}/events",
+        headers=bearer(secret),
+        timeout=HTTP_TIMEOUT_SECONDS,
+    ) as response:
+        assert response.status_code == 200
+        seen = list(read_events(response.iter_lines()))
+    assert seen == [("done", {"status": "graded", "url": f"/api/v1/me/submissions/{bens}"})]
+    answer = httpx.get(f"{server_url}{seen[0][1]['url']}", headers=bearer(secret))
+    assert answer.status_code == 200 and answer.json()["id"] == bens
 
 
 def test_tokens_and_course_api_keys_do_not_open_each_others_api(

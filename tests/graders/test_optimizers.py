@@ -135,7 +135,7 @@ def test_a_mistake_seen_only_in_the_optimizers_state_fails_optimizer_state() -> 
     findings = judge_case(spec, learner, reference)
     assert set(findings.failures) == {"optimizer-state"}
     said = findings.failures["optimizer-state"]
-    assert isinstance(said, Said)  # every kind says its failures as sentences now
+    assert isinstance(said, Said)
     assert "`exp_avg` (the running mean of the gradients) differs" in words_of(said)
     assert judge_case(spec, reference, reference).failures == {}
 
