@@ -28,7 +28,7 @@ from graders.explanation import (
     agrees,
     same_numbers,
 )
-from graders.feedback import OTHER, SECOND
+from graders.feedback import ANOTHER_FIT, OTHER, SECOND
 from graders.judging import (
     call_stream,
     same_trace,
@@ -39,12 +39,8 @@ from graders.sentences import Said, Sentence
 from graders.trace import MARKS, CaseTrace
 
 # A known bug's note is its exercise's own words (data, part of the exercise's version); what
-# is said of another fit that has a note is this module's.
+# is said of another fit that has a note is graders.feedback's ANOTHER_FIT.
 VARIANT_NOTE = Sentence("diagnosis/variant-note", "{note}")
-ANOTHER_FIT_NOTE = Sentence(
-    "diagnosis/another-fit",
-    "Another explanation fits your numbers and your calls just as well (`{code}`): {note}",
-)
 
 
 @dataclass(frozen=True)
@@ -214,7 +210,7 @@ def verdict(
     for other in others:
         other_note = note(other)
         if other_note is not None:
-            facts.append(ANOTHER_FIT_NOTE(code=other.codes[0], note=other_note))
+            facts.append(ANOTHER_FIT(code=other.codes[0], note=other_note))
         else:
             keys.append(f"{OTHER}:{other.codes[0]}")
     return Verdict(main.codes[0], tuple(facts), tuple(o.codes[0] for o in others), tuple(keys))

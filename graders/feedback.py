@@ -13,6 +13,7 @@ from graders.claims import claim
 from graders.diagnoses import declared, registry
 from graders.exercise import Exercise
 from graders.kinds import kind_of, owner
+from graders.sentences import Sentence, words_of
 
 ORDER = "The order is always: **zero, backward, step** — in that order, every iteration."
 
@@ -82,11 +83,16 @@ def diagnosis_words(code: str, exercise: Exercise) -> str:
 # Keys of what a grade says besides its diagnosis, with a diagnosis's code after the colon.
 SECOND, OTHER, SEE_CHECK = "second", "other", "check"
 SEE_CHECK_WORDS = "The first check that fails is `{check}`."
-ANOTHER_FIT = "Another explanation fits your numbers and your calls just as well (`{code}`): "
-SAID_WITH_CODE = {
-    SECOND: "Your code makes a second mistake as well (`{code}`): ",
-    OTHER: ANOTHER_FIT,
-}
+# Another fit: said with its own note when it has one (graders.diagnosis), else with the
+# words of its code.
+ANOTHER_FIT = Sentence(
+    "diagnosis/another-fit",
+    "Another explanation fits your numbers and your calls just as well (`{code}`): {note}",
+)
+SECOND_MISTAKE = Sentence(
+    "diagnosis/second-mistake", "Your code makes a second mistake as well (`{code}`): {note}"
+)
+SAID_WITH_CODE = {SECOND: SECOND_MISTAKE, OTHER: ANOTHER_FIT}
 
 
 def render(facts: str, diagnosis: str, exercise: Exercise, keys: Sequence[str] = ()) -> str:
@@ -103,5 +109,6 @@ def render(facts: str, diagnosis: str, exercise: Exercise, keys: Sequence[str] =
         elif kind == SEE_CHECK and code:
             parts.append(SEE_CHECK_WORDS.format(check=code))
         elif kind in SAID_WITH_CODE and code in registry():
-            parts.append(SAID_WITH_CODE[kind].format(code=code) + diagnosis_words(code, exercise))
+            said_with = SAID_WITH_CODE[kind](code=code, note=diagnosis_words(code, exercise))
+            parts.append(words_of(said_with))
     return "\n\n".join(part for part in parts if part)
