@@ -38,11 +38,14 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    LEFT_IN_EVAL,
+    NOT_FLOAT,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     close,
+    opened,
     said_times,
     then,
     within_tolerance,
@@ -201,7 +204,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CASE = Sentence("dataloader-epoch/at-case", "In {case}")
 PARAMETER_DIFFERS = Sentence(
     "dataloader-epoch/parameter-differs",
     "{at}: after the epoch `{where}` is {yours:.6g} where {theirs:.6g} was expected.",
@@ -221,26 +223,14 @@ MEAN_DIFFERS = Sentence(
     "{at}: you returned {shown:.6g}; the mean loss per example over your epoch is {mean:.6g} "
     "({batches} batches, the last of {last} examples).",
 )
-LEFT_IN_EVAL = Sentence(
-    "dataloader-epoch/left-in-eval",
-    "{at}: the model was handed in evaluation mode and is still in it after your epoch. Call "
-    "`model.train()` before the first batch.",
-)
 FORWARDS_IN_EVAL = Sentence(
     "dataloader-epoch/forwards-in-eval",
     "{at}: {evaluating} of the {forwards} forward passes the harness saw ran in evaluation mode.",
 )
-NOT_FLOAT = Sentence(
-    "dataloader-epoch/not-float",
-    "{at}: your function returned a {type}, not a `float`. Use `.item()`.",
-)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
-    findings = CaseFindings(spec)
-    final = learner.final
-    assert final is not None  # parse_trace: a case that ran has its final record
-    at = AT_CASE(case=findings.case())
+    findings, final, at = opened(spec, learner)
     batches = batch_count(spec)
     mine, expected = as_tensor(final["parameters"]), as_tensor(expected_parameters(spec))
     if not close(mine, expected):
@@ -382,9 +372,10 @@ DIAGNOSES: tuple[Declared, ...] = (
         code="missing-train-mode",
         name="Not put in training mode",
         words=(
-            "After your epoch the model is in evaluation mode, as it was handed in. An epoch "
-            "of training runs in training mode (dropout and batch norm behave differently in "
-            "each): call `model.train()` before the first batch, and do not switch back."
+            "When your epoch returned, the model was in evaluation mode (it is handed in in "
+            "evaluation mode). An epoch of training runs in training mode and leaves the model "
+            "in it (dropout and batch norm behave differently in each): call `model.train()` "
+            "before the first batch, and no `model.eval()` after it."
         ),
         hint=Hint(
             where="Look at the first line of your epoch, before the loop.",

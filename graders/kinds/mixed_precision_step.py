@@ -30,6 +30,9 @@ from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Record, build_case, number_of, parameters_of, type_name
 from graders.judging import (
+    AFTER_THE_CALL,
+    AT_CALL,
+    NOT_FLOAT,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -148,15 +151,13 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AFTER_CALL = Sentence("mixed-precision-step/after-call", "In {case}, after call {call}")
-WEIGHT_DIFFERS = Sentence("mixed-precision-step/weight-differs", "{at}: {wrong}.")
 SCALE_DIFFERS = Sentence(
     "mixed-precision-step/scale-differs",
-    "{at}: the scaler's scale is 2**{yours:g} where 2**{theirs:g} was expected.",
+    "{at}: after the call, the scaler's scale is 2**{yours:g} where 2**{theirs:g} was expected.",
 )
 NO_SCALE = Sentence(
     "mixed-precision-step/no-scale",
-    "{at}: the scaler's scale is not a number where 2**{theirs:g} was expected.",
+    "{at}: after the call, the scaler's scale is not a number where 2**{theirs:g} was expected.",
 )
 LOSS_DIFFERS = Sentence(
     "mixed-precision-step/loss-differs",
@@ -166,21 +167,17 @@ NO_FINITE_LOSS = Sentence(
     "mixed-precision-step/no-finite-loss",
     "{at}: you returned no finite number; the loss under autocast was {theirs:.6g}.",
 )
-NOT_FLOAT = Sentence(
-    "mixed-precision-step/not-float",
-    "{at}: your function returned a {type}, not a `float`. Use `loss.item()`.",
-)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     for call, (record, want) in enumerate(zip(learner.records, expected(spec), strict=False)):
-        at = AFTER_CALL(case=findings.case(), call=call + 1)
+        at = AT_CALL(case=findings.case(), call=call + 1)
         for name in ("weight", "bias"):
             theirs = as_tensor(want[name])
             if not close_values(record[name], theirs):
                 wrong = differs(name, as_tensor(record[name]), theirs)
-                findings.fail("weights-match", WEIGHT_DIFFERS(at=at, wrong=wrong))
+                findings.fail("weights-match", AFTER_THE_CALL(at=at, wrong=wrong))
                 break
         scale = record["scale_log2"]
         if scale is None:

@@ -42,11 +42,13 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    LEFT_IN_EVAL,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     close_numbers,
+    opened,
     said_times,
     within_tolerance,
 )
@@ -221,7 +223,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CASE = Sentence("patience-fit/at-case", "In {case}")
 STEP_DIFFERS = Sentence(
     "patience-fit/step-differs",
     "{at}: after batch {batch} of epoch {epoch}, the parameters are not those of one zero, "
@@ -269,11 +270,6 @@ NOT_BEST = Sentence(
     "{at}: epoch {best} had the lowest validation loss ({lowest:.6g}; the last, epoch {epochs}, "
     "{last:.6g}), but the model does not end with its weights.",
 )
-LEFT_IN_EVAL = Sentence(
-    "patience-fit/left-in-eval",
-    "{at}: the model is in evaluation mode after the fit. Call `model.train()` after each "
-    "validation.",
-)
 NOT_LIST = Sentence(
     "patience-fit/not-list",
     "{at}: your fit returned a {type}; return a list of floats (`.item()` of each loss).",
@@ -281,10 +277,7 @@ NOT_LIST = Sentence(
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
-    findings = CaseFindings(spec)
-    final = learner.final
-    assert final is not None  # parse_trace: a case that ran has its final record
-    at = AT_CASE(case=findings.case())
+    findings, final, at = opened(spec, learner)
     steps = len(learner.records)
     right = trained(spec)
     for index, record in enumerate(learner.records[: len(right)]):
