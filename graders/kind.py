@@ -37,6 +37,9 @@ class ExerciseKind:
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
     `case_settings`: the case settings of `graders.exercise.KIND_SETTINGS` this kind reads; a
     case setting another is refused when the exercise loads, not silently ignored.
+    `optimizer_settings`: for a kind that builds no optimizer from the case (its learner writes
+    one), the optimizer's settings (`graders.optimizers.OptimizerFields`) it reads; any other,
+    `optimizer` itself among them, is refused the same way. None: it builds the declared one.
     `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
     whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another
     kind they are said as `incorrect` is.
@@ -51,6 +54,7 @@ class ExerciseKind:
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
     case_settings: frozenset[str] = frozenset()
+    optimizer_settings: frozenset[str] | None = None
     diagnoses: tuple[Declared, ...] = ()
 
     @property

@@ -312,6 +312,8 @@ KIND = ExerciseKind(
     summary="SGD with momentum and weight decay written by hand: parameters and velocities "
     "updated in place, once per batch.",
     record=record_hand_steps,
+    # It hands the function these three; the update it asks for is SGD's, whatever is declared.
+    optimizer_settings=frozenset({"lr", "momentum", "weight_decay"}),
     trace=TRACE,
     judge=JUDGE,
     models=hand_step_models,

@@ -1249,3 +1249,18 @@ def extra_case(number: int) -> str:
         f'\n[[cases]]\nid = "extra-{number}"\nseed = {number}\nin_features = 2\n'
         "out_features = 1\nbatch_size = 4\nsteps = 2\nhidden = true\n"
     )
+
+
+@pytest.mark.parametrize("setting", ['optimizer = "sgd"', 'optimizer = "adam"', "dampening = 0.1"])
+def test_an_optimizer_by_hand_refuses_a_declared_optimizer(tmp_path: Path, setting: str) -> None:
+    """The learner's function is the optimizer: a declared one, or a setting of it the kind does
+    not hand over, would change nothing (or only the reference), so it is refused by name."""
+    folder = copy_exercise(tmp_path, "sgd-momentum-by-hand")
+    toml = folder / "exercise.toml"
+    text = toml.read_text().replace("momentum = 0.5\n", "")  # a case whose optimizer is bare
+    toml.write_text(text.replace('id = "no-decay"\n', f'id = "no-decay"\n{setting}\n'))
+    name = setting.split(" ")[0]
+    with pytest.raises(
+        ValueError, match=f"cases \\(no-decay\\): '{name}': kind 'optimizer-by-hand'"
+    ):
+        load_exercise(folder)
