@@ -15,6 +15,7 @@ import numpy
 import torch
 
 from graders import harness
+from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.sentences import Said, Sentence, words_of
@@ -441,3 +442,35 @@ def call_stream(trace: CaseTrace) -> list[str]:
     if trace.final is not None:
         calls += trace.final.get("calls", [])
     return calls
+
+
+# The diagnoses of a mistake more than one kind's models find (graders.diagnoses): each kind
+# that trains over batches with the case's own optimizer (`dataloader-epoch`, `patience-fit`)
+# computes its training without clearing and gives the code when the learner's parameters are
+# those.
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="grads-accumulated-across-batches",
+        name="Gradients not cleared between batches",
+        words=(
+            "Your parameters are those of training whose gradients were never cleared between "
+            "batches: PyTorch adds each new gradient to what `.grad` holds, so each update used "
+            "the sum of its batch's gradient and every earlier batch's. Clear the gradients "
+            "before each batch's backward pass."
+        ),
+        hint=Hint(
+            where="Look at what `.grad` holds when a batch's `backward()` runs.",
+            what=(
+                "`backward()` adds to `.grad`; only `zero_grad()` empties it. Without it, every "
+                "batch's step also carries the gradients of the batches before it."
+            ),
+            fix="""```python
+for x, y in batches:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+```""",
+        ),
+    ),
+)

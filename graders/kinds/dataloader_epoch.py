@@ -137,13 +137,14 @@ TRACE = TraceShape(
 
 
 @functools.cache
-def expected_parameters(spec: CaseSpec) -> tuple[float, ...]:
+def expected_parameters(spec: CaseSpec, cleared: bool = True) -> tuple[float, ...]:
     """The parameters after the epoch: zero, forward, backward, step on each batch, computed
-    here."""
+    here (with `cleared` False, never zero: each step on the sum of every gradient so far)."""
     model, optimizer, batches = build_epoch_case(spec.harness_spec())
     model.train()
     for x, y in batches:
-        optimizer.zero_grad()
+        if cleared:
+            optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()  # type: ignore[no-untyped-call]
         optimizer.step()
     return tuple(flat_parameters(model))
@@ -286,10 +287,10 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
 def epoch_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
     """The mistakes of the returned mean, each computed here from the batches' losses along the
     learner's own steps (the plain mean of the batches' losses; every batch counted as full and
-    divided by the examples); and a model in evaluation mode after a right epoch (its state
-    after the call)."""
+    divided by the examples); a model in evaluation mode after a right epoch (its state after
+    the call); parameters that are those of an epoch never cleared (computed here)."""
     means: dict[Diagnosis, bool] = {"unweighted-batch-mean": True, "last-batch-as-full": True}
-    left_in_eval = True
+    left_in_eval = accumulated = True
     for spec in exercise.cases:
         trace = traces[spec.id]
         final = trace.final
@@ -302,11 +303,16 @@ def epoch_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list
         means["unweighted-batch-mean"] &= within_tolerance(value, plain)
         means["last-batch-as-full"] &= within_tolerance(value, as_full)
         right = close(as_tensor(final["parameters"]), as_tensor(expected_parameters(spec)))
+        accumulated &= not right and close(
+            as_tensor(final["parameters"]), as_tensor(expected_parameters(spec, cleared=False))
+        )
         left_in_eval &= right and within_tolerance(value, weighted_mean(losses))
         left_in_eval &= not final["training_after"]
     found = [Explanation((code,), "epoch-mean") for code, fits in means.items() if fits]
     if left_in_eval:
         found.append(Explanation(("missing-train-mode",), "epoch-mode"))
+    if accumulated:
+        found.append(Explanation(("grads-accumulated-across-batches",), "epoch-uncleared"))
     return found
 
 

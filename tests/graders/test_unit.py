@@ -1264,3 +1264,110 @@ def test_an_optimizer_by_hand_refuses_a_declared_optimizer(tmp_path: Path, setti
         ValueError, match=f"cases \\(no-decay\\): '{name}': kind 'optimizer-by-hand'"
     ):
         load_exercise(folder)
+
+
+# The third unit's mistakes a class makes, each named by a diagnosis judged from the values its
+# run returns: (exercise, the program, the code, the score, words said, words that would be
+# false of it). The programs are the exercises' known bugs and the corpus's learner loops.
+NAMED_MISTAKES = [
+    (
+        "mlp-epoch",
+        "exercises/mlp-epoch/bugs/no_zero_grad.py",
+        "grads-accumulated-across-batches",
+        6,
+        "those of training whose gradients were never cleared between batches",
+        "Not every check passed",
+    ),
+    (
+        "early-stopping",
+        "exercises/early-stopping/bugs/no_zero_grad.py",
+        "grads-accumulated-across-batches",
+        9,
+        "each update used the sum of its batch's gradient and every earlier batch's",
+        "Not every check passed",
+    ),
+    (
+        "early-stopping",
+        "exercises/early-stopping/bugs/against_last_epoch.py",
+        "improvement-against-last-epoch",
+        6,
+        "epoch 6's validation loss, 0.635341, is below epoch 5's (0.63676) but not below the "
+        "lowest so far, epoch 4's (0.614348)",
+        "one epoch away from where the rule stops",
+    ),
+    (
+        "amp-clip-step",
+        "exercises/amp-clip-step/bugs/clip_after_step.py",
+        "unclipped-step",
+        4,
+        "the unscaled gradients' norm was 3.953, above `max_norm` (0.5)",
+        "still multiplied by the scaler's scale",
+    ),
+    (
+        "amp-clip-step",
+        "tests/graders/corpus/amp-clip-step/no_clip.py",
+        "unclipped-step",
+        4,
+        "left out, or called after the step, it clips nothing the step used",
+        "Not every check passed",
+    ),
+    (
+        "amp-clip-step",
+        "exercises/amp-clip-step/bugs/no_autocast.py",
+        "missing-autocast",
+        4,
+        "you returned 3.92218, the loss computed in float32; under autocast (bfloat16) it is "
+        "3.91968",
+        "not clipped",
+    ),
+    (
+        "amp-clip-step",
+        "exercises/amp-clip-step/bugs/no_update.py",
+        "scaler-not-updated",
+        0,
+        "After call 1 of case `basic` the scaler's scale was still 2**10, as before the call",
+        "Your code raised an exception, so what it does could not be checked.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "program", "diagnosis", "score", "said", "false"),
+    NAMED_MISTAKES,
+    ids=[f"{e}/{Path(p).stem}" for e, p, *_ in NAMED_MISTAKES],
+)
+def test_a_mistake_of_the_third_unit_is_named_with_words_true_of_it(
+    exercise_id: str,
+    program: str,
+    diagnosis: str,
+    score: float,
+    said: str,
+    false: str,
+    grading_runner: sandbox.Runner,
+) -> None:
+    source = (EXERCISES_DIR.parent / program).read_text()
+    report = grade(exercise_id, source, runner=grading_runner)
+    assert (report.diagnosis, report.score) == (diagnosis, score), report.feedback
+    words = "\n".join([report.feedback, *(c.message for c in report.checks)])
+    assert said in words
+    assert false not in words
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "program"),
+    [
+        # train() first, eval() at the end; and neither
+        ("mlp-epoch", "tests/graders/corpus/mlp-epoch/eval_at_the_end.py"),
+        ("mlp-epoch", "exercises/mlp-epoch/bugs/no_train_mode.py"),
+    ],
+)
+def test_left_in_eval_says_what_was_measured_when_the_function_returned(
+    exercise_id: str, program: str
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == exercise_id)
+    source = (EXERCISES_DIR.parent / program).read_text()
+    report = judge_source(exercise, source)
+    message = next(c.message for c in report.checks if c.id == "training-mode")
+    assert "when your function returned, the model was in evaluation mode" in message
+    assert "still in it" not in message and "still in it" not in report.feedback
+    assert report.diagnosis == "missing-train-mode"
