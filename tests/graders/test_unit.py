@@ -1038,6 +1038,30 @@ def test_every_known_bug_scores_below_full_with_its_diagnosis(
         assert variant.note in report.feedback
 
 
+# Every known bug of the later units through the warm pool a server grades with (every one is
+# judged in this process above; train-step's go through the sandbox in test_train_step.py).
+THROUGH_THE_POOL = [
+    (e.id, v.id)
+    for e in list_exercises()
+    if e.unit.startswith(("Unit 2", "Unit 3"))
+    for v in e.variants
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "variant_id"), THROUGH_THE_POOL, ids=[f"{e}/{v}" for e, v in THROUGH_THE_POOL]
+)
+def test_the_warm_pool_grades_each_known_bug_with_its_diagnosis(
+    exercise_id: str, variant_id: str, grading_runner: sandbox.Runner
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == exercise_id)
+    variant = next(v for v in exercise.variants if v.id == variant_id)
+    # test_pool_grades.py holds the pool's reports to cold sandboxes'.
+    report = grade(exercise_id, variant.source, runner=grading_runner)
+    assert report.diagnosis == variant.diagnosis, report.feedback
+    assert report.score < exercise.max_score
+
+
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
 def test_through_the_sandbox_the_solution_scores_full_and_the_starter_nothing(
     exercise: Exercise,
