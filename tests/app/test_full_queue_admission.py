@@ -165,6 +165,11 @@ def test_a_full_queue_refuses_before_the_database_and_an_accepted_resend_gets_it
     assert min(told) >= math.ceil(ahead / 3)
     assert max(told.count(seconds) for seconds in told) < len(told), "all told one second"
 
+    # The liveness probe meanwhile: answered without the database (and without a slot).
+    alive = client.get("/healthz")
+    assert (alive.status_code, alive.json()) == (200, {"status": "ok"})
+    assert transactions.begun == before
+
     # A resend of a submission accepted before the queue filled gets its answer, never a 503.
     again = submit(client, auth, "on-time", key="accepted-before-the-rush")
     assert again.status_code == 202 and again.json()["id"] == accepted_id
