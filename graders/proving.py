@@ -225,7 +225,8 @@ def keep_proof(exercise: Exercise, problems: list[str]) -> None:
 
 
 def wording_problems(exercise: Exercise) -> list[str]:
-    """What an exercise must say that the grader cannot make up for it."""
+    """What an exercise must say that the grader cannot make up for it (its `correct` text),
+    and what that text may not say (`unmeasured_in_correct`)."""
     if exercise.correct:
         return unmeasured_in_correct(exercise)
     return [
