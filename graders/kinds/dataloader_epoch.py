@@ -378,8 +378,8 @@ DIAGNOSES: tuple[Declared, ...] = (
         code="missing-train-mode",
         name="Not put in training mode",
         words=(
-            "When your epoch returned, the model was in evaluation mode (it is handed in in "
-            "evaluation mode). An epoch of training runs in training mode and leaves the model "
+            "When your epoch returned, the model was in evaluation mode (the mode it is handed "
+            "in with). An epoch of training runs in training mode and leaves the model "
             "in it (dropout and batch norm behave differently in each): call `model.train()` "
             "before the first batch, and no `model.eval()` after it."
         ),
