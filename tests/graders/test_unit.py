@@ -1395,3 +1395,39 @@ def test_left_in_eval_says_what_was_measured_when_the_function_returned(
     assert "when your function returned, the model was in evaluation mode" in message
     assert "still in it" not in message and "still in it" not in report.feedback
     assert report.diagnosis == "missing-train-mode"
+
+
+@pytest.mark.parametrize(
+    ("updated", "second_call"),
+    [
+        ("", "raise ValueError('mine')"),  # no update(), but no refusal of torch's ended the run
+        ("scaler.update()", "raise RuntimeError('after step()')"),  # updated: the scale moved
+    ],
+)
+def test_a_run_that_raised_is_named_scaler_not_updated_only_when_both_show_it(
+    updated: str, second_call: str
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == "amp-clip-step")
+    source = code(
+        f"""
+        import torch
+        calls = []
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            calls.append(1)
+            if len(calls) > 1:
+                {second_call}
+            optimizer.zero_grad()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            {updated}
+            return loss.item()
+        """
+    )
+    report = judge_source(exercise, source)
+    assert (report.diagnosis, report.score) == ("runtime-error", 0), report.feedback
+    assert "`scaler.update()` did not run" not in report.feedback
