@@ -209,7 +209,15 @@ def configuration_problem(exercise: Exercise) -> str | None:
             f"use one of {', '.join(sorted(kind.judge.checks))}"
         )
     for case in exercise.cases:
-        unread = sorted(case.model_fields_set & KIND_SETTINGS - kind.case_settings)
+        declared = case.model_fields_set | ({"model.dropout"} if case.model.dropout else set())
+        unread = sorted(declared & KIND_SETTINGS - kind.case_settings)
+        if unread == ["model.dropout"]:
+            return (
+                f"cases ({case.id}): model: dropout: kind {kind.name!r} cannot judge a model "
+                "with dropout: its masks are random draws, which the grader cannot recompute "
+                "outside the sandbox to judge what the learner's code did: remove it (only "
+                "'evaluation' reads it, where evaluation mode turns it off)"
+            )
         if unread:
             reads = ", ".join(sorted(kind.case_settings)) or "none of them"
             return (
@@ -217,6 +225,9 @@ def configuration_problem(exercise: Exercise) -> str | None:
                 f"not read it, so it would change nothing: remove it (of the settings only "
                 f"some kinds read, {kind.name!r} reads {reads})"
             )
+        problem = kind.case_problem(case) if kind.case_problem is not None else None
+        if problem is not None:
+            return f"cases ({case.id}): {problem}"
     return None
 
 
