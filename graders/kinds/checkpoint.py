@@ -5,10 +5,10 @@ the same file).
 A case trains its model for `steps` batches, calls `save`, then builds a fresh model (other
 initial weights) and a fresh optimizer of the same declaration, calls `resume` on them with
 the saved state, and trains them on for `steps` more batches. The harness records the fresh
-model's parameters and its optimizer's state for the first layer's weight
-(`graders.harness.optimizer_state`: an SGD
-momentum buffer, Adam's running averages and step count) right after `resume`, then after every
-later step.
+model's parameters (every one, flattened) and its optimizer's state for the first layer's
+weight (`graders.harness.optimizer_state`: an SGD momentum buffer, Adam's running averages and
+step count) right after `resume`, then after every later step. The case may declare its model
+and loss (docs/authoring.md); the words name the parameter that differs (`0.weight[2][1]`).
 The grader trains the case's model for all `2 * steps` batches without interruption, itself:
 a right save and resume is indistinguishable from that.
 """

@@ -5,7 +5,8 @@ One kind, one module (graders/kinds): its recorder, its judge and its models sta
 
 The scheduler is `StepLR(optimizer, lr_step_size, lr_gamma)`: it must step once per epoch,
 after the epoch's optimizer steps. The harness records, at every optimizer step, the learning
-rate it read and how many scheduler steps came before it, then the weights after it. The checks
+rate it read and how many scheduler steps came before it, then every parameter after it
+(flattened: the case may declare its model, docs/authoring.md). The checks
 read each step's learning rate from the weights' update (`applied_steps`), never from those
 readings, which the code could change (a scheduler of the learner's own making steps no given
 scheduler and is right). The grader replays the loop itself (`replay_epochs`), outside the

@@ -1,11 +1,12 @@
 """The `evaluation` kind: a function that measures a model without training it,
 `evaluate(model, loss_fn, x, y) -> float`.
 
-The model is a small `nn.Sequential` (Linear, ReLU, Dropout, Linear) in training mode, so
-evaluation mode is observable: in training mode dropout zeroes activations at random. (No batch
+The model is a small `nn.Sequential` (Linear, ReLU, Dropout, Linear) in training mode, or the
+case's declared mlp, which must have dropout (`declared_model_problem`), with its declared loss:
+so evaluation mode is observable: in training mode dropout zeroes activations at random. (No batch
 norm: its training-mode forward is slow on a busy machine's intra-op threads in the grader's
 process, which runs the known bugs, for no mistake dropout does not show as well.)
-What the harness records of the one call, by hooks on the dropout layer (never by patching
+What the harness records of the one call, by hooks on the (first) dropout layer (never by patching
 torch):
 - `forwards`, `train_forwards`: forward passes through the model, and those made with dropout
   in training mode (`model.eval()` not called, or undone before the forward);

@@ -350,10 +350,12 @@ DIAGNOSES: tuple[Declared, ...] = (
                 "a copy?"
             ),
             what=(
-                "`model.weight.grad` is one tensor that the next `backward()` adds into. "
+                "`model.weight.grad` (on an `nn.Sequential`, `model[0].weight.grad`) is one "
+                "tensor that the next `backward()` adds into. "
                 "Keeping it without a copy means both values you return are the final one."
             ),
             fix="""```python
+# on an nn.Sequential: model[0].weight.grad
 first = model.weight.grad.clone()
 loss_fn(model(x), y).backward()
 second = model.weight.grad.clone()
@@ -377,6 +379,7 @@ second = model.weight.grad.clone()
             fix="""Do not clear between the passes:
 
 ```python
+# on an nn.Sequential: model[0].weight.grad
 loss_fn(model(x), y).backward()
 first = model.weight.grad.clone()
 loss_fn(model(x), y).backward()
@@ -399,6 +402,7 @@ second = model.weight.grad.clone()
                 "exactly two."
             ),
             fix="""```python
+# on an nn.Sequential: model[0].weight.grad
 loss_fn(model(x), y).backward()
 first = model.weight.grad.clone()
 loss_fn(model(x), y).backward()
