@@ -210,12 +210,13 @@ EXTENDED = [
     "resume-training",
     "evaluate",
 ]
-WITH_DROPOUT = 'model = {kind = "mlp", hidden = [8], activation = "relu", dropout = 0.5}\n'
+WITH_DROPOUT = 'model = {kind = "mlp", hidden = [8], activation = "relu", dropout = 0.5}'
 
 
-def declared_classifier(folder: Path) -> Path:
-    """A copy of an exercise of an extended kind with every case an MLP with cross-entropy on 3
-    classes; the code reaching the weight reaches the first layer's (`model[0].weight`), and
+def declared_classifier(folder: Path, model: str = "", loss: str = "cross-entropy") -> Path:
+    """A copy of an exercise of an extended kind with every case declaring `model` (an MLP by
+    default, with dropout for `evaluate`) and `loss`, on 3 outputs (classes); the code reaching
+    the weight reaches the first layer's (`model[0].weight`) when the model is an mlp, and
     `evaluate`'s own model's settings give way to the declared model's."""
     toml = folder / "exercise.toml"
     text = "".join(
@@ -223,12 +224,35 @@ def declared_classifier(folder: Path) -> Path:
         for line in toml.read_text().splitlines(keepends=True)
         if not line.startswith(("hidden_features = ", "dropout = "))
     )
-    model = WITH_DROPOUT + 'loss = "cross-entropy"\n' if "evaluation" in text else MLP
-    text = text.replace("[[cases]]\n", "[[cases]]\n" + model)
+    model = model or (WITH_DROPOUT if 'kind = "evaluation"' in text else MLP.splitlines()[0])
+    text = text.replace("[[cases]]\n", f'[[cases]]\n{model}\nloss = "{loss}"\n')
     toml.write_text(text.replace("out_features = 1\n", "out_features = 3\n"))
-    for source in [*folder.glob("*.py"), *folder.glob("bugs/*.py")]:
-        source.write_text(source.read_text().replace("model.weight", "model[0].weight"))
+    if '"mlp"' in model:
+        for source in [*folder.glob("*.py"), *folder.glob("bugs/*.py")]:
+            source.write_text(source.read_text().replace("model.weight", "model[0].weight"))
     return folder
+
+
+# Other combinations than an MLP with cross-entropy, on the kinds quickest to prove.
+COMBINATIONS = [
+    ("grad-magnitude", 'model = {kind = "mlp", hidden = [8, 6], activation = "tanh"}', "mse"),
+    (
+        "evaluate",
+        'model = {kind = "mlp", hidden = [8, 6], activation = "sigmoid", dropout = 0.3}',
+        "mse",
+    ),
+    ("prove-accumulation", 'model = {kind = "linear"}', "cross-entropy"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, model, loss", COMBINATIONS)
+def test_check_exercises_proves_other_declared_combinations(
+    tmp_path: Path, exercise_id: str, model: str, loss: str
+) -> None:
+    folder = Path(shutil.copytree(REPO_EXERCISES / exercise_id, tmp_path / exercise_id))
+    exercise = load_exercise(declared_classifier(folder, model, loss))
+    assert all(case.loss == loss for case in exercise.cases)
+    assert prove(exercise) == []
 
 
 @pytest.mark.parametrize("exercise_id", EXTENDED)
