@@ -50,11 +50,11 @@ from app.grading.submissions import (
     check_open,
     get_submission,
     learner_limits,
-    submissions_of,
 )
 from app.models import Course, CourseRole, Submission, User, utc_now
 from app.rendering import PageError, render
 from app.settings import Settings, SettingsDep
+from app.submission_history import submissions_of
 from app.web.kept_submissions import (
     forget_kept_submission,
     keep_if_session_ended,
