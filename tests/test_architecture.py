@@ -156,3 +156,19 @@ def test_importing_every_module_of_graders_registers_no_diagnosis() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     assert found.stdout.split() == ["empty", "True"], found.stderr
+
+
+def test_the_warm_pool_and_each_backend_import_no_other_backend() -> None:
+    # The pool takes its slots' outer sandbox from the registry (sandbox/backends.py); what the
+    # backends share sits below them (supervise, pipes). bwrap_pool is bwrap's own.
+    backends = {"sandbox.bwrap": {"sandbox.bwrap_pool"}, "sandbox.docker": set()}
+    graph = import_graph("sandbox")
+    own = {module: {module, *extra} for module, extra in backends.items()}
+    every_backend = {m for modules in own.values() for m in modules}
+    reaching = {
+        f"{module} -> {target}"
+        for module in ["sandbox.pool", *every_backend]
+        for target in graph[module] & every_backend
+        if not any(module in mine and target in mine for mine in own.values())
+    }
+    assert reaching == set()
