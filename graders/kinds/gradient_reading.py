@@ -1,8 +1,9 @@
 """The `gradient-reading` kind: a function that reads the gradients and returns a number,
 `total_grad_magnitude(model)`: the sum of |grad| over all parameters, None counting as zero.
 
-Cases leave `.grad` present, released by zero_grad() (None), filled with zeros, or mixed. The
-function must read the gradients without changing them.
+Cases leave `.grad` present, released by zero_grad() (None), filled with zeros, or mixed (every
+bias's released). The function must read the gradients without changing them. The case may
+declare its model and loss (docs/authoring.md): every parameter's gradient is compared by name.
 """
 
 from __future__ import annotations
