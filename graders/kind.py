@@ -48,6 +48,8 @@ class ExerciseKind:
     `failure_named`: names a run that raised in a case from the values recorded before the
     error (a missing `scaler.update()` makes torch refuse the next call); the score is 0 all the
     same, as for every run that raised.
+    `case_problem`: what in a case this kind cannot judge though it reads every setting (a
+    declared model it cannot observe), said as the field and what to do; None when it can.
     `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
     whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another
     kind they are said as `incorrect` is.
@@ -64,6 +66,7 @@ class ExerciseKind:
     failure_named: FailureNamer | None = None
     case_settings: frozenset[str] = frozenset()
     optimizer_settings: frozenset[str] | None = None
+    case_problem: Callable[[CaseSpec], str | None] | None = None
     diagnoses: tuple[Declared, ...] = ()
 
     @property
