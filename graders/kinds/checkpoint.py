@@ -177,8 +177,8 @@ CHECKS = {
     ),
     "optimizer-restored": Sentence(
         "checkpoint/passed-optimizer-restored",
-        "After `resume` the optimizer holds the saved state (momentum buffers, Adam's running "
-        "averages and step count).",
+        "After `resume` the optimizer's state for the first layer's weight equals the saved "
+        "state, field by field.",
     ),
     "training-continues": Sentence(
         "checkpoint/passed-training-continues",

@@ -186,7 +186,8 @@ CHECKS = {
     "runs": RAN_TO_THE_END,
     "weights-match": Sentence(
         "dataloader-epoch/passed-weights-match",
-        "After the epoch every parameter equals one zero, backward, step per batch.",
+        "After the epoch every parameter equals one optimizer step per batch, each on that batch's "
+        "gradient alone.",
     ),
     "mean-loss": Sentence(
         "dataloader-epoch/passed-mean-loss",

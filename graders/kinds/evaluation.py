@@ -152,8 +152,7 @@ CHECKS = {
     # teaches, with no points (docs/security.md).
     "no-graph": Sentence(
         "evaluation/passed-no-graph",
-        "No forward pass recorded an autograd graph (`torch.no_grad()`), as far as the harness "
-        "saw: this check carries no points.",
+        "No forward pass the harness saw recorded an autograd graph: this check carries no points.",
     ),
     "gradients-untouched": Sentence(
         "evaluation/passed-gradients-untouched",

@@ -91,7 +91,7 @@ CHECKS = {
     ),
     "first-is-fresh": Sentence(
         "gradient-pair/passed-first-is-fresh",
-        "The first gradient is exactly one backward pass's.",
+        "The first tensor equals one backward pass's gradient.",
     ),
     "second-is-double": Sentence(
         "gradient-pair/passed-second-is-double",
@@ -103,7 +103,7 @@ CHECKS = {
     ),
     "weights-unchanged": Sentence(
         "gradient-pair/passed-weights-unchanged",
-        "The weights are unchanged: no optimizer step.",
+        "The weights are as they were before the call.",
     ),
 }
 

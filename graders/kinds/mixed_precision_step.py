@@ -140,16 +140,17 @@ CHECKS = {
     "runs": RAN_TO_THE_END,
     "weights-match": Sentence(
         "mixed-precision-step/passed-weights-match",
-        "After every call the weights are those of the step: unscaled, clipped, then stepped by "
-        "the scaler.",
+        "After every call the weights equal the reference step's: one step on the gradients "
+        "unscaled and clipped to `max_norm`, or none where the scaled gradients overflowed.",
     ),
     "scaler-updated": Sentence(
         "mixed-precision-step/passed-scaler-updated",
-        "After every call the scaler's scale is the one `scaler.update()` sets.",
+        "After every call the scaler's scale equals the reference step's: twice as large after "
+        "finite gradients, half after an overflow.",
     ),
     "loss-returned": Sentence(
         "mixed-precision-step/passed-loss-returned",
-        "Returns the loss computed under autocast, unscaled.",
+        "Every loss you returned equals the reference step's loss under autocast, unscaled.",
     ),
     "returns-float": Sentence(
         "mixed-precision-step/passed-returns-float", "Returns a Python float."

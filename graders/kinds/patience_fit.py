@@ -215,7 +215,7 @@ CHECKS = {
     "runs": RAN_TO_THE_END,
     "weights-match": Sentence(
         "patience-fit/passed-weights-match",
-        "Each epoch trained with one zero, backward, step per batch.",
+        "After every batch the weights equal one optimizer step on that batch's gradient alone.",
     ),
     "val-losses": Sentence(
         "patience-fit/passed-val-losses",

@@ -5,6 +5,7 @@ full marks, the measured words said, and none of the ways the old texts praised.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -74,7 +75,7 @@ STYLES = [
             return total / count
         """,
         "every parameter equals one optimizer step on that batch's gradient alone",
-        ("clears", "backpropagates", "zero_grad"),
+        ("clears", "backpropagates", "zero_grad", "zero, backward, step"),
     ),
     Style(
         "mlp-epoch",
@@ -125,7 +126,11 @@ STYLES = [
             return losses
         """,
         "with the weights of the epoch with the lowest validation loss",
-        ("a copy of the best epoch's weights loaded back", "measures the validation loss"),
+        (
+            "a copy of the best epoch's weights loaded back",
+            "measures the validation loss",
+            "zero, backward, step",
+        ),
     ),
     Style(
         "early-stopping",
@@ -181,7 +186,13 @@ STYLES = [
             return loss.item()
         """,
         "the weights moved by one step on the gradients clipped to `max_norm`",
-        ("scales the loss for backward", "unscales", "steps through the scaler"),
+        (
+            "scales the loss for backward",
+            "unscales",
+            "steps through the scaler",
+            "stepped by the scaler",
+            "`scaler.update()`",
+        ),
     ),
     Style(
         "amp-clip-step",
@@ -367,7 +378,7 @@ STYLES = [
             return value
         """,
         "The loss you returned is the model's with dropout off",
-        ("Your function measures",),
+        ("Your function measures", "`torch.no_grad()`"),
     ),
     Style(
         "resume-training",
@@ -394,6 +405,41 @@ STYLES = [
 ]
 
 
+# The calls a passed check's words may name only for code that makes them: the ways of writing a
+# step that the old texts praised every correct answer for.
+NAMED_CALLS = (
+    "zero_grad",
+    "backward",
+    "clip_grad_norm_",
+    "no_grad",
+    "deepcopy",
+    "scaler.scale(",
+    "scaler.unscale_",
+    "scaler.step",
+    "scaler.update",
+)
+
+
+def unmade_calls(source: str, words: str) -> list[str]:
+    """The calls `words` name (one of NAMED_CALLS, or `name(` in a code span) that `source`
+    never makes: a passed check that names one says how the code worked, which it did not."""
+    named = {call.rstrip("(") for call in NAMED_CALLS if call in words}
+    for span in re.findall(r"`([^`]+)`", words):
+        named |= set(re.findall(r"([A-Za-z_][\w.]*)\(", span))
+    return sorted(name for name in named if name.rsplit(".", 1)[-1] not in source)
+
+
+def test_a_call_named_for_code_that_never_makes_it_is_found() -> None:
+    autograd = next(s for s in STYLES if s.exercise == "train-step").source
+    said = "Your step calls `optimizer.zero_grad()`, then backward, then `optimizer.step()`."
+    assert unmade_calls(autograd, said) == ["backward", "optimizer.zero_grad", "zero_grad"]
+    by_hand = next(s for s in STYLES if s.name == "the scaler's work done by hand").source
+    assert unmade_calls(by_hand, "The scale is the one `scaler.update()` sets.") == [
+        "scaler.update"
+    ]
+    assert unmade_calls(by_hand, "The weights equal the reference step's, unscaled.") == []
+
+
 @pytest.mark.parametrize("style", STYLES, ids=lambda s: f"{s.exercise}: {s.name}")
 def test_a_correct_answer_in_any_style_is_told_only_what_was_measured(
     style: Style, grading_runner: sandbox.Runner
@@ -406,6 +452,8 @@ def test_a_correct_answer_in_any_style_is_told_only_what_was_measured(
     shown = "\n\n".join([report.feedback, *(c.message for c in report.checks)])
     for words in style.unsaid:
         assert words not in shown, (words, shown)
+    passed = "\n\n".join(c.message for c in report.checks if c.passed)
+    assert unmade_calls(source, passed) == [], passed
 
 
 def test_every_exercise_has_a_style_here_and_the_unit_three_ones_two() -> None:
