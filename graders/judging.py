@@ -19,7 +19,7 @@ from graders import harness
 from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
-from graders.sentences import Said, Sentence, words_of
+from graders.sentences import Said, Sentence, retire, words_of
 from graders.trace import CaseTrace, parameter_shapes
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
@@ -119,9 +119,13 @@ DIFFERENCE = Sentence(
 THEN = Sentence("judging/then", "{first} {then}")
 # Every kind's `runs` check, passed (its failure is said in the feedback: grading.RUN_FAILED).
 RAN_TO_THE_END = Sentence("judging/passed-runs", "Every case ran to the end.")
-# What a check says first: where (the third unit's kinds; the older ones declare their own).
+# What a check says first: where.
 AT_CASE = Sentence("judging/at-case", "In {case}")
 AT_CALL = Sentence("judging/at-call", "In {case}, call {call}")
+# The keys the first two units' kinds said these words under, kept in their stored grades.
+for _kind in ("checkpoint", "epoch-loop", "evaluation", "gradient-pair", "training-loop"):
+    retire(f"{_kind}/at-case", AT_CASE)
+retire("step-function/at-call", AT_CALL)
 AFTER_THE_CALL = Sentence("judging/after-the-call", "{at}: after the call, {wrong}.")
 # Measured when the function returned: true of code that never called `train()` and of code
 # that called it and then `eval()`.

@@ -39,6 +39,9 @@ class Said(BaseModel):
 
 
 SENTENCES: dict[str, Sentence] = {}
+# Keys grades were stored with for a sentence now declared once under another key (the same
+# words): a stored key is worded as the sentence that replaced it (`retire`).
+RETIRED: dict[str, Sentence] = {}
 
 
 class SentenceDeclarationError(RuntimeError):
@@ -64,7 +67,7 @@ class Sentence:
             raise SentenceDeclarationError(
                 f"sentence {self.key!r}: a key is 'owner/name', lower-case words, digits, '-'"
             )
-        if self.key in SENTENCES:
+        if self.key in SENTENCES or self.key in RETIRED:
             raise SentenceDeclarationError(f"two sentences are keyed {self.key!r}")
         if any(not name.isidentifier() for name in _fields(self.text)):
             raise SentenceDeclarationError(f"sentence {self.key!r}: fields are plain names")
@@ -79,6 +82,14 @@ class Sentence:
         if missing:
             raise TypeError(f"sentence {self.key!r} needs {', '.join(sorted(missing))}")
         return Said(key=self.key, values={name: _stored(value) for name, value in values.items()})
+
+
+def retire(key: str, sentence: Sentence) -> None:
+    """Word a grade's stored `key` as `sentence` from now on: a kind that says the shared
+    sentence where it declared its own keeps its old grades worded (and its old key taken)."""
+    if key in SENTENCES or key in RETIRED or set(key) - KEY_CHARACTERS or "/" not in key:
+        raise SentenceDeclarationError(f"{key!r} is declared already, or no 'owner/name' key")
+    RETIRED[key] = sentence
 
 
 def _stored(value: Any) -> Any:
@@ -112,7 +123,7 @@ def worded(said: Said | Mapping[str, Any]) -> str | None:
             said = Said.model_validate(said)
         except ValueError:
             return None
-    sentence = SENTENCES.get(said.key)
+    sentence = SENTENCES.get(said.key) or RETIRED.get(said.key)
     if sentence is None or sentence.fields - set(said.values):
         return None
     values: dict[str, Any] = {}

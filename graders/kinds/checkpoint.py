@@ -34,6 +34,7 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    AT_CASE,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -187,7 +188,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs, the learner's first.
-AT_CASE = Sentence("checkpoint/at-case", "In {case}")
 AT_RESUME = Sentence("checkpoint/at-resume", "{at}, after `resume`")
 AT_SECOND_RESUME = Sentence(
     "checkpoint/at-second-resume", "{at}, after `resume` a second time from the same checkpoint"

@@ -34,6 +34,7 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    AT_CASE,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -224,7 +225,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CASE = Sentence("epoch-loop/at-case", "In {case}")
 STEPPED = Sentence(
     "epoch-loop/stepped",
     "{at}: your loop stepped the optimizer {count} times; {epochs} epochs of {batches} batches "

@@ -35,7 +35,7 @@ from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Record, build_case, number_of, type_name
-from graders.judging import RAN_TO_THE_END, CaseFindings, KindJudge, then, within_tolerance
+from graders.judging import AT_CASE, RAN_TO_THE_END, CaseFindings, KindJudge, then, within_tolerance
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
 from graders.report import Diagnosis, PlotSeries
@@ -167,7 +167,6 @@ CHECKS = {
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first;
 # a cause only from what the harness recorded.
-AT_CASE = Sentence("evaluation/at-case", "In {case}")
 NOTHING_NUMERIC = Sentence("evaluation/nothing-numeric", "nothing numeric")
 LOSS_DIFFERS = Sentence(
     "evaluation/loss-differs",

@@ -20,6 +20,7 @@ from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import CallRecorder, Record, build_case, parameters_of, type_name, values_of
 from graders.judging import (
+    AT_CASE,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -109,7 +110,6 @@ CHECKS = {
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first;
 # a cause only from what the harness recorded.
-AT_CASE = Sentence("gradient-pair/at-case", "In {case}")
 AT = Sentence("gradient-pair/at", "{at}: {what}")
 NOT_A_PAIR = Sentence(
     "gradient-pair/not-a-pair",

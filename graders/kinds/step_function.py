@@ -36,6 +36,7 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    AT_CALL,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -135,7 +136,6 @@ CHECKS = {
 
 # What the checks say (graders.sentences): where no diagnosis explains a failing check, what
 # differs and by how much, the learner's value first; a cause only as a claim that held.
-AT_CALL = Sentence("step-function/at-call", "In {case}, call {call}")
 WEIGHTS_UNCHANGED = Sentence(
     "step-function/weights-unchanged",
     "{at}: the weights did not change at all.",

@@ -22,6 +22,7 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    AT_CASE,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -111,7 +112,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CASE = Sentence("training-loop/at-case", "In {case}")
 STEPPED = Sentence(
     "training-loop/stepped",
     "{at}: your loop stepped {count} times; {epochs} epochs of {batches} batches step "

@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 from graders.exercises import get_exercise, judged_source
-from graders.judging import HIDDEN_CHECK_FAILURE
+from graders.judging import AT_CALL, AT_CASE, HIDDEN_CHECK_FAILURE
 from graders.kinds import step_function
 from graders.proving import judge_source, unworded_checks
 from graders.sentences import (
+    RETIRED,
     SENTENCES,
     Said,
     Sentence,
     SentenceDeclarationError,
+    retire,
     worded,
     words_of,
 )
@@ -36,9 +38,7 @@ def test_a_sentence_is_declared_once_with_a_key_of_its_owner() -> None:
 
 def test_a_said_sentence_is_worded_from_its_values_parts_included() -> None:
     said = step_function.WEIGHTS_DIFFER(
-        at=step_function.AT_CALL(
-            case=Said(key="judging/in-case", values={"case": "basic"}), call=2
-        ),
+        at=AT_CALL(case=Said(key="judging/in-case", values={"case": "basic"}), call=2),
         difference=Said(
             key="judging/difference",
             values={"where": "weight[0][1]", "yours": -0.2291, "theirs": 0.0963, "gap": 0.3254},
@@ -58,6 +58,32 @@ def test_a_said_sentence_is_worded_from_its_values_parts_included() -> None:
     assert infinite.values == {"factor": "inf"} and words_of(infinite) == (
         "Your update is inf times the reference's."
     )
+
+
+def test_a_key_stored_before_a_kind_said_the_shared_sentence_is_worded_as_it() -> None:
+    """The first units' kinds said "In case `basic`" and "..., call 2" under keys of their
+    own; they say judging's now, and a grade stored with an old key reads as it did."""
+    case = Said(key="judging/in-case", values={"case": "basic"})
+    difference = Said(
+        key="judging/difference",
+        values={"where": "weight[0][1]", "yours": -0.2291, "theirs": 0.0963, "gap": 0.3254},
+    )
+    at = {"case": case, "call": 2}
+    old = Said(key="step-function/at-call", values=at)  # as a grade stored it before
+    stored = step_function.WEIGHTS_DIFFER(at=old, difference=difference).model_dump(mode="json")
+    said_now = step_function.WEIGHTS_DIFFER(at=AT_CALL(**at), difference=difference)
+    assert worded(stored) == words_of(said_now)
+    assert words_of(said_now).startswith("In case `basic`, call 2: your weights differ")
+    assert worded({"key": "evaluation/at-case", "values": {"case": case}}) == "In case `basic`"
+    assert RETIRED["step-function/at-call"] is AT_CALL and RETIRED["epoch-loop/at-case"] is AT_CASE
+    exercise = get_exercise("train-step")  # a step-function exercise says the shared one
+    report = judge_source(exercise, exercise.variants[0].source)
+    graded = " ".join(c.said.model_dump_json() for c in report.checks if c.said is not None)
+    assert '"judging/at-call"' in graded and "step-function/at-call" not in graded
+    with pytest.raises(SentenceDeclarationError, match="two sentences"):
+        Sentence("evaluation/at-case", "A new sentence under a key old grades hold.")
+    with pytest.raises(SentenceDeclarationError, match="declared already"):
+        retire("judging/at-case", AT_CASE)
 
 
 def test_a_graded_check_stores_its_sentence_and_a_hidden_one_its_fixed_words() -> None:
