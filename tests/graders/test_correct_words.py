@@ -74,7 +74,7 @@ STYLES = [
                 count += len(x)
             return total / count
         """,
-        "every parameter equals one optimizer step on that batch's gradient alone",
+        "every parameter equals one optimizer step per batch, each on that batch's gradient alone",
         ("clears", "backpropagates", "zero_grad", "zero, backward, step"),
     ),
     Style(
