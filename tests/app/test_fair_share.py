@@ -163,6 +163,26 @@ def queue_submissions(sessions: SessionFactory) -> dict[str, str]:
     return names
 
 
+@pytest.fixture(scope="module")
+def one_slot_pool() -> Iterator[sandbox.Runner]:
+    """A warm pool of one slot, started once for the module's tests of one slot (its zygote
+    imports torch): their runs follow one another in it, as a server's submissions do."""
+    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
+    yield runner
+    runner.close()
+
+
+def warm_pool(request: pytest.FixtureRequest, slots: int) -> sandbox.Runner:
+    """A warm pool of `slots` slots, borrowed (a test's close() leaves it open): the module's
+    pool of one, or the session's shared pool of two (tests/conftest.py)."""
+    if slots == 1:
+        return BorrowedRunner(request.getfixturevalue("one_slot_pool"))
+    shared: SharedWarmPool = request.getfixturevalue("shared_warm_pool")
+    pool = shared.get()
+    assert isinstance(pool, sandbox.PoolRunner) and slots == 2, pool.status
+    return BorrowedRunner(pool)
+
+
 @pytest.fixture(params=["warm pool", "cold"])
 def grading(
     request: pytest.FixtureRequest, settings: Settings, shared_warm_pool: SharedWarmPool
@@ -175,11 +195,8 @@ def grading(
             BorrowedRunner(shared_warm_pool.get()),
         )
         return
-    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
-    try:
-        yield settings.model_copy(update={"sandbox_pool_size": 1, "worker_count": 2}), runner
-    finally:
-        runner.close()
+    update = {"sandbox_pool_size": 1, "worker_count": 2}
+    yield settings.model_copy(update=update), warm_pool(request, slots=1)
 
 
 def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
@@ -296,6 +313,7 @@ class HoldingRunner:
 @pytest.mark.parametrize("slots", [2, 1])
 @pytest.mark.parametrize("pool", [True, False], ids=["warm pool", "cold"])
 def test_one_learner_never_holds_every_slot(
+    request: pytest.FixtureRequest,
     sessions: SessionFactory,
     settings: Settings,
     slots: int,
@@ -306,7 +324,7 @@ def test_one_learner_never_holds_every_slot(
     are still held (A's second waits, a slot being kept for others); with one slot, B's goes
     before A's second (app/grading/queue.owner_share)."""
     runner = HoldingRunner(
-        sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=slots)
+        warm_pool(request, slots)
         if pool
         else BorrowedRunner(shared_warm_pool.get())  # cold slots, warm runs: see above
     )
