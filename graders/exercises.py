@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from graders.exercise import KIND_SETTINGS, Exercise
+from graders.grading import install_diagnoses
 from graders.kinds import KINDS, kind_of
 from graders.proving import proven_problems
 from graders.syntax import parse_module
@@ -85,6 +86,7 @@ TOML_KEYS = frozenset(
 def load_exercise(folder: Path) -> Exercise:
     """Read one exercise folder; raises ExerciseRefused naming the file and field that is
     wrong and what to do."""
+    install_diagnoses()  # the codes its toml may name
     toml = folder / "exercise.toml"
     try:
         config = tomllib.loads(toml.read_text())
@@ -209,7 +211,15 @@ def configuration_problem(exercise: Exercise) -> str | None:
             f"use one of {', '.join(sorted(kind.judge.checks))}"
         )
     for case in exercise.cases:
-        unread = sorted(case.model_fields_set & KIND_SETTINGS - kind.case_settings)
+        declared = case.model_fields_set | ({"model.dropout"} if case.model.dropout else set())
+        unread = sorted(declared & KIND_SETTINGS - kind.case_settings)
+        if unread == ["model.dropout"]:
+            return (
+                f"cases ({case.id}): model: dropout: kind {kind.name!r} cannot judge a model "
+                "with dropout: its masks are random draws, which the grader cannot recompute "
+                "outside the sandbox to judge what the learner's code did: remove it (only "
+                "'evaluation' reads it, where evaluation mode turns it off)"
+            )
         if unread:
             reads = ", ".join(sorted(kind.case_settings)) or "none of them"
             return (
@@ -217,6 +227,9 @@ def configuration_problem(exercise: Exercise) -> str | None:
                 f"not read it, so it would change nothing: remove it (of the settings only "
                 f"some kinds read, {kind.name!r} reads {reads})"
             )
+        problem = kind.case_problem(case) if kind.case_problem is not None else None
+        if problem is not None:
+            return f"cases ({case.id}): {problem}"
     return None
 
 

@@ -7,6 +7,7 @@ learner's untrusted numbers, which it only compares.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from graders import harness
 from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.sentences import Said, Sentence, words_of
-from graders.trace import CaseTrace
+from graders.trace import CaseTrace, parameter_shapes
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-5
@@ -242,6 +243,30 @@ def loss_and_gradients(
     loss = harness.build_loss(harness_spec)(output, y)
     gradients = torch.autograd.grad(loss, list(leaves.values()))
     return loss.item(), dict(zip(leaves, gradients, strict=True))
+
+
+def flat_parameter_count(spec: CaseSpec) -> int:
+    """How many numbers the case's model has (a `parameters` field's length)."""
+    return sum(math.prod(shape) for shape in parameter_shapes(spec).values())
+
+
+def unflattened(spec: CaseSpec, flat: Any) -> dict[str, torch.Tensor]:
+    """A record's `parameters` (every parameter flattened, `harness.flat_parameters`) as the
+    model's named tensors: `weight`, `bias`, or `0.weight`, ... of a declared mlp."""
+    values = flat if isinstance(flat, torch.Tensor) else as_tensor(flat)
+    tensors, at = {}, 0
+    for name, shape in parameter_shapes(spec).items():
+        size = math.prod(shape)
+        tensors[name] = values[at : at + size].reshape(shape)
+        at += size
+    return tensors
+
+
+def in_code(name: str) -> str:
+    """A parameter's name (`named_parameters()`'s) as code reaches it from the model:
+    `weight` is `model.weight`, `0.weight` is `model[0].weight`."""
+    parts = name.split(".")
+    return "model" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in parts)
 
 
 def first_difference(

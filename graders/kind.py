@@ -17,7 +17,7 @@ from graders.judging import KindJudge
 from graders.trace import TraceShape
 
 if TYPE_CHECKING:
-    from graders.exercise import Exercise
+    from graders.exercise import CaseSpec, Exercise
     from graders.explanation import Explanation, Traces
     from graders.replay import Replay
 
@@ -37,6 +37,8 @@ class ExerciseKind:
     kinds that only read). `micro_batches`: its cases may hand the function micro-batches.
     `case_settings`: the case settings of `graders.exercise.KIND_SETTINGS` this kind reads; a
     case setting another is refused when the exercise loads, not silently ignored.
+    `case_problem`: what in a case this kind cannot judge though it reads every setting (a
+    declared model it cannot observe), said as the field and what to do; None when it can.
     `diagnoses`: the declarations (`graders.diagnoses`) of the codes only this kind's models give,
     whose words speak of what it judges (a scheduler, a checkpoint): on an exercise of another
     kind they are said as `incorrect` is.
@@ -51,6 +53,7 @@ class ExerciseKind:
     replay: Replay | None = None
     sandbox_helpers: tuple[Callable[..., Any], ...] = ()
     case_settings: frozenset[str] = frozenset()
+    case_problem: Callable[[CaseSpec], str | None] | None = None
     diagnoses: tuple[Declared, ...] = ()
 
     @property
