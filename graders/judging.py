@@ -16,6 +16,7 @@ import numpy
 import torch
 
 from graders import harness
+from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.sentences import Said, Sentence, words_of
@@ -118,6 +119,22 @@ DIFFERENCE = Sentence(
 THEN = Sentence("judging/then", "{first} {then}")
 # Every kind's `runs` check, passed (its failure is said in the feedback: grading.RUN_FAILED).
 RAN_TO_THE_END = Sentence("judging/passed-runs", "Every case ran to the end.")
+# What a check says first: where (the third unit's kinds; the older ones declare their own).
+AT_CASE = Sentence("judging/at-case", "In {case}")
+AT_CALL = Sentence("judging/at-call", "In {case}, call {call}")
+AFTER_THE_CALL = Sentence("judging/after-the-call", "{at}: after the call, {wrong}.")
+# Measured when the function returned: true of code that never called `train()` and of code
+# that called it and then `eval()`.
+LEFT_IN_EVAL = Sentence(
+    "judging/left-in-eval",
+    "{at}: when your function returned, the model was in evaluation mode. Leave it in training "
+    "mode: the last mode your code sets before it returns is `model.train()`.",
+)
+NOT_FLOAT = Sentence(
+    "judging/not-float",
+    "{at}: your function returned a {type}, not a Python `float`. `.item()` makes one of a "
+    "one-element tensor.",
+)
 
 
 def differs(name: str, mine: torch.Tensor, expected: torch.Tensor) -> Said:
@@ -141,6 +158,15 @@ def _most_different(
     index = torch.unravel_index(torch.tensor(flat), gap.shape) if gap.dim() else ()
     where = name + "".join(f"[{int(i)}]" for i in index)
     return where, float(mine.flatten()[flat].item()), float(theirs.flatten()[flat].item())
+
+
+def opened(spec: CaseSpec, learner: CaseTrace) -> tuple[CaseFindings, dict[str, Any], Said]:
+    """How a kind that records one final state opens `judge_case`: the case's findings, empty;
+    the learner's final record; where its findings are said ("In case `basic`")."""
+    findings = CaseFindings(spec)
+    final = learner.final
+    assert final is not None  # parse_trace: a case that ran has its final record
+    return findings, final, AT_CASE(case=findings.case())
 
 
 def then(first: Said, *parts: Said | None) -> Said:
@@ -441,3 +467,35 @@ def call_stream(trace: CaseTrace) -> list[str]:
     if trace.final is not None:
         calls += trace.final.get("calls", [])
     return calls
+
+
+# The diagnoses of a mistake more than one kind's models find (graders.diagnoses): each kind
+# that trains over batches with the case's own optimizer (`dataloader-epoch`, `patience-fit`)
+# computes its training without clearing and gives the code when the learner's parameters are
+# those.
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="grads-accumulated-across-batches",
+        name="Gradients not cleared between batches",
+        words=(
+            "Your parameters are those of training whose gradients were never cleared between "
+            "batches: PyTorch adds each new gradient to what `.grad` holds, so each update used "
+            "the sum of its batch's gradient and every earlier batch's. Clear the gradients "
+            "before each batch's backward pass."
+        ),
+        hint=Hint(
+            where="Look at what `.grad` holds when a batch's `backward()` runs.",
+            what=(
+                "`backward()` adds to `.grad`; only `zero_grad()` empties it. Without it, every "
+                "batch's step also carries the gradients of the batches before it."
+            ),
+            fix="""```python
+for x, y in batches:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+```""",
+        ),
+    ),
+)
