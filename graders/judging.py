@@ -126,6 +126,14 @@ AT_CALL = Sentence("judging/at-call", "In {case}, call {call}")
 for _kind in ("checkpoint", "epoch-loop", "evaluation", "gradient-pair", "training-loop"):
     retire(f"{_kind}/at-case", AT_CASE)
 retire("step-function/at-call", AT_CALL)
+# The `returns-float` check of every kind whose function returns a float, passed; and what a
+# message says where the learner returned no number.
+RETURNS_FLOAT = Sentence("judging/passed-returns-float", "Returns a Python float.")
+NOTHING_NUMERIC = Sentence("judging/nothing-numeric", "nothing numeric")
+for _kind in ("dataloader-epoch", "evaluation", "gradient-reading", "mixed-precision-step"):
+    retire(f"{_kind}/passed-returns-float", RETURNS_FLOAT)
+for _kind in ("dataloader-epoch", "evaluation", "gradient-reading"):
+    retire(f"{_kind}/nothing-numeric", NOTHING_NUMERIC)
 AFTER_THE_CALL = Sentence("judging/after-the-call", "{at}: after the call, {wrong}.")
 # Measured when the function returned: true of code that never called `train()` and of code
 # that called it and then `eval()`.

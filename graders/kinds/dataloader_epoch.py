@@ -40,7 +40,9 @@ from graders.harness import (
 from graders.judging import (
     LEFT_IN_EVAL,
     NOT_FLOAT,
+    NOTHING_NUMERIC,
     RAN_TO_THE_END,
+    RETURNS_FLOAT,
     CaseFindings,
     KindJudge,
     as_tensor,
@@ -202,7 +204,7 @@ CHECKS = {
         "dataloader-epoch/passed-forward-in-training",
         "Every forward pass the harness saw ran in training mode: this check carries no points.",
     ),
-    "returns-float": Sentence("dataloader-epoch/passed-returns-float", "Returns a Python float."),
+    "returns-float": RETURNS_FLOAT,
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
@@ -219,7 +221,6 @@ LOSSES_UNTOLD = Sentence(
     "{at}: your loop stepped the optimizer {count} for {batches} batches, so the batches' losses "
     "cannot be told apart.",
 )
-NOTHING_NUMERIC = Sentence("dataloader-epoch/nothing-numeric", "nothing numeric")
 MEAN_DIFFERS = Sentence(
     "dataloader-epoch/mean-differs",
     "{at}: you returned {shown:.6g}; the mean loss per example over your epoch is {mean:.6g} "

@@ -35,7 +35,16 @@ from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Record, build_case, number_of, type_name
-from graders.judging import AT_CASE, RAN_TO_THE_END, CaseFindings, KindJudge, then, within_tolerance
+from graders.judging import (
+    AT_CASE,
+    NOTHING_NUMERIC,
+    RAN_TO_THE_END,
+    RETURNS_FLOAT,
+    CaseFindings,
+    KindJudge,
+    then,
+    within_tolerance,
+)
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
 from graders.report import Diagnosis, PlotSeries
@@ -162,12 +171,11 @@ CHECKS = {
         "evaluation/passed-training-mode",
         "The model is back in training mode, and gradient recording on, afterwards.",
     ),
-    "returns-float": Sentence("evaluation/passed-returns-float", "Returns a Python float."),
+    "returns-float": RETURNS_FLOAT,
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first;
 # a cause only from what the harness recorded.
-NOTHING_NUMERIC = Sentence("evaluation/nothing-numeric", "nothing numeric")
 LOSS_DIFFERS = Sentence(
     "evaluation/loss-differs",
     "{at}: you returned {shown:.6g}; the model's loss in evaluation mode is {right:.6g}.",

@@ -20,7 +20,9 @@ from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Case, Record, build_case, number_of, parameters_of, type_name
 from graders.judging import (
+    NOTHING_NUMERIC,
     RAN_TO_THE_END,
+    RETURNS_FLOAT,
     CaseFindings,
     KindJudge,
     close,
@@ -80,7 +82,7 @@ CHECKS = {
     "grads-unchanged": Sentence(
         "gradient-reading/passed-grads-unchanged", "Leaves every gradient as it found it."
     ),
-    "returns-float": Sentence("gradient-reading/passed-returns-float", "Returns a Python float."),
+    "returns-float": RETURNS_FLOAT,
 }
 
 STATES = {
@@ -106,7 +108,6 @@ WITHOUT_ABS = Sentence(
     "{at}: the magnitude is wrong. You returned {value:.6g}, the sum without abs(): gradients "
     "can be negative.",
 )
-NOTHING_NUMERIC = Sentence("gradient-reading/nothing-numeric", "nothing numeric")
 MAGNITUDE_DIFFERS = Sentence(
     "gradient-reading/magnitude-differs",
     "{at}: the magnitude is wrong. You returned {value:.6g}; the sum of |grad| is {expected:.6g}.",

@@ -35,6 +35,7 @@ from graders.judging import (
     IN_CASE,
     NOT_FLOAT,
     RAN_TO_THE_END,
+    RETURNS_FLOAT,
     CaseFindings,
     KindJudge,
     as_tensor,
@@ -152,9 +153,7 @@ CHECKS = {
         "mixed-precision-step/passed-loss-returned",
         "Every loss you returned equals the reference step's loss under autocast, unscaled.",
     ),
-    "returns-float": Sentence(
-        "mixed-precision-step/passed-returns-float", "Returns a Python float."
-    ),
+    "returns-float": RETURNS_FLOAT,
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.

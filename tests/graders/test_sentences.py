@@ -75,6 +75,8 @@ def test_a_key_stored_before_a_kind_said_the_shared_sentence_is_worded_as_it() -
     assert worded(stored) == words_of(said_now)
     assert words_of(said_now).startswith("In case `basic`, call 2: your weights differ")
     assert worded({"key": "evaluation/at-case", "values": {"case": case}}) == "In case `basic`"
+    assert worded({"key": "mixed-precision-step/passed-returns-float"}) == "Returns a Python float."
+    assert worded({"key": "gradient-reading/nothing-numeric"}) == "nothing numeric"
     assert RETIRED["step-function/at-call"] is AT_CALL and RETIRED["epoch-loop/at-case"] is AT_CASE
     exercise = get_exercise("train-step")  # a step-function exercise says the shared one
     report = judge_source(exercise, exercise.variants[0].source)
