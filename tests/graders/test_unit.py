@@ -23,6 +23,7 @@ from graders.exercises import list_exercises, load_exercise
 from graders.mutation import Edit, reference_mutants
 from graders.proving import judge_source, prove, proven_problems
 from sandbox.supervise import LATER_INPUT_MAX_BYTES
+from tests.graders.test_correct_words import unmade_calls
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 
@@ -1022,9 +1023,12 @@ def test_every_exercise_has_five_correct_styles_and_declared_bugs(exercise: Exer
 )
 def test_correct_styles_score_full(exercise_id: str, style: str) -> None:
     exercise = next(e for e in list_exercises() if e.id == exercise_id)
-    report = judge_source(exercise, code(CORRECT_STYLES[exercise_id][style]))
+    source = code(CORRECT_STYLES[exercise_id][style])
+    report = judge_source(exercise, source)
     assert report.diagnosis == "correct", report.feedback
     assert report.score == exercise.max_score
+    # Every check passed: none of them says a call this code never makes.
+    assert unmade_calls(source, "\n".join(c.message for c in report.checks)) == []
 
 
 @pytest.mark.parametrize(
