@@ -198,12 +198,14 @@ def gradings_per_second(session: Session) -> float | None:
     """How fast the queue drains: gradings stored in the last DRAIN_WINDOW_SECONDS, by every
     worker (their `graded_at`, in the shared database); None when too few to tell."""
     now = utc_now()
-    count, oldest = session.execute(
-        select(func.count(), func.min(Submission.graded_at)).where(
+    count, oldest, newest = session.execute(
+        select(func.count(), func.min(Submission.graded_at), func.max(Submission.graded_at)).where(
             Submission.graded_at >= now - timedelta(seconds=DRAIN_WINDOW_SECONDS)
         )
     ).one()
-    return drain_per_second(count, None if oldest is None else (now - oldest).total_seconds())
+    if oldest is None or newest is None:
+        return None
+    return drain_per_second(count, (now - oldest).total_seconds(), (now - newest).total_seconds())
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from app.retry_after import (
     MAX_RETRY_AFTER_SECONDS,
     UNKNOWN_RATE_RETRY_AFTER_SECONDS,
     ReturnSchedule,
+    drain_per_second,
 )
 from tests.app.conftest import EXERCISE
 
@@ -141,3 +142,27 @@ def test_an_empty_queue_refuses_no_one(sessions: SessionFactory) -> None:
     add_submissions(sessions, MAX_WAITING - 1, SubmissionStatus.QUEUED)
     with sessions() as session:
         check_waiting(session, LIMITS, anonymous_practice=False)
+
+
+def test_a_burst_is_measured_from_its_first_completions() -> None:
+    # Five gradings in the first tenth of a second of a burst: about 40 a second, not 5 (a
+    # span floored at one second read it as 5 and sent a class away while graders idled).
+    assert drain_per_second(5, 0.1, 0.0) == pytest.approx(40.0)
+    # Too few to tell.
+    assert drain_per_second(2, 0.1, 0.0) is None
+    # A line that drained 20 in one second and then stopped for four: it slows as time passes.
+    assert drain_per_second(20, 5.0, 4.0) == pytest.approx(4.0)
+
+
+def test_returns_handed_at_a_slow_rate_do_not_push_later_ones_out() -> None:
+    schedule = ReturnSchedule(random.Random(46), clock=lambda: 1000.0)  # all refused at once
+    slow = [schedule.retry_after_seconds(ahead=1, per_second=1.0) for _ in range(30)]
+    assert 30 <= slow[-1] <= 30 + math.ceil(JITTER_SECONDS)  # one place a second
+    # The line turns out to drain 30 a second: the next refused come back in the second before
+    # the slow ones' first return, one drained place apart, not after their 30 s.
+    faster = [schedule.retry_after_seconds(ahead=1, per_second=30.0) for _ in range(29)]
+    for k, seconds in enumerate(faster, start=1):
+        assert math.ceil(k / 30) <= seconds <= math.ceil(k / 30 + JITTER_SECONDS), k
+    # The gap before the slow ones' first return (1 s) is full: the next goes between theirs.
+    after_gap = schedule.retry_after_seconds(ahead=1, per_second=30.0)
+    assert 2 <= after_gap <= 2 + math.ceil(JITTER_SECONDS)
