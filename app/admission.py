@@ -13,6 +13,17 @@ load balancer's liveness probe is never refused beside a crowd of clients.
 A request's body is read whole before it asks for a slot (within `request_body_timeout_seconds`,
 else 408): a client sending its body slowly holds only its own socket, never a slot.
 
+A submission to a full grading queue is refused here too, before a lane, a database session or
+a sign-in, with the intake's sentence and `Retry-After` (app/grading/submissions.py): when the
+process's `WaitingGauge` (app/grading/queue_gauge.py) knows the queue is full, which it says
+only while that is sure; otherwise the intake's exact count decides. Only submissions answered
+in JSON (the API, the exercise page's script) are refused here: a plain form's post gets its
+page back with the learner's code in it from the intake. A submission with an Idempotency-Key
+goes to the intake, which answers a resend of an accepted one with its submission, unless the
+intake of this very process refused that key from that sender for a full queue and nothing
+accepted the key since (`RefusedKeys`: embedded only; with a broker, several web processes may
+accept, and every keyed submission goes to the intake).
+
 The slot is given back once the response starts, after `RequestTransaction` committed: a
 progress stream or a slow reader of a response holds no slot, no thread and no connection.
 
@@ -34,10 +45,19 @@ from typing import Any
 
 import uvicorn
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.grading.queue_gauge import (
+    REFUSED_BY_FULL_QUEUE,
+    KeyedSubmission,
+    RefusedKeys,
+    WaitingGauge,
+    credential_of,
+)
+from app.grading.submissions import QueueFull, queue_full
 from app.integrations.framing import FRAME_ANCESTORS_RELOADS
 from app.retry_after import DrainMeter, ReturnSchedule
 from app.settings import Settings
@@ -167,13 +187,34 @@ class AdmissionLane:
 
 
 ErrorResponder = Callable[..., Response]
+# Whether a request is a submission (a POST to one of the routes that take one in).
+SubmissionMatcher = Callable[[Scope], bool]
+
+
+def answers_in_json(scope: Scope) -> bool:
+    """The API, and the exercise page's script (which asks for JSON); not a plain form's post."""
+    accept = Headers(scope=scope).get("accept", "")
+    return scope["path"].startswith("/api/") or "application/json" in accept
 
 
 class AdmissionControl:
     """The ASGI middleware in front of every route (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, *, settings: Settings, error_response: ErrorResponder) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        settings: Settings,
+        error_response: ErrorResponder,
+        gauge: WaitingGauge | None = None,
+        is_submission: SubmissionMatcher | None = None,
+    ) -> None:
         self.app = app
+        self._settings = settings
+        self._gauge = gauge
+        self._is_submission = is_submission
+        # Embedded, this process is the only one that accepts a submission (app/grading/queue.py).
+        self._refused_keys = None if settings.broker_url else RefusedKeys()
         self._capacity = RequestCapacity.from_settings(settings)
         self._wait_seconds = settings.admission_wait_seconds
         self._body_timeout_seconds = settings.request_body_timeout_seconds
@@ -214,9 +255,25 @@ class AdmissionControl:
                 )
                 await response(scope, receive, send)
                 return
+        keyed: KeyedSubmission | None = None
+        if lane is Lane.WRITE and self._is_submission is not None and self._is_submission(scope):
+            headers = Headers(scope=scope)
+            key = headers.get("idempotency-key")
+            credential = credential_of(headers.get("authorization"), headers.get("cookie"))
+            refusal = self._full_queue_refusal(scope, credential, key)
+            if refusal is not None:
+                response = JSONResponse(
+                    {"detail": refusal.message}, status_code=503, headers=refusal.headers
+                )
+                await response(scope, receive, send)
+                return
+            if key is not None and self._refused_keys is not None:
+                keyed = self._refused_keys.began(credential, key)
         admission = self._lane(lane)
         if not await admission.acquire(first=scope["path"] == READINESS_PATH):
             await self._busy(lane, admission.retry_after_seconds(), scope, receive, send)
+            if keyed is not None:
+                self._keyed_ended(keyed, scope, None)
             return
         released = False
 
@@ -231,12 +288,41 @@ class AdmissionControl:
             # the response needs neither a thread nor a connection.
             if message["type"] == "http.response.start":
                 release()
+                if keyed is not None:
+                    self._keyed_ended(keyed, scope, message["status"])
             await send(message)
 
         try:
             await self.app(scope, receive, send_releasing)
         finally:
             release()
+            if keyed is not None:
+                self._keyed_ended(keyed, scope, None)
+
+    def _full_queue_refusal(
+        self, scope: Scope, credential: str, key: str | None
+    ) -> QueueFull | None:
+        """The intake's refusal, made here when the gauge is sure the queue is full and the
+        intake could not answer otherwise (see the module docstring); else None."""
+        max_waiting = self._settings.max_waiting_submissions
+        if self._gauge is None or not max_waiting or not answers_in_json(scope):
+            return None
+        if key is not None and (
+            self._refused_keys is None or not self._refused_keys.refused_before(credential, key)
+        ):
+            return None
+        waiting = self._gauge.waiting_at_least()
+        if waiting is None or waiting < max_waiting:
+            return None
+        return queue_full(
+            waiting - max_waiting + 1, waiting, self._gauge.drained_per_second(), at_least=True
+        )
+
+    def _keyed_ended(self, keyed: KeyedSubmission, scope: Scope, status: int | None) -> None:
+        assert self._refused_keys is not None
+        session = scope.get("state", {}).get("db_session")
+        full_queue = session is not None and bool(session.info.get(REFUSED_BY_FULL_QUEUE))
+        self._refused_keys.ended(keyed, status=status, full_queue=full_queue)
 
     async def _read_body(self, receive: Receive) -> Receive:
         """The whole body, read within the deadline; a `receive` that replays it."""

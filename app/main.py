@@ -17,6 +17,7 @@ import anyio.to_thread
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
@@ -28,7 +29,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import health
 from app.access import load_secret_key
-from app.admission import AdmissionControl, RequestCapacity
+from app.admission import AdmissionControl, RequestCapacity, SubmissionMatcher
 from app.api import learner_routes as learner_api_routes
 from app.api import routes as api_routes
 from app.db import (
@@ -44,10 +45,12 @@ from app.db import (
 from app.errors import AppError
 from app.grading.dispatch import create_dispatcher
 from app.grading.queue import Dispatcher, enqueue_after_commit, open_grading_runner
+from app.grading.queue_gauge import WaitingGauge, install_waiting_gauge
 from app.grading.state_channel import StateSubscriber, state_channel, state_channel_url
 from app.hosts import AllowedHosts, PublicUrlRequired, public_url_problem
 from app.integrations.keys import ToolKeysUnreadable, prepare_tool_keys, start_up_sealing
 from app.lti.routes import install_lti
+from app.models import SubmissionStatus
 from app.operations import redact_access_logs
 from app.outbox import OutboxDelivery
 from app.progress import ProgressStreams
@@ -156,6 +159,7 @@ class Grading:
         sessions: SessionFactory,
         grading_sessions: SessionFactory,
         progress_streams: ProgressStreams,
+        gauge: WaitingGauge,
     ) -> Grading:
         # Chosen and probed once; its warm pool (if any) is started here and lives with the app.
         runner = (
@@ -165,11 +169,17 @@ class Grading:
         )
         if runner is not None:
             log.info("sandbox: %s", runner.status)
+
+        def state_changed(submission_id: str, status: SubmissionStatus) -> None:
+            gauge.state_changed(submission_id, status)
+            progress_streams.state_changed(submission_id, status)
+
+        def state_channel_reconnected() -> None:
+            gauge.forget()  # the messages sent while it was away are lost
+            progress_streams.wake_all()
+
         dispatcher = create_dispatcher(
-            grading_sessions,
-            settings,
-            runner=runner,
-            on_state_change=progress_streams.state_changed,
+            grading_sessions, settings, runner=runner, on_state_change=state_changed
         )
         outbox = OutboxDelivery(grading_sessions, settings)
         outbox.wake_after_commits_of(sessions)
@@ -180,8 +190,8 @@ class Grading:
             StateSubscriber(
                 channel_url,
                 state_channel(settings),
-                on_state_change=progress_streams.state_changed,
-                on_reconnect=progress_streams.wake_all,
+                on_state_change=state_changed,
+                on_reconnect=state_channel_reconnected,
             )
             if channel_url is not None
             else None
@@ -216,7 +226,8 @@ def create_app(settings: Settings) -> FastAPI:
         databases = Databases.open(settings, capacity)
         sessions = create_session_factory(databases.engine)
         grading_sessions = create_session_factory(databases.grading_engine)
-        grading = await Grading.start(settings, sessions, grading_sessions, progress_streams)
+        install_waiting_gauge(sessions, gauge)
+        grading = await Grading.start(settings, sessions, grading_sessions, progress_streams, gauge)
         app.state.sessions = sessions
         app.state.dispatcher = grading.dispatcher
         app.state.outbox = grading.outbox
@@ -240,11 +251,22 @@ def create_app(settings: Settings) -> FastAPI:
     progress_streams = ProgressStreams(settings)
     app.state.progress_streams = progress_streams
     app.state.secret_key = load_secret_key(settings)
+    # It hears every grading's end: this process's threads, or every worker's over Redis.
+    gauge = WaitingGauge(
+        hears_exits=not settings.broker_url or state_channel_url(settings) is not None
+    )
+    app.state.waiting_gauge = gauge
     # Inside the error handlers' middleware: an error answer is seen here, and rolls back.
     app.add_middleware(RequestTransaction)
     # Outside the transaction (a request waiting for a slot has no session yet), inside the
     # body limit (whose 413 it answers while it reads the body).
-    app.add_middleware(AdmissionControl, settings=settings, error_response=error_response)
+    app.add_middleware(
+        AdmissionControl,
+        settings=settings,
+        error_response=error_response,
+        gauge=gauge,
+        is_submission=submission_matcher(),
+    )
     app.add_middleware(
         RequestBodyLimit,
         max_body_bytes=settings.request_body_bytes,
@@ -284,6 +306,41 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(diagnosis_report_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
+
+
+# The routes that take a submission in (app.grading.intake.accept_submission).
+SUBMISSION_ENDPOINTS = frozenset(
+    {
+        api_routes.submit,
+        api_routes.submit_file,
+        learner_api_routes.submit_mine,
+        learner_api_routes.submit_my_file,
+        learner_pages.submit_practice,
+        learner_pages.submit_in_course,
+    }
+)
+
+
+# The routers that hold them (the routes' paths carry their prefixes).
+SUBMISSION_ROUTERS = (api_routes.router, learner_api_routes.router, learner_pages.router)
+
+
+def submission_matcher() -> SubmissionMatcher:
+    """Whether a request is a POST to a route of SUBMISSION_ENDPOINTS (for admission control,
+    which runs before the routing)."""
+    paths = [
+        route.path_regex
+        for router in SUBMISSION_ROUTERS
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.endpoint in SUBMISSION_ENDPOINTS
+    ]
+    # A route moved to another router would be missed without a word: say so at once.
+    assert len(paths) == len(SUBMISSION_ENDPOINTS), "a submission route is not in its router"
+
+    def is_submission(scope: Scope) -> bool:
+        return scope["method"] == "POST" and any(path.match(scope["path"]) for path in paths)
+
+    return is_submission
 
 
 # Answered in JSON, errors too: the REST API, and the drafts the exercise page's script saves.

@@ -48,6 +48,12 @@ OUTBOX_DELIVERY_FAILURES = prometheus_client.Counter(
     "Failed delivery attempts in this process (each is retried or given up), by kind.",
     ["kind"],
 )
+QUEUE_FULL_REFUSALS = prometheus_client.Counter(
+    "loopgrade_queue_full_refusals",
+    "Submissions this process refused for a full grading queue, by where: admission (early, "
+    "before a database session or a sign-in) or intake (the exact count).",
+    ["at"],
+)
 
 
 def record_grade(diagnosis: str, seconds: float) -> None:

@@ -354,6 +354,12 @@ class Independent:
     slowest_first_answer_seconds: float = 0.0
     retries: int = 0
     longest_retry_after_seconds: float = 0.0  # the longest wait a 503 told a client
+    # Every 503, first answers and retries, by what refused it: admission control's early
+    # refusal of a full queue (before a database session or a sign-in), the intake's exact
+    # count, or a full lane (too many requests at once).
+    refused_early: int = 0
+    refused_at_intake: int = 0
+    refused_busy: int = 0
     all_accepted_seconds: float = 0.0
     all_graded_seconds: float = 0.0
     idle_seconds: float = 0.0  # nothing queued or being graded while a client still waited
@@ -421,6 +427,7 @@ def independent_clients(
         seen.accepted_at_once += answer.status == 202
         seen.refused_at_once += answer.status == 503
         while answer.status == 503:
+            count_refusal(seen, answer.body)
             seen.retries += 1
             told = float(answer.headers["retry-after"])
             seen.longest_retry_after_seconds = max(seen.longest_retry_after_seconds, told)
@@ -454,6 +461,25 @@ def independent_clients(
             first = (delays or {}).get(str(body["exercise"]), 0.25)
             seen.correct_late += released.get(str(body["id"]), 0.0) > first + 1e-6
     return seen
+
+
+def count_refusal(seen: Independent, body: bytes) -> None:
+    """By its sentence: the early refusal says the waiting count is a lower bound."""
+    if b"The graders are busy: at least" in body:
+        seen.refused_early += 1
+    elif b"The graders are busy:" in body:
+        seen.refused_at_intake += 1
+    else:
+        seen.refused_busy += 1
+
+
+def refusals(seen: Independent) -> str:
+    return f"{seen.refused_early} / {seen.refused_at_intake} / {seen.refused_busy}"
+
+
+def late_share(seen: Independent) -> str:
+    share = f" ({100 * seen.correct_late / seen.correct:.1f}%)" if seen.correct else ""
+    return f"{seen.correct_late} of {seen.correct}{share}"
 
 
 def stamp(value: object) -> float:
@@ -719,10 +745,11 @@ def class_rows(seen: Independent) -> list[tuple[str, str]]:
         ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
         ("  retries after 503", str(seen.retries)),
         ("  longest Retry-After s", f"{seen.longest_retry_after_seconds:.0f}"),
+        ("  503 early / intake / busy", refusals(seen)),
         ("  all accepted in s", f"{seen.all_accepted_seconds:.1f}"),
         ("  all graded in s", f"{seen.all_graded_seconds:.1f}"),
         ("  graders idle s", f"{seen.idle_seconds:.1f}"),
-        ("  correct released late", f"{seen.correct_late} of {seen.correct}"),
+        ("  correct released late", late_share(seen)),
         ("  CPU s per grading, all in", cpu),  # --class only
         ("    of which the server process", server_cpu),
     ]
@@ -887,13 +914,11 @@ def main() -> None:
         ),
         ("  slowest first answer s", lambda m: f"{m.independent.slowest_first_answer_seconds:.1f}"),
         ("  retries after 503", lambda m: str(m.independent.retries)),
+        ("  503 early / intake / busy", lambda m: refusals(m.independent)),
         ("  all accepted in s", lambda m: f"{m.independent.all_accepted_seconds:.1f}"),
         ("  all graded in s", lambda m: f"{m.independent.all_graded_seconds:.1f}"),
         ("  graders idle s", lambda m: f"{m.independent.idle_seconds:.1f}"),
-        (
-            "  correct released late",
-            lambda m: f"{m.independent.correct_late} of {m.independent.correct}",
-        ),
+        ("  correct released late", lambda m: late_share(m.independent)),
     ]
     names = list(results)
     print(f"{'':28}" + "".join(f"{name:>14}" for name in names))

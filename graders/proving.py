@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from graders.kinds import kind_of
 from graders.mutation import Mutant, reference_mutants
 from graders.optimizers import declared_optimizer
 from graders.report import GradeReport
+from graders.sentences import Sentence
 from graders.starter import is_starter_source, not_started_report
 from graders.trace import CaseTrace, NonFiniteValue, parse_trace
 
@@ -183,7 +185,10 @@ FOLDER = "{folder}"
 def _proof_file(exercise: Exercise) -> str:
     """The proof's file name, from what a proof is a function of: the exercise's version (its
     folder and the grader code that judges it), the proof's own code, and torch."""
-    digest = hashlib.sha256(f"{exercise.id}\0{exercise.version}\0{torch.__version__}".encode())
+    # `correct` is no part of the version (it changes no grade) but is proven (wording_problems).
+    digest = hashlib.sha256(
+        f"{exercise.id}\0{exercise.version}\0{exercise.correct}\0{torch.__version__}".encode()
+    )
     for module in ("proving.py", "mutation.py"):
         digest.update(b"\0" + (Path(__file__).parent / module).read_bytes())
     return f"{exercise.id}-{digest.hexdigest()[:32]}.json"
@@ -220,12 +225,53 @@ def keep_proof(exercise: Exercise, problems: list[str]) -> None:
 
 
 def wording_problems(exercise: Exercise) -> list[str]:
-    """What an exercise must say that the grader cannot make up for it."""
+    """What an exercise must say that the grader cannot make up for it (its `correct` text),
+    and what that text may not say (`unmeasured_in_correct`)."""
     if exercise.correct:
-        return []
+        return unmeasured_in_correct(exercise)
     return [
         f"{exercise.folder}/exercise.toml: correct: missing: add one sentence saying what a "
         "submission that passes every check does (the learner reads it)"
+    ]
+
+
+CODE_SPAN = re.compile(r"`([^`]*)`")
+# Code written as a word: a call, a dotted name, a name with an underscore.
+CODE_WORD = re.compile(r"\w+\(\)|\b\w+(?:\.\w+)+|\b\w*_\w+")
+# Words for how code gets its values (what it calls, where it runs, how it copies), which a
+# check that compares values does not see: a correct answer may get the same values any way.
+WAYS = re.compile(
+    r"\b(in place|under|autocast|backward|backpropagat\w*|unscal\w*|clon\w*|clear\w*"
+    r"|no.grad|detach\w*|deepcopy)\b",
+    re.IGNORECASE,
+)
+
+
+def unmeasured_in_correct(exercise: Exercise) -> list[str]:
+    """Each name of code, or way of writing it, that the `correct` text says and no passed
+    sentence of the exercise's checks does: praise of what the checks never measured.
+
+    A correct text says the values the checks compared ("after every call the weights equal
+    ..."), never how the code got them: a code span must name the function, one of its
+    arguments, or a code span of a check's passed sentence; a word of code or of a way, a word
+    one of those sentences says.
+    """
+    passed = [kind_of(exercise).judge.checks[check] for check in exercise.checks]
+    measured = " ".join(s.text if isinstance(s, Sentence) else s for s in passed)
+    names = set(re.findall(r"\w+", exercise.signature))
+    spans = set(CODE_SPAN.findall(measured))
+    text = exercise.correct
+    prose = CODE_SPAN.sub(" ", text)
+    unmeasured = [f"`{span}`" for span in CODE_SPAN.findall(text) if span not in names | spans]
+    unmeasured += [
+        word
+        for word in CODE_WORD.findall(prose) + [m.group() for m in WAYS.finditer(prose)]
+        if word.lower() not in measured.lower()
+    ]
+    return [
+        f"{exercise.folder}/exercise.toml: correct: says {word}, which none of its checks "
+        "measures: say the values the checks compared, not how the code got them"
+        for word in dict.fromkeys(unmeasured)
     ]
 
 

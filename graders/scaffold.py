@@ -140,7 +140,8 @@ unit = "{unit}"  # the heading it is listed under
 kind = "{kind}"  # {KINDS[kind].summary}
 entry_point = "{like.entry_point if like else "solve"}"  # the function the learner writes
 signature = "{like.signature if like else "def solve(...)"}"
-# What a learner whose every check passed is told their code does: say what this exercise asks.
+# What a learner whose every check passed is told: the values the checks compared, not how the
+# code got them (docs/authoring.md, "The `correct` text").
 correct = ""
 # "per-learner": each learner's visible cases get seeds of their own.
 case_seeds = "fixed"

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from app.courses.attempts import note_first_open
 from app.courses.membership import AssignedExercise
 from app.errors import AppError
+from app.grading.queue_gauge import REFUSED_BY_FULL_QUEUE, report_waiting
 from app.models import (
     ExerciseOpen,
     LatePolicy,
@@ -28,6 +29,7 @@ from app.models import (
     new_id,
     utc_now,
 )
+from app.operations import QUEUE_FULL_REFUSALS
 from app.people.names import hidden_character
 from app.rate_limits import RateLimit, seconds_until_allowed
 from app.retry_after import DRAIN_WINDOW_SECONDS, ReturnSchedule, drain_per_second
@@ -172,7 +174,9 @@ def check_rate(
 
 
 def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_practice: bool) -> None:
-    """Raise QueueFull when too many submissions already wait for a grader."""
+    """Raise QueueFull when too many submissions already wait for a grader. The count is told
+    to admission control's gauge (app/grading/queue_gauge.py), which refuses the next ones early
+    while the queue stays full."""
     if limits.max_waiting is None:
         return
     room = limits.max_waiting // 2 if anonymous_practice else limits.max_waiting
@@ -182,16 +186,26 @@ def check_waiting(session: Session, limits: SubmissionLimits, *, anonymous_pract
         .where(Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]))
     )
     waiting = waiting or 0
+    report_waiting(session, waiting)
     if waiting >= room:
-        retry_after = QUEUE_RETURNS.retry_after_seconds(
-            ahead=waiting - room + 1, per_second=gradings_per_second(session)
-        )
-        raise QueueFull(
-            f"The graders are busy: {waiting} "
-            f"{'submission is' if waiting == 1 else 'submissions are'} waiting to be graded. "
-            f"Yours was not stored; send it again in {retry_after} s.",
-            retry_after,
-        )
+        session.info[REFUSED_BY_FULL_QUEUE] = True
+        raise queue_full(waiting - room + 1, waiting, gradings_per_second(session))
+
+
+def queue_full(
+    ahead: int, waiting: int, per_second: float | None, *, at_least: bool = False
+) -> QueueFull:
+    """The refusal of a full queue, with `ahead` submissions to leave before there is room for
+    this one, `waiting` in all (`at_least`: a lower bound, app/admission.py's early refusal),
+    and the queue's drain rate `per_second`."""
+    retry_after = QUEUE_RETURNS.retry_after_seconds(ahead=ahead, per_second=per_second)
+    QUEUE_FULL_REFUSALS.labels(at="admission" if at_least else "intake").inc()
+    return QueueFull(
+        f"The graders are busy: {'at least ' if at_least else ''}{waiting} "
+        f"{'submission is' if waiting == 1 else 'submissions are'} waiting to be graded. "
+        f"Yours was not stored; send it again in {retry_after} s.",
+        retry_after,
+    )
 
 
 def gradings_per_second(session: Session) -> float | None:

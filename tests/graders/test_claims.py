@@ -390,7 +390,8 @@ def test_rewording_the_correct_sentence_keeps_the_version(tmp_path: Path) -> Non
     shutil.copytree(EXERCISES_DIR / "train-step", folder)
     before = load_exercise(folder).version
     toml = folder / "exercise.toml"
-    toml.write_text(toml.read_text().replace('correct = "Every update', 'correct = "Each update'))
+    toml.write_text(toml.read_text().replace('correct = "After every', 'correct = "After each'))
+    assert load_exercise(folder).correct.startswith("After each")
     assert load_exercise(folder).version == before
     toml.write_text(toml.read_text().replace("lr = ", "lr = 0.5 * 0 + ", 0) + "\n")
     assert load_exercise(folder).version == before  # a blank line changes nothing judged

@@ -47,9 +47,9 @@ def test_the_kinds_are_named_by_what_they_judge_and_own_their_codes() -> None:
 @pytest.mark.parametrize(
     ("exercise_id", "words"),
     [
-        ("scheduler-epochs", "at the learning rate the schedule gives each epoch"),
-        ("evaluate", "in evaluation mode"),
-        ("resume-training", "training went on exactly"),
+        ("scheduler-epochs", "at the learning rate the schedule gives its epoch"),
+        ("evaluate", "the model's with dropout off"),
+        ("resume-training", "equals the step of training that never stopped"),
     ],
 )
 def test_the_correct_message_speaks_of_what_the_exercise_asks(exercise_id: str, words: str) -> None:
