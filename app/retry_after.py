@@ -10,10 +10,11 @@ client that comes back early is refused again and told a later time; nothing is 
 meanwhile. Until the line has drained a few lately its rate is unknown, and a refused client is
 told to come back within a few seconds, by which time it is known.
 
-The rate is read from the completions themselves, the first of a burst included: a burst's
-first tenth of a second holds a few gradings, and a rate floored at a second's span would read
-35 a second as 3 and send a class away for two minutes while the graders sat idle. A client
-told too early costs one more refusal; one told too late leaves a grader idle.
+The rate is read from the latest run of completions, a burst's first ones included, never
+averaged over the idle seconds before it: a class arriving after a quiet spell, its first
+gradings read as 1-3 a second when the line drains 35, was sent away for two minutes while
+the graders sat idle. A client told too early costs one more refusal; one told too late leaves
+a grader idle.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 # How far back the drain rate is measured: long enough to hold many completions of a busy
 # line, short enough to follow it when it speeds up or slows down.
@@ -34,25 +35,29 @@ UNKNOWN_RATE_RETRY_AFTER_SECONDS = 5
 # No client is told to wait longer than this; one told it comes back and is told again.
 MAX_RETRY_AFTER_SECONDS = 120
 JITTER_SECONDS = 1.0
-# A rate is read from at least this many completions, spread over at least this long.
+# A rate is read from a run of MIN_COMPLETIONS to MAX_RUN completions, spread over at least
+# MIN_SPAN_SECONDS, with no gap longer than MAX_GAP_SECONDS between two of them.
 MIN_COMPLETIONS = 3
+MAX_RUN = 50
 MIN_SPAN_SECONDS = 0.05
+MAX_GAP_SECONDS = 2.0
 
 
-def drain_per_second(
-    count: int, oldest_age_seconds: float | None, newest_age_seconds: float | None
-) -> float | None:
-    """Completions a second from `count` of them in the window, the oldest
-    `oldest_age_seconds` ago and the newest `newest_age_seconds` ago; None when too few to tell.
+def drain_per_second(ages_seconds: Sequence[float]) -> float | None:
+    """Completions a second, from how long ago each recent one was (any order); None when too few
+    to tell.
 
-    The slower of two readings: the rate between the first and the last completion (a burst
-    measured from its first), and the count over the time since the first (a line that stopped
-    draining slows down as the seconds pass)."""
-    if count < MIN_COMPLETIONS or oldest_age_seconds is None or newest_age_seconds is None:
+    Read from the latest run of completions, up to MAX_RUN of them, none more than MAX_GAP_SECONDS
+    after the one before: a line idle before a burst drains at the burst's rate, not at its
+    own average over the idle seconds. Time since the latest counts as part of the run, so a
+    line that stopped draining slows as the seconds pass."""
+    newest_first = sorted(ages_seconds)[:MAX_RUN]
+    run = 1
+    while run < len(newest_first) and newest_first[run] - newest_first[run - 1] <= MAX_GAP_SECONDS:
+        run += 1
+    if run < MIN_COMPLETIONS:
         return None
-    while_draining = (count - 1) / max(MIN_SPAN_SECONDS, oldest_age_seconds - newest_age_seconds)
-    since_first = count / max(MIN_SPAN_SECONDS, oldest_age_seconds)
-    return min(while_draining, since_first)
+    return (run - 1) / max(MIN_SPAN_SECONDS, newest_first[run - 1])
 
 
 class DrainMeter:
@@ -69,11 +74,7 @@ class DrainMeter:
     def per_second(self) -> float | None:
         now = time.monotonic()
         self._forget_before(now - DRAIN_WINDOW_SECONDS)
-        if not self._completed_at:
-            return None
-        return drain_per_second(
-            len(self._completed_at), now - self._completed_at[0], now - self._completed_at[-1]
-        )
+        return drain_per_second([now - at for at in self._completed_at])
 
     def _forget_before(self, moment: float) -> None:
         while self._completed_at and self._completed_at[0] < moment:

@@ -144,14 +144,20 @@ def test_an_empty_queue_refuses_no_one(sessions: SessionFactory) -> None:
         check_waiting(session, LIMITS, anonymous_practice=False)
 
 
-def test_a_burst_is_measured_from_its_first_completions() -> None:
-    # Five gradings in the first tenth of a second of a burst: about 40 a second, not 5 (a
-    # span floored at one second read it as 5 and sent a class away while graders idled).
-    assert drain_per_second(5, 0.1, 0.0) == pytest.approx(40.0)
+def test_a_burst_is_measured_from_its_own_completions() -> None:
+    # Five gradings in the first tenth of a second of a burst: about 40 a second.
+    assert drain_per_second([0.0, 0.025, 0.05, 0.075, 0.1]) == pytest.approx(40.0)
+    # The same burst after a quiet spell whose last gradings ended 8 s before it: still 40 (an
+    # average over the window read 1 a second and sent a class away while the graders idled).
+    assert drain_per_second([0.0, 0.025, 0.05, 0.075, 0.1, 8.1, 8.2, 8.3]) == pytest.approx(40.0)
     # Too few to tell.
-    assert drain_per_second(2, 0.1, 0.0) is None
-    # A line that drained 20 in one second and then stopped for four: it slows as time passes.
-    assert drain_per_second(20, 5.0, 4.0) == pytest.approx(4.0)
+    assert drain_per_second([0.0, 0.1]) is None
+    assert drain_per_second([0.0, 0.1, 5.0, 5.1]) is None
+    # A line that drained 20 in one second and then stopped: it slows as time passes.
+    stopped_one_second_ago = drain_per_second([1.0 + n / 19 for n in range(20)])
+    stopped_now = drain_per_second([n / 19 for n in range(20)])
+    assert stopped_one_second_ago == pytest.approx(19 / 2)
+    assert stopped_now == pytest.approx(19.0)
 
 
 def test_returns_handed_at_a_slow_rate_do_not_push_later_ones_out() -> None:
