@@ -1,8 +1,7 @@
 """Request plumbing below the surfaces (app/web, app/api, app/lti): who is viewing, signed in
 by a server-side session in a signed cookie; CSRF tokens for every form; where a sign-in may
-send the browser; and the permission checks pages share (`instructor_course`,
-`reviewable_submission`). One idea, who a request is and what it may do, in one module below
-every surface, so that no surface imports another for it.
+send the browser. One idea, who a request is, in one module below every surface, so that no
+surface imports another for it; what the viewer may do is in `app.permissions`.
 
 The session cookie holds a random token and its HMAC; the database keeps only the token's
 SHA-256, the user and the session's CSRF token, so signing out (deleting the row) ends it
@@ -28,11 +27,9 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from app.courses.membership import Forbidden, NotFound, require_instructor
 from app.db import SessionDep
 from app.errors import AppError
-from app.grading.submissions import get_submission
-from app.models import Course, Submission, User, WebSession, utc_now
+from app.models import User, WebSession, utc_now
 from app.settings import Settings, SettingsDep
 
 SESSION_COOKIE = "loopgrade_session"
@@ -387,32 +384,15 @@ def signed_in_user(viewer: ViewerDep) -> User:
     return viewer.user
 
 
-def instructor_course(session: Session, viewer: Viewer, course_id: str) -> tuple[User, Course]:
-    user = signed_in_user(viewer)
-    return user, require_instructor(session, user, course_id)
+def signed_in_form_user(viewer: CsrfViewerDep) -> User:
+    """The signed-in user who sent a form, its CSRF token checked first."""
+    return signed_in_user(viewer)
 
 
-def reviewable_submission(
-    session: Session, viewer: Viewer, submission_id: str
-) -> tuple[User, Submission]:
-    """A submission of a course the viewer teaches (a learner's own is 403 here, others 404)."""
-    user = signed_in_user(viewer)
-    submission = get_submission(session, submission_id)
-    if submission is None:
-        raise NotFound("There is no submission with this id.")
-    if user.is_admin:
-        return user, submission
-    if submission.course_id is None:
-        if submission.user_id == user.id:
-            raise Forbidden("Only a course's instructors can change a score.")
-        raise NotFound("There is no submission with this id, or it is not yours to see.")
-    try:
-        require_instructor(session, user, submission.course_id)
-    except NotFound:
-        if submission.user_id == user.id:
-            raise Forbidden("Only a course's instructors can change a score.") from None
-        raise NotFound("There is no submission with this id, or it is not yours to see.") from None
-    return user, submission
+# Who a page is for: anyone signed in (a learner, an instructor, an admin). A form's variant
+# checks the CSRF token first, whatever order a route declares its dependencies in.
+SignedInUserDep = Annotated[User, Depends(signed_in_user)]
+SignedInUserFormDep = Annotated[User, Depends(signed_in_form_user)]
 
 
 def safe_next(target: str | None) -> str:

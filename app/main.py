@@ -77,6 +77,7 @@ from app.web import (
     token_pages,
 )
 from graders.exercises import refused_exercises
+from graders.grading import install_diagnoses
 from sandbox import Runner
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,7 @@ def create_app(settings: Settings) -> FastAPI:
     if problem := public_url_problem(settings):
         raise PublicUrlRequired(problem)
     install_reactions()  # this process stores grades (embedded workers) and delivers them
+    install_diagnoses()  # and shows them, by their diagnoses' names and words
     redact_access_logs()
 
     @asynccontextmanager

@@ -11,8 +11,11 @@ names pages show (`graders.report.diagnosis_name`), the feedback's words
 (`graders.feedback.diagnosis_words`), the shared hints (`graders.hints`), the codes
 `exercise.toml` and `hints.toml` may name, and the list in docs/exercises.md.
 
-`install` registers them once (`graders.grading` does, as the package loads) and refuses,
-loudly, a code declared twice or a record with a piece missing; `declared(code)` raises
+Importing a module registers nothing: `graders.grading.declared_diagnoses()` gathers the
+records from the modules that declare them, and `install` registers them once per process,
+called by `graders.grading.install_diagnoses()` (the loader calls it before it reads an
+exercise, the grader before it grades). It refuses, loudly, a code declared twice or a record
+with a piece missing; `declared(code)` raises
 `UnknownDiagnosis` for a code nobody declared, so a typo fails where it is made, never as a
 silently missing sentence.
 
@@ -23,7 +26,8 @@ exercise's version (`WORD_FIELDS`), so rewording a diagnosis marks no result for
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -108,20 +112,24 @@ def _checked(records: list[Declared]) -> dict[str, Declared]:
 # Filled once, by `install`, from the modules that declare them: they sit above this one
 # (each imports the report, whose codes are checked here), so this one imports none of them.
 _REGISTRY: dict[str, Declared] = {}
+_installing = threading.Lock()  # threads that load exercises at once fill it once
 
 
-def install(records: Iterable[Declared]) -> None:
-    """Register every declared diagnosis, in the order of the modules that declare them; done
-    once, by `graders.grading` (the module that imports them all) as the package loads."""
-    if _REGISTRY:
-        raise DiagnosisDeclarationError("the diagnoses are installed already")
-    _REGISTRY.update(_checked(list(records)))
+def install(gather: Callable[[], Iterable[Declared]]) -> None:
+    """Register every diagnosis `gather` returns, in the order of the modules that declare
+    them, once per process: a later call does nothing (`graders.grading.install_diagnoses`)."""
+    with _installing:
+        if not _REGISTRY:
+            _REGISTRY.update(_checked(list(gather())))
 
 
 def registry() -> dict[str, Declared]:
     """Every declared diagnosis by code, in the order of the modules that declare them."""
     if not _REGISTRY:
-        raise DiagnosisDeclarationError("no diagnosis installed: import graders first")
+        raise DiagnosisDeclarationError(
+            "no diagnosis installed: call graders.grading.install_diagnoses() first (loading an "
+            "exercise or grading does)"
+        )
     return _REGISTRY
 
 

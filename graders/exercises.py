@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from graders.exercise import KIND_SETTINGS, Exercise
+from graders.grading import install_diagnoses
 from graders.kinds import KINDS, kind_of
 from graders.proving import proven_problems
 from graders.syntax import parse_module
@@ -85,6 +86,7 @@ TOML_KEYS = frozenset(
 def load_exercise(folder: Path) -> Exercise:
     """Read one exercise folder; raises ExerciseRefused naming the file and field that is
     wrong and what to do."""
+    install_diagnoses()  # the codes its toml may name
     toml = folder / "exercise.toml"
     try:
         config = tomllib.loads(toml.read_text())

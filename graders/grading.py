@@ -242,6 +242,7 @@ def grade_exercise(
     sandbox.SandboxUnavailable when this host cannot run untrusted code safely (server faults,
     not the learner's).
     """
+    install_diagnoses()
     if is_starter_source(exercise, source):
         return Graded(not_started_report(exercise), time.monotonic())
     budget = hidden_budget(exercise)
@@ -933,14 +934,22 @@ optimizer.step()
     ),
 )
 
-# Every diagnosis, in the order of the modules that declare them, registered once as the package
-# loads: this module imports all of them, and the registry (below them all) imports none.
-diagnoses.install(
-    [
+
+def declared_diagnoses() -> list[Declared]:
+    """Every diagnosis, in the order of the modules that declare them: this module imports all
+    of them, and the registry (graders.diagnoses, below them all) imports none. A kind's are the
+    `diagnoses` of its `ExerciseKind`, for every kind in `graders.kinds.KINDS`."""
+    return [
         *diagnosis.DECLARED,
         *DECLARED,
         *starter.DECLARED,
         *fitting.DECLARED,
         *(record for kind in KINDS.values() for record in kind.diagnoses),
     ]
-)
+
+
+def install_diagnoses() -> None:
+    """Register every declared diagnosis, once per process (a later call does nothing). The
+    loader calls it before it reads an exercise (whose toml may name codes) and the grader
+    before it grades; a process that shows stored grades without either calls it at start."""
+    diagnoses.install(declared_diagnoses)

@@ -24,7 +24,6 @@ import logging
 import math
 import os
 import resource
-import selectors
 import signal
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from sandbox import host_view, seccomp, uids
 from sandbox.cgroups import RunCgroups, group_name, warn_unavailable
 from sandbox.errors import SandboxError
 from sandbox.limits import Limits
+from sandbox.pipes import memfd, read_pipe, readable, write_input
 from sandbox.result import RunResult
 from sandbox.supervise import (
     ENVIRONMENT,
@@ -46,7 +46,6 @@ from sandbox.supervise import (
     SANDBOX_DIR,
     SCRATCH_DIR,
     START_FD,
-    START_REPORT_BYTES,
     TEARDOWN_TIMEOUT_SECONDS,
     Channel,
     Supervisor,
@@ -64,7 +63,6 @@ INFO_FD, BLOCK_FD, SECCOMP_FD, FIRST_FILE_FD = 6, 7, 8, 9
 # Only a bound on a setup that hangs: a busy machine takes longer (an emulated one running
 # the cgroup v2 tests beside CI's other pass once took more than 10 s to start bubblewrap).
 SETUP_TIMEOUT_SECONDS = 30.0
-READ_BYTES = 65536
 # Without a memory cgroup, RLIMIT_AS is the memory cap, and `import torch` alone maps ~700 MB.
 TORCH_VIRTUAL_HEADROOM_BYTES = 1 << 30
 
@@ -97,45 +95,7 @@ def run_program(
     return result
 
 
-def memfd(data: bytes) -> int:
-    """A file in memory holding `data`, at offset 0: how a run's files are handed on."""
-    fd = os.memfd_create("sandbox-file")
-    try:
-        unwritten = memoryview(data)
-        while unwritten:
-            unwritten = unwritten[os.write(fd, unwritten) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def write_input(fd: int, data: bytes) -> None:
-    """Write a program's later input into its (empty) stdin pipe, never blocking. A program that
-    closed its end, or shrank the pipe below the input, loses what did not fit."""
-    with contextlib.suppress(OSError):
-        os.set_blocking(fd, False)
-        os.write(fd, data)
-
-
-def read_pipe(
-    fd: int, channel: Channel, start_report: bytearray
-) -> tuple[list[tuple[Channel, bytes]], bool]:
-    """Read one of the program's pipes: what it brought, and whether the pipe has ended.
-
-    The set-up report (fd 4) is gathered in `start_report` and handed on when fd 4 closes.
-    """
-    data = os.read(fd, READ_BYTES)
-    if channel is Channel.STARTED:
-        if data:
-            start_report += data[: START_REPORT_BYTES - len(start_report)]
-            return [], False
-        return [(Channel.STARTED, bytes(start_report))], True
-    return ([(channel, data)] if data else []), not data
-
-
-def _python_dirs() -> list[str]:
+def python_dirs() -> list[str]:
     """The interpreter's and the venv's directories outside /usr, none inside another."""
     dirs: list[str] = []
     for path in sorted({os.path.abspath(sys.base_prefix), os.path.abspath(sys.prefix)}):
@@ -150,8 +110,8 @@ def python_binds(root: bool) -> list[tuple[str, str]]:
     As root, bwrap runs as the sandbox's uid and reaches them through the launcher's staging.
     """
     if root:
-        return [(f"{STAGE_DIR}/{i}", path) for i, path in enumerate(_python_dirs())]
-    return [(path, path) for path in _python_dirs()]
+        return [(f"{STAGE_DIR}/{i}", path) for i, path in enumerate(python_dirs())]
+    return [(path, path) for path in python_dirs()]
 
 
 def launcher_config(
@@ -173,7 +133,7 @@ def launcher_config(
     return {
         "bwrap": binary, "args": args, "fds": moves, "uid": uid,
         "rlimits": [[limit, *value] for limit, value in rlimits.items()] if as_root else [],
-        "stage_dir": str(STAGE_DIR), "stage_sources": _python_dirs() if as_root else [],
+        "stage_dir": str(STAGE_DIR), "stage_sources": python_dirs() if as_root else [],
     }  # fmt: skip
 
 
@@ -185,7 +145,7 @@ def set_rlimits_inside(pid: int, rlimits: dict[int, tuple[int, int]]) -> None:
         resource.prlimit(pid, limit, value)
 
 
-def _bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, str]]) -> list[str]:
+def bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, str]]) -> list[str]:
     args = [
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
         "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
@@ -220,7 +180,7 @@ def _bwrap_args(limits: Limits, input_names: list[str], binds: list[tuple[str, s
     return [*args, "--", sys.executable, "-I", PROGRAM_PATH]
 
 
-def _rlimits(limits: Limits, has_cgroups: bool, root: bool) -> dict[int, tuple[int, int]]:
+def run_rlimits(limits: Limits, has_cgroups: bool, root: bool) -> dict[int, tuple[int, int]]:
     # A backstop per process: the supervisor holds the run's CPU, set-up apart, to its caps.
     cpu_seconds = math.ceil(limits.startup_cpu_seconds + limits.cpu_seconds)
     # As root, RLIMIT_NPROC also counts bwrap itself (running as the run's uid). With a pids
@@ -304,12 +264,12 @@ class _Run:
             self.give(b"")
         info_r, info_w = self._pipe()
         block_r, self.block_w = self._pipe()
-        rlimits = _rlimits(self.limits, self.cgroups is not None, self.root)
+        rlimits = run_rlimits(self.limits, self.cgroups is not None, self.root)
         moves = [[payload_w, PAYLOAD_FD], [start_w, START_FD], [request_w, REQUEST_FD]]
         moves += [[info_w, INFO_FD]]
         moves += [[block_r, BLOCK_FD]]
         moves += [[fd, number] for number, fd in enumerate(files, start=SECCOMP_FD)]
-        args = _bwrap_args(self.limits, list(inputs), python_binds(self.root))
+        args = bwrap_args(self.limits, list(inputs), python_binds(self.root))
         config = launcher_config(self.bwrap, args, moves, uid, rlimits)
         self.supervisor.start_clock()  # here, not while waiting for a uid
         self.proc = subprocess.Popen(
@@ -362,13 +322,13 @@ class _Run:
                     return
             except OSError:
                 pass
-            if _readable(self.init_pidfd, 0) or time.monotonic() > deadline:
+            if readable(self.init_pidfd, 0) or time.monotonic() > deadline:
                 raise self._setup_failure("bubblewrap could not set up the sandbox")
             time.sleep(0.001)
 
     def _setup_failure(self, what: str) -> SandboxError:
-        _readable(self.proc_pidfd, 1.0)  # its stderr is complete once it has exited
-        message = os.read(self.err_r, 8192) if _readable(self.err_r, 0) else b""
+        readable(self.proc_pidfd, 1.0)  # its stderr is complete once it has exited
+        message = os.read(self.err_r, 8192) if readable(self.err_r, 0) else b""
         return SandboxError(f"{what}: {message.decode(errors='replace').strip() or 'no message'}")
 
     # -- what the supervisor sees (sandbox.supervise.Process) -----------------------------------
@@ -462,14 +422,14 @@ class _Run:
         """Kill and reap everything, remove the cgroups, free the uid; False if something lives."""
         clean = True
         self._kill_tree()
-        if self.init_pidfd >= 0 and not _readable(self.init_pidfd, TEARDOWN_TIMEOUT_SECONDS):
+        if self.init_pidfd >= 0 and not readable(self.init_pidfd, TEARDOWN_TIMEOUT_SECONDS):
             clean = False  # the namespace is empty once its init has exited
         if self.proc is not None and self.wait_status is None:
             if self.proc_pidfd < 0:  # start() failed right after spawning
                 self.proc_pidfd = self._fd(os.pidfd_open(self.proc.pid))
-            if not _readable(self.proc_pidfd, TEARDOWN_TIMEOUT_SECONDS):
+            if not readable(self.proc_pidfd, TEARDOWN_TIMEOUT_SECONDS):
                 _kill(self.proc_pidfd)
-            if _readable(self.proc_pidfd, TEARDOWN_TIMEOUT_SECONDS):
+            if readable(self.proc_pidfd, TEARDOWN_TIMEOUT_SECONDS):
                 self._reap()
             else:
                 clean = False
@@ -504,7 +464,7 @@ def read_child_pid(info_r: int, timeout_seconds: float) -> int:
     deadline = time.monotonic() + timeout_seconds
     info = b""
     ended = False
-    while not ended and _readable(info_r, deadline - time.monotonic()):
+    while not ended and readable(info_r, deadline - time.monotonic()):
         chunk = os.read(info_r, 4096)
         info += chunk
         ended = not chunk
@@ -513,12 +473,6 @@ def read_child_pid(info_r: int, timeout_seconds: float) -> int:
     except (ValueError, KeyError):
         why = "it ended first" if ended else f"no pid within {timeout_seconds:.0f} s"
         raise SandboxError(f"bubblewrap did not start ({why})") from None
-
-
-def _readable(fd: int, timeout_seconds: float) -> bool:
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        return bool(selector.select(max(0.0, timeout_seconds)))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sandbox import bwrap
 from sandbox.cgroups import RunCgroups, group_name
 from sandbox.errors import SandboxUnavailable
+from sandbox.pipes import memfd
 from sandbox.pool import (
     CONTROL_FD,
     START_TIMEOUT_SECONDS,
@@ -84,19 +85,19 @@ class _BwrapZygote:
         files: Mapping[str, bytes],
         config: dict[str, object],
     ) -> None:
-        file_fds = [bwrap.memfd(data) for data in files.values()]
+        file_fds = [memfd(data) for data in files.values()]
         self.control.close()
         self.control, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log_r, log_w = os.pipe()
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         as_root = os.geteuid() == 0
-        args = bwrap._bwrap_args(ZYGOTE_LIMITS, list(files)[1:], bwrap.python_binds(as_root))
+        args = bwrap.bwrap_args(ZYGOTE_LIMITS, list(files)[1:], bwrap.python_binds(as_root))
         # The zygote makes namespaces for every job, and each job loads the filter itself: no
         # --disable-userns, no --seccomp; the rest of the cold run's arguments stand.
         args.remove("--disable-userns")
         del args[args.index("--seccomp") : args.index("--seccomp") + 2]
-        under_scratch = [p for p in bwrap._python_dirs() if p.startswith(f"{SCRATCH_DIR}/")]
+        under_scratch = [p for p in bwrap.python_dirs() if p.startswith(f"{SCRATCH_DIR}/")]
         config = {**config, "control_fd": CONTROL_FD, "kept_under_scratch": under_scratch}
         args = [
             *args[: args.index("--") + 1],
@@ -108,7 +109,7 @@ class _BwrapZygote:
         moves = [[zygote_end.fileno(), CONTROL_FD], [info_w, bwrap.INFO_FD],
                  [block_r, bwrap.BLOCK_FD]]  # fmt: skip
         moves += [[fd, number] for number, fd in enumerate(file_fds, start=bwrap.FIRST_FILE_FD)]
-        rlimits = bwrap._rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=as_root)
+        rlimits = bwrap.run_rlimits(ZYGOTE_LIMITS, has_cgroups=True, root=as_root)
         launch = bwrap.launcher_config(
             outer.bwrap_binary, args, moves, uid if as_root else None, rlimits
         )

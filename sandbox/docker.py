@@ -53,10 +53,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox import bwrap, host_view, pool, seccomp
+from sandbox import host_view, pool, seccomp
 from sandbox.cgroups import CGROUP_ROOT, RunCgroups, own_path
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
+from sandbox.pipes import readable
 from sandbox.result import RunResult
 from sandbox.supervise import (
     ENVIRONMENT,
@@ -706,7 +707,7 @@ class SlotContainer:
             cgroups = container_cgroups(self.zygote_pid, str(self.container_id))
         except OSError:  # no such process any more
             cgroups = None
-        if cgroups is None and bwrap._readable(self.zygote_pidfd, 0):
+        if cgroups is None and readable(self.zygote_pidfd, 0):
             raise SandboxError("the slot container ended at once (its log says why)")
         if cgroups is None:
             raise SandboxUnavailable(
@@ -769,8 +770,8 @@ class SlotContainer:
         """Wait for the zygote to connect to its control socket; check that it is the slot's."""
         assert self.listener is not None
         deadline = time.monotonic() + SLOT_CONNECT_TIMEOUT_SECONDS
-        while not bwrap._readable(self.listener.fileno(), 0.05):
-            if bwrap._readable(self.zygote_pidfd, 0) or time.monotonic() > deadline:
+        while not readable(self.listener.fileno(), 0.05):
+            if readable(self.zygote_pidfd, 0) or time.monotonic() > deadline:
                 raise SandboxError("the zygote never reached its control socket (see the log)")
         self.control.close()
         self.control, _ = self.listener.accept()

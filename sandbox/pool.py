@@ -44,10 +44,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from sandbox import bwrap, host_view, uids
+from sandbox import host_view, uids
 from sandbox.cgroups import RunCgroups
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
+from sandbox.pipes import memfd, read_pipe, readable, write_input
 from sandbox.result import RunResult
 from sandbox.supervise import (
     ENVIRONMENT,
@@ -124,7 +125,7 @@ class _Slot:
 
     @property
     def alive(self) -> bool:
-        return self.zygote is not None and not bwrap._readable(self.zygote.zygote_pidfd, 0)
+        return self.zygote is not None and not readable(self.zygote.zygote_pidfd, 0)
 
     # -- start and stop --------------------------------------------------------------------------
 
@@ -248,7 +249,7 @@ class _Slot:
         """The zygote's next message (None if it closed the socket or sent garbage), and the fds
         that came with it, which the caller closes."""
         assert self.control is not None
-        if not bwrap._readable(self.control.fileno(), timeout_seconds):
+        if not readable(self.control.fileno(), timeout_seconds):
             return None, []
         message, fds, _, _ = socket.recv_fds(self.control, MESSAGE_BYTES, 1)
         try:
@@ -307,7 +308,7 @@ class _Job:
             for _ in range(len(channels) + 1):
                 made.extend(os.pipe())
             for data in inputs.values():
-                made.append(bwrap.memfd(data))
+                made.append(memfd(data))
         except BaseException:
             for fd in made:
                 os.close(fd)
@@ -355,7 +356,7 @@ class _Job:
 
     def give(self, data: bytes) -> None:
         if self.stdin_w >= 0:
-            bwrap.write_input(self.stdin_w, data)
+            write_input(self.stdin_w, data)
             os.close(self.stdin_w)
             self.stdin_w = -1
 
@@ -368,7 +369,7 @@ class _Job:
     def read(self, fd: int) -> list[tuple[Channel, bytes]]:
         if fd not in self.reading:
             return self._from_zygote()
-        events, ended = bwrap.read_pipe(fd, self.reading[fd], self.start_report)
+        events, ended = read_pipe(fd, self.reading[fd], self.start_report)
         if ended:
             self._close(fd)
         return events

@@ -25,7 +25,10 @@ ABOUT = {
 def table() -> str:
     """One row per declared code, in the order of the modules that declare them."""
     from graders.diagnoses import registry
+    from graders.grading import install_diagnoses
     from graders.kinds import owner
+
+    install_diagnoses()
 
     rows = ["| code | name | given on |", "| --- | --- | --- |"]
     for code, record in registry().items():

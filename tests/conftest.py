@@ -46,7 +46,7 @@ from app.people import accounts
 from app.reactions import install_reactions
 from app.settings import Settings, sqlite_database_url, with_psycopg_driver
 from graders.exercises import list_exercises
-from graders.grading import POOL_PROGRAM
+from graders.grading import POOL_PROGRAM, install_diagnoses
 from tests.services import (
     create_database,
     drop_database,
@@ -55,8 +55,10 @@ from tests.services import (
     redis_binary,
 )
 
-# Tests store grades by calling the grading functions in this process, as the server does.
+# Tests store grades by calling the grading functions in this process, as the server does,
+# and read their diagnoses' words without loading an exercise first.
 install_reactions()
+install_diagnoses()
 
 # Passwords are hashed in the test process with argon2's cheapest parameters: the product's
 # cost about 0.2 CPU s a hash and as much a check, and the suite signs people up and in

@@ -5,6 +5,8 @@ under TYPE_CHECKING."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -131,3 +133,42 @@ def test_a_page_imports_no_other_page() -> None:
         for target in sorted(targets)
         if is_page(module) and is_page(target)
     ] == []
+
+
+def test_importing_every_module_of_graders_registers_no_diagnosis() -> None:
+    # A registry below the modules that fill it is filled by a call (the loader's, the
+    # grader's, the app's at start), never as a module is imported.
+    modules = sorted(m for m in module_files("graders") if not m.endswith(".__main__"))
+    probe = (
+        "import importlib, sys\n"
+        "for module in sys.argv[1:]:\n"
+        "    importlib.import_module(module)\n"
+        "from graders import diagnoses, grading\n"
+        "try:\n"
+        "    diagnoses.registry()\n"
+        "except diagnoses.DiagnosisDeclarationError:\n"
+        "    print('empty')\n"
+        "grading.install_diagnoses()\n"
+        "print(len(diagnoses.registry()) > 0)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe, *modules],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert found.stdout.split() == ["empty", "True"], found.stderr
+
+
+def test_the_warm_pool_and_each_backend_import_no_other_backend() -> None:
+    # The pool takes its slots' outer sandbox from the registry (sandbox/backends.py); what the
+    # backends share sits below them (supervise, pipes). bwrap_pool is bwrap's own.
+    backends = {"sandbox.bwrap": {"sandbox.bwrap_pool"}, "sandbox.docker": set()}
+    graph = import_graph("sandbox")
+    own = {module: {module, *extra} for module, extra in backends.items()}
+    every_backend = {m for modules in own.values() for m in modules}
+    reaching = {
+        f"{module} -> {target}"
+        for module in ["sandbox.pool", *every_backend]
+        for target in graph[module] & every_backend
+        if not any(module in mine and target in mine for mine in own.values())
+    }
+    assert reaching == set()

@@ -36,7 +36,6 @@ from app.courses.membership import (
     extensions_of,
     members,
 )
-from app.grading.submissions import submissions_of
 from app.models import (
     Assignment,
     Course,
@@ -47,6 +46,7 @@ from app.models import (
     SubmissionStatus,
     User,
 )
+from app.submission_history import submissions_of
 from graders.exercise import Exercise
 from graders.exercises import UnknownExercise, get_exercise
 

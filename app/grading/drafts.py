@@ -19,8 +19,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.grading.submissions import SubmissionRejected, check_code, submissions_of
+from app.grading.submissions import SubmissionRejected, check_code
 from app.models import Draft, KeptSubmission, utc_now
+from app.submission_history import submissions_of
 from graders.exercise import Exercise
 
 # Long enough to find a password and sign in again; the browser's own copy outlives it.

@@ -1,5 +1,6 @@
-"""Submissions: the rules of intake (limits, open, code), creating one, and reading them. These
-flush, never commit; grading one is app/grading/jobs.py.
+"""Submissions: the rules of intake (limits, open, code), creating one, and reading one by id (a
+learner's, newest first, is app/submission_history.py). These flush, never commit; grading one is
+app/grading/jobs.py.
 
 One idea over 400 lines: what a submission must meet to be accepted (size, text, open, attempts,
 rate, the queue's room), and its row.
@@ -438,39 +439,3 @@ def create_submission(
 
 def get_submission(session: Session, submission_id: str) -> Submission | None:
     return session.get(Submission, submission_id)
-
-
-def submissions_of(
-    session: Session,
-    *,
-    user_id: str | None = None,
-    anonymous_learner: str | None = None,
-    course_id: str | None = None,
-    any_course: bool = False,
-    exercise_id: str | None = None,
-    limit: int = 500,
-) -> list[Submission]:
-    """One learner's submissions, newest first: a user's, or an anonymous browser's practice.
-
-    `course_id` None means practice (no course) unless `any_course`.
-    """
-    query = select(Submission)
-    if user_id is not None:
-        query = query.where(Submission.user_id == user_id)
-    elif anonymous_learner is not None:
-        query = query.where(
-            Submission.user_id.is_(None),
-            Submission.api_key_id.is_(None),
-            Submission.learner == anonymous_learner,
-        )
-    else:
-        return []
-    if not any_course:
-        query = query.where(
-            Submission.course_id.is_(None)
-            if course_id is None
-            else Submission.course_id == course_id
-        )
-    if exercise_id is not None:
-        query = query.where(Submission.exercise_id == exercise_id)
-    return list(session.scalars(query.order_by(Submission.created_at.desc()).limit(limit)))

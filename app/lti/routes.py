@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session
 
 from app.access import (
     CsrfViewerDep,
+    SignedInUserDep,
+    SignedInUserFormDep,
     ViewerDep,
     client_address,
     get_secret_key,
@@ -363,10 +365,13 @@ def config(request: Request, settings: SettingsDep) -> JSONResponse:
 
 @router.get("/lti/admin", response_class=HTMLResponse)
 def admin(
-    request: Request, session: SessionDep, settings: SettingsDep, viewer: ViewerDep
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    user: SignedInUserDep,
 ) -> Response:
     """Everything an operator pastes into an LMS, and what is registered here."""
-    user = signed_in_user(viewer)
     if not user.is_admin:
         raise PageError(403, "Not allowed", "Only site admins see the LTI set-up.")
     platforms = [(p, deployments_of(session, p)) for p in list_platforms(session)]
@@ -396,9 +401,10 @@ def _link_in_course(
 
 
 @router.get("/lti/links/{link_id}", response_class=HTMLResponse)
-def link_page(request: Request, link_id: str, session: SessionDep, viewer: ViewerDep) -> Response:
+def link_page(
+    request: Request, link_id: str, session: SessionDep, viewer: ViewerDep, user: SignedInUserDep
+) -> Response:
     """A link that opens no exercise yet: the instructor chooses one, a learner waits."""
-    user = signed_in_user(viewer)
     link, course_id, role = _link_in_course(session, user, link_id)
     if link.exercise_id:
         return RedirectResponse(
@@ -421,10 +427,9 @@ def link_page(request: Request, link_id: str, session: SessionDep, viewer: Viewe
 def choose_link_exercise(
     link_id: str,
     session: SessionDep,
-    viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     exercise: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     link, course_id, _ = _link_in_course(session, user, link_id)
     require_instructor(session, user, course_id)
     link.exercise_id = _course_exercise(session, course_id, exercise).id

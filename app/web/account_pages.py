@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.access import (
     CsrfViewerDep,
+    SignedInUserFormDep,
     ViewerDep,
     anonymous_learner,
     clear_session_cookie,
@@ -20,7 +21,6 @@ from app.access import (
     safe_next,
     set_forget_drafts_cookie,
     signed_in_response,
-    signed_in_user,
 )
 from app.courses.gradebook import practice_cells
 from app.courses.membership import CourseError, courses_of, create_course, join_course
@@ -245,9 +245,9 @@ def join(
     request: Request,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     join_code: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     try:
         course = join_course(session, user=user, join_code=join_code)
     except CourseError as exc:
@@ -262,9 +262,9 @@ def create_course_form(
     request: Request,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     name: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     if user.site_role not in (SiteRole.ADMIN, SiteRole.INSTRUCTOR):
         return _home_with_error(
             request,

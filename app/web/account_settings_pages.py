@@ -10,11 +10,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.access import (
     CsrfViewerDep,
+    SignedInUserDep,
+    SignedInUserFormDep,
     Viewer,
     ViewerDep,
     clear_session_cookie,
     set_forget_drafts_cookie,
-    signed_in_user,
 )
 from app.courses.membership import CourseError
 from app.db import SessionDep
@@ -73,9 +74,8 @@ def _account_page(
 
 @router.get("/account")
 def account_page(
-    request: Request, session: SessionDep, viewer: ViewerDep, done: str = ""
+    request: Request, session: SessionDep, viewer: ViewerDep, user: SignedInUserDep, done: str = ""
 ) -> HTMLResponse:
-    user = signed_in_user(viewer)
     return _account_page(request, session, viewer, user, notice=DONE_NOTICES.get(done))
 
 
@@ -84,9 +84,9 @@ def change_name_form(
     request: Request,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     name: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     try:
         checked = check_display_name(name)
         if not checked:
@@ -105,11 +105,11 @@ def change_password_form(
     request: Request,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     current_password: Annotated[str, Form()] = "",
     new_password: Annotated[str, Form()] = "",
     new_password_again: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     try:
         if not has_password(user):
             raise AccountError("this account signs in through the LMS and has no password")
@@ -131,10 +131,10 @@ def delete_account_form(
     session: SessionDep,
     settings: SettingsDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     password: Annotated[str, Form()] = "",
     confirm: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     try:
         if confirm != "delete":
             raise AccountError("tick the box that says what deleting does")
@@ -150,8 +150,9 @@ def delete_account_form(
 
 
 @router.post("/account/sign-out-others", response_model=None)
-def sign_out_others_form(session: SessionDep, viewer: CsrfViewerDep) -> Response:
-    user = signed_in_user(viewer)
+def sign_out_others_form(
+    session: SessionDep, viewer: CsrfViewerDep, user: SignedInUserFormDep
+) -> Response:
     assert viewer.web_session is not None
     end_sessions(session, user, except_session_id=viewer.web_session.id)
     return RedirectResponse("/account?done=signed-out", status_code=303)

@@ -10,12 +10,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.access import CsrfViewerDep, instructor_course
+from app.access import CsrfViewerDep, SignedInUserFormDep
 from app.audit import AuditAction, record_event
 from app.courses.membership import CourseError, StaffChange, change_staff
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import User
+from app.permissions import InstructorCourseFormDep
 from app.rendering import render
 from app.web.course_settings import settings_context
 
@@ -25,13 +26,13 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 @router.post("/courses/{course_id}/staff", response_model=None)
 def change_staff_form(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    actor: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     user_id: Annotated[str, Form()] = "",
     change: Annotated[str, Form()] = "",
 ) -> Response:
-    actor, course = instructor_course(session, viewer, course_id)
     member = session.get(User, user_id[:36]) if user_id else None
     try:
         if change not in set(StaffChange):

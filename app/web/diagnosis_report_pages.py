@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.access import CsrfViewerDep, signed_in_user
+from app.access import CsrfViewerDep, SignedInUserFormDep
 from app.courses.diagnosis_reports import ReportRejected, report_diagnosis
 from app.courses.hints import HintRefused, open_hint
 from app.db import SessionDep
@@ -24,9 +24,9 @@ def report_wrong_diagnosis(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     note: Annotated[str, Form()] = "",
 ) -> Response:
-    user = signed_in_user(viewer)
     submission = viewable_submission(request, session, viewer, submission_id)
     try:
         report_diagnosis(session, submission, by=user, note=note)
@@ -41,10 +41,10 @@ def open_hint_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     level: Annotated[int, Form(ge=1, le=3)],
 ) -> Response:
     """Open the next hint level; back to the page at the hints (hints.js does it in place)."""
-    user = signed_in_user(viewer)
     submission = viewable_submission(request, session, viewer, submission_id)
     course = session.get(Course, submission.course_id) if submission.course_id else None
     try:

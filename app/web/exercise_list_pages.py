@@ -10,11 +10,12 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.access import CsrfViewerDep, instructor_course
+from app.access import CsrfViewerDep, SignedInUserFormDep
 from app.courses.exercise_list import save_exercise_list
 from app.courses.membership import CourseError
 from app.db import SessionDep
 from app.errors import as_sentence
+from app.permissions import InstructorCourseFormDep
 from app.rendering import render
 from app.web.course_settings import settings_context
 
@@ -24,14 +25,14 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 @router.post("/courses/{course_id}/exercise-list", response_model=None)
 def exercise_list_form(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    actor: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     exercise: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     place: Annotated[list[str], Form()] = [],  # noqa: B006
     unit: Annotated[list[str], Form()] = [],  # noqa: B006
 ) -> Response:
-    actor, course = instructor_course(session, viewer, course_id)
     try:
         if not len(exercise) == len(place) == len(unit):
             raise CourseError("the exercise list was incomplete: reload the page")

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.access import CsrfViewerDep, Viewer, ViewerDep, instructor_course
+from app.access import CsrfViewerDep, SignedInUserFormDep, Viewer, ViewerDep
 from app.courses.extensions import (
     MAX_ATTEMPTS,
     MAX_MINUTES,
@@ -31,6 +31,7 @@ from app.courses.membership import (
 from app.db import SessionDep
 from app.errors import as_sentence
 from app.models import Course, CourseRole, User
+from app.permissions import InstructorCourseDep, InstructorCourseFormDep
 from app.rendering import PageError, render
 from app.web.course_settings import parse_due
 
@@ -86,16 +87,15 @@ def _page(
 @router.get("/courses/{course_id}/extensions")
 def extensions_page(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
     learner: str = "",
     exercise: str = "",
     done: str = "",
 ) -> HTMLResponse:
     """The exercises' limits, the learners' extensions, and the form to give one (filled in
     for `learner` and `exercise` when given: the gradebook's link)."""
-    _, course = instructor_course(session, viewer, course_id)
     current = extensions_of(session, course.id, learner or None).get((learner, exercise))
     form = {
         "learner": learner,
@@ -111,15 +111,15 @@ def extensions_page(
 @router.post("/courses/{course_id}/limits", response_model=None)
 def limits_form(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     exercise: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     max_attempts: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     time_limit_minutes: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
 ) -> Response:
     """Every exercise's attempt limit and time limit, saved together (or none, on an error)."""
-    user, course = instructor_course(session, viewer, course_id)
     if not exercise or not len(exercise) == len(max_attempts) == len(time_limit_minutes):
         raise PageError(422, "Not accepted", "The limits form was incomplete: reload the page.")
     assigned = {a.id: a for a in assignments_of(session, course.id)}
@@ -173,9 +173,10 @@ def limits_form(
 @router.post("/courses/{course_id}/extensions", response_model=None)
 def extension_form(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     learner: Annotated[str, Form()] = "",
     exercise: Annotated[str, Form()] = "",
     due_at: Annotated[str, Form()] = "",
@@ -186,7 +187,6 @@ def extension_form(
 ) -> Response:
     """First says what the learner's new terms change (their counted score too); saves them
     once confirmed."""
-    user, course = instructor_course(session, viewer, course_id)
     form = {
         "learner": learner,
         "exercise": exercise,
@@ -247,9 +247,10 @@ def extension_form(
 @router.post("/courses/{course_id}/extensions/many", response_model=None)
 def accommodation_form(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     learners: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     exercises: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     days_later: Annotated[str, Form()] = "",
@@ -259,7 +260,6 @@ def accommodation_form(
 ) -> Response:
     """An accommodation list: the same terms for many learners on many exercises (each due
     date `days_later` than the course's), said for every pair first, saved once confirmed."""
-    user, course = instructor_course(session, viewer, course_id)
     form = {
         "learners": learners,
         "exercises": exercises,

@@ -14,10 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
-from app.access import (
-    ViewerDep,
-    instructor_course,
-)
+from app.access import ViewerDep
 from app.audit import events
 from app.charts import bar_chart
 from app.courses.diagnosis_reports import reported_counts
@@ -38,6 +35,7 @@ from app.db import SessionDep
 from app.grading.regrades import (
     outdated_count,
 )
+from app.permissions import InstructorCourseDep
 from app.rendering import csv_download, file_slug, render
 from graders.report import diagnosis_name
 
@@ -61,12 +59,11 @@ GradebookQueryDep = Annotated[GradebookQuery, Depends()]
 @router.get("/courses/{course_id}/gradebook")
 def gradebook_page(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
     query: GradebookQueryDep,
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     book = build_gradebook(session, course, **asdict(query))
     shown = {"q": book.q, "only": book.only, "exercise": book.exercise}
 
@@ -98,13 +95,9 @@ def gradebook_page(
 
 @router.get("/courses/{course_id}/gradebook.csv", response_model=None)
 def gradebook_csv_export(
-    course_id: str,
-    session: SessionDep,
-    viewer: ViewerDep,
-    query: GradebookQueryDep,
+    session: SessionDep, course: InstructorCourseDep, query: GradebookQueryDep
 ) -> Response:
     """Exactly the rows, columns and order of the page with the same query."""
-    _, course = instructor_course(session, viewer, course_id)
     book = build_gradebook(session, course, **asdict(query))
     return csv_download(gradebook_csv(book), f"{file_slug(course.name, 'course')}-gradebook.csv")
 
@@ -112,12 +105,11 @@ def gradebook_csv_export(
 @router.get("/courses/{course_id}/exercises/{exercise_id}/stats")
 def statistics_page(
     request: Request,
-    course_id: str,
     exercise_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     stats = exercise_stats(session, course, assigned)
     return render(
@@ -152,9 +144,11 @@ def statistics_page(
 
 @router.get("/courses/{course_id}/audit")
 def audit_page(
-    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    course: InstructorCourseDep,
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     return render(
         request,
         viewer,

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.access import CsrfViewerDep, Viewer, ViewerDep, instructor_course
+from app.access import CsrfViewerDep, Viewer, ViewerDep
 from app.api_keys import create_api_key, keys_of_course, revoke_api_key
 from app.db import SessionDep
 from app.integrations.ags import LTI_ROSTER_KIND, LTI_SCORE_KIND, request_roster_sync
@@ -27,6 +27,7 @@ from app.integrations.webhooks import (
 )
 from app.models import ApiKey, Course, OutboxMessage, OutboxStatus
 from app.outbox import add_to_outbox, retry_outbox_message
+from app.permissions import InstructorCourseDep, InstructorCourseFormDep
 from app.rendering import PageError, render
 from app.settings import SettingsDep
 
@@ -137,21 +138,23 @@ def _done(course_id: str, done: str) -> Response:
 
 @router.get("/courses/{course_id}/integrations")
 def integrations_page(
-    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep, done: str = ""
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    course: InstructorCourseDep,
+    done: str = "",
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     return _page(request, session, viewer, course, notice=DONE_MESSAGES.get(done))
 
 
 @router.post("/courses/{course_id}/integrations/keys")
 def add_api_key(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    course: InstructorCourseFormDep,
     name: Annotated[str, Form()] = "",
 ) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
     name = " ".join(name.split())[:200]
     if not name:
         return _page(
@@ -163,8 +166,7 @@ def add_api_key(
 
 
 @router.post("/courses/{course_id}/integrations/keys/{key_id}/revoke")
-def revoke_key(course_id: str, key_id: str, session: SessionDep, viewer: CsrfViewerDep) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
+def revoke_key(key_id: str, session: SessionDep, course: InstructorCourseFormDep) -> Response:
     api_key = session.get(ApiKey, key_id)
     if api_key is None or api_key.course_id != course.id:
         raise PageError(404, "Not found", "This course has no such API key.")
@@ -175,13 +177,12 @@ def revoke_key(course_id: str, key_id: str, session: SessionDep, viewer: CsrfVie
 @router.post("/courses/{course_id}/integrations/webhooks")
 def add_webhook(
     request: Request,
-    course_id: str,
     session: SessionDep,
     settings: SettingsDep,
     viewer: CsrfViewerDep,
+    course: InstructorCourseFormDep,
     url: Annotated[str, Form()] = "",
 ) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
     try:
         webhook = create_webhook(
             session,
@@ -203,18 +204,16 @@ def course_webhook(session: Session, course: Course, webhook_id: str) -> Webhook
 
 @router.post("/courses/{course_id}/integrations/webhooks/{webhook_id}/remove")
 def remove_webhook(
-    course_id: str, webhook_id: str, session: SessionDep, viewer: CsrfViewerDep
+    webhook_id: str, session: SessionDep, course: InstructorCourseFormDep
 ) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
     revoke_webhook(session, course_webhook(session, course, webhook_id))
     return _done(course.id, "webhook-removed")
 
 
 @router.post("/courses/{course_id}/integrations/webhooks/{webhook_id}/test")
 def send_test_event(
-    course_id: str, webhook_id: str, session: SessionDep, viewer: CsrfViewerDep
+    webhook_id: str, session: SessionDep, course: InstructorCourseFormDep
 ) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
     add_to_outbox(
         session, WEBHOOK_KIND, sample_event_message(course_webhook(session, course, webhook_id))
     )
@@ -223,10 +222,9 @@ def send_test_event(
 
 @router.post("/courses/{course_id}/integrations/deliveries/{delivery_id}/retry")
 def retry_delivery(
-    course_id: str, delivery_id: int, session: SessionDep, viewer: CsrfViewerDep
+    delivery_id: int, session: SessionDep, course: InstructorCourseFormDep
 ) -> Response:
     """Send a failed delivery again (as it was: a score keeps its original timestamp)."""
-    _, course = instructor_course(session, viewer, course_id)
     message = session.get(OutboxMessage, delivery_id)
     if (
         message is None
@@ -240,8 +238,7 @@ def retry_delivery(
 
 
 @router.post("/courses/{course_id}/integrations/roster")
-def sync_roster_now(course_id: str, session: SessionDep, viewer: CsrfViewerDep) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
+def sync_roster_now(session: SessionDep, course: InstructorCourseFormDep) -> Response:
     contexts = session.scalars(select(LtiContext).where(LtiContext.course_id == course.id)).all()
     for context in contexts:
         if context.memberships_url:

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.access import (
     LEARNER_COOKIE,
+    SignedInUserDep,
     SignInRequired,
     Viewer,
     ViewerDep,
@@ -50,11 +51,11 @@ from app.grading.submissions import (
     check_open,
     get_submission,
     learner_limits,
-    submissions_of,
 )
 from app.models import Course, CourseRole, Submission, User, utc_now
 from app.rendering import PageError, render
 from app.settings import Settings, SettingsDep
+from app.submission_history import submissions_of
 from app.web.kept_submissions import (
     forget_kept_submission,
     keep_if_session_ended,
@@ -299,11 +300,11 @@ def course_exercise_page(
     session: SessionDep,
     settings: SettingsDep,
     viewer: ViewerDep,
+    user: SignedInUserDep,
     edit: str | None = None,
     code: str = "",
 ) -> HTMLResponse:
     """A course's exercise; `code=practice` opens the editor on the learner's practice code."""
-    user = signed_in_user(viewer)
     course, role = require_member(session, user, course_id)
     assigned = assignment_of(session, course.id, exercise_id, user.id)
     if role == CourseRole.LEARNER:
@@ -525,10 +526,9 @@ def submit_in_course(
 
 @router.get("/courses/{course_id}")
 def course_home(
-    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep
+    request: Request, course_id: str, session: SessionDep, viewer: ViewerDep, user: SignedInUserDep
 ) -> HTMLResponse:
     """The course's exercises in order, with due dates, and the learner's state and score."""
-    user = signed_in_user(viewer)
     course, role = require_member(session, user, course_id)
     unit = _unit(session, viewer, request, course)
     now = utc_now()
@@ -592,10 +592,9 @@ def submission_code_download(
 
 
 @router.get("/courses/{course_id}/my-code.zip", response_model=None)
-def course_code_download(course_id: str, session: SessionDep, viewer: ViewerDep) -> Response:
+def course_code_download(course_id: str, session: SessionDep, user: SignedInUserDep) -> Response:
     """Every submission of the viewer's in the course, one .py per submission in a folder per
     exercise, newest last."""
-    user = signed_in_user(viewer)
     course, _ = require_member(session, user, course_id)
     mine = submissions_of(
         session, user_id=user.id, course_id=course.id, limit=MAX_SUBMISSIONS_IN_ZIP

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
-from app.access import ViewerDep, instructor_course
+from app.access import ViewerDep
 from app.charts import bar_chart, transition_chart
 from app.courses.attempts import learner_attempts
 from app.courses.counted import span_words
@@ -25,6 +25,7 @@ from app.courses.membership import assignment_of, assignments_of
 from app.courses.misconceptions import START, MisconceptionMap, misconception_map
 from app.db import SessionDep
 from app.models import utc_now
+from app.permissions import InstructorCourseDep
 from app.rendering import csv_download, file_slug, render
 from graders.report import diagnosis_name
 
@@ -104,12 +105,11 @@ def _table_rows(table: MapTable, found: MisconceptionMap, items: ItemAnalysis) -
 @router.get("/courses/{course_id}/exercises/{exercise_id}/map")
 def misconception_map_page(
     request: Request,
-    course_id: str,
     exercise_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     learners = learner_attempts(session, course.id, assigned.id)
     found = misconception_map(learners, now=utc_now())
@@ -153,13 +153,11 @@ def misconception_map_page(
 
 @router.get("/courses/{course_id}/exercises/{exercise_id}/map.csv", response_model=None)
 def misconception_map_csv(
-    course_id: str,
     exercise_id: str,
     session: SessionDep,
-    viewer: ViewerDep,
+    course: InstructorCourseDep,
     table: MapTable = MapTable.MOVES,
 ) -> Response:
-    _, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     learners = learner_attempts(session, course.id, assigned.id)
     rows = _table_rows(table, misconception_map(learners, now=utc_now()), item_analysis(learners))

@@ -12,12 +12,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.access import (
-    CsrfViewerDep,
-    Viewer,
-    ViewerDep,
-    instructor_course,
-)
+from app.access import CsrfViewerDep, SignedInUserFormDep, Viewer, ViewerDep
 from app.courses.membership import (
     AssignedExercise,
     NotFound,
@@ -35,6 +30,7 @@ from app.models import (
     Course,
     RegradeReason,
 )
+from app.permissions import InstructorCourseDep, InstructorCourseFormDep
 from app.rendering import PageError, render
 from graders.exercises import list_exercises
 
@@ -80,14 +76,13 @@ def _regrade_confirmation(
 @router.get("/courses/{course_id}/exercises/{exercise_id}/regrade")
 def regrade_confirm_page(
     request: Request,
-    course_id: str,
     exercise_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
     which: str = "outdated",
 ) -> HTMLResponse:
     """Before a regrade of an exercise: how many submissions it will run, and why."""
-    _, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     return _regrade_confirmation(request, session, viewer, course, assigned, which)
 
@@ -95,16 +90,16 @@ def regrade_confirm_page(
 @router.post("/courses/{course_id}/exercises/{exercise_id}/regrade", response_model=None)
 def regrade_exercise_form(
     request: Request,
-    course_id: str,
     exercise_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     which: Annotated[str, Form()] = "outdated",
     expected_count: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
     note: Annotated[str, Form()] = "",
 ) -> Response:
-    user, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     count = len(
         regrade_candidates(
@@ -157,14 +152,13 @@ def regrade_exercise_form(
 
 @router.post("/courses/{course_id}/exercises/{exercise_id}/regrade/dry-run", response_model=None)
 def regrade_dry_run_form(
-    course_id: str,
     exercise_id: str,
     session: SessionDep,
-    viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     which: Annotated[str, Form()] = "outdated",
 ) -> Response:
     """Grade what the regrade would, changing nothing: the result is shown on its own page."""
-    user, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     try:
         batch_id, _ = request_dry_run(
@@ -184,13 +178,12 @@ def regrade_dry_run_form(
 @router.get("/courses/{course_id}/exercises/{exercise_id}/dry-runs/{batch_id}")
 def regrade_dry_run_page(
     request: Request,
-    course_id: str,
     exercise_id: str,
     batch_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     assigned = assignment_of(session, course.id, exercise_id)
     report = dry_run_report(session, course.id, assigned, batch_id)
     if report is None:
@@ -206,9 +199,12 @@ def regrade_dry_run_page(
 
 @router.get("/courses/{course_id}/regrades/{batch_id}")
 def regrade_page(
-    request: Request, course_id: str, batch_id: str, session: SessionDep, viewer: ViewerDep
+    request: Request,
+    batch_id: str,
+    session: SessionDep,
+    viewer: ViewerDep,
+    course: InstructorCourseDep,
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     progress = regrade_progress(session, batch_id)
     if progress is None or any(s.course_id != course.id for _, s in progress.rows):
         raise NotFound("There is no such regrade in this course.")

@@ -14,11 +14,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.access import (
-    CsrfViewerDep,
-    ViewerDep,
-    instructor_course,
-)
+from app.access import CsrfViewerDep, SignedInUserFormDep, ViewerDep
 from app.audit import AuditAction, record_event
 from app.courses.gradebook import (
     counted_scores_changed,
@@ -47,6 +43,7 @@ from app.models import (
     User,
 )
 from app.people.accounts import find_user_by_email
+from app.permissions import InstructorCourseDep, InstructorCourseFormDep
 from app.rendering import PageError, render
 from app.web.course_settings import AssignmentFields, parse_due, settings_context
 from graders.exercise import Exercise
@@ -68,13 +65,12 @@ SETTINGS_DONE = {
 @router.get("/courses/{course_id}/settings")
 def settings_page(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
     done: str = "",
     changed: str = "",
 ) -> HTMLResponse:
-    _, course = instructor_course(session, viewer, course_id)
     titles = {e.id: e.title for e in list_exercises()}
     changes = [titles.get(part, part) for part in changed.split(",") if part in titles]
     notice = SETTINGS_DONE.get(done)
@@ -146,9 +142,10 @@ def _assignment_state(row: Assignment | None) -> tuple[object, ...] | None:
 @router.post("/courses/{course_id}/settings", response_model=None)
 def settings_form(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    course: InstructorCourseFormDep,
     exercise: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     due_at: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
     late_policy: Annotated[list[str], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
@@ -167,7 +164,6 @@ def settings_form(
 ) -> Response:
     """The whole settings page is one form: every exercise's fields are saved together (or,
     when one has an error, none is, and the page comes back with everything as it was sent)."""
-    user, course = instructor_course(session, viewer, course_id)
     columns = (exercise, due_at, late_policy, late_penalty_percent_per_day, scoring_policy)
     sent = _sent_assignments(
         columns, assigned=assigned, show_solution=show_solution, timezone=timezone

@@ -13,12 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.access import (
-    CsrfViewerDep,
-    ViewerDep,
-    instructor_course,
-    reviewable_submission,
-)
+from app.access import CsrfViewerDep, SignedInUserFormDep, ViewerDep
 from app.courses.diagnosis_reports import reported_submission_ids
 from app.courses.membership import (
     assignments_of,
@@ -38,6 +33,7 @@ from app.grading.regrades import (
 from app.models import (
     RegradeReason,
 )
+from app.permissions import InstructorCourseDep, ReviewableSubmissionFormDep
 from app.rendering import render
 from app.web.review import (
     MAX_LISTED_SUBMISSIONS,
@@ -54,9 +50,9 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 @router.get("/courses/{course_id}/submissions")
 def course_submissions_page(
     request: Request,
-    course_id: str,
     session: SessionDep,
     viewer: ViewerDep,
+    course: InstructorCourseDep,
     exercise: str = "",
     diagnosis: str = "",
     learner: str = "",
@@ -64,7 +60,6 @@ def course_submissions_page(
 ) -> HTMLResponse:
     """Every submission in the course, newest first, filtered by exercise, diagnosis, learner,
     and to those whose diagnosis the learner reported as wrong."""
-    _, course = instructor_course(session, viewer, course_id)
     chosen = SubmissionFilter(
         exercise=exercise, diagnosis=diagnosis, learner=learner, reported="1" if reported else ""
     )
@@ -103,13 +98,14 @@ def override_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    submission: ReviewableSubmissionFormDep,
     score: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
     confirmed: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
     """First says what the override does to the counted score; saves it once confirmed."""
-    user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         value = float(score)
         if confirmed != "yes":
@@ -138,12 +134,13 @@ def remove_override_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    submission: ReviewableSubmissionFormDep,
     confirmed: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
     """First says what removing the override does to the counted score, as setting one does;
     removes it once confirmed."""
-    user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         if confirmed != "yes":
             if submission.override_score is None:
@@ -170,11 +167,12 @@ def regrade_submission_form(
     submission_id: str,
     session: SessionDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
+    submission: ReviewableSubmissionFormDep,
     reason: Annotated[str, Form()] = "",
     note: Annotated[str, Form()] = "",
     list_query: ListQueryForm = "",
 ) -> Response:
-    user, submission = reviewable_submission(session, viewer, submission_id)
     try:
         why = RegradeReason(reason)
     except ValueError:

@@ -14,7 +14,15 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.access import CsrfViewerDep, Viewer, ViewerDep, client_address, signed_in_user
+from app.access import (
+    CsrfViewerDep,
+    SignedInUserDep,
+    SignedInUserFormDep,
+    Viewer,
+    ViewerDep,
+    client_address,
+    signed_in_user,
+)
 from app.db import SessionDep
 from app.errors import AppError, as_sentence
 from app.hosts import public_base_url
@@ -119,10 +127,13 @@ def _tokens_page(
 
 @router.get("/account/tokens")
 def tokens_page(
-    request: Request, session: SessionDep, settings: SettingsDep, viewer: ViewerDep
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    user: SignedInUserDep,
 ) -> HTMLResponse:
     """Your tokens for the command-line client and notebooks, and a form for a new one."""
-    user = signed_in_user(viewer)
     return _tokens_page(request, session, viewer, user, settings)
 
 
@@ -132,12 +143,12 @@ def create_token(
     session: SessionDep,
     settings: SettingsDep,
     viewer: CsrfViewerDep,
+    user: SignedInUserFormDep,
     name: Annotated[str, Form()] = "",
     lifetime_days: Annotated[int, Form()] = 30,
     password: Annotated[str, Form()] = "",
 ) -> HTMLResponse:
     """A new token, shown on the answer once: it is never shown again."""
-    user = signed_in_user(viewer)
     max_days = settings.personal_token_max_days
     try:
         confirm_it_is_them(request, session, settings, viewer, password)
@@ -174,16 +185,15 @@ def create_token(
 
 
 @router.post("/account/tokens/revoke-all", response_model=None)
-def revoke_all_tokens(session: SessionDep, viewer: CsrfViewerDep) -> Response:
+def revoke_all_tokens(session: SessionDep, user: SignedInUserFormDep) -> Response:
     """Every live token stops working at once."""
-    revoke_personal_tokens(session, signed_in_user(viewer))
+    revoke_personal_tokens(session, user)
     return RedirectResponse("/account/tokens", status_code=303)
 
 
 @router.post("/account/tokens/{token_id}/revoke", response_model=None)
-def revoke_token(token_id: str, session: SessionDep, viewer: CsrfViewerDep) -> Response:
+def revoke_token(token_id: str, session: SessionDep, user: SignedInUserFormDep) -> Response:
     """The token stops working at once."""
-    user = signed_in_user(viewer)
     if revoke_personal_token(session, user, token_id) is None:
         raise PageError(404, "Not found", "You have no token with this id.")
     return RedirectResponse("/account/tokens", status_code=303)

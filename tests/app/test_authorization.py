@@ -3,11 +3,20 @@ the pages and the API alike; an API key sees only its course."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 
+import app.lti
+import app.web
+from app.access import require_csrf, require_csrf_header
 from app.api_keys import create_api_key
 from app.db import SessionFactory
 from app.models import Assignment, Course, SiteRole, utc_now
@@ -267,3 +276,34 @@ def test_a_locked_exercise_refuses_late_submissions(
         json={"exercise": EXERCISE, "learner": "late@example.org", "code": CORRECT_CODE},
     )
     assert api.status_code == 403 and "closed" in api.json()["detail"]
+
+
+def dependency_calls(dependant: Dependant) -> Iterator[Callable[..., Any] | None]:
+    for sub in dependant.dependencies:
+        yield sub.call
+        yield from dependency_calls(sub)
+
+
+# Forms that check the token themselves: a submission sent after the session ended is kept, not
+# refused (app/web/kept_submissions.py); an LTI login and launch come from the LMS's page.
+CSRF_CHECKED_IN_THE_ROUTE = {"submit_practice", "submit_in_course", "login_post", "launch"}
+
+
+def test_every_form_of_the_pages_checks_its_csrf_token_before_the_route_runs() -> None:
+    # Permissions are dependencies (app/permissions.py): a form's must be its `...FormDep`,
+    # which checks the CSRF token, or a route without `viewer` would check none.
+    unchecked = []
+    for package in (app.web, app.lti):
+        for found in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{found.name}")
+            router = getattr(module, "router", None)
+            for route in router.routes if router is not None else []:
+                if not isinstance(route, APIRoute) or not (route.methods or set()) - {
+                    "GET",
+                    "HEAD",
+                }:
+                    continue
+                calls = set(dependency_calls(route.dependant))
+                if not calls & {require_csrf, require_csrf_header}:
+                    unchecked.append(route.endpoint.__name__)
+    assert sorted(unchecked) == sorted(CSRF_CHECKED_IN_THE_ROUTE)

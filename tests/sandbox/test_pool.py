@@ -179,7 +179,7 @@ def test_nothing_a_child_writes_is_seen_by_the_next(runner: sandbox.PoolRunner) 
         reported(run_job(runner, write))
     # In a job's fresh /tmp stand only the mount points of an interpreter installed under /tmp
     # (the image's is under /opt).
-    interpreter = [f"/tmp/{Path(path).parts[2]}" for path in bwrap._python_dirs()
+    interpreter = [f"/tmp/{Path(path).parts[2]}" for path in bwrap.python_dirs()
                    if path.startswith("/tmp/") and runner.name == "bwrap"]  # fmt: skip
     for _ in runner.pool.slots:
         assert reported(run_job(runner, look)) == sorted(
@@ -525,8 +525,8 @@ def test_an_interpreter_under_tmp_stays_visible_under_each_jobs_fresh_tmp(
     try:
         interpreter_dir.chmod(0o755)
         (interpreter_dir / "marker").write_text("interpreter file")
-        real_dirs = bwrap._python_dirs()
-        monkeypatch.setattr(bwrap, "_python_dirs", lambda: [*real_dirs, str(interpreter_dir)])
+        real_dirs = bwrap.python_dirs()
+        monkeypatch.setattr(bwrap, "python_dirs", lambda: [*real_dirs, str(interpreter_dir)])
         opened = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
         assert isinstance(opened, sandbox.PoolRunner), opened.status
         look = (
