@@ -28,8 +28,10 @@ MAX_MODEL_PARAMETERS = 64 * 64 + 64
 
 class ModelSpec(BaseModel):
     """A case's model: `linear` (one `nn.Linear`), or `mlp`, an `nn.Sequential` of `Linear`
-    layers through the `hidden` widths with the activation between them. Its parameters are
-    named as `named_parameters()` names them (`weight`, or `0.weight`, `2.bias`)."""
+    layers through the `hidden` widths with the activation between them, and after each
+    activation an `nn.Dropout(dropout)` when it has one. Its parameters are named as
+    `named_parameters()` names them (`weight`, or `0.weight`, `2.bias`; `3.weight` after a
+    dropout layer)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -38,11 +40,20 @@ class ModelSpec(BaseModel):
     activation: Literal["relu", "tanh", "sigmoid"] | None = Field(
         default=None, description="An mlp's, between its layers; relu when not given."
     )
+    # Read only by the kinds whose judging survives random masks (`evaluation`: evaluation
+    # mode turns it off); any other kind refuses it (graders.exercises.configuration_problem).
+    dropout: float | None = Field(
+        default=None, gt=0, lt=1, description="An mlp's dropout after each activation."
+    )
 
     @model_validator(mode="after")
     def _fits_its_kind(self) -> Self:
-        if self.kind == "linear" and (self.hidden or self.activation is not None):
-            raise ValueError("a linear model has no hidden layers nor activation: remove them")
+        if self.kind == "linear" and (
+            self.hidden or self.activation is not None or self.dropout is not None
+        ):
+            raise ValueError(
+                "a linear model has no hidden layers, activation nor dropout: remove them"
+            )
         if self.kind == "mlp" and not self.hidden:
             raise ValueError("an mlp needs hidden widths, e.g. hidden = [8]")
         if not all(1 <= width <= 64 for width in self.hidden):
@@ -132,6 +143,9 @@ KIND_SETTINGS = frozenset(
     {
         "micro_batches", "epochs", "max_norm", "grad_state", "hidden_features", "dropout",
         "lr_step_size", "lr_gamma", "model", "loss", "examples", "patience", "loss_scale",
+        # Not a key of its own: the model's dropout (`model.dropout`), read by fewer kinds than
+        # the model is.
+        "model.dropout",
     }
 )  # fmt: skip
 

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from graders.exercise import KIND_SETTINGS, Exercise
 from graders.grading import install_diagnoses
 from graders.kinds import KINDS, kind_of
+from graders.optimizers import OptimizerFields
 from graders.proving import proven_problems
 from graders.syntax import parse_module
 
@@ -211,7 +212,15 @@ def configuration_problem(exercise: Exercise) -> str | None:
             f"use one of {', '.join(sorted(kind.judge.checks))}"
         )
     for case in exercise.cases:
-        unread = sorted(case.model_fields_set & KIND_SETTINGS - kind.case_settings)
+        declared = case.model_fields_set | ({"model.dropout"} if case.model.dropout else set())
+        unread = sorted(declared & KIND_SETTINGS - kind.case_settings)
+        if unread == ["model.dropout"]:
+            return (
+                f"cases ({case.id}): model: dropout: kind {kind.name!r} cannot judge a model "
+                "with dropout: its masks are random draws, which the grader cannot recompute "
+                "outside the sandbox to judge what the learner's code did: remove it (only "
+                "'evaluation' reads it, where evaluation mode turns it off)"
+            )
         if unread:
             reads = ", ".join(sorted(kind.case_settings)) or "none of them"
             return (
@@ -219,6 +228,20 @@ def configuration_problem(exercise: Exercise) -> str | None:
                 f"not read it, so it would change nothing: remove it (of the settings only "
                 f"some kinds read, {kind.name!r} reads {reads})"
             )
+        if kind.optimizer_settings is not None:
+            foreign = sorted(
+                case.model_fields_set & set(OptimizerFields.model_fields) - kind.optimizer_settings
+            )
+            if foreign:
+                return (
+                    f"cases ({case.id}): {', '.join(map(repr, foreign))}: kind {kind.name!r} "
+                    "builds no optimizer (the learner's function is one), so it would change "
+                    f"nothing: remove it (of the optimizer's settings, {kind.name!r} reads "
+                    f"{', '.join(sorted(kind.optimizer_settings))})"
+                )
+        problem = kind.case_problem(case) if kind.case_problem is not None else None
+        if problem is not None:
+            return f"cases ({case.id}): {problem}"
     return None
 
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sandbox
-from graders import diagnoses, diagnosis, fitting, harness, starter
+from graders import diagnoses, diagnosis, fitting, harness, judging, starter
 from graders.claims import TEXTBOOK_ORDER
 from graders.diagnoses import Declared, Hint
 from graders.diagnosis import diagnose
@@ -539,7 +539,7 @@ def trace_failure(
         )
     for case, spec in zip(trace.cases, cases, strict=True):
         if case.error is not None:
-            return _case_error(case, spec)
+            return _case_error(exercise, case, spec)
         traces[spec.id] = case
     return None
 
@@ -554,15 +554,19 @@ def without_install_paths(traceback: str) -> str:
     return _INSTALL_PATH.sub('File "', traceback)
 
 
-def _case_error(case: CaseTrace, spec: CaseSpec) -> Failure:
+def _case_error(exercise: Exercise, case: CaseTrace, spec: CaseSpec) -> Failure:
     error = case.error
     assert error is not None
+    namer = kind_of(exercise).failure_named
+    named = None if error.grad_none or namer is None else namer(spec, case)
     step = len(case.records) + 1
     where = (
         f"In case `{spec.id}`, at call {step}, your code raised {learner_text(error.type)}"
         f"{_at_line(error.line)}: {learner_text(error.message)}\n\n"
         f"{learner_text(without_install_paths(error.traceback), block=True)}"
     )
+    if named is not None:  # what the values before the error show, then where it was raised
+        return Failure(named[0], f"{words_of(named[1])}\n\n{where}")
     concept = error_concept(error.message)
     if concept:
         where += f"\n\n{concept}"
@@ -944,6 +948,7 @@ def declared_diagnoses() -> list[Declared]:
         *DECLARED,
         *starter.DECLARED,
         *fitting.DECLARED,
+        *judging.DECLARED,
         *(record for kind in KINDS.values() for record in kind.diagnoses),
     ]
 

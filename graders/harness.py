@@ -83,7 +83,8 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 
 def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
     """The case's model (graders.exercise.ModelSpec), its parameters drawn from `generator`
-    layer by layer, weight then bias, each uniform in +-1/sqrt(fan_in) as torch's default."""
+    layer by layer, weight then bias, each uniform in +-1/sqrt(fan_in) as torch's default. An
+    mlp's dropout layers (after each activation) are in training mode, as the model is."""
     declared = spec.get("model") or {}
     in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
     if declared.get("kind", "linear") == "linear":
@@ -93,10 +94,13 @@ def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
         widths = [in_features, *(int(w) for w in declared["hidden"]), out_features]
         layers = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
         activation = ACTIVATIONS[declared.get("activation") or "relu"]
+        dropout = declared.get("dropout")
         between: list[nn.Module] = []
         for layer in layers:
             between += [layer, activation()]
-        model = nn.Sequential(*between[:-1])
+            if dropout is not None:
+                between.append(nn.Dropout(float(dropout)))
+        model = nn.Sequential(*between[: -2 if dropout is not None else -1])
     with torch.no_grad():
         for layer in layers:
             bound = layer.in_features**-0.5

@@ -7,6 +7,7 @@ learner's untrusted numbers, which it only compares.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,10 +16,11 @@ import numpy
 import torch
 
 from graders import harness
+from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec
 from graders.report import MAX_PLOT_POINTS, Check, PlotSeries
 from graders.sentences import Said, Sentence, words_of
-from graders.trace import CaseTrace
+from graders.trace import CaseTrace, parameter_shapes
 
 # float32 arithmetic done in a different order (a hand-written MSE, say) differs by ~1e-7.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-5
@@ -117,6 +119,22 @@ DIFFERENCE = Sentence(
 THEN = Sentence("judging/then", "{first} {then}")
 # Every kind's `runs` check, passed (its failure is said in the feedback: grading.RUN_FAILED).
 RAN_TO_THE_END = Sentence("judging/passed-runs", "Every case ran to the end.")
+# What a check says first: where (the third unit's kinds; the older ones declare their own).
+AT_CASE = Sentence("judging/at-case", "In {case}")
+AT_CALL = Sentence("judging/at-call", "In {case}, call {call}")
+AFTER_THE_CALL = Sentence("judging/after-the-call", "{at}: after the call, {wrong}.")
+# Measured when the function returned: true of code that never called `train()` and of code
+# that called it and then `eval()`.
+LEFT_IN_EVAL = Sentence(
+    "judging/left-in-eval",
+    "{at}: when your function returned, the model was in evaluation mode. Leave it in training "
+    "mode: the last mode your code sets before it returns is `model.train()`.",
+)
+NOT_FLOAT = Sentence(
+    "judging/not-float",
+    "{at}: your function returned a {type}, not a Python `float`. `.item()` makes one of a "
+    "one-element tensor.",
+)
 
 
 def differs(name: str, mine: torch.Tensor, expected: torch.Tensor) -> Said:
@@ -140,6 +158,15 @@ def _most_different(
     index = torch.unravel_index(torch.tensor(flat), gap.shape) if gap.dim() else ()
     where = name + "".join(f"[{int(i)}]" for i in index)
     return where, float(mine.flatten()[flat].item()), float(theirs.flatten()[flat].item())
+
+
+def opened(spec: CaseSpec, learner: CaseTrace) -> tuple[CaseFindings, dict[str, Any], Said]:
+    """How a kind that records one final state opens `judge_case`: the case's findings, empty;
+    the learner's final record; where its findings are said ("In case `basic`")."""
+    findings = CaseFindings(spec)
+    final = learner.final
+    assert final is not None  # parse_trace: a case that ran has its final record
+    return findings, final, AT_CASE(case=findings.case())
 
 
 def then(first: Said, *parts: Said | None) -> Said:
@@ -242,6 +269,30 @@ def loss_and_gradients(
     loss = harness.build_loss(harness_spec)(output, y)
     gradients = torch.autograd.grad(loss, list(leaves.values()))
     return loss.item(), dict(zip(leaves, gradients, strict=True))
+
+
+def flat_parameter_count(spec: CaseSpec) -> int:
+    """How many numbers the case's model has (a `parameters` field's length)."""
+    return sum(math.prod(shape) for shape in parameter_shapes(spec).values())
+
+
+def unflattened(spec: CaseSpec, flat: Any) -> dict[str, torch.Tensor]:
+    """A record's `parameters` (every parameter flattened, `harness.flat_parameters`) as the
+    model's named tensors: `weight`, `bias`, or `0.weight`, ... of a declared mlp."""
+    values = flat if isinstance(flat, torch.Tensor) else as_tensor(flat)
+    tensors, at = {}, 0
+    for name, shape in parameter_shapes(spec).items():
+        size = math.prod(shape)
+        tensors[name] = values[at : at + size].reshape(shape)
+        at += size
+    return tensors
+
+
+def in_code(name: str) -> str:
+    """A parameter's name (`named_parameters()`'s) as code reaches it from the model:
+    `weight` is `model.weight`, `0.weight` is `model[0].weight`."""
+    parts = name.split(".")
+    return "model" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in parts)
 
 
 def first_difference(
@@ -416,3 +467,35 @@ def call_stream(trace: CaseTrace) -> list[str]:
     if trace.final is not None:
         calls += trace.final.get("calls", [])
     return calls
+
+
+# The diagnoses of a mistake more than one kind's models find (graders.diagnoses): each kind
+# that trains over batches with the case's own optimizer (`dataloader-epoch`, `patience-fit`)
+# computes its training without clearing and gives the code when the learner's parameters are
+# those.
+DECLARED: tuple[Declared, ...] = (
+    Declared(
+        code="grads-accumulated-across-batches",
+        name="Gradients not cleared between batches",
+        words=(
+            "Your parameters are those of training whose gradients were never cleared between "
+            "batches: PyTorch adds each new gradient to what `.grad` holds, so each update used "
+            "the sum of its batch's gradient and every earlier batch's. Clear the gradients "
+            "before each batch's backward pass."
+        ),
+        hint=Hint(
+            where="Look at what `.grad` holds when a batch's `backward()` runs.",
+            what=(
+                "`backward()` adds to `.grad`; only `zero_grad()` empties it. Without it, every "
+                "batch's step also carries the gradients of the batches before it."
+            ),
+            fix="""```python
+for x, y in batches:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+```""",
+        ),
+    ),
+)

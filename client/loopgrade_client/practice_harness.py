@@ -83,7 +83,8 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 
 def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
     """The case's model (graders.exercise.ModelSpec), its parameters drawn from `generator`
-    layer by layer, weight then bias, each uniform in +-1/sqrt(fan_in) as torch's default."""
+    layer by layer, weight then bias, each uniform in +-1/sqrt(fan_in) as torch's default. An
+    mlp's dropout layers (after each activation) are in training mode, as the model is."""
     declared = spec.get("model") or {}
     in_features, out_features = int(spec["in_features"]), int(spec["out_features"])
     if declared.get("kind", "linear") == "linear":
@@ -93,10 +94,13 @@ def build_model(spec: dict[str, Any], generator: torch.Generator) -> nn.Module:
         widths = [in_features, *(int(w) for w in declared["hidden"]), out_features]
         layers = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
         activation = ACTIVATIONS[declared.get("activation") or "relu"]
+        dropout = declared.get("dropout")
         between: list[nn.Module] = []
         for layer in layers:
             between += [layer, activation()]
-        model = nn.Sequential(*between[:-1])
+            if dropout is not None:
+                between.append(nn.Dropout(float(dropout)))
+        model = nn.Sequential(*between[: -2 if dropout is not None else -1])
     with torch.no_grad():
         for layer in layers:
             bound = layer.in_features**-0.5
@@ -734,7 +738,8 @@ RECORDERS['training-loop'] = record_loop
 
 
 def record_pair(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
-    """One call; the two gradients it returns, before and after the harness zeroes `.grad` in
+    """One call; the two gradients of the first parameter (the first layer's weight) it
+    returns, before and after the harness zeroes `.grad` in
     place: a returned tensor that is the live `.grad` changes, a copy does not. (Run in the
     sandbox too: harness names only.)
     """
@@ -761,11 +766,10 @@ def record_pair(function: Callable[..., Any], spec: dict[str, Any], records: lis
 RECORDERS['gradient-pair'] = record_pair
 
 
-def prepare_gradients(case: Case, state: str) -> nn.Linear:
+def prepare_gradients(case: Case, state: str) -> nn.Module:
     """Run one backward pass, then leave `.grad` as the state says: present, released (none),
-    filled with zeros, or mixed (the weight's present, the bias's released)."""
+    filled with zeros, or mixed (the weights' present, the biases' released)."""
     model = case.model
-    assert isinstance(model, nn.Linear)  # the kind reads no `model` setting
     x, y = case.inputs[0]
     case.loss_fn(model(x), y).backward()
     if state == "none":
@@ -773,7 +777,9 @@ def prepare_gradients(case: Case, state: str) -> nn.Linear:
     elif state == "zeros":
         case.optimizer.zero_grad(set_to_none=False)
     elif state == "mixed":
-        model.bias.grad = None
+        for name, parameter in model.named_parameters():
+            if name.split(".")[-1] == "bias":
+                parameter.grad = None
     return model
 
 
@@ -829,8 +835,7 @@ def record_epochs(
         if len(records) < most:
             records.append(
                 {
-                    "weight": values_of(case.model.weight),
-                    "bias": values_of(case.model.bias),
+                    "parameters": flat_parameters(case.model),
                     "lr": seen["lr"],
                     "scheduler_steps": float(seen["before"]),
                     "calls": recorder.take(),
@@ -845,8 +850,7 @@ def record_epochs(
     )
     losses = [number_of(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
     return {
-        "weight": values_of(case.model.weight),
-        "bias": values_of(case.model.bias),
+        "parameters": flat_parameters(case.model),
         "losses": losses,
         "losses_type": type_name(returned),
         "scheduler_steps": float(seen["scheduler_steps"]),
@@ -857,9 +861,18 @@ def record_epochs(
 RECORDERS['epoch-loop'] = record_epochs
 
 
-def build_evaluation_case(spec: dict[str, Any]) -> tuple[nn.Sequential, torch.Tensor, torch.Tensor]:
-    """The case's model, in training mode, and one batch, all drawn from the case's generator
-    (run in the sandbox too: harness names only)."""
+def build_evaluation_case(
+    spec: dict[str, Any],
+) -> tuple[nn.Module, nn.Module, torch.Tensor, torch.Tensor]:
+    """The case's model, in training mode, its loss and one batch, all drawn from the case's
+    generator: the declared model and loss (`model`, with dropout, and `loss`) built as every
+    kind builds them, or the kind's own `Sequential` and MSE (run in the sandbox too: harness
+    names only)."""
+    if spec.get("model"):
+        case = build_case(spec)
+        x, y = case.inputs[0]
+        case.model.train()
+        return case.model, case.loss_fn, x, y
     generator = torch.Generator().manual_seed(int(spec["seed"]))
     in_features, hidden = int(spec["in_features"]), int(spec["hidden_features"])
     out_features, batch_size = int(spec["out_features"]), int(spec["batch_size"])
@@ -875,7 +888,7 @@ def build_evaluation_case(spec: dict[str, Any]) -> tuple[nn.Sequential, torch.Te
     x = torch.randn(batch_size, in_features, generator=generator)
     y = torch.randn(batch_size, out_features, generator=generator)
     model.train()
-    return model, x, y
+    return model, nn.MSELoss(), x, y
 
 
 def record_evaluation(
@@ -883,9 +896,9 @@ def record_evaluation(
 ) -> None:
     """One call on a model in training mode; what it did to the model and the autograd mode
     of its forward passes (run in the sandbox too: harness names and build_evaluation_case)."""
-    model, x, y = build_evaluation_case(spec)
+    model, loss_fn, x, y = build_evaluation_case(spec)
     seen = {"forwards": 0.0, "train_forwards": 0.0, "graph_forwards": 0.0}
-    dropout = model[2]
+    dropout = next(module for module in model.modules() if isinstance(module, nn.Dropout))
 
     def watch(module: Any, inputs: Any) -> None:
         seen["forwards"] += 1
@@ -899,7 +912,7 @@ def record_evaluation(
     # Gradient recording on, as in a training script; whatever the call turns off in this
     # thread is undone after it, for the next case.
     with torch.enable_grad():
-        returned = function(model, nn.MSELoss(), x.clone(), y.clone())
+        returned = function(model, loss_fn, x.clone(), y.clone())
         grad_enabled_after = torch.is_grad_enabled()
     after = list(model.parameters())
     records.append(
@@ -930,11 +943,11 @@ def train_on(case: Case, model: Any, optimizer: Any, batches: list[Any]) -> None
 
 
 def resumed_state(model: Any, optimizer: Any) -> Record:
-    """The weights and the optimizer's state for the weight (run in the sandbox too)."""
+    """Every parameter, flattened, and the optimizer's state for the first layer's weight (run
+    in the sandbox too)."""
     return {
-        "weight": values_of(model.weight),
-        "bias": values_of(model.bias),
-        **optimizer_state(optimizer, model.weight),
+        "parameters": flat_parameters(model),
+        **optimizer_state(optimizer, first_parameter(model)),
     }
 
 

@@ -5,9 +5,10 @@ the same file).
 A case trains its model for `steps` batches, calls `save`, then builds a fresh model (other
 initial weights) and a fresh optimizer of the same declaration, calls `resume` on them with
 the saved state, and trains them on for `steps` more batches. The harness records the fresh
-model and its optimizer's state for the weight (`graders.harness.optimizer_state`: an SGD
-momentum buffer, Adam's running averages and step count) right after `resume`, then after every
-later step.
+model's parameters (every one, flattened) and its optimizer's state for the first layer's
+weight (`graders.harness.optimizer_state`: an SGD momentum buffer, Adam's running averages and
+step count) right after `resume`, then after every later step. The case may declare its model
+and loss (docs/authoring.md); the words name the parameter that differs (`0.weight[2][1]`).
 The grader trains the case's model for all `2 * steps` batches without interruption, itself:
 a right save and resume is indistinguishable from that.
 """
@@ -23,15 +24,25 @@ import torch
 from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
-from graders.harness import Case, Record, build_case, optimizer_state, type_name, values_of
+from graders.harness import (
+    Case,
+    Record,
+    build_case,
+    first_parameter,
+    flat_parameters,
+    optimizer_state,
+    type_name,
+)
 from graders.judging import (
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
-    close,
     close_values,
     differs,
+    first_difference,
+    flat_parameter_count,
+    unflattened,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
@@ -51,11 +62,11 @@ def train_on(case: Case, model: Any, optimizer: Any, batches: list[Any]) -> None
 
 
 def resumed_state(model: Any, optimizer: Any) -> Record:
-    """The weights and the optimizer's state for the weight (run in the sandbox too)."""
+    """Every parameter, flattened, and the optimizer's state for the first layer's weight (run
+    in the sandbox too)."""
     return {
-        "weight": values_of(model.weight),
-        "bias": values_of(model.bias),
-        **optimizer_state(optimizer, model.weight),
+        "parameters": flat_parameters(model),
+        **optimizer_state(optimizer, first_parameter(model)),
     }
 
 
@@ -129,17 +140,18 @@ def records_per_case(spec: CaseSpec) -> int:
 
 
 TRACE = TraceShape(
-    record_fields={"weight": "matrix", "bias": "vector", **STATE_FIELDS},
+    record_fields={"parameters": "parameters", **STATE_FIELDS},
     final_fields={"state_type": "text"},
     most_records=records_per_case,
+    parameter_count=flat_parameter_count,
 )
 
 
 @functools.cache
 def uninterrupted(spec: CaseSpec) -> list[dict[str, Any]]:
-    """The weights and bias (tensors) and the optimizer's state for the weight (as recorded)
-    after step `steps` and every later one of `2 * steps` steps without interruption, computed
-    here."""
+    """Every parameter (flattened, a tensor) and the optimizer's state for the first layer's
+    weight (as recorded) after step `steps` and every later one of `2 * steps` steps without
+    interruption, computed here."""
     case = build_case({**spec.harness_spec(), "steps": 2 * spec.steps})
     model, optimizer = case.model, case.optimizer
     train_on(case, model, optimizer, case.inputs[: spec.steps])
@@ -152,9 +164,8 @@ def uninterrupted(spec: CaseSpec) -> list[dict[str, Any]]:
 
 def _state(model: Any, optimizer: Any) -> dict[str, Any]:
     return {
-        "weight": model.weight.detach().clone(),
-        "bias": model.bias.detach().clone(),
-        **optimizer_state(optimizer, model.weight),
+        "parameters": torch.tensor(flat_parameters(model)),
+        **optimizer_state(optimizer, first_parameter(model)),
     }
 
 
@@ -189,7 +200,8 @@ MODEL_NOT_RESTORED = Sentence(
 )
 OPTIMIZER_NOT_RESTORED = Sentence(
     "checkpoint/optimizer-not-restored",
-    "{at} the optimizer holds {held} for the model's weight, not the saved one. Save "
+    "{at} the optimizer holds {held} for the model's (first layer's) weight, not the saved one. "
+    "Save "
     "`optimizer.state_dict()` too and load it with `optimizer.load_state_dict(...)`; load the "
     "weights into the model's own parameters (`model.load_state_dict(...)`), the ones the "
     "optimizer holds.",
@@ -204,9 +216,7 @@ TRAINING_DIFFERS = Sentence(
 
 
 def _model_restored(record: Record, saved: dict[str, Any]) -> bool:
-    return close_values(record["weight"], saved["weight"]) and close_values(
-        record["bias"], saved["bias"]
-    )
+    return close_values(record["parameters"], saved["parameters"])
 
 
 def _optimizer_restored(record: Record, saved: dict[str, Any]) -> bool:
@@ -245,28 +255,36 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             "returns-dict", NOT_A_DICT(at=at, type=learner_text(learner.final["state_type"]))
         )
     for when, records in resumed_pairs(spec, learner):
-        _judge_pair(findings, when(at=at), records, right)
+        _judge_pair(findings, when(at=at), spec, records, right)
     return findings
 
 
+def _difference(spec: CaseSpec, mine: Any, theirs: torch.Tensor) -> Said:
+    """Where the learner's parameters (recorded, flattened) differ from the expected ones, by
+    the parameter's name (`weight[0][1]`, `0.weight[3][2]`)."""
+    return differs(*first_difference(unflattened(spec, mine), unflattened(spec, theirs)))
+
+
 def _judge_pair(
-    findings: CaseFindings, at: Said, records: list[Record], right: list[dict[str, Any]]
+    findings: CaseFindings,
+    at: Said,
+    spec: CaseSpec,
+    records: list[Record],
+    right: list[dict[str, Any]],
 ) -> None:
     resumed = records[0]
     if not _model_restored(resumed, right[0]):
-        difference = differs("weight", as_tensor(resumed["weight"]), right[0]["weight"])
+        difference = _difference(spec, resumed["parameters"], right[0]["parameters"])
         findings.fail("model-restored", MODEL_NOT_RESTORED(at=at, difference=difference))
     if not _optimizer_restored(resumed, right[0]):
         held = (NO_STATE if _state_is_empty(resumed) else ANOTHER_STATE)()
         findings.fail("optimizer-restored", OPTIMIZER_NOT_RESTORED(at=at, held=held))
     for index, (record, state) in enumerate(zip(records[1:], right[1:], strict=True)):
-        mine = as_tensor(record["weight"])
-        if not (close(mine, state["weight"]) and close_values(record["bias"], state["bias"])):
+        if not close_values(record["parameters"], state["parameters"]):
+            difference = _difference(spec, record["parameters"], state["parameters"])
             findings.fail(
                 "training-continues",
-                TRAINING_DIFFERS(
-                    at=at, steps=index + 1, difference=differs("weight", mine, state["weight"])
-                ),
+                TRAINING_DIFFERS(at=at, steps=index + 1, difference=difference),
             )
             break
 
@@ -367,6 +385,7 @@ KIND = ExerciseKind(
     name="checkpoint",
     summary="Saving a model and its optimizer, and resuming training from the saved state.",
     record=record_checkpoint,
+    case_settings=frozenset({"model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=checkpoint_models,

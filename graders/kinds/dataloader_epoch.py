@@ -38,11 +38,14 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    LEFT_IN_EVAL,
+    NOT_FLOAT,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     close,
+    opened,
     said_times,
     then,
     within_tolerance,
@@ -134,13 +137,14 @@ TRACE = TraceShape(
 
 
 @functools.cache
-def expected_parameters(spec: CaseSpec) -> tuple[float, ...]:
+def expected_parameters(spec: CaseSpec, cleared: bool = True) -> tuple[float, ...]:
     """The parameters after the epoch: zero, forward, backward, step on each batch, computed
-    here."""
+    here (with `cleared` False, never zero: each step on the sum of every gradient so far)."""
     model, optimizer, batches = build_epoch_case(spec.harness_spec())
     model.train()
     for x, y in batches:
-        optimizer.zero_grad()
+        if cleared:
+            optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()  # type: ignore[no-untyped-call]
         optimizer.step()
     return tuple(flat_parameters(model))
@@ -201,7 +205,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CASE = Sentence("dataloader-epoch/at-case", "In {case}")
 PARAMETER_DIFFERS = Sentence(
     "dataloader-epoch/parameter-differs",
     "{at}: after the epoch `{where}` is {yours:.6g} where {theirs:.6g} was expected.",
@@ -221,26 +224,14 @@ MEAN_DIFFERS = Sentence(
     "{at}: you returned {shown:.6g}; the mean loss per example over your epoch is {mean:.6g} "
     "({batches} batches, the last of {last} examples).",
 )
-LEFT_IN_EVAL = Sentence(
-    "dataloader-epoch/left-in-eval",
-    "{at}: the model was handed in evaluation mode and is still in it after your epoch. Call "
-    "`model.train()` before the first batch.",
-)
 FORWARDS_IN_EVAL = Sentence(
     "dataloader-epoch/forwards-in-eval",
     "{at}: {evaluating} of the {forwards} forward passes the harness saw ran in evaluation mode.",
 )
-NOT_FLOAT = Sentence(
-    "dataloader-epoch/not-float",
-    "{at}: your function returned a {type}, not a `float`. Use `.item()`.",
-)
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
-    findings = CaseFindings(spec)
-    final = learner.final
-    assert final is not None  # parse_trace: a case that ran has its final record
-    at = AT_CASE(case=findings.case())
+    findings, final, at = opened(spec, learner)
     batches = batch_count(spec)
     mine, expected = as_tensor(final["parameters"]), as_tensor(expected_parameters(spec))
     if not close(mine, expected):
@@ -296,10 +287,10 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
 def epoch_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
     """The mistakes of the returned mean, each computed here from the batches' losses along the
     learner's own steps (the plain mean of the batches' losses; every batch counted as full and
-    divided by the examples); and a model in evaluation mode after a right epoch (its state
-    after the call)."""
+    divided by the examples); a model in evaluation mode after a right epoch (its state after
+    the call); parameters that are those of an epoch never cleared (computed here)."""
     means: dict[Diagnosis, bool] = {"unweighted-batch-mean": True, "last-batch-as-full": True}
-    left_in_eval = True
+    left_in_eval = accumulated = True
     for spec in exercise.cases:
         trace = traces[spec.id]
         final = trace.final
@@ -312,11 +303,16 @@ def epoch_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list
         means["unweighted-batch-mean"] &= within_tolerance(value, plain)
         means["last-batch-as-full"] &= within_tolerance(value, as_full)
         right = close(as_tensor(final["parameters"]), as_tensor(expected_parameters(spec)))
+        accumulated &= not right and close(
+            as_tensor(final["parameters"]), as_tensor(expected_parameters(spec, cleared=False))
+        )
         left_in_eval &= right and within_tolerance(value, weighted_mean(losses))
         left_in_eval &= not final["training_after"]
     found = [Explanation((code,), "epoch-mean") for code, fits in means.items() if fits]
     if left_in_eval:
         found.append(Explanation(("missing-train-mode",), "epoch-mode"))
+    if accumulated:
+        found.append(Explanation(("grads-accumulated-across-batches",), "epoch-uncleared"))
     return found
 
 
@@ -382,9 +378,10 @@ DIAGNOSES: tuple[Declared, ...] = (
         code="missing-train-mode",
         name="Not put in training mode",
         words=(
-            "After your epoch the model is in evaluation mode, as it was handed in. An epoch "
-            "of training runs in training mode (dropout and batch norm behave differently in "
-            "each): call `model.train()` before the first batch, and do not switch back."
+            "When your epoch returned, the model was in evaluation mode (the mode it is handed "
+            "in with). An epoch of training runs in training mode and leaves the model "
+            "in it (dropout and batch norm behave differently in each): call `model.train()` "
+            "before the first batch, and no `model.eval()` after it."
         ),
         hint=Hint(
             where="Look at the first line of your epoch, before the loop.",

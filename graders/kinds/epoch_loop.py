@@ -5,7 +5,8 @@ One kind, one module (graders/kinds): its recorder, its judge and its models sta
 
 The scheduler is `StepLR(optimizer, lr_step_size, lr_gamma)`: it must step once per epoch,
 after the epoch's optimizer steps. The harness records, at every optimizer step, the learning
-rate it read and how many scheduler steps came before it, then the weights after it. The checks
+rate it read and how many scheduler steps came before it, then every parameter after it
+(flattened: the case may declare its model, docs/authoring.md). The checks
 read each step's learning rate from the weights' update (`applied_steps`), never from those
 readings, which the code could change (a scheduler of the learner's own making steps no given
 scheduler and is right). The grader replays the loop itself (`replay_epochs`), outside the
@@ -28,10 +29,9 @@ from graders.harness import (
     CallRecorder,
     Record,
     build_case,
-    first_parameter,
+    flat_parameters,
     number_of,
     type_name,
-    values_of,
 )
 from graders.judging import (
     RAN_TO_THE_END,
@@ -42,8 +42,11 @@ from graders.judging import (
     close,
     close_numbers,
     differs,
+    first_difference,
+    flat_parameter_count,
     loss_and_gradients,
     plot_series,
+    unflattened,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
@@ -90,8 +93,7 @@ def record_epochs(
         if len(records) < most:
             records.append(
                 {
-                    "weight": values_of(case.model.weight),
-                    "bias": values_of(case.model.bias),
+                    "parameters": flat_parameters(case.model),
                     "lr": seen["lr"],
                     "scheduler_steps": float(seen["before"]),
                     "calls": recorder.take(),
@@ -106,8 +108,7 @@ def record_epochs(
     )
     losses = [number_of(v) for v in returned[:most]] if isinstance(returned, list | tuple) else None
     return {
-        "weight": values_of(case.model.weight),
-        "bias": values_of(case.model.bias),
+        "parameters": flat_parameters(case.model),
         "losses": losses,
         "losses_type": type_name(returned),
         "scheduler_steps": float(seen["scheduler_steps"]),
@@ -121,15 +122,13 @@ def record_limit(spec: CaseSpec) -> int:
 
 TRACE = TraceShape(
     record_fields={
-        "weight": "matrix",
-        "bias": "vector",
+        "parameters": "parameters",
         "lr": "number",
         "scheduler_steps": "number",
         "calls": "calls",
     },
     final_fields={
-        "weight": "matrix",
-        "bias": "vector",
+        "parameters": "parameters",
         "losses": "numbers",
         "losses_type": "text",
         "scheduler_steps": "number",
@@ -137,12 +136,14 @@ TRACE = TraceShape(
     },
     most_records=record_limit,
     exact=False,
+    parameter_count=flat_parameter_count,
 )
 
 
 class Replayed:
-    """The grader's own run of a loop: the learning rate of every step, the weights after it,
-    and each epoch's mean loss (the losses read before each step)."""
+    """The grader's own run of a loop: the learning rate of every step, the parameters after
+    it (flattened, as recorded), and each epoch's mean loss (the losses read before each
+    step)."""
 
     def __init__(self, lrs: list[float], weights: list[torch.Tensor], means: list[float]) -> None:
         self.lrs = lrs
@@ -172,7 +173,7 @@ def replay_epochs(spec: CaseSpec, counts: Sequence[int]) -> Replayed:
         loss.backward()
         optimizer.step()
         lrs.append(float(group["lr"]))
-        weights.append(first_parameter(model).detach().clone())
+        weights.append(torch.tensor(flat_parameters(model)))
         losses.append(loss.item())
     means = [
         sum(losses[start : start + spec.steps]) / spec.steps
@@ -312,8 +313,8 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
             ),
         )
     assert learner.final is not None
-    start = case_data(spec).weight.tolist()
-    if all(close_numbers(record["weight"], start) for record in records):
+    start = [value for p in case_data(spec).parameters.values() for value in p.flatten().tolist()]
+    if all(close_numbers(record["parameters"], start) for record in records):
         # A rate the optimizer never applied earns nothing (scheduler.step() where
         # optimizer.step() belongs steps the rates, and the weights never move).
         for check in ("learning-rates", "scheduler-steps"):
@@ -327,13 +328,14 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         if last >= len(records):
             findings.fail("epoch-weights-match", UNFINISHED(at=at, epoch=epoch + 1))
             break
-        mine = as_tensor(records[last]["weight"])
+        mine = as_tensor(records[last]["parameters"])
         if not close(mine, right.weights[last]):
+            difference = first_difference(
+                unflattened(spec, mine), unflattened(spec, right.weights[last])
+            )
             findings.fail(
                 "epoch-weights-match",
-                EPOCH_WEIGHTS_DIFFER(
-                    at=at, epoch=epoch + 1, difference=differs("weight", mine, right.weights[last])
-                ),
+                EPOCH_WEIGHTS_DIFFER(at=at, epoch=epoch + 1, difference=differs(*difference)),
             )
             break
     _judge_losses(findings, at, spec, learner.final, right.means)
@@ -367,31 +369,35 @@ def applied_steps(spec: CaseSpec, records: Sequence[Record]) -> list[AppliedStep
     the gradients alone, never on the rate, so any rate scales its update and nothing else.
     """
     data = case_data(spec)
-    weight, bias = data.weight.clone(), data.bias.clone()
-    probe = [weight.clone(), bias.clone()]
-    optimizer = declared_optimizer(spec, probe)
+    parameters = {name: value.clone() for name, value in data.parameters.items()}
+    probe = {name: value.clone() for name, value in parameters.items()}
+    optimizer = declared_optimizer(spec, list(probe.values()))
     for group in optimizer.param_groups:
         group["lr"] = 1.0
     steps = []
     for index, record in enumerate(records):
         x, y = data.inputs[index % spec.steps]
-        gradients = loss_and_gradients(spec, {"weight": weight, "bias": bias}, x, y)[1]
-        weight_grad, bias_grad = gradients["weight"], gradients["bias"]
+        gradients = loss_and_gradients(spec, parameters, x, y)[1]
         with torch.no_grad():
-            probe[0].copy_(weight)
-            probe[1].copy_(bias)
-        probe[0].grad, probe[1].grad = weight_grad, bias_grad
+            for name, held in probe.items():
+                held.copy_(parameters[name])
+        for name, held in probe.items():
+            held.grad = gradients[name]
         optimizer.step()
-        new_weight, new_bias = as_tensor(record["weight"]), as_tensor(record["bias"])
+        new = unflattened(spec, record["parameters"])
         steps.append(
             AppliedStep(
-                torch.cat([weight.flatten(), bias.flatten()]),
-                torch.cat([new_weight.flatten(), new_bias.flatten()]),
-                torch.cat([probe[0].detach().flatten(), probe[1].detach().flatten()]),
+                _flat(parameters),
+                _flat(new),
+                _flat({name: held.detach() for name, held in probe.items()}),
             )
         )
-        weight, bias = new_weight, new_bias
+        parameters = new
     return steps
+
+
+def _flat(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([tensor.flatten() for tensor in tensors.values()])
 
 
 def _judge_rates(
@@ -508,7 +514,7 @@ def scheduler_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> 
         if not all(
             record["lr"] is not None
             and within_tolerance(record["lr"], lr)
-            and close(as_tensor(record["weight"]), weight)
+            and close(as_tensor(record["parameters"]), weight)
             for record, lr, weight in zip(
                 trace.records, replayed.lrs, replayed.weights, strict=True
             )
@@ -637,7 +643,7 @@ KIND = ExerciseKind(
     name="epoch-loop",
     summary="A loop over epochs with a learning-rate scheduler; returns each epoch's mean loss.",
     record=record_epochs,
-    case_settings=frozenset({"epochs", "lr_step_size", "lr_gamma"}),
+    case_settings=frozenset({"epochs", "lr_step_size", "lr_gamma", "model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=scheduler_models,

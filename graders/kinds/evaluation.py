@@ -1,11 +1,12 @@
 """The `evaluation` kind: a function that measures a model without training it,
 `evaluate(model, loss_fn, x, y) -> float`.
 
-The model is a small `nn.Sequential` (Linear, ReLU, Dropout, Linear) in training mode, so
-evaluation mode is observable: in training mode dropout zeroes activations at random. (No batch
+The model is a small `nn.Sequential` (Linear, ReLU, Dropout, Linear) in training mode, or the
+case's declared mlp, which must have dropout (`declared_model_problem`), with its declared loss:
+so evaluation mode is observable: in training mode dropout zeroes activations at random. (No batch
 norm: its training-mode forward is slow on a busy machine's intra-op threads in the grader's
 process, which runs the known bugs, for no mistake dropout does not show as well.)
-What the harness records of the one call, by hooks on the dropout layer (never by patching
+What the harness records of the one call, by hooks on the (first) dropout layer (never by patching
 torch):
 - `forwards`, `train_forwards`: forward passes through the model, and those made with dropout
   in training mode (`model.eval()` not called, or undone before the forward);
@@ -33,7 +34,7 @@ from torch import nn
 from graders.diagnoses import Declared, Hint
 from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
-from graders.harness import Record, number_of, type_name
+from graders.harness import Record, build_case, number_of, type_name
 from graders.judging import RAN_TO_THE_END, CaseFindings, KindJudge, then, within_tolerance
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
@@ -42,9 +43,18 @@ from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape, one_record_per_case
 
 
-def build_evaluation_case(spec: dict[str, Any]) -> tuple[nn.Sequential, torch.Tensor, torch.Tensor]:
-    """The case's model, in training mode, and one batch, all drawn from the case's generator
-    (run in the sandbox too: harness names only)."""
+def build_evaluation_case(
+    spec: dict[str, Any],
+) -> tuple[nn.Module, nn.Module, torch.Tensor, torch.Tensor]:
+    """The case's model, in training mode, its loss and one batch, all drawn from the case's
+    generator: the declared model and loss (`model`, with dropout, and `loss`) built as every
+    kind builds them, or the kind's own `Sequential` and MSE (run in the sandbox too: harness
+    names only)."""
+    if spec.get("model"):
+        case = build_case(spec)
+        x, y = case.inputs[0]
+        case.model.train()
+        return case.model, case.loss_fn, x, y
     generator = torch.Generator().manual_seed(int(spec["seed"]))
     in_features, hidden = int(spec["in_features"]), int(spec["hidden_features"])
     out_features, batch_size = int(spec["out_features"]), int(spec["batch_size"])
@@ -60,7 +70,7 @@ def build_evaluation_case(spec: dict[str, Any]) -> tuple[nn.Sequential, torch.Te
     x = torch.randn(batch_size, in_features, generator=generator)
     y = torch.randn(batch_size, out_features, generator=generator)
     model.train()
-    return model, x, y
+    return model, nn.MSELoss(), x, y
 
 
 def record_evaluation(
@@ -68,9 +78,9 @@ def record_evaluation(
 ) -> None:
     """One call on a model in training mode; what it did to the model and the autograd mode
     of its forward passes (run in the sandbox too: harness names and build_evaluation_case)."""
-    model, x, y = build_evaluation_case(spec)
+    model, loss_fn, x, y = build_evaluation_case(spec)
     seen = {"forwards": 0.0, "train_forwards": 0.0, "graph_forwards": 0.0}
-    dropout = model[2]
+    dropout = next(module for module in model.modules() if isinstance(module, nn.Dropout))
 
     def watch(module: Any, inputs: Any) -> None:
         seen["forwards"] += 1
@@ -84,7 +94,7 @@ def record_evaluation(
     # Gradient recording on, as in a training script; whatever the call turns off in this
     # thread is undone after it, for the next case.
     with torch.enable_grad():
-        returned = function(model, nn.MSELoss(), x.clone(), y.clone())
+        returned = function(model, loss_fn, x.clone(), y.clone())
         grad_enabled_after = torch.is_grad_enabled()
     after = list(model.parameters())
     records.append(
@@ -122,10 +132,10 @@ TRACE = TraceShape(
 @functools.cache
 def expected_loss(spec: CaseSpec) -> float:
     """The loss of the case's model in evaluation mode, computed here."""
-    model, x, y = build_evaluation_case(spec.harness_spec())
+    model, loss_fn, x, y = build_evaluation_case(spec.harness_spec())
     model.eval()
     with torch.no_grad():
-        return float(nn.functional.mse_loss(model(x), y).item())
+        return float(loss_fn(model(x), y).item())
 
 
 CHECKS = {
@@ -391,12 +401,43 @@ return loss
     ),
 )
 
+
+def declared_model_problem(spec: CaseSpec) -> str | None:
+    """A declared model must have dropout, the one thing evaluation mode changes here: without
+    it a forward in training mode gives the right loss, and no check could see it. The kind's
+    own model's settings (`hidden_features`, `dropout`) say nothing of a declared one."""
+    declared = spec.model_fields_set
+    if "model" not in declared:
+        if "loss" in declared:
+            return (
+                "loss: kind 'evaluation' reads a loss with a declared model only (its own "
+                'model is measured with MSE): add model = {kind = "mlp", hidden = [8], '
+                "dropout = 0.5}, or remove it"
+            )
+        return None
+    if spec.model.dropout is None:
+        return (
+            "model: kind 'evaluation' needs a model with dropout (model.dropout), which only "
+            "evaluation mode turns off: without it a forward pass in training mode gives the "
+            'same loss, and no check could tell. Declare e.g. model = {kind = "mlp", hidden = '
+            "[8], dropout = 0.5}"
+        )
+    kept = sorted(declared & {"hidden_features", "dropout"})
+    if kept:
+        return (
+            f"{', '.join(map(repr, kept))}: the settings of kind 'evaluation''s own model, which "
+            "a declared model replaces: say them in the model (hidden, dropout) and remove them"
+        )
+    return None
+
+
 KIND = ExerciseKind(
     name="evaluation",
     summary="A function that measures a model in evaluation mode, under no_grad, without "
     "training it, and leaves it in training mode.",
     record=record_evaluation,
-    case_settings=frozenset({"hidden_features", "dropout"}),
+    case_settings=frozenset({"hidden_features", "dropout", "model", "loss", "model.dropout"}),
+    case_problem=declared_model_problem,
     trace=TRACE,
     judge=JUDGE,
     models=evaluation_models,

@@ -3,6 +3,9 @@ after a second one, `accumulation_demo(model, loss_fn, x, y) -> (first, second)`
 
 The learner proves what the lesson says: run backward twice without clearing and `.grad` holds
 the sum of both. The function returns both gradients as copies and takes no optimizer step.
+The gradient is the first parameter's (`model.weight`; on a declared mlp, `model[0].weight`):
+the case may declare its model and loss (docs/authoring.md), and the words name the parameter
+as the code reaches it (`judging.in_code`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from graders.judging import (
     close,
     close_values,
     differs,
+    first_difference,
+    in_code,
     loss_and_gradients,
     said_times,
 )
@@ -39,7 +44,8 @@ from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 
 
 def record_pair(function: Callable[..., Any], spec: dict[str, Any], records: list[Record]) -> None:
-    """One call; the two gradients it returns, before and after the harness zeroes `.grad` in
+    """One call; the two gradients of the first parameter (the first layer's weight) it
+    returns, before and after the harness zeroes `.grad` in
     place: a returned tensor that is the live `.grad` changes, a copy does not. (Run in the
     sandbox too: harness names only.)
     """
@@ -67,10 +73,10 @@ TRACE = TraceShape(
     record_fields={
         **PARAMETERS,
         "result_type": "text",
-        "first": "matrix?",
-        "second": "matrix?",
-        "first_after_clearing": "matrix?",
-        "second_after_clearing": "matrix?",
+        "first": "first?",
+        "second": "first?",
+        "first_after_clearing": "first?",
+        "second_after_clearing": "first?",
         "calls": "calls",
     },
     final_fields=None,
@@ -112,12 +118,12 @@ NOT_A_PAIR = Sentence(
 NO_TENSORS = Sentence(
     "gradient-pair/no-tensors",
     "{at}: your function returned no gradient tensors, so there is no copy to check. Return "
-    "`model.weight.grad.clone()` as each of `(first, second)`.",
+    "`{grad}.clone()` as each of `(first, second)`.",
 )
 LIVE_GRAD = Sentence(
     "gradient-pair/live-grad",
     "{at}: after your function returned, zeroing `.grad` in place changed the {which} tensor "
-    "you returned: it is the live `.grad`, not a copy. Return `model.weight.grad.clone()`.",
+    "you returned: it is the live `.grad`, not a copy. Return `{grad}.clone()`.",
 )
 FIRST_AND_SECOND = Sentence("gradient-pair/first-and-second", "first and second")
 WEIGHTS_CHANGED = Sentence(
@@ -135,7 +141,7 @@ CLEARED_BETWEEN = Sentence(
 )
 NOT_THE_SUM = Sentence(
     "gradient-pair/not-the-sum",
-    "after your function, `model.weight.grad` is not the sum of the two passes: the second "
+    "after your function, `{grad}` is not the sum of the two passes: the second "
     "gradient must be what `.grad` accumulated, not a value computed beside it.",
 )
 FIRST_NONE = Sentence("gradient-pair/first-none", "the first gradient you returned is `None`.")
@@ -166,7 +172,8 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     data = case_data(spec)
     record = learner.records[0]
     at = AT_CASE(case=findings.case())
-    fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1]["weight"]
+    fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1][data.first]
+    grad = in_code(data.first) + ".grad"
     first, second = record["first"], record["second"]
 
     if record["result_type"] != "tuple" or first is None or second is None:
@@ -176,7 +183,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     if not close_values(second, 2 * fresh):
         findings.fail("second-is-double", AT(at=at, what=_describe_second(second, fresh)))
     else:
-        shown = _undemonstrated(record, fresh)
+        shown = _undemonstrated(record, fresh, data.first)
         if shown is not None:
             findings.fail("second-is-double", AT(at=at, what=shown))
     changed = [
@@ -187,20 +194,20 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     # A tuple holding anything but two tensors holds no copy (a placeholder `...`, None). A
     # list or other container is not looked inside: returns-pair says what to return instead.
     if record["result_type"] == "tuple" and (first is None or second is None):
-        findings.fail("copies", NO_TENSORS(at=at))
+        findings.fail("copies", NO_TENSORS(at=at, grad=grad))
     if changed:
         which: Said | str = FIRST_AND_SECOND() if len(changed) == 2 else changed[0]
-        findings.fail("copies", LIVE_GRAD(at=at, which=which))
-    weight = as_tensor(record["weight"])
-    if not (close(weight, data.weight) and close(as_tensor(record["bias"]), data.bias)):
+        findings.fail("copies", LIVE_GRAD(at=at, which=which, grad=grad))
+    after = {name: as_tensor(record[name]) for name in data.parameters}
+    if not all(close(after[name], data.parameters[name]) for name in after):
         findings.fail(
             "weights-unchanged",
-            WEIGHTS_CHANGED(at=at, difference=differs("weight", weight, data.weight)),
+            WEIGHTS_CHANGED(at=at, difference=differs(*first_difference(after, data.parameters))),
         )
     return findings
 
 
-def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor) -> Said | None:
+def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor, first: str) -> Said | None:
     """Why the recorded calls and `.grad` do not show the accumulation, or None when they do.
 
     A second gradient worth twice the first can be computed from one pass (`2 * g`): the
@@ -213,9 +220,10 @@ def _undemonstrated(record: dict[str, Any], fresh: torch.Tensor) -> Said | None:
         return BACKWARD_COUNT(count=said_times(len(backwards)))
     if "zero_grad" in calls[backwards[0] : backwards[1]]:
         return CLEARED_BETWEEN()
-    cleared_after = "zero_grad" in calls[backwards[1] :] and cleared(record["weight_grad"])
-    if not (close_values(record["weight_grad"], 2 * fresh) or cleared_after):
-        return NOT_THE_SUM()
+    held = record[f"{first}_grad"]
+    cleared_after = "zero_grad" in calls[backwards[1] :] and cleared(held)
+    if not (close_values(held, 2 * fresh) or cleared_after):
+        return NOT_THE_SUM(grad=in_code(first) + ".grad")
     return None
 
 
@@ -264,7 +272,7 @@ def demonstration_models(
     for spec in exercise.cases:
         record = traces[spec.id].records[0]
         data = case_data(spec)
-        fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1]["weight"]
+        fresh = loss_and_gradients(spec, data.parameters, *batch_of(data.inputs[0]))[1][data.first]
         if record["first"] is None or record["second"] is None:
             return []
         backwards = call_stream(traces[spec.id]).count("backward")
@@ -342,10 +350,12 @@ DIAGNOSES: tuple[Declared, ...] = (
                 "a copy?"
             ),
             what=(
-                "`model.weight.grad` is one tensor that the next `backward()` adds into. "
+                "`model.weight.grad` (on an `nn.Sequential`, `model[0].weight.grad`) is one "
+                "tensor that the next `backward()` adds into. "
                 "Keeping it without a copy means both values you return are the final one."
             ),
             fix="""```python
+# on an nn.Sequential: model[0].weight.grad
 first = model.weight.grad.clone()
 loss_fn(model(x), y).backward()
 second = model.weight.grad.clone()
@@ -369,6 +379,7 @@ second = model.weight.grad.clone()
             fix="""Do not clear between the passes:
 
 ```python
+# on an nn.Sequential: model[0].weight.grad
 loss_fn(model(x), y).backward()
 first = model.weight.grad.clone()
 loss_fn(model(x), y).backward()
@@ -391,6 +402,7 @@ second = model.weight.grad.clone()
                 "exactly two."
             ),
             fix="""```python
+# on an nn.Sequential: model[0].weight.grad
 loss_fn(model(x), y).backward()
 first = model.weight.grad.clone()
 loss_fn(model(x), y).backward()
@@ -411,6 +423,7 @@ KIND = ExerciseKind(
     name="gradient-pair",
     summary="A function that returns copies of the gradient after one and after two passes.",
     record=record_pair,
+    case_settings=frozenset({"model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=demonstration_models,

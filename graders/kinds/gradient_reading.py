@@ -1,8 +1,9 @@
 """The `gradient-reading` kind: a function that reads the gradients and returns a number,
 `total_grad_magnitude(model)`: the sum of |grad| over all parameters, None counting as zero.
 
-Cases leave `.grad` present, released by zero_grad() (None), filled with zeros, or mixed. The
-function must read the gradients without changing them.
+Cases leave `.grad` present, released by zero_grad() (None), filled with zeros, or mixed (every
+bias's released). The function must read the gradients without changing them. The case may
+declare its model and loss (docs/authoring.md): every parameter's gradient is compared by name.
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from graders.sentences import Said, Sentence
 from graders.trace import PARAMETERS, CaseTrace, TraceShape, one_record_per_case
 
 
-def prepare_gradients(case: Case, state: str) -> nn.Linear:
+def prepare_gradients(case: Case, state: str) -> nn.Module:
     """Run one backward pass, then leave `.grad` as the state says: present, released (none),
-    filled with zeros, or mixed (the weight's present, the bias's released)."""
+    filled with zeros, or mixed (the weights' present, the biases' released)."""
     model = case.model
-    assert isinstance(model, nn.Linear)  # the kind reads no `model` setting
     x, y = case.inputs[0]
     case.loss_fn(model(x), y).backward()
     if state == "none":
@@ -46,7 +46,9 @@ def prepare_gradients(case: Case, state: str) -> nn.Linear:
     elif state == "zeros":
         case.optimizer.zero_grad(set_to_none=False)
     elif state == "mixed":
-        model.bias.grad = None
+        for name, parameter in model.named_parameters():
+            if name.split(".")[-1] == "bias":
+                parameter.grad = None
     return model
 
 
@@ -92,6 +94,10 @@ STATES = {
         "gradient-reading/state-mixed", "the weight's gradient present and the bias's None"
     ),
 }
+# A declared mlp's mixed state: every layer's.
+MIXED_LAYERS = Sentence(
+    "gradient-reading/state-mixed-layers", "the weights' gradients present and the biases' None"
+)
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
 AT_CASE = Sentence("gradient-reading/at-case", "In {case} ({state})")
@@ -126,8 +132,8 @@ def expected_magnitudes(spec: CaseSpec) -> tuple[float, float, dict[str, Any]]:
     model = prepare_gradients(case, spec.grad_state)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     state = {
-        "weight_grad": None if model.weight.grad is None else model.weight.grad.tolist(),
-        "bias_grad": None if model.bias.grad is None else model.bias.grad.tolist(),
+        f"{name}_grad": None if parameter.grad is None else parameter.grad.tolist()
+        for name, parameter in model.named_parameters()
     }
     return (
         float(sum(g.abs().sum().item() for g in grads)),
@@ -140,7 +146,7 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
     findings = CaseFindings(spec)
     record = learner.records[0]
     expected, without_abs, grads_before = expected_magnitudes(spec)
-    at = AT_CASE(case=findings.case(), state=STATES[spec.grad_state]())
+    at = AT_CASE(case=findings.case(), state=_state_said(spec))
     value = record["value"]
     if value is None or not within_tolerance(value, expected):
         if value is not None and within_tolerance(value, without_abs):
@@ -152,18 +158,30 @@ def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> Case
         findings.fail("magnitude-correct", then(said, released))
     changed = [
         name
-        for name in ("weight_grad", "bias_grad")
+        for name in grads_before
         if not same_value(name, record[name], grads_before[name])
         or (record[name] is None) != (grads_before[name] is None)
     ]
     if changed:
-        names: Said | str = (
-            BOTH_GRADS() if len(changed) == 2 else "`" + changed[0].replace("_", ".") + "`"
-        )
+        names = _grads_said(changed)
         findings.fail("grads-unchanged", GRADS_CHANGED(at=at, names=names))
     if record["value_type"] != "float":
         findings.fail("returns-float", NOT_FLOAT(at=at, type=learner_text(record["value_type"])))
     return findings
+
+
+def _state_said(spec: CaseSpec) -> Said:
+    if spec.grad_state == "mixed" and spec.model.kind != "linear":
+        return MIXED_LAYERS()
+    return STATES[spec.grad_state]()
+
+
+def _grads_said(changed: list[str]) -> Said | str:
+    """The gradients changed (record fields, `0.weight_grad`), as the learner reads them:
+    `0.weight.grad`, `2.bias.grad`; both of a linear model's in a few words."""
+    if changed == ["weight_grad", "bias_grad"]:
+        return BOTH_GRADS()
+    return ", ".join(f"`{name.removesuffix('_grad')}.grad`" for name in changed)
 
 
 def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[PlotSeries]:
@@ -195,7 +213,7 @@ def magnitude_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> 
         changed = changed or not all(
             same_value(name, record[name], before[name])
             and (record[name] is None) == (before[name] is None)
-            for name in ("weight_grad", "bias_grad")
+            for name in before
         )
     codes: list[Diagnosis] = [] if all_right else ["missing-abs"]
     if changed:
@@ -256,7 +274,7 @@ KIND = ExerciseKind(
     name="gradient-reading",
     summary="A function that reads the gradients, leaves them as they are, and returns a number.",
     record=record_reading,
-    case_settings=frozenset({"grad_state"}),
+    case_settings=frozenset({"grad_state", "model", "loss"}),
     trace=TRACE,
     judge=JUDGE,
     models=magnitude_models,

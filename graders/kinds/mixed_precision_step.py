@@ -30,6 +30,10 @@ from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Record, build_case, number_of, parameters_of, type_name
 from graders.judging import (
+    AFTER_THE_CALL,
+    AT_CALL,
+    IN_CASE,
+    NOT_FLOAT,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -39,8 +43,8 @@ from graders.judging import (
 )
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
-from graders.report import PlotSeries
-from graders.sentences import Sentence
+from graders.report import Diagnosis, PlotSeries
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -98,9 +102,10 @@ TRACE = TraceShape(
 
 
 @functools.cache
-def expected(spec: CaseSpec) -> tuple[Record, ...]:
-    """After each call: the weights, the scale and the loss of the textbook step, computed
-    here."""
+def expected(spec: CaseSpec, clipped: bool = True, autocast: bool = True) -> tuple[Record, ...]:
+    """After each call: the weights, the scale and the loss of the textbook step, and the norm
+    of the unscaled gradients, computed here; with `clipped` False, the step without
+    clipping; with `autocast` False, the forward pass and the loss in float32."""
     case = build_case(spec.harness_spec())
     model, optimizer = case.model, case.optimizer
     scaler = make_scaler(spec.harness_spec())
@@ -108,11 +113,14 @@ def expected(spec: CaseSpec) -> tuple[Record, ...]:
     found = []
     for x, y in case.inputs:
         optimizer.zero_grad()
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
             loss = case.loss_fn(model(x), y)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_norm)
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        if clipped:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_norm)
         scaler.step(optimizer)
         scaler.update()
         weights = parameters_of(model)
@@ -122,6 +130,7 @@ def expected(spec: CaseSpec) -> tuple[Record, ...]:
                 "bias": weights["bias"],
                 "scale_log2": math.log2(scaler.get_scale()),
                 "loss": loss.item(),
+                "norm": norm.item(),
             }
         )
     return tuple(found)
@@ -148,39 +157,35 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AFTER_CALL = Sentence("mixed-precision-step/after-call", "In {case}, after call {call}")
-WEIGHT_DIFFERS = Sentence("mixed-precision-step/weight-differs", "{at}: {wrong}.")
 SCALE_DIFFERS = Sentence(
     "mixed-precision-step/scale-differs",
-    "{at}: the scaler's scale is 2**{yours:g} where 2**{theirs:g} was expected.",
+    "{at}: after the call, the scaler's scale is 2**{yours:g} where 2**{theirs:g} was expected.",
 )
 NO_SCALE = Sentence(
     "mixed-precision-step/no-scale",
-    "{at}: the scaler's scale is not a number where 2**{theirs:g} was expected.",
+    "{at}: after the call, the scaler's scale is not a number where 2**{theirs:g} was expected.",
 )
 LOSS_DIFFERS = Sentence(
     "mixed-precision-step/loss-differs",
-    "{at}: you returned {yours:.6g}; the loss under autocast was {theirs:.6g}.",
+    "{at}: you returned {yours:.6g}; the reference step's loss under autocast, at this call, is "
+    "{theirs:.6g}.",
 )
 NO_FINITE_LOSS = Sentence(
     "mixed-precision-step/no-finite-loss",
-    "{at}: you returned no finite number; the loss under autocast was {theirs:.6g}.",
-)
-NOT_FLOAT = Sentence(
-    "mixed-precision-step/not-float",
-    "{at}: your function returned a {type}, not a `float`. Use `loss.item()`.",
+    "{at}: you returned no finite number; the reference step's loss under autocast, at this "
+    "call, is {theirs:.6g}.",
 )
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
     findings = CaseFindings(spec)
     for call, (record, want) in enumerate(zip(learner.records, expected(spec), strict=False)):
-        at = AFTER_CALL(case=findings.case(), call=call + 1)
+        at = AT_CALL(case=findings.case(), call=call + 1)
         for name in ("weight", "bias"):
             theirs = as_tensor(want[name])
             if not close_values(record[name], theirs):
                 wrong = differs(name, as_tensor(record[name]), theirs)
-                findings.fail("weights-match", WEIGHT_DIFFERS(at=at, wrong=wrong))
+                findings.fail("weights-match", AFTER_THE_CALL(at=at, wrong=wrong))
                 break
         scale = record["scale_log2"]
         if scale is None:
@@ -203,9 +208,84 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
     return []
 
 
+def _steps_as(learner: CaseTrace, steps: tuple[Record, ...]) -> bool:
+    """Are the learner's weights, scales and losses after every call those of `steps`?"""
+    return len(learner.records) == len(steps) and all(
+        close_values(record["weight"], as_tensor(want["weight"]))
+        and close_values(record["bias"], as_tensor(want["bias"]))
+        and record["scale_log2"] == want["scale_log2"]
+        and record["loss"] is not None
+        and close_values([record["loss"]], as_tensor([want["loss"]]))
+        for record, want in zip(learner.records, steps, strict=True)
+    )
+
+
+UNCLIPPED_NORM = Sentence(
+    "mixed-precision-step/unclipped-norm",
+    "In {case}, call {call}: the unscaled gradients' norm was {norm:.4g}, above `max_norm` "
+    "({max_norm:g}), and your weights are those of a step on them unclipped.",
+)
+FLOAT32_LOSS = Sentence(
+    "mixed-precision-step/float32-loss",
+    "In {case}, call 1: you returned {yours:.6g}, the loss computed in float32; under autocast "
+    "(bfloat16) it is {theirs:.6g}.",
+)
+
+
 def amp_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
-    """None of its own: the exercise's declared bugs name the mistakes."""
-    return []
+    """Steps on unclipped gradients (the clip left out, or made after `scaler.step`, where it
+    changes nothing the step used), and a forward pass in float32: each the case's steps
+    computed here that way, the learner's weights, scales and losses all theirs. The known
+    bugs name the other mistakes."""
+    if all(_steps_as(traces[spec.id], expected(spec)) for spec in exercise.cases):
+        return []
+    found = []
+    if all(_steps_as(traces[spec.id], expected(spec, clipped=False)) for spec in exercise.cases):
+        spec = exercise.cases[0]
+        call, want = next(
+            ((n, w) for n, w in enumerate(expected(spec), start=1) if w["norm"] > spec.max_norm),
+            (1, expected(spec)[0]),
+        )
+        note = UNCLIPPED_NORM(
+            case=IN_CASE(case=spec.id), call=call, norm=want["norm"], max_norm=spec.max_norm
+        )
+        found.append(Explanation(("unclipped-step",), "amp-unclipped", note))
+    if all(_steps_as(traces[spec.id], expected(spec, autocast=False)) for spec in exercise.cases):
+        spec = exercise.cases[0]
+        note = FLOAT32_LOSS(
+            case=IN_CASE(case=spec.id),
+            yours=traces[spec.id].records[0]["loss"],
+            theirs=expected(spec)[0]["loss"],
+        )
+        found.append(Explanation(("missing-autocast",), "amp-float32", note))
+    return found
+
+
+NOT_UPDATED = Sentence(
+    "mixed-precision-step/not-updated",
+    "After call {call} of case `{case}` the scaler's scale was still 2**{scale:g}, as before the "
+    "call: `scaler.update()` did not run (after every step it changes the scale: twice as large "
+    "after finite gradients, half after an overflow).",
+)
+
+
+def failure_named(spec: CaseSpec, learner: CaseTrace) -> tuple[Diagnosis, Said] | None:
+    """A run that raised at a call after one that left the scaler's scale as it was: that call
+    made no `update()` (each one after a step changes the scale: `growth_interval` is 1), and
+    torch refuses another `unscale_` or `step` until one runs (its "unscale_() is being called
+    after step()")."""
+    error, records = learner.error, learner.records
+    if error is None or not records or error.type != "RuntimeError":
+        return None
+    # The words say torch refused: its messages (the error's text teaches, never scores).
+    if "update()" not in error.message and "after step()" not in error.message:
+        return None
+    call = len(records)
+    before = records[-2]["scale_log2"] if call > 1 else math.log2(spec.loss_scale)
+    after = records[-1]["scale_log2"]
+    if after is None or after != before or call >= spec.steps:
+        return None
+    return "scaler-not-updated", NOT_UPDATED(call=call, case=spec.id, scale=after)
 
 
 JUDGE = KindJudge(
@@ -247,6 +327,70 @@ DIAGNOSES: tuple[Declared, ...] = (
         ),
     ),
     Declared(
+        code="unclipped-step",
+        name="Stepped on unclipped gradients",
+        words=(
+            "Your weights are those of steps on the gradients as they were unscaled, not "
+            "clipped to `max_norm`. `clip_grad_norm_` changes a step only when it runs between "
+            "`scaler.unscale_(optimizer)` and `scaler.step(optimizer)`: left out, or called "
+            "after the step, it clips nothing the step used."
+        ),
+        hint=Hint(
+            where="Look at where `clip_grad_norm_` sits among `unscale_`, `step` and `update`.",
+            what=(
+                "The step uses what `.grad` holds when `scaler.step` runs: a clip after it "
+                "comes too late for this step, and the next call clears the gradients."
+            ),
+            fix=_FIX,
+            lesson="order",
+        ),
+    ),
+    Declared(
+        code="missing-autocast",
+        name="Forward pass not under autocast",
+        words=(
+            "Your losses and weights are those of a forward pass and a loss computed in "
+            'float32: the model did not run under `torch.autocast(device_type="cpu", '
+            "dtype=torch.bfloat16)`. Run the forward pass and the loss inside that `with` "
+            "block; the backward pass and the step come after it."
+        ),
+        hint=Hint(
+            where="Look at the lines that compute the model's output and the loss.",
+            what=(
+                "Mixed precision happens only inside `torch.autocast`: outside it every "
+                "operation runs in full precision, and the scaler scales a full-precision loss."
+            ),
+            fix="""On the CPU, autocast's default type is the one the step asks for:
+
+```python
+with torch.autocast(device_type="cpu"):
+    loss = loss_fn(model(x), y)
+scaler.scale(loss).backward()
+```""",
+            lesson="order",
+        ),
+    ),
+    Declared(
+        code="scaler-not-updated",
+        name="Scaler never updated",
+        words=(
+            "Your step does not call `scaler.update()`: the scale stayed as it was, and the "
+            "scaler's record that this step was taken was never reset, so at the next call "
+            'torch refused to unscale or step again (its error, "unscale_() is being called '
+            'after step()", speaks of that earlier step). Call `scaler.update()` after '
+            "`scaler.step(optimizer)`, once in every step."
+        ),
+        hint=Hint(
+            where="Look at the last lines of your step, after `scaler.step(optimizer)`.",
+            what=(
+                "A `GradScaler` takes one `unscale_` and one `step` per optimizer between two "
+                "`update()` calls; `update()` also sets the next scale."
+            ),
+            fix=_FIX,
+            lesson="order",
+        ),
+    ),
+    Declared(
         code="scaled-loss-returned",
         name="Scaled loss returned",
         words=(
@@ -271,6 +415,7 @@ KIND = ExerciseKind(
     trace=TRACE,
     judge=JUDGE,
     models=amp_models,
+    failure_named=failure_named,
     sandbox_helpers=(make_scaler,),
     diagnoses=DIAGNOSES,
 )

@@ -27,6 +27,8 @@ from graders.exercise import CaseSpec, Exercise
 from graders.explanation import Explanation, Traces
 from graders.harness import Case, Record, build_case, parameters_of, values_of
 from graders.judging import (
+    AFTER_THE_CALL,
+    AT_CALL,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
@@ -135,12 +137,10 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CALL = Sentence("optimizer-by-hand/at-call", "In {case}, call {call}")
 AT_CALL_BIAS_NONE = Sentence(
     "optimizer-by-hand/at-call-bias-none",
     "In {case}, call {call} (the bias's `.grad` was `None`)",
 )
-AFTER_THE_CALL = Sentence("optimizer-by-hand/after-the-call", "{at}: after the call, {wrong}.")
 GRAD_WRITTEN = Sentence(
     "optimizer-by-hand/grad-written",
     "{at}: after the call, `.grad` is not the gradient the call was given. Read `.grad`; do not "
@@ -312,6 +312,8 @@ KIND = ExerciseKind(
     summary="SGD with momentum and weight decay written by hand: parameters and velocities "
     "updated in place, once per batch.",
     record=record_hand_steps,
+    # It hands the function these three; the update it asks for is SGD's, whatever is declared.
+    optimizer_settings=frozenset({"lr", "momentum", "weight_decay"}),
     trace=TRACE,
     judge=JUDGE,
     models=hand_step_models,

@@ -42,18 +42,21 @@ from graders.harness import (
     type_name,
 )
 from graders.judging import (
+    IN_CASE,
+    LEFT_IN_EVAL,
     RAN_TO_THE_END,
     CaseFindings,
     KindJudge,
     as_tensor,
     close_numbers,
+    opened,
     said_times,
     within_tolerance,
 )
 from graders.kind import ExerciseKind
 from graders.quoting import learner_text
 from graders.report import Diagnosis, PlotSeries
-from graders.sentences import Sentence
+from graders.sentences import Said, Sentence
 from graders.trace import CaseTrace, TraceShape
 
 
@@ -140,15 +143,16 @@ TRACE = TraceShape(
 
 
 @functools.cache
-def trained(spec: CaseSpec) -> tuple[tuple[float, ...], ...]:
+def trained(spec: CaseSpec, cleared: bool = True) -> tuple[tuple[float, ...], ...]:
     """The parameters after each step of `epochs` epochs of zero, backward, step per batch,
-    computed here."""
+    computed here (with `cleared` False, never zero: each step on every gradient so far)."""
     model, train, _ = build_fit_case(spec.harness_spec())
     optimizer = build_optimizer(list(model.parameters()), spec.harness_spec())
     found = []
     for _ in range(spec.epochs):
         for x, y in train:
-            optimizer.zero_grad()
+            if cleared:
+                optimizer.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             found.append(tuple(flat_parameters(model)))
@@ -173,14 +177,17 @@ def _epoch_ends(spec: CaseSpec, learner: CaseTrace) -> range:
     return range(spec.steps, len(learner.records) + 1, spec.steps)
 
 
-def stopping_epoch(losses: Sequence[float], patience: int, consecutive: bool = True) -> int | None:
+def stopping_epoch(
+    losses: Sequence[float], patience: int, consecutive: bool = True, against_last: bool = False
+) -> int | None:
     """The epoch (from 1) at which the rule stops on these losses: the count of epochs without
     a strictly lower loss than the best so far reaches `patience` (in a row, or, with
-    `consecutive` False, in all); None when it does not within them."""
+    `consecutive` False, in all); None when it does not within them. With `against_last`, an
+    epoch improves when its loss is below the epoch before's (not the best's)."""
     best, without = float("inf"), 0
     for epoch, loss in enumerate(losses, start=1):
-        if loss < best:
-            best = loss
+        if loss < (losses[epoch - 2] if against_last and epoch > 1 else best):
+            best = min(best, loss)
             if consecutive:
                 without = 0
         else:
@@ -193,6 +200,15 @@ def stopping_epoch(losses: Sequence[float], patience: int, consecutive: bool = T
 def best_epoch(losses: Sequence[float]) -> int:
     """The epoch (from 1) of the lowest loss, the first of equal ones."""
     return min(range(len(losses)), key=lambda i: (losses[i], i)) + 1
+
+
+def last_lower_epoch(losses: Sequence[float]) -> int:
+    """The last epoch (from 1) whose loss is below the epoch before's (the first: 1): the weights
+    a fit keeps that compares each epoch with the one before it."""
+    return max(
+        (epoch for epoch in range(2, len(losses) + 1) if losses[epoch - 1] < losses[epoch - 2]),
+        default=1,
+    )
 
 
 CHECKS = {
@@ -221,7 +237,6 @@ CHECKS = {
 }
 
 # What the checks say (graders.sentences): what differs and by how much, the learner's first.
-AT_CASE = Sentence("patience-fit/at-case", "In {case}")
 STEP_DIFFERS = Sentence(
     "patience-fit/step-differs",
     "{at}: after batch {batch} of epoch {epoch}, the parameters are not those of one zero, "
@@ -269,11 +284,6 @@ NOT_BEST = Sentence(
     "{at}: epoch {best} had the lowest validation loss ({lowest:.6g}; the last, epoch {epochs}, "
     "{last:.6g}), but the model does not end with its weights.",
 )
-LEFT_IN_EVAL = Sentence(
-    "patience-fit/left-in-eval",
-    "{at}: the model is in evaluation mode after the fit. Call `model.train()` after each "
-    "validation.",
-)
 NOT_LIST = Sentence(
     "patience-fit/not-list",
     "{at}: your fit returned a {type}; return a list of floats (`.item()` of each loss).",
@@ -281,10 +291,7 @@ NOT_LIST = Sentence(
 
 
 def judge_case(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> CaseFindings:
-    findings = CaseFindings(spec)
-    final = learner.final
-    assert final is not None  # parse_trace: a case that ran has its final record
-    at = AT_CASE(case=findings.case())
+    findings, final, at = opened(spec, learner)
     steps = len(learner.records)
     right = trained(spec)
     for index, record in enumerate(learner.records[: len(right)]):
@@ -352,13 +359,38 @@ def plots(spec: CaseSpec, learner: CaseTrace, reference: CaseTrace) -> list[Plot
     return []
 
 
+def _accumulated(spec: CaseSpec, trace: CaseTrace) -> bool:
+    """Are the learner's steps those of a training never cleared (and not the right one)?"""
+    uncleared = trained(spec, cleared=False)
+    return (
+        0 < len(trace.records) <= len(uncleared)
+        and all(
+            close_numbers(record["parameters"], values)
+            for record, values in zip(trace.records, uncleared, strict=False)
+        )
+        and not all(
+            close_numbers(record["parameters"], values)
+            for record, values in zip(trace.records, trained(spec), strict=False)
+        )
+    )
+
+
 def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> list[Explanation]:
     """The mistakes of early stopping, each decided from the validation losses computed here
     along the learner's own steps, with the training and the returned losses right: the last
     weights kept where an earlier epoch was best; a stop one epoch off the rule's; a count of
-    epochs without improvement never reset."""
+    epochs without improvement never reset; each epoch compared with the one before, not with
+    the best. And steps that are those of a training never cleared (computed here)."""
+    if all(_accumulated(spec, traces[spec.id]) for spec in exercise.cases):
+        return [Explanation(("grads-accumulated-across-batches",), "fit-uncleared")]
     fits: dict[Diagnosis, bool] = dict.fromkeys(
-        ("best-weights-not-kept", "patience-off-by-one", "patience-not-reset"), True
+        (
+            "best-weights-not-kept",
+            "patience-off-by-one",
+            "patience-not-reset",
+            "improvement-against-last-epoch",
+        ),
+        True,
     )
     shown: dict[Diagnosis, bool] = dict.fromkeys(fits, False)
     for spec in exercise.cases:
@@ -395,7 +427,50 @@ def stopping_models(kind: ExerciseKind, exercise: Exercise, traces: Traces) -> l
         shown["patience-off-by-one"] |= not on_time
         fits["patience-not-reset"] &= ends_best and in_all
         shown["patience-not-reset"] |= not on_time
-    return [Explanation((code,), "patience-fit") for code in fits if fits[code] and shown[code]]
+        # Each epoch compared with the one before, not the best: it stops and keeps weights
+        # by that rule (computed here on the losses along the learner's steps).
+        kept_last = trace.records[last_lower_epoch(along) * spec.steps - 1]["parameters"]
+        by_last = stopping_epoch(along, spec.patience, against_last=True) or spec.epochs
+        fits["improvement-against-last-epoch"] &= by_last == epochs and close_numbers(
+            final["parameters"], kept_last
+        )
+        shown["improvement-against-last-epoch"] |= not (on_time and ends_best)
+    return [
+        Explanation((code,), "patience-fit", _against_last_note(exercise, traces))
+        if code == "improvement-against-last-epoch"
+        else Explanation((code,), "patience-fit")
+        for code in fits
+        if fits[code] and shown[code]
+    ]
+
+
+LOWER_THAN_LAST = Sentence(
+    "patience-fit/lower-than-last",
+    "In {case}, epoch {epoch}'s validation loss, {loss:.6g}, is below epoch {previous}'s "
+    "({before:.6g}) but not below the lowest so far, epoch {best}'s ({lowest:.6g}): it is no "
+    "improvement.",
+)
+
+
+def _against_last_note(exercise: Exercise, traces: Traces) -> Said | None:
+    """The first epoch, in the cases given, lower than the one before but not the best so far:
+    where comparing with the last epoch and with the best part."""
+    for spec in exercise.cases:
+        along = val_losses_along(spec, traces[spec.id])
+        for epoch in range(2, len(along) + 1):
+            loss, before = along[epoch - 1], along[epoch - 2]
+            best = best_epoch(along[: epoch - 1])
+            if before > loss >= along[best - 1]:
+                return LOWER_THAN_LAST(
+                    case=IN_CASE(case=spec.id),
+                    epoch=epoch,
+                    loss=loss,
+                    previous=epoch - 1,
+                    before=before,
+                    best=best,
+                    lowest=along[best - 1],
+                )
+    return None
 
 
 JUDGE = KindJudge(
@@ -454,6 +529,26 @@ DIAGNOSES: tuple[Declared, ...] = (
             what=(
                 "With patience p, the fit stops right after the p-th epoch in a row without "
                 "improvement: `>=` after counting that epoch, not `>`."
+            ),
+            fix=_FIX,
+            lesson="patience",
+        ),
+    ),
+    Declared(
+        code="improvement-against-last-epoch",
+        name="Compared with the last epoch, not the best",
+        words=(
+            "Your fit counts an epoch as an improvement when its validation loss is below the "
+            "epoch before's, not below the lowest so far: where it stops and which epoch's "
+            "weights it ends with are those of that rule. An epoch improves only when its loss "
+            "is below the best so far (`val_loss < best_loss`), and only then are its weights "
+            "kept and the count of epochs without improvement reset."
+        ),
+        hint=Hint(
+            where="Look at what you compare each epoch's validation loss with.",
+            what=(
+                "After a bad epoch, the next one can be lower than it and still worse than the "
+                "best: that is no improvement."
             ),
             fix=_FIX,
             lesson="patience",

@@ -2,7 +2,7 @@
 sockets: every request answered (202, or 503 with Retry-After), nothing accepted lost, nothing
 refused stored, and the server still serving others (app/admission.py).
 
-One server per database, shared by the module's tests. Its lanes and queue are small
+One server, shared by the module's tests, on the tests' database. Its lanes and queue are small
 (SERVER_LIMITS), so that a burst of 1,000 is refused mostly and grades a few dozen: the tests
 stay lean while every bound is crossed.
 """
@@ -29,13 +29,13 @@ from starlette.types import ASGIApp
 
 import app.health as app_health
 from app.admission import OPERATIONS_IN_FLIGHT, WAITING_PER_SLOT, AdmissionControl, Lane
-from app.db import create_db_engine, upgrade_database
+from app.db import create_db_engine
 from app.main import create_app
 from app.models import Submission
 from app.retry_after import UNKNOWN_RATE_RETRY_AFTER_SECONDS
 from app.settings import Settings
 from tests.app.conftest import CORRECT_CODE, EXERCISE, loopgrade
-from tests.conftest import TEST_DATABASE_URL, ScopeDatabase
+from tests.conftest import ScopeDatabase
 from tests.servers import (
     HTTP_TIMEOUT_SECONDS,
     RawAnswer,
@@ -46,7 +46,6 @@ from tests.servers import (
     running_server,
     wait_until_ready,
 )
-from tests.services import create_database, drop_database
 
 BURST_CLIENTS = 1000
 IDLE_CONNECTIONS = 1000
@@ -89,28 +88,14 @@ class Server:
         return int(count or 0)
 
 
-@pytest.fixture(scope="module", params=["default", "postgresql"])
+@pytest.fixture(scope="module")
 def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    tmp_path_factory: pytest.TempPathFactory, scope_database: ScopeDatabase
 ) -> Iterator[Server]:
-    """`loopgrade serve` on the tests' database (SQLite, or PostgreSQL in that mode), and
-    again on PostgreSQL whatever the mode."""
+    """`loopgrade serve` on the tests' database: SQLite, or PostgreSQL in that mode (CI runs
+    this module in both)."""
     data_dir = tmp_path_factory.mktemp("admission")
     log_path = data_dir / "server.log"
-    if request.param == "postgresql":
-        if TEST_DATABASE_URL:
-            pytest.skip("the tests' database is PostgreSQL already (the 'default' server)")
-        admin_url: str = request.getfixturevalue("postgres_admin_url")
-        name = f"loopgrade_admission_{os.getpid()}"
-        drop_database(admin_url, name)
-        database_url = create_database(admin_url, name)
-        upgrade_database(database_url)
-        try:
-            yield from _serve(data_dir, log_path, database_url)
-        finally:
-            drop_database(admin_url, name)
-        return
-    scope_database: ScopeDatabase = request.getfixturevalue("scope_database")
     with scope_database(data_dir) as database_url:
         yield from _serve(data_dir, log_path, database_url)
 
@@ -216,8 +201,6 @@ def test_slow_bodies_and_idle_connections_do_not_take_the_server(server: Server)
     """Bodies trickling in (more of them than write slots), and a thousand connections idle
     after a request or halfway through their headers: others are still served, and the slow
     bodies are answered 408 long before they would have finished."""
-    if server.database_url.startswith("postgresql") and not TEST_DATABASE_URL:
-        pytest.skip("the connections' handling is the same on every database: on one is enough")
     body = json.dumps({"exercise": EXERCISE, "learner": "slow", "code": CORRECT_CODE}).encode()
     slow_head = raw_request(
         "POST",

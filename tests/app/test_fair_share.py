@@ -1,5 +1,12 @@
 """A fair share of the sandbox slots: one owner's slow submissions cannot hold every slot
-while another owner's wait (app/grading/fair_share.py), on the warm pool and cold."""
+while another owner's wait (app/grading/fair_share.py), with the slots of a warm pool and of
+a server that runs cold sandboxes.
+
+What differs between the two is the dispatcher's: its slots (a pool's, or a thread each when
+it has none) and its threads. Which sandbox then runs a grading is no part of the order: the
+"cold" runs go through the session's shared warm pool (tests/conftest.py), not a cold sandbox
+each (seconds of CPU for torch, 13 of them a pass); the cold runner is held to its caps in
+tests/sandbox and tests/hostile, and serves the tests marked cold_sandbox."""
 
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from app.people.accounts import create_user
 from app.settings import Settings
 from graders.grading import POOL_PROGRAM
 from tests.app.conftest import CORRECT_CODE, EXERCISE, GRADING_TIMEOUT_SECONDS
+from tests.conftest import BorrowedRunner, SharedWarmPool
 
 OWNERS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "c1": "C"}
 
@@ -155,25 +163,45 @@ def queue_submissions(sessions: SessionFactory) -> dict[str, str]:
     return names
 
 
+@pytest.fixture(scope="module")
+def one_slot_pool() -> Iterator[sandbox.Runner]:
+    """A warm pool of one slot, started once for the module's tests of one slot (its zygote
+    imports torch): their runs follow one another in it, as a server's submissions do."""
+    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
+    yield runner
+    runner.close()
+
+
+def warm_pool(request: pytest.FixtureRequest, slots: int) -> sandbox.Runner:
+    """A warm pool of `slots` slots, borrowed (a test's close() leaves it open): the module's
+    pool of one, or the session's shared pool of two (tests/conftest.py)."""
+    if slots == 1:
+        return BorrowedRunner(request.getfixturevalue("one_slot_pool"))
+    shared: SharedWarmPool = request.getfixturevalue("shared_warm_pool")
+    pool = shared.get()
+    assert isinstance(pool, sandbox.PoolRunner) and slots == 2, pool.status
+    return BorrowedRunner(pool)
+
+
 @pytest.fixture(params=["warm pool", "cold"])
 def grading(
-    request: pytest.FixtureRequest, settings: Settings
-) -> Iterator[tuple[Settings, sandbox.Runner | None]]:
+    request: pytest.FixtureRequest, settings: Settings, shared_warm_pool: SharedWarmPool
+) -> Iterator[tuple[Settings, sandbox.Runner]]:
     """One sandbox slot: the warm pool's (two threads to it, as the server runs), or one
-    thread running cold sandboxes."""
+    thread as a server without a pool runs it (its runs in the shared pool: see above)."""
     if request.param == "cold":
-        yield settings.model_copy(update={"worker_count": 1}), None
+        yield (
+            settings.model_copy(update={"worker_count": 1}),
+            BorrowedRunner(shared_warm_pool.get()),
+        )
         return
-    runner = sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=1)
-    try:
-        yield settings.model_copy(update={"sandbox_pool_size": 1, "worker_count": 2}), runner
-    finally:
-        runner.close()
+    update = {"sandbox_pool_size": 1, "worker_count": 2}
+    yield settings.model_copy(update=update), warm_pool(request, slots=1)
 
 
 def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
     sessions: SessionFactory,
-    grading: tuple[Settings, sandbox.Runner | None],
+    grading: tuple[Settings, sandbox.Runner],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings, runner = grading
@@ -218,7 +246,7 @@ def test_a_slow_learner_delays_another_by_one_slot_turn_at_most(
 
 
 def test_an_owner_s_next_submission_starts_only_after_its_last_one_s_release(
-    sessions: SessionFactory, grading: tuple[Settings, sandbox.Runner | None]
+    sessions: SessionFactory, grading: tuple[Settings, sandbox.Runner]
 ) -> None:
     """With its one slot's turn taken, a learner's next submission starts when the last one's
     result is released, not when its hidden part ended: its start tells no finer time than the
@@ -285,15 +313,20 @@ class HoldingRunner:
 @pytest.mark.parametrize("slots", [2, 1])
 @pytest.mark.parametrize("pool", [True, False], ids=["warm pool", "cold"])
 def test_one_learner_never_holds_every_slot(
-    sessions: SessionFactory, settings: Settings, slots: int, pool: bool
+    request: pytest.FixtureRequest,
+    sessions: SessionFactory,
+    settings: Settings,
+    slots: int,
+    pool: bool,
+    shared_warm_pool: SharedWarmPool,
 ) -> None:
     """Learner A's two runs that hold their slots: with two slots, B's is graded while both
     are still held (A's second waits, a slot being kept for others); with one slot, B's goes
     before A's second (app/grading/queue.owner_share)."""
     runner = HoldingRunner(
-        sandbox.open_runner("bwrap", pool=POOL_PROGRAM, pool_size=slots)
+        warm_pool(request, slots)
         if pool
-        else sandbox.open_runner("bwrap")
+        else BorrowedRunner(shared_warm_pool.get())  # cold slots, warm runs: see above
     )
     update: dict[str, Any] = {"worker_count": slots, "sandbox_pool_size": slots if pool else 0}
     with sessions.begin() as session:

@@ -52,10 +52,12 @@ PHONE: ViewportSize = {"width": 390, "height": 844}
 def server_settings(
     tmp_path_factory: pytest.TempPathFactory, scope_database: ScopeDatabase
 ) -> Iterator[Settings]:
-    """The module's server's settings, on a database of the module's own."""
+    """The module's server's settings, on a database of the module's own. No pool of its own:
+    the app grades through the session's shared warm pool (tests/conftest.py), not a pool per
+    module whose two zygotes import torch (seconds of CPU each)."""
     data_dir = tmp_path_factory.mktemp("browser") / "data"
     with scope_database(data_dir) as database_url:
-        yield Settings(data_dir=data_dir, database_url=database_url)
+        yield Settings(data_dir=data_dir, database_url=database_url, sandbox_pool_size=0)
 
 
 @pytest.fixture(scope="module")

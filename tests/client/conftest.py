@@ -98,10 +98,12 @@ def server(
                 _, tokens[email] = create_personal_token(
                     session, user, name="laptop", lifetime_days=30, max_days=365
                 )
+        # A warm pool of one slot: the module's several submissions then start torch once, in
+        # its zygote, not once each in a cold sandbox.
         env = {
             **os.environ,
             "LOOPGRADE_DATABASE_URL": database_url,
-            "LOOPGRADE_SANDBOX_POOL_SIZE": "0",
+            "LOOPGRADE_SANDBOX_POOL_SIZE": "1",
         }
         log_path = data_dir.parent / "server.log"
         with running_server(data_dir, log_path, env) as (_, url):

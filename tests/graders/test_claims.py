@@ -342,7 +342,7 @@ def test_parameters_replaced_on_resume_are_told_what_the_optimizer_holds() -> No
     said = everything_said(report)
     assert "momentum restarts" not in said
     restored = failing(report).get("optimizer-restored", "")
-    assert "for the model's weight" in restored, restored
+    assert "for the model's (first layer's) weight" in restored, restored
 
 
 def test_two_equal_gradients_are_not_told_the_second_is_twice_the_first() -> None:

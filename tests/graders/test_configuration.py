@@ -196,11 +196,6 @@ def test_a_setting_the_kind_does_not_read_refuses_the_folder_with_the_kind(
 
 # The model and loss a case may declare, on each kind that builds its own (or none).
 FIXED_MODEL = {
-    "gradient-pair": ("prove-accumulation", 'model = {kind = "mlp", hidden = [4]}'),
-    "gradient-reading": ("grad-magnitude", 'loss = "mse"'),
-    "epoch-loop": ("scheduler-epochs", 'model = {kind = "mlp", hidden = [4]}'),
-    "evaluation": ("evaluate", 'loss = "mse"'),
-    "checkpoint": ("resume-training", 'model = {kind = "linear"}'),
     "optimizer-by-hand": ("sgd-momentum-by-hand", 'model = {kind = "mlp", hidden = [4]}'),
     "dataloader-epoch": ("mlp-epoch", 'loss = "mse"'),
     "patience-fit": ("early-stopping", 'model = {kind = "mlp", hidden = [4]}'),
@@ -293,3 +288,60 @@ def test_a_proof_that_stops_refuses_its_folder_not_the_server(
         "train-step: the proof stopped: RuntimeError: the proof broke on two lines"
     )
     assert [e.id for e in list_exercises()] == [e for e in ALL_IDS if e != "train-step"]
+
+
+# The kinds that read a declared model but cannot judge one with dropout: its masks are random.
+NO_DROPOUT = {
+    "step-function": "train-step",
+    "training-loop": "fix-the-loop",
+    "gradient-pair": "prove-accumulation",
+    "gradient-reading": "grad-magnitude",
+    "epoch-loop": "scheduler-epochs",
+    "checkpoint": "resume-training",
+}
+
+
+def test_the_kinds_that_refuse_dropout_are_those_that_read_a_model_but_not_it() -> None:
+    refusing = {
+        name
+        for name, kind in KINDS.items()
+        if "model" in kind.case_settings and "model.dropout" not in kind.case_settings
+    }
+    assert refusing == set(NO_DROPOUT)
+
+
+@pytest.mark.parametrize("kind", sorted(NO_DROPOUT))
+def test_a_model_with_dropout_refuses_the_folder_of_a_kind_that_cannot_judge_it(
+    folders: Path, kind: str
+) -> None:
+    """Its masks are random draws the grader cannot recompute: said, with the kind's name."""
+    folder = NO_DROPOUT[kind]
+    toml = folders / folder / "exercise.toml"
+    model = 'model = {kind = "mlp", hidden = [4], dropout = 0.5}'
+    toml.write_text(toml.read_text().replace("[[cases]]\n", f"[[cases]]\n{model}\n", 1))
+    reason = refused_exercises()[folder]
+    assert f"model: dropout: kind {kind!r} cannot judge a model with dropout" in reason, reason
+    assert "random draws" in reason and "\n" not in reason
+
+
+@pytest.mark.parametrize(
+    "setting, said",
+    [
+        ('model = {kind = "mlp", hidden = [4]}', "needs a model with dropout"),
+        ('model = {kind = "linear"}', "needs a model with dropout"),
+        ('loss = "mse"', "reads a loss with a declared model only"),
+        (
+            'model = {kind = "mlp", hidden = [4], dropout = 0.5}\nhidden_features = 4',
+            "'hidden_features': the settings of kind 'evaluation''s own model",
+        ),
+    ],
+)
+def test_an_evaluation_case_refuses_a_model_whose_evaluation_nothing_shows(
+    folders: Path, setting: str, said: str
+) -> None:
+    """Without dropout, evaluation mode changes nothing a check could see."""
+    toml = folders / "evaluate" / "exercise.toml"
+    toml.write_text(toml.read_text().replace("[[cases]]\n", f"[[cases]]\n{setting}\n", 1))
+    reason = refused_exercises()["evaluate"]
+    assert "kind 'evaluation'" in reason or "'evaluation''s" in reason, reason
+    assert said in reason, reason

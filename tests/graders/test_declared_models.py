@@ -107,7 +107,8 @@ def test_a_linear_case_is_built_as_before_the_setting_existed() -> None:
             "parameters, more than",
         ),
         ({"loss": "cross-entropy", "out_features": 1}, "cross-entropy needs out_features"),
-        ({"model": {"kind": "mlp", "hidden": [4], "dropout": 0.5}}, "dropout"),
+        ({"model": {"kind": "linear", "dropout": 0.5}}, "a linear model has no"),
+        ({"model": {"kind": "mlp", "hidden": [4], "dropout": 1.0}}, "dropout"),
     ],
 )
 def test_a_model_the_grader_cannot_build_is_refused(
@@ -198,3 +199,119 @@ def test_a_declared_model_is_written_back_as_toml_by_the_scaffold() -> None:
     )
     assert 'model = {kind = "mlp", hidden = [4], activation = "tanh"}' in written
     assert CaseSpec.model_validate(tomllib.loads(written)) == case
+
+
+# The kinds beside step-function and training-loop that read a declared model and loss: an
+# exercise of each, as a classifier (evaluation's with the dropout only it reads).
+EXTENDED = [
+    "prove-accumulation",
+    "grad-magnitude",
+    "scheduler-epochs",
+    "resume-training",
+    "evaluate",
+]
+WITH_DROPOUT = 'model = {kind = "mlp", hidden = [8], activation = "relu", dropout = 0.5}'
+
+
+def declared_classifier(folder: Path, model: str = "", loss: str = "cross-entropy") -> Path:
+    """A copy of an exercise of an extended kind with every case declaring `model` (an MLP by
+    default, with dropout for `evaluate`) and `loss`, on 3 outputs (classes); the code reaching
+    the weight reaches the first layer's (`model[0].weight`) when the model is an mlp, and
+    `evaluate`'s own model's settings give way to the declared model's."""
+    toml = folder / "exercise.toml"
+    text = "".join(
+        line
+        for line in toml.read_text().splitlines(keepends=True)
+        if not line.startswith(("hidden_features = ", "dropout = "))
+    )
+    model = model or (WITH_DROPOUT if 'kind = "evaluation"' in text else MLP.splitlines()[0])
+    text = text.replace("[[cases]]\n", f'[[cases]]\n{model}\nloss = "{loss}"\n')
+    toml.write_text(text.replace("out_features = 1\n", "out_features = 3\n"))
+    if '"mlp"' in model:
+        for source in [*folder.glob("*.py"), *folder.glob("bugs/*.py")]:
+            source.write_text(source.read_text().replace("model.weight", "model[0].weight"))
+    return folder
+
+
+# Other combinations than an MLP with cross-entropy, on the kinds quickest to prove.
+COMBINATIONS = [
+    ("grad-magnitude", 'model = {kind = "mlp", hidden = [8, 6], activation = "tanh"}', "mse"),
+    (
+        "evaluate",
+        'model = {kind = "mlp", hidden = [8, 6], activation = "sigmoid", dropout = 0.3}',
+        "mse",
+    ),
+    ("prove-accumulation", 'model = {kind = "linear"}', "cross-entropy"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, model, loss", COMBINATIONS)
+def test_check_exercises_proves_other_declared_combinations(
+    tmp_path: Path, exercise_id: str, model: str, loss: str
+) -> None:
+    folder = Path(shutil.copytree(REPO_EXERCISES / exercise_id, tmp_path / exercise_id))
+    exercise = load_exercise(declared_classifier(folder, model, loss))
+    assert all(case.loss == loss for case in exercise.cases)
+    assert prove(exercise) == []
+
+
+@pytest.mark.parametrize("exercise_id", EXTENDED)
+def test_check_exercises_proves_a_classifier_of_each_extended_kind(
+    tmp_path: Path, exercise_id: str
+) -> None:
+    """The proof the server and check-exercises run (reference, starter, every known bug as
+    declared, every mutant), on MLP + cross-entropy cases of each kind that reads them."""
+    folder = Path(shutil.copytree(REPO_EXERCISES / exercise_id, tmp_path / exercise_id))
+    exercise = load_exercise(declared_classifier(folder))
+    assert all(case.model.kind == "mlp" and case.loss == "cross-entropy" for case in exercise.cases)
+    assert (exercise.kind == "evaluation") == all(case.model.dropout for case in exercise.cases)
+    assert prove(exercise) == []
+
+
+# For each extended kind: a known bug, its diagnosis, the check whose words name a parameter
+# of the declared model (None: the kind's words name none), and that name as it is said.
+GRADED_BUGS = {
+    "prove-accumulation": ("no_clone.py", "returns-live-gradient", "copies", "`model[0].weight"),
+    "grad-magnitude": ("clears_gradients.py", "modifies-gradients", "grads-unchanged", "`0.weight"),
+    "scheduler-epochs": ("per_batch.py", "scheduler-per-batch", "epoch-weights-match", "`0."),
+    "resume-training": (
+        "model_not_loaded.py",
+        "model-not-restored",
+        "model-restored",
+        "`0.weight[",
+    ),
+    "evaluate": ("no_eval.py", "missing-eval", None, ""),
+}
+
+
+@pytest.fixture(scope="module")
+def declared_classifiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    copy = tmp_path_factory.mktemp("classifiers")
+    for exercise_id in EXTENDED:
+        declared_classifier(Path(shutil.copytree(REPO_EXERCISES / exercise_id, copy / exercise_id)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exercises, "EXERCISES_DIR", copy)
+        exercises._loaded.cache_clear()
+        yield copy
+    exercises._loaded.cache_clear()
+
+
+@pytest.mark.parametrize("exercise_id", EXTENDED)
+def test_a_classifier_of_each_extended_kind_is_graded_in_the_sandbox(
+    declared_classifiers: Path, grading_runner: sandbox.Runner, exercise_id: str
+) -> None:
+    """The reference scores full marks; a known bug gets its diagnosis, and the words name a
+    parameter the declared model has (`0.weight[i][j]`, `model[0].weight`), never `weight`
+    alone, which it has not."""
+    folder = declared_classifiers / exercise_id
+    correct = grade(exercise_id, (folder / "solution.py").read_text(), runner=grading_runner)
+    assert (correct.diagnosis, correct.score) == ("correct", correct.max_score), correct.feedback
+    bug, diagnosis, check_id, name = GRADED_BUGS[exercise_id]
+    report = grade(exercise_id, (folder / "bugs" / bug).read_text(), runner=grading_runner)
+    assert report.diagnosis == diagnosis, report.feedback
+    assert report.score < report.max_score
+    said = [report.feedback, *(check.message for check in report.checks)]
+    assert not [words for words in said if "`weight[" in words or "`model.weight" in words]
+    if check_id is not None:
+        message = next(c.message for c in report.checks if c.id == check_id)
+        assert name in message, message

@@ -21,7 +21,7 @@ from graders import grade
 from graders.exercise import MAX_CASE_ID_CHARS, MAX_CASES, CaseSpec, Exercise
 from graders.exercises import list_exercises, load_exercise
 from graders.mutation import Edit, reference_mutants
-from graders.proving import judge_source, prove
+from graders.proving import judge_source, prove, proven_problems
 from sandbox.supervise import LATER_INPUT_MAX_BYTES
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -1002,7 +1002,12 @@ def test_the_exercises_are_every_folder_in_the_order_of_their_positions() -> Non
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
 def test_every_exercise_is_proven_sound(exercise: Exercise) -> None:
-    assert prove(exercise) == []
+    """Its proof as a server reads it: kept once proven (tests/conftest.py proves every folder
+    at the session's start when no proof of its version is kept), named by all it depends on
+    (the folder, the grader's code, the proof's, torch). tests/app/test_cli.py proves every
+    exercise afresh with check-exercises: proving them all again here would double about 40 s
+    of CPU."""
+    assert proven_problems(exercise) == []
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
@@ -1036,6 +1041,30 @@ def test_every_known_bug_scores_below_full_with_its_diagnosis(
     assert report.diagnosis == variant.diagnosis, report.feedback
     if variant.note:
         assert variant.note in report.feedback
+
+
+# Every known bug of the later units through the warm pool a server grades with (every one is
+# judged in this process above; train-step's go through the sandbox in test_train_step.py).
+THROUGH_THE_POOL = [
+    (e.id, v.id)
+    for e in list_exercises()
+    if e.unit.startswith(("Unit 2", "Unit 3"))
+    for v in e.variants
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "variant_id"), THROUGH_THE_POOL, ids=[f"{e}/{v}" for e, v in THROUGH_THE_POOL]
+)
+def test_the_warm_pool_grades_each_known_bug_with_its_diagnosis(
+    exercise_id: str, variant_id: str, grading_runner: sandbox.Runner
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == exercise_id)
+    variant = next(v for v in exercise.variants if v.id == variant_id)
+    # test_pool_grades.py holds the pool's reports to cold sandboxes'.
+    report = grade(exercise_id, variant.source, runner=grading_runner)
+    assert report.diagnosis == variant.diagnosis, report.feedback
+    assert report.score < exercise.max_score
 
 
 @pytest.mark.parametrize("exercise", list_exercises(), ids=lambda e: e.id)
@@ -1249,3 +1278,161 @@ def extra_case(number: int) -> str:
         f'\n[[cases]]\nid = "extra-{number}"\nseed = {number}\nin_features = 2\n'
         "out_features = 1\nbatch_size = 4\nsteps = 2\nhidden = true\n"
     )
+
+
+@pytest.mark.parametrize("setting", ['optimizer = "sgd"', 'optimizer = "adam"', "dampening = 0.1"])
+def test_an_optimizer_by_hand_refuses_a_declared_optimizer(tmp_path: Path, setting: str) -> None:
+    """The learner's function is the optimizer: a declared one, or a setting of it the kind does
+    not hand over, would change nothing (or only the reference), so it is refused by name."""
+    folder = copy_exercise(tmp_path, "sgd-momentum-by-hand")
+    toml = folder / "exercise.toml"
+    text = toml.read_text().replace("momentum = 0.5\n", "")  # a case whose optimizer is bare
+    toml.write_text(text.replace('id = "no-decay"\n', f'id = "no-decay"\n{setting}\n'))
+    name = setting.split(" ")[0]
+    with pytest.raises(
+        ValueError, match=f"cases \\(no-decay\\): '{name}': kind 'optimizer-by-hand'"
+    ):
+        load_exercise(folder)
+
+
+# The third unit's mistakes a class makes, each named by a diagnosis judged from the values its
+# run returns: (exercise, the program, the code, the score, words said, words that would be
+# false of it). The programs are the exercises' known bugs and the corpus's learner loops.
+NAMED_MISTAKES = [
+    (
+        "mlp-epoch",
+        "exercises/mlp-epoch/bugs/no_zero_grad.py",
+        "grads-accumulated-across-batches",
+        6,
+        "those of training whose gradients were never cleared between batches",
+        "Not every check passed",
+    ),
+    (
+        "early-stopping",
+        "exercises/early-stopping/bugs/no_zero_grad.py",
+        "grads-accumulated-across-batches",
+        9,
+        "each update used the sum of its batch's gradient and every earlier batch's",
+        "Not every check passed",
+    ),
+    (
+        "early-stopping",
+        "exercises/early-stopping/bugs/against_last_epoch.py",
+        "improvement-against-last-epoch",
+        6,
+        "epoch 6's validation loss, 0.635341, is below epoch 5's (0.63676) but not below the "
+        "lowest so far, epoch 4's (0.614348)",
+        "one epoch away from where the rule stops",
+    ),
+    (
+        "amp-clip-step",
+        "exercises/amp-clip-step/bugs/clip_after_step.py",
+        "unclipped-step",
+        4,
+        "the unscaled gradients' norm was 3.953, above `max_norm` (0.5)",
+        "still multiplied by the scaler's scale",
+    ),
+    (
+        "amp-clip-step",
+        "tests/graders/corpus/amp-clip-step/no_clip.py",
+        "unclipped-step",
+        4,
+        "left out, or called after the step, it clips nothing the step used",
+        "Not every check passed",
+    ),
+    (
+        "amp-clip-step",
+        "exercises/amp-clip-step/bugs/no_autocast.py",
+        "missing-autocast",
+        4,
+        "you returned 3.92218, the loss computed in float32; under autocast (bfloat16) it is "
+        "3.91968",
+        "not clipped",
+    ),
+    (
+        "amp-clip-step",
+        "exercises/amp-clip-step/bugs/no_update.py",
+        "scaler-not-updated",
+        0,
+        "After call 1 of case `basic` the scaler's scale was still 2**10, as before the call",
+        "Your code raised an exception, so what it does could not be checked.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "program", "diagnosis", "score", "said", "false"),
+    NAMED_MISTAKES,
+    ids=[f"{e}/{Path(p).stem}" for e, p, *_ in NAMED_MISTAKES],
+)
+def test_a_mistake_of_the_third_unit_is_named_with_words_true_of_it(
+    exercise_id: str,
+    program: str,
+    diagnosis: str,
+    score: float,
+    said: str,
+    false: str,
+    grading_runner: sandbox.Runner,
+) -> None:
+    source = (EXERCISES_DIR.parent / program).read_text()
+    report = grade(exercise_id, source, runner=grading_runner)
+    assert (report.diagnosis, report.score) == (diagnosis, score), report.feedback
+    words = "\n".join([report.feedback, *(c.message for c in report.checks)])
+    assert said in words
+    assert false not in words
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "program"),
+    [
+        # train() first, eval() at the end; and neither
+        ("mlp-epoch", "tests/graders/corpus/mlp-epoch/eval_at_the_end.py"),
+        ("mlp-epoch", "exercises/mlp-epoch/bugs/no_train_mode.py"),
+    ],
+)
+def test_left_in_eval_says_what_was_measured_when_the_function_returned(
+    exercise_id: str, program: str
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == exercise_id)
+    source = (EXERCISES_DIR.parent / program).read_text()
+    report = judge_source(exercise, source)
+    message = next(c.message for c in report.checks if c.id == "training-mode")
+    assert "when your function returned, the model was in evaluation mode" in message
+    assert "still in it" not in message and "still in it" not in report.feedback
+    assert report.diagnosis == "missing-train-mode"
+
+
+@pytest.mark.parametrize(
+    ("updated", "second_call"),
+    [
+        ("", "raise ValueError('mine')"),  # no update(), but no refusal of torch's ended the run
+        ("scaler.update()", "raise RuntimeError('after step()')"),  # updated: the scale moved
+    ],
+)
+def test_a_run_that_raised_is_named_scaler_not_updated_only_when_both_show_it(
+    updated: str, second_call: str
+) -> None:
+    exercise = next(e for e in list_exercises() if e.id == "amp-clip-step")
+    source = code(
+        f"""
+        import torch
+        calls = []
+
+        def train_step(model, optimizer, scaler, loss_fn, x, y, max_norm):
+            calls.append(1)
+            if len(calls) > 1:
+                {second_call}
+            optimizer.zero_grad()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            {updated}
+            return loss.item()
+        """
+    )
+    report = judge_source(exercise, source)
+    assert (report.diagnosis, report.score) == ("runtime-error", 0), report.feedback
+    assert "`scaler.update()` did not run" not in report.feedback

@@ -36,6 +36,10 @@ HOST_TEST_ENV = {
     # Generous caps: these tests are about the queue, on a machine that may be busy.
     "LOOPGRADE_GRADING_WALL_TIMEOUT_SECONDS": "120",
     "LOOPGRADE_GRADING_CPU_SECONDS": "60",
+    # A warm pool of one slot (two worker threads to it): a worker here grades a few
+    # submissions, none of these tests needs two graded at once on one worker, and a slot's
+    # zygote imports torch (seconds of CPU) whether it grades or not.
+    "LOOPGRADE_SANDBOX_POOL_SIZE": "1",
 }
 
 

@@ -648,8 +648,10 @@ def test_a_server_that_is_not_root_passes_these_tests_in_a_delegated_group(
              "setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
              "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
              str(work / "venv" / "bin" / "python"), "-m", "pytest", "-q", "-x",
-             "-p", "no:cacheprovider", "--durations=0", f"--basetemp={home / 'pytest'}",
-             # Nothing of tests/conftest.py (the app's database) is theirs.
+             "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:anyio",
+             "--durations=0", f"--basetemp={home / 'pytest'}",
+             # Nothing of tests/conftest.py (the app's database) is theirs, nor hypothesis (a
+             # second of CPU to import here, tens of seconds in test_cgroup2's machine).
              f"--confcutdir={Path(__file__).parent}",
              "-k", f"bwrap and ({keyword})" if keyword else "bwrap", __file__],
             cwd=REPO, capture_output=True, text=True, timeout=1700,

@@ -1,4 +1,4 @@
-# expect: incorrect, score 4-4
+# expect: unclipped-step, score 4-4
 import torch
 
 

@@ -1,4 +1,4 @@
-# expect: incorrect, score 6-6
+# expect: improvement-against-last-epoch, score 6-6
 import copy
 
 import torch

@@ -1,4 +1,4 @@
-# expect: incorrect, score 9-9
+# expect: grads-accumulated-across-batches, score 9-9
 import copy
 
 import torch

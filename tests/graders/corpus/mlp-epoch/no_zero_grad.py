@@ -1,4 +1,4 @@
-# expect: incorrect, score 6-6
+# expect: grads-accumulated-across-batches, score 6-6
 def train_epoch(model, optimizer, loss_fn, loader):
     model.train()
     total, count = 0.0, 0
