@@ -10,11 +10,10 @@ client that comes back early is refused again and told a later time; nothing is 
 meanwhile. Until the line has drained a few lately its rate is unknown, and a refused client is
 told to come back within a few seconds, by which time it is known.
 
-The rate is read from the latest run of completions, a burst's first ones included, never
-averaged over the idle seconds before it: a class arriving after a quiet spell, its first
-gradings read as 1-3 a second when the line drains 35, was sent away for two minutes while
-the graders sat idle. A client told too early costs one more refusal; one told too late leaves
-a grader idle.
+The rate is the line's rate while it has work, never averaged over idle seconds: a class
+arriving after a quiet spell, the spell's few completions read as the line's rate, was sent
+away for two minutes while the graders sat idle. A client told too early costs one more
+refusal; one told too late leaves a grader idle.
 """
 
 from __future__ import annotations
@@ -48,16 +47,18 @@ def drain_per_second(ages_seconds: Sequence[float]) -> float | None:
     to tell.
 
     Read from the latest run of completions, up to MAX_RUN of them, none more than MAX_GAP_SECONDS
-    after the one before: a line idle before a burst drains at the burst's rate, not at its
-    own average over the idle seconds. Time since the latest counts as part of the run, so a
-    line that stopped draining slows as the seconds pass."""
+    after the one before, from its first to its last: a line idle before a burst drains at the
+    burst's rate, not at its average over the idle seconds. The time since the last is not
+    counted: a line whose work ran out is not slow (nor is one refusing now, which has work);
+    a line that stopped draining with work is forgotten as its run leaves the window, and is
+    then unknown."""
     newest_first = sorted(ages_seconds)[:MAX_RUN]
     run = 1
     while run < len(newest_first) and newest_first[run] - newest_first[run - 1] <= MAX_GAP_SECONDS:
         run += 1
     if run < MIN_COMPLETIONS:
         return None
-    return (run - 1) / max(MIN_SPAN_SECONDS, newest_first[run - 1])
+    return (run - 1) / max(MIN_SPAN_SECONDS, newest_first[run - 1] - newest_first[0])
 
 
 class DrainMeter:
