@@ -170,12 +170,16 @@ class AdmissionLane:
         return handed.done() and not handed.cancelled()
 
     def release(self) -> None:
-        """Give the slot to the first still waiting (/readyz first), else back to the lane."""
-        self._drained.record()
+        """Give the slot to the first still waiting (/readyz first), else back to the lane.
+
+        Only a slot handed to one waiting counts as drained: the lane's rate is its rate while
+        busy. A rate read over the requests of a quiet spell (a few a second, as few as came)
+        would send a crowd away for minutes while the lane stood idle."""
         for line in (self._first, self._waiting):
             while line:
                 handed = line.popleft()
                 if not handed.done():
+                    self._drained.record()
                     handed.set_result(None)
                     return
         self._free += 1

@@ -353,6 +353,7 @@ class Independent:
     refused_at_once: int = 0
     slowest_first_answer_seconds: float = 0.0
     retries: int = 0
+    longest_retry_after_seconds: float = 0.0  # the longest wait a 503 told a client
     # Every 503, first answers and retries, by what refused it: admission control's early
     # refusal of a full queue (before a database session or a sign-in), the intake's exact
     # count, or a full lane (too many requests at once).
@@ -428,7 +429,9 @@ def independent_clients(
         while answer.status == 503:
             count_refusal(seen, answer.body)
             seen.retries += 1
-            await asyncio.sleep(float(answer.headers["retry-after"]))
+            told = float(answer.headers["retry-after"])
+            seen.longest_retry_after_seconds = max(seen.longest_retry_after_seconds, told)
+            await asyncio.sleep(told)
             answer = await request_on_own_connection(client.port or 80, request)
         if answer.status != 202:
             sys.exit(f"submit failed: {answer.status} {answer.body[:200].decode(errors='replace')}")
@@ -741,6 +744,7 @@ def class_rows(seen: Independent) -> list[tuple[str, str]]:
         ("  202 / 503 at once", f"{seen.accepted_at_once} / {seen.refused_at_once}"),
         ("  slowest first answer s", f"{seen.slowest_first_answer_seconds:.1f}"),
         ("  retries after 503", str(seen.retries)),
+        ("  longest Retry-After s", f"{seen.longest_retry_after_seconds:.0f}"),
         ("  503 early / intake / busy", refusals(seen)),
         ("  all accepted in s", f"{seen.all_accepted_seconds:.1f}"),
         ("  all graded in s", f"{seen.all_graded_seconds:.1f}"),

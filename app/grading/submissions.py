@@ -33,7 +33,7 @@ from app.models import (
 from app.operations import QUEUE_FULL_REFUSALS
 from app.people.names import hidden_character
 from app.rate_limits import RateLimit, seconds_until_allowed
-from app.retry_after import DRAIN_WINDOW_SECONDS, ReturnSchedule, drain_per_second
+from app.retry_after import DRAIN_WINDOW_SECONDS, MAX_RUN, ReturnSchedule, drain_per_second
 from graders.exercises import UnknownExercise, get_exercise, list_exercises
 
 MAX_LEARNER_CHARS = 255
@@ -210,15 +210,16 @@ def queue_full(
 
 
 def gradings_per_second(session: Session) -> float | None:
-    """How fast the queue drains: gradings stored in the last DRAIN_WINDOW_SECONDS, by every
-    worker (their `graded_at`, in the shared database); None when too few to tell."""
+    """How fast the queue drains: the latest gradings stored in the last DRAIN_WINDOW_SECONDS,
+    by every worker (their `graded_at`, in the shared database); None when too few to tell."""
     now = utc_now()
-    count, oldest = session.execute(
-        select(func.count(), func.min(Submission.graded_at)).where(
-            Submission.graded_at >= now - timedelta(seconds=DRAIN_WINDOW_SECONDS)
-        )
-    ).one()
-    return drain_per_second(count, None if oldest is None else (now - oldest).total_seconds())
+    graded_at = session.scalars(
+        select(Submission.graded_at)
+        .where(Submission.graded_at >= now - timedelta(seconds=DRAIN_WINDOW_SECONDS))
+        .order_by(Submission.graded_at.desc())
+        .limit(MAX_RUN)
+    ).all()
+    return drain_per_second([(now - at).total_seconds() for at in graded_at if at is not None])
 
 
 @dataclass(frozen=True)

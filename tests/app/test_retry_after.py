@@ -8,6 +8,7 @@ values the test writes, and the bounds hold however long the test takes to read 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from datetime import timedelta
@@ -16,6 +17,7 @@ import pytest
 from sqlalchemy import func, select
 
 import app.grading.submissions as submissions_module
+from app.admission import WAITING_PER_SLOT, AdmissionLane
 from app.db import SessionFactory
 from app.grading.submissions import QueueFull, SubmissionLimits, check_waiting
 from app.models import Submission, SubmissionStatus, utc_now
@@ -23,8 +25,10 @@ from app.retry_after import (
     DRAIN_WINDOW_SECONDS,
     JITTER_SECONDS,
     MAX_RETRY_AFTER_SECONDS,
+    MIN_SPAN_SECONDS,
     UNKNOWN_RATE_RETRY_AFTER_SECONDS,
     ReturnSchedule,
+    drain_per_second,
 )
 from tests.app.conftest import EXERCISE
 
@@ -141,3 +145,68 @@ def test_an_empty_queue_refuses_no_one(sessions: SessionFactory) -> None:
     add_submissions(sessions, MAX_WAITING - 1, SubmissionStatus.QUEUED)
     with sessions() as session:
         check_waiting(session, LIMITS, anonymous_practice=False)
+
+
+def test_a_burst_is_measured_from_its_own_completions() -> None:
+    # Five gradings in the first tenth of a second of a burst: about 40 a second.
+    assert drain_per_second([0.0, 0.025, 0.05, 0.075, 0.1]) == pytest.approx(40.0)
+    # The same burst after a quiet spell whose last gradings ended 8 s before it: still 40 (an
+    # average over the window read 1 a second and sent a class away while the graders idled).
+    assert drain_per_second([0.0, 0.025, 0.05, 0.075, 0.1, 8.1, 8.2, 8.3]) == pytest.approx(40.0)
+    # Too few to tell.
+    assert drain_per_second([0.0, 0.1]) is None
+    assert drain_per_second([0.0, 0.1, 5.0, 5.1]) is None
+    # A line that drained 20 in one second and then ran out of work a second ago: it drains
+    # 19 a second when it has work, not 9.5.
+    assert drain_per_second([1.0 + n / 19 for n in range(20)]) == pytest.approx(19.0)
+    # A run that left the window is forgotten: unknown, told to come back within seconds.
+    assert drain_per_second([]) is None
+
+
+def test_returns_handed_at_a_slow_rate_do_not_push_later_ones_out() -> None:
+    schedule = ReturnSchedule(random.Random(46), clock=lambda: 1000.0)  # all refused at once
+    slow = [schedule.retry_after_seconds(ahead=1, per_second=1.0) for _ in range(30)]
+    assert 30 <= slow[-1] <= 30 + math.ceil(JITTER_SECONDS)  # one place a second
+    # The line turns out to drain 30 a second: the next refused come back in the second before
+    # the slow ones' first return, one drained place apart, not after their 30 s.
+    faster = [schedule.retry_after_seconds(ahead=1, per_second=30.0) for _ in range(29)]
+    for k, seconds in enumerate(faster, start=1):
+        assert math.ceil(k / 30) <= seconds <= math.ceil(k / 30 + JITTER_SECONDS), k
+    # The gap before the slow ones' first return (1 s) is full: the next goes between theirs.
+    after_gap = schedule.retry_after_seconds(ahead=1, per_second=30.0)
+    assert 2 <= after_gap <= 2 + math.ceil(JITTER_SECONDS)
+
+
+def test_a_lane_measures_its_rate_only_while_it_has_a_line() -> None:
+    """A quiet spell's requests (each finding a free slot) say nothing of the lane's rate: a
+    crowd arriving after them is told to come back within seconds, not after minutes (read
+    as the spell's few a second, 30 refused were told up to 10 s; a class of 1,000, 120 s)."""
+
+    async def crowd_after_a_quiet_spell() -> tuple[list[int], list[int]]:
+        lane = AdmissionLane(capacity=1, wait_seconds=30)
+        for _ in range(10):  # the quiet spell: one request at a time, a few a second
+            assert await lane.acquire()
+            lane.release()
+            await asyncio.sleep(0.3)
+        assert await lane.acquire()  # the crowd: one holds the slot, a full line waits
+        line = [asyncio.ensure_future(lane.acquire()) for _ in range(WAITING_PER_SLOT)]
+        await asyncio.sleep(0)
+        assert not await lane.acquire()
+        unknown = [lane.retry_after_seconds() for _ in range(30)]
+        for waiting in line:  # the line drains: each slot handed to the next waiting
+            lane.release()
+            assert await waiting
+        line = [asyncio.ensure_future(lane.acquire()) for _ in range(WAITING_PER_SLOT)]
+        await asyncio.sleep(0)
+        known = [lane.retry_after_seconds() for _ in range(30)]
+        for waiting in line:
+            waiting.cancel()
+        return unknown, known
+
+    unknown, known = asyncio.run(crowd_after_a_quiet_spell())
+    assert set(unknown) <= set(range(1, UNKNOWN_RATE_RETRY_AFTER_SECONDS + 1))
+    # The line drained as fast as this test handed slots over (a few places a millisecond,
+    # read as at most one per MIN_SPAN_SECONDS / (WAITING_PER_SLOT - 1)): 30 more come back
+    # within seconds.
+    per_second = (WAITING_PER_SLOT - 1) / MIN_SPAN_SECONDS
+    assert max(known) <= math.ceil(31 / per_second + JITTER_SECONDS)
