@@ -22,12 +22,17 @@ from fastapi import FastAPI
 from sqlalchemy import event, func, select
 
 import app.grading.queue_gauge as queue_gauge
+import app.grading.submissions as submissions_module
 import app.retry_after as retry_after
 from app.db import SessionFactory
 from app.grading.queue_gauge import WaitingGauge
 from app.main import create_app
 from app.models import Submission, SubmissionStatus
-from app.retry_after import MAX_RETRY_AFTER_SECONDS
+from app.retry_after import (
+    JITTER_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
+    UNKNOWN_RATE_RETRY_AFTER_SECONDS,
+)
 from app.settings import Settings
 from tests.app.conftest import EXERCISE, GRADING_TIMEOUT_SECONDS, csrf_token
 from tests.servers import HTTP_TIMEOUT_SECONDS, app_in_thread
@@ -45,6 +50,8 @@ def served(
 ) -> Iterator[tuple[FastAPI, httpx.Client]]:
     monkeypatch.setattr(queue_gauge, "GAUGE_FRESH_SECONDS", 3600.0)
     monkeypatch.setattr(retry_after, "DRAIN_WINDOW_SECONDS", 3600.0)
+    # This test's refusals are the first the queue's return schedule holds.
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", retry_after.ReturnSchedule())
     settings.max_waiting_submissions = MAX_WAITING
     settings.submission_rate_limit = 0
     served_app = create_app(settings)
@@ -159,11 +166,19 @@ def test_a_full_queue_refuses_before_the_database_and_an_accepted_resend_gets_it
             f"The graders are busy: at least {waiting} submissions are waiting to be graded. "
             "Yours was not stored"
         )
-    # From the depth and the measured rate, not a constant: three gradings were heard (the
-    # first submission's and two fillers'), so never above three a second by the meter's floor.
+    # From the depth and the rate the gauge measured from the gradings it heard end (the first
+    # submission's and two fillers'), not a constant: no one is told to come back before those
+    # ahead of it have drained at that rate; with too few heard to tell, within seconds.
     ahead = waiting - MAX_WAITING + 1
-    assert min(told) >= math.ceil(ahead / 3)
-    assert max(told.count(seconds) for seconds in told) < len(told), "all told one second"
+    per_second = gauge.drained_per_second()
+    if per_second is None:
+        assert set(told) <= set(range(1, UNKNOWN_RATE_RETRY_AFTER_SECONDS + 1))
+    else:
+        # The k-th is told no later than when those ahead, the intake's refused one and the
+        # k - 1 refused before it here have drained (places at the rate measured, jittered).
+        for k, seconds in enumerate(told, start=1):
+            assert math.ceil(ahead / per_second) <= seconds, k
+            assert seconds <= math.ceil((ahead + k) / per_second + JITTER_SECONDS), k
 
     # The liveness probe meanwhile: answered without the database (and without a slot).
     alive = client.get("/healthz")
