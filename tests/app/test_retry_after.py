@@ -3,7 +3,8 @@ many are ahead of it and the drain rate measured from the gradings every worker 
 one drained place apart and jittered (app/retry_after.py). Nothing refused is stored.
 
 The figures are bounded from the test's own rows, never timed: the rate is read from `graded_at`
-values the test writes, and the bounds hold however long the test takes to read them.
+values the test writes, the window holds them however long the test takes, and the return
+schedule's clock stands still, so every refusal of a test is "at once".
 """
 
 from __future__ import annotations
@@ -67,10 +68,16 @@ def refusal(sessions: SessionFactory, *, anonymous_practice: bool = False) -> Qu
     return refused.value
 
 
+def schedule_at_once(seed: int) -> ReturnSchedule:
+    """A return schedule whose clock stands still: no handed place passes during a test."""
+    return ReturnSchedule(random.Random(seed), clock=lambda: 1000.0)
+
+
 @pytest.fixture(autouse=True)
 def fresh_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's refusals are the first this process hands out."""
-    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", ReturnSchedule(random.Random(46)))
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", schedule_at_once(46))
+    monkeypatch.setattr(submissions_module, "DRAIN_WINDOW_SECONDS", 3600.0)
 
 
 def rate_bounds(graded: int) -> tuple[float, float]:
@@ -102,14 +109,14 @@ def test_retry_after_grows_with_those_ahead_and_shrinks_with_the_drain_rate(
     assert f"send it again in {first.retry_after_seconds} s" in first.message
 
     # Anonymous practice has half the queue: half of it must drain first.
-    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", ReturnSchedule(random.Random(1)))
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", schedule_at_once(1))
     ahead = MAX_WAITING - MAX_WAITING // 2 + 1
     deep = refusal(sessions, anonymous_practice=True).retry_after_seconds
     assert math.ceil(ahead / fastest) <= deep <= math.ceil(ahead / slowest + JITTER_SECONDS)
     assert deep > first.retry_after_seconds
 
     # Draining five times faster: the same place comes sooner.
-    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", ReturnSchedule(random.Random(1)))
+    monkeypatch.setattr(submissions_module, "QUEUE_RETURNS", schedule_at_once(1))
     add_submissions(sessions, 32, SubmissionStatus.GRADED, over_seconds=GRADED_OVER_SECONDS)
     slowest, fastest = rate_bounds(40)
     sooner = refusal(sessions, anonymous_practice=True).retry_after_seconds
@@ -164,7 +171,7 @@ def test_a_burst_is_measured_from_its_own_completions() -> None:
 
 
 def test_returns_handed_at_a_slow_rate_do_not_push_later_ones_out() -> None:
-    schedule = ReturnSchedule(random.Random(46), clock=lambda: 1000.0)  # all refused at once
+    schedule = schedule_at_once(46)
     slow = [schedule.retry_after_seconds(ahead=1, per_second=1.0) for _ in range(30)]
     assert 30 <= slow[-1] <= 30 + math.ceil(JITTER_SECONDS)  # one place a second
     # The line turns out to drain 30 a second: the next refused come back in the second before
